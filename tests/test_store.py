@@ -1,0 +1,120 @@
+"""Result sets: loading, validation errors that name the file and the problem, atomic writes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import SEED, base_meta, write_level_only
+from specsweep.store import SchemaError, append_level, finished_levels, load_result_set, load_result_sets
+
+
+def test_seed_reference_loads_as_two_arms() -> None:
+    sets = load_result_sets(SEED)
+    assert [s.arm for s in sets] == ["baseline", "mtp"]
+    base, mtp = sets
+    assert base.requests is None and base.meta["level_only"]
+    assert base.levels["concurrency"].tolist() == [1, 4, 16, 32, 64, 128]
+    assert base.levels["output_tok_s"].tolist() == [108, 286, 873, 1359, 2327, 2800]
+    assert mtp.levels["output_tok_s"].tolist() == [121.5, 400.5, 1209, 1502, 1571, 1635]
+    assert mtp.levels["request_tok_s_mean"].tolist() == [123.1, 118.6, 84.4, 62.3, 65.7, 64.5]
+    assert mtp.meta["server"]["max_running_requests"] == 48
+    assert mtp.meta["server"]["speculative_algorithm"] == "NEXTN"
+    for s in sets:
+        m = s.meta
+        assert m["model"] == "Qwen3.5-122B-A10B"
+        assert m["workload"]["input_tokens"] == m["workload"]["output_tokens"] == 1000
+        assert "seed" in m["source"]["file"] and m["source"]["citation"]
+        assert "not published" in m["metric_definitions"]["request_tok_s_mean"]
+
+
+def test_missing_meta(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    with pytest.raises(SchemaError, match=r"x/meta.json: missing"):
+        load_result_set(tmp_path / "x")
+
+
+def test_bad_json_and_missing_field(tmp_path: Path) -> None:
+    d = write_level_only(tmp_path / "a", "a", {1: (1.0, 1.0)})
+    (d / "meta.json").write_text("{not json")
+    with pytest.raises(SchemaError, match=r"meta.json: not valid JSON"):
+        load_result_set(d)
+    meta = base_meta("a")
+    del meta["workload"]["output_tokens"]
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(SchemaError, match=r"meta.json: field 'workload.output_tokens': Field required"):
+        load_result_set(d)
+
+
+def test_missing_column_named(tmp_path: Path) -> None:
+    d = write_level_only(tmp_path / "a", "a", {1: (1.0, 1.0)})
+    pd.read_csv(d / "levels.csv").drop(columns=["output_tok_s"]).to_csv(d / "levels.csv", index=False)
+    with pytest.raises(SchemaError, match=r"levels.csv: missing column\(s\) output_tok_s"):
+        load_result_set(d)
+
+
+def test_malformed_values_named(tmp_path: Path) -> None:
+    d = write_level_only(tmp_path / "a", "a", {1: (1.0, 1.0), 4: (2.0, 2.0)})
+    frame = pd.read_csv(d / "levels.csv")
+    frame["output_tok_s"] = frame["output_tok_s"].astype(object)
+    frame.loc[1, "output_tok_s"] = "fast"
+    frame.to_csv(d / "levels.csv", index=False)
+    with pytest.raises(SchemaError, match=r"column 'output_tok_s' must be numeric; row 1 holds 'fast'"):
+        load_result_set(d)
+    frame.loc[1, "output_tok_s"] = 2.0
+    frame["concurrency"] = frame["concurrency"].astype(float)
+    frame.loc[1, "concurrency"] = 4.5
+    frame.to_csv(d / "levels.csv", index=False)
+    with pytest.raises(SchemaError, match=r"'concurrency' must hold whole numbers"):
+        load_result_set(d)
+
+
+def test_duplicate_level_and_arm_mismatch(tmp_path: Path) -> None:
+    d = write_level_only(tmp_path / "a", "a", {1: (1.0, 1.0)})
+    frame = pd.read_csv(d / "levels.csv")
+    pd.concat([frame, frame]).to_csv(d / "levels.csv", index=False)
+    with pytest.raises(SchemaError, match=r"duplicate level \(concurrency=1, repeat=0\)"):
+        load_result_set(d)
+    frame.assign(arm="other").to_csv(d / "levels.csv", index=False)
+    with pytest.raises(SchemaError, match=r"do not match meta.json arm 'a'"):
+        load_result_set(d)
+
+
+def test_measured_run_needs_requests(tmp_path: Path) -> None:
+    d = write_level_only(tmp_path / "a", "a", {1: (1.0, 1.0)}, level_only=False, kind="run")
+    with pytest.raises(SchemaError, match=r"requests.parquet: missing"):
+        load_result_set(d)
+
+
+def test_duplicate_arms_across_sets(tmp_path: Path) -> None:
+    a = write_level_only(tmp_path / "one", "same", {1: (1.0, 1.0)})
+    b = write_level_only(tmp_path / "two", "same", {1: (1.0, 1.0)})
+    with pytest.raises(SchemaError, match=r"arm 'same' is also the arm of"):
+        load_result_sets([a, b])
+
+
+def test_not_a_result_set(tmp_path: Path) -> None:
+    with pytest.raises(SchemaError, match=r"neither a result set"):
+        load_result_sets(tmp_path)
+    with pytest.raises(SchemaError, match=r"no such folder"):
+        load_result_sets(tmp_path / "nope")
+
+
+def test_append_level_replaces_and_keeps(tmp_path: Path) -> None:
+    def level(c: int, value: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+        lv = pd.DataFrame([{"run_id": "r", "arm": "a", "concurrency": c, "repeat": 0, "output_tok_s": value}])
+        rq = pd.DataFrame([{"run_id": "r", "arm": "a", "concurrency": c, "repeat": 0, "request_index": i,
+                            "value": value} for i in range(3)])
+        return lv, rq
+
+    append_level(tmp_path, *level(1, 1.0))
+    append_level(tmp_path, *level(4, 4.0))
+    append_level(tmp_path, *level(1, 10.0))  # a re-run of level 1 replaces it
+    lv = pd.read_parquet(tmp_path / "levels.parquet").sort_values("concurrency")
+    assert lv["output_tok_s"].tolist() == [10.0, 4.0]
+    rq = pd.read_parquet(tmp_path / "requests.parquet")
+    assert len(rq) == 6 and set(rq.loc[rq["concurrency"] == 1, "value"]) == {10.0}
+    assert finished_levels(tmp_path) == {(1, 0), (4, 0)}
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
