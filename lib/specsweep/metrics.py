@@ -1,0 +1,381 @@
+"""Metric definitions (DESIGN §5), as pure functions. Tests check them on hand-computed timelines.
+
+Per request (measured requests only; warm-up excluded by the caller):
+
+- ``ttft_s``: first chunk carrying >= 1 output token − request sent (seconds).
+- ``e2e_s``: last token-carrying chunk − request sent (seconds).
+- ``tpot_s`` = (e2e_s − ttft_s) / (output_tokens − 1), for output_tokens > 1 (seconds/token).
+- ``user_tok_s`` = 1 / tpot_s: the per-user decode speed (tok/s).
+- ``request_tok_s`` = output_tokens / e2e_s (tok/s; includes queueing and prefill).
+- ``chunks``: token-carrying chunks; ``tokens_per_chunk`` = output_tokens / chunks.
+- Inter-chunk latency (``chunk_gap``): gaps between consecutive token-carrying chunks (seconds).
+- Token-normalised ITL (``itl``): each chunk gap spread evenly over the tokens the later chunk
+  carried, i.e. a gap g carrying k tokens gives k observations of g / k (seconds/token). Its mean
+  over a request is (e2e_s − ttft_s) / (tokens after the first chunk). Where the server gives no
+  per-chunk counts, k is output_tokens / chunks for every chunk.
+
+Per level (one concurrency, one repeat) over the measured window
+[first request sent, last request finished] (seconds):
+
+- ``output_tok_s`` = Σ output_tokens of successful requests / window (aggregate tok/s).
+- ``steady_output_tok_s``: tokens of successful requests that arrived while all C slots were busy
+  / that span. The span starts when the C-th request is sent and ends when the first slot falls
+  idle for good: the (N − C + 1)-th request to finish (after it, no request is left to send).
+  Tokens are counted from chunk arrival times when available, else spread evenly between each
+  request's first and last token. Undefined (NaN) when N < C.
+- ``request_per_s`` = successful requests / window; ``error_rate`` = failed / measured.
+- p50/p90/p99 and mean of ttft_s, tpot_s, e2e_s (numpy linear-interpolated percentiles);
+  ``itl_*`` over all tokens of the level, ``chunk_gap_*`` over all gaps.
+- ``user_tok_s_mean`` / ``_p50`` / ``_p10``: over requests of 1 / tpot_s; ``request_tok_s_mean``.
+- ``effective_concurrency`` = Σ (t_end − t_start) / window (Little's law: the mean number of
+  requests in flight from the client's side; in a closed loop close to C unless the client falls
+  behind or ramp-up and drain dominate).
+- ``decoding_concurrency`` = Σ (e2e_s − ttft_s) / window over successful requests: the mean
+  number of requests between their first and last token. Far below C means requests wait before
+  their first token (a server cap, a memory limit, a queue).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Iterable, Literal, Sequence
+
+import numpy as np
+import pandas as pd
+
+from specsweep.records import RequestRecord
+
+PERCENTILES: tuple[int, ...] = (50, 90, 99)
+Better = Literal["higher", "lower", "neutral"]
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """How to label and read one metric column."""
+
+    label: str
+    unit: str
+    better: Better
+    definition: str
+
+
+METRICS: dict[str, MetricInfo] = {
+    "output_tok_s": MetricInfo(
+        "Aggregate output throughput", "tok/s", "higher",
+        "Σ output tokens of successful requests / measured window (first request sent → last finished)",
+    ),
+    "steady_output_tok_s": MetricInfo(
+        "Steady-state aggregate throughput", "tok/s", "higher",
+        "output tokens arriving while all C slots were busy / that span (excludes ramp-up and drain)",
+    ),
+    "request_per_s": MetricInfo("Request rate", "req/s", "higher", "successful requests / measured window"),
+    "user_tok_s_mean": MetricInfo(
+        "Per-user decode speed (1/TPOT)", "tok/s", "higher",
+        "mean over requests of 1 / TPOT, TPOT = (e2e − TTFT) / (output tokens − 1)",
+    ),
+    "user_tok_s_p50": MetricInfo("Per-user decode speed, p50", "tok/s", "higher", "median over requests of 1 / TPOT"),
+    "user_tok_s_p10": MetricInfo(
+        "Per-user decode speed, p10 (slowest tenth)", "tok/s", "higher", "10th percentile over requests of 1 / TPOT"
+    ),
+    "request_tok_s_mean": MetricInfo(
+        "Per-request throughput", "tok/s", "higher",
+        "mean over requests of output tokens / end-to-end latency (includes queueing and prefill)",
+    ),
+    "error_rate": MetricInfo("Error rate", "fraction", "lower", "failed requests / measured requests"),
+    "tokens_per_chunk_mean": MetricInfo(
+        "Tokens per chunk", "tokens", "neutral", "Σ output tokens / Σ token-carrying chunks"
+    ),
+    "effective_concurrency": MetricInfo(
+        "Effective concurrency (Little's law)", "requests", "neutral",
+        "Σ (t_end − t_start) / window: mean requests in flight from the client's side",
+    ),
+    "decoding_concurrency": MetricInfo(
+        "Decoding concurrency", "requests", "neutral",
+        "Σ (e2e − TTFT) / window: mean requests between first and last token",
+    ),
+    "spec_accept_length": MetricInfo(
+        "Acceptance length", "tokens/step", "higher",
+        "server-side accepted tokens (incl. bonus) per verify step over the level",
+    ),
+    "client_cpu_cores": MetricInfo(
+        "Client CPU", "cores", "lower", "client CPU seconds / measured window"
+    ),
+}
+for _name, _label in (("ttft", "Time to first token"), ("tpot", "Time per output token"),
+                      ("e2e", "End-to-end latency"), ("itl", "Inter-token latency (token-normalised)"),
+                      ("chunk_gap", "Inter-chunk latency")):
+    METRICS[f"{_name}_mean_s"] = MetricInfo(f"{_label}, mean", "s", "lower", f"mean of {_name}")
+    for _p in PERCENTILES:
+        METRICS[f"{_name}_p{_p}_s"] = MetricInfo(f"{_label}, p{_p}", "s", "lower", f"p{_p} of {_name}")
+
+
+def metric_info(name: str) -> MetricInfo:
+    """Label, unit and direction of a metric column (a neutral fallback for unknown names)."""
+    return METRICS.get(name, MetricInfo(name.replace("_", " "), "", "neutral", name))
+
+
+# ------------------------------------------------------------------------------------ per request
+
+
+@dataclass(frozen=True)
+class RequestMetrics:
+    """Per-request metrics (seconds, tokens, tok/s). NaN where undefined."""
+
+    ttft_s: float
+    e2e_s: float
+    tpot_s: float
+    user_tok_s: float
+    request_tok_s: float
+    chunks: int
+    tokens_per_chunk_mean: float
+    itl_mean_s: float
+    itl_p99_s: float
+    chunk_gap_mean_s: float
+    chunk_gap_p99_s: float
+
+
+def chunk_gaps(chunk_times: Sequence[float]) -> np.ndarray:
+    """Gaps between consecutive token-carrying chunks (seconds)."""
+    times = np.asarray(chunk_times, dtype=float)
+    return np.diff(times) if times.size > 1 else np.empty(0)
+
+
+def token_normalised_itl(
+    chunk_times: Sequence[float], chunk_tokens: Sequence[int] | None, output_tokens: int | None = None
+) -> np.ndarray:
+    """One observation per token after the first chunk: each gap / the tokens its chunk carried.
+
+    ``chunk_tokens=None`` spreads ``output_tokens`` evenly over the chunks.
+    """
+    gaps = chunk_gaps(chunk_times)
+    if gaps.size == 0:
+        return np.empty(0)
+    if chunk_tokens is None:
+        if not output_tokens:
+            return gaps
+        per_chunk = output_tokens / len(chunk_times)
+        return gaps / per_chunk
+    tokens = np.asarray(chunk_tokens[1:], dtype=np.int64)
+    if tokens.size != gaps.size or (tokens < 1).any():
+        raise ValueError("chunk_tokens must give >= 1 token for every token-carrying chunk")
+    return np.repeat(gaps / tokens, tokens)
+
+
+def _nan_percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else math.nan
+
+
+def request_metrics(rec: RequestRecord) -> RequestMetrics:
+    """Per-request metrics of one record (absolute perf_counter times in, durations out)."""
+    n_chunks = len(rec.chunk_times)
+    tokens = rec.output_tokens or 0
+    if n_chunks == 0:
+        nan = math.nan
+        return RequestMetrics(nan, nan, nan, nan, nan, 0, nan, nan, nan, nan, nan)
+    ttft = rec.chunk_times[0] - rec.t_sent
+    e2e = rec.chunk_times[-1] - rec.t_sent
+    tpot = (e2e - ttft) / (tokens - 1) if tokens > 1 else math.nan
+    user = 1.0 / tpot if tpot and tpot > 0 else math.nan
+    req_tok_s = tokens / e2e if e2e > 0 and tokens else math.nan
+    itl = token_normalised_itl(rec.chunk_times, rec.chunk_tokens, tokens)
+    gaps = chunk_gaps(rec.chunk_times)
+    return RequestMetrics(
+        ttft_s=ttft,
+        e2e_s=e2e,
+        tpot_s=tpot,
+        user_tok_s=user,
+        request_tok_s=req_tok_s,
+        chunks=n_chunks,
+        tokens_per_chunk_mean=tokens / n_chunks if tokens else math.nan,
+        itl_mean_s=float(itl.mean()) if itl.size else math.nan,
+        itl_p99_s=_nan_percentile(itl, 99),
+        chunk_gap_mean_s=float(gaps.mean()) if gaps.size else math.nan,
+        chunk_gap_p99_s=_nan_percentile(gaps, 99),
+    )
+
+
+def output_digest(text: str) -> str:
+    """A short, stable fingerprint of generated text (first 16 hex digits of SHA-256)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def requests_frame(
+    records: Iterable[RequestRecord],
+    *,
+    t0: float,
+    run_id: str,
+    arm: str,
+    concurrency: int,
+    repeat: int,
+    warmup: bool = False,
+    first_index: int = 0,
+    prompt_ids: Sequence[int] | None = None,
+    keep_chunks: bool = True,
+) -> pd.DataFrame:
+    """Tidy per-request rows (DESIGN §4) with times relative to ``t0`` (the level's start, seconds).
+
+    With ``keep_chunks`` each row also carries its chunk timeline: ``chunk_t_s`` (arrival times
+    relative to ``t0``) and ``chunk_tokens`` (tokens per chunk, empty when the server gave none).
+    """
+    rows = []
+    for i, rec in enumerate(records):
+        m = request_metrics(rec)
+        row = {
+            "run_id": run_id,
+            "arm": arm,
+            "concurrency": concurrency,
+            "repeat": repeat,
+            "request_index": first_index + i,
+            "prompt_id": prompt_ids[i] if prompt_ids is not None else first_index + i,
+            "warmup": warmup,
+            "t_start_s": rec.t_sent - t0,
+            "ttft_s": m.ttft_s,
+            "e2e_s": m.e2e_s,
+            "t_end_s": rec.t_end - t0,
+            "tpot_s": m.tpot_s,
+            "user_tok_s": m.user_tok_s,
+            "request_tok_s": m.request_tok_s,
+            "prompt_tokens": rec.prompt_tokens,
+            "output_tokens": rec.output_tokens,
+            "token_source": rec.token_source,
+            "chunks": m.chunks,
+            "itl_mean_s": m.itl_mean_s,
+            "itl_p99_s": m.itl_p99_s,
+            "chunk_gap_mean_s": m.chunk_gap_mean_s,
+            "chunk_gap_p99_s": m.chunk_gap_p99_s,
+            "tokens_per_chunk_mean": m.tokens_per_chunk_mean,
+            "finish_reason": rec.finish_reason,
+            "http_status": rec.http_status,
+            "error": rec.error,
+            "output_digest": rec.output_digest,
+            "server_e2e_latency_s": rec.server.get("e2e_latency_s"),
+            "spec_accept_length": rec.server.get("spec_accept_length"),
+            "spec_verify_ct": rec.server.get("spec_verify_ct"),
+        }
+        if keep_chunks:
+            row["chunk_t_s"] = [t - t0 for t in rec.chunk_times]
+            row["chunk_tokens"] = list(rec.chunk_tokens) if rec.chunk_tokens is not None else []
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    for col in ("output_tokens", "prompt_tokens", "http_status", "server_e2e_latency_s",
+                "spec_accept_length", "spec_verify_ct"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
+    for col in ("token_source", "finish_reason", "error", "output_digest"):
+        frame[col] = frame[col].astype("string")
+    frame["warmup"] = frame["warmup"].astype(bool)
+    return frame
+
+
+# -------------------------------------------------------------------------------------- per level
+
+
+def _succeeded(requests: pd.DataFrame) -> pd.Series:
+    return requests["error"].isna() & (requests["output_tokens"].fillna(0) > 0)
+
+
+def steady_span(t_start: Sequence[float], t_end: Sequence[float], concurrency: int) -> tuple[float, float]:
+    """The span (seconds) in which all ``concurrency`` slots of a closed loop were busy.
+
+    From the C-th request sent to the (N − C + 1)-th request finished; (nan, nan) when N < C.
+    """
+    starts, ends = np.sort(np.asarray(t_start, float)), np.sort(np.asarray(t_end, float))
+    n = starts.size
+    if concurrency < 1 or n < concurrency:
+        return math.nan, math.nan
+    a, b = starts[concurrency - 1], ends[n - concurrency]
+    return (a, b) if b > a else (math.nan, math.nan)
+
+
+def tokens_in_span(requests: pd.DataFrame, a: float, b: float) -> float:
+    """Output tokens (of the given rows) that arrived in [a, b] (seconds, level-relative).
+
+    Uses each row's chunk timeline when present; otherwise one token at the first chunk and the
+    rest spread evenly up to the last one.
+    """
+    total = 0.0
+    has_chunks = "chunk_t_s" in requests.columns
+    for row in requests.itertuples(index=False):
+        out = float(row.output_tokens)
+        times = np.asarray(row.chunk_t_s, float) if has_chunks and row.chunk_t_s is not None else None
+        if times is not None and times.size:
+            toks = np.asarray(row.chunk_tokens, float) if len(row.chunk_tokens) else np.full(times.size, out / times.size)
+            total += float(toks[(times >= a) & (times <= b)].sum())
+            continue
+        first = row.t_start_s + row.ttft_s
+        last = row.t_start_s + row.e2e_s
+        if a <= first <= b:
+            total += 1.0
+        if out > 1 and last > first:
+            overlap = max(0.0, min(b, last) - max(a, first))
+            total += (out - 1) * overlap / (last - first)
+        elif out > 1 and a <= last <= b:
+            total += out - 1
+    return total
+
+
+def _pct(values: pd.Series, q: float) -> float:
+    arr = values.dropna().to_numpy(float)
+    return float(np.percentile(arr, q)) if arr.size else math.nan
+
+
+def _pooled(requests: pd.DataFrame, kind: Literal["itl", "chunk_gap"]) -> np.ndarray:
+    """All token-normalised ITL observations (or chunk gaps) of a level, from chunk timelines."""
+    parts = []
+    for row in requests.itertuples(index=False):
+        times = np.asarray(row.chunk_t_s, float)
+        if kind == "chunk_gap":
+            parts.append(chunk_gaps(times))
+        else:
+            toks = list(row.chunk_tokens) if len(row.chunk_tokens) else None
+            parts.append(token_normalised_itl(times, toks, int(row.output_tokens)))
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def level_metrics(requests: pd.DataFrame, concurrency: int) -> dict[str, float]:
+    """Per-level metrics (DESIGN §5) from the measured requests of one (concurrency, repeat).
+
+    ``requests`` is a :func:`requests_frame` (times relative to the level's start, seconds).
+    """
+    n = len(requests)
+    ok = requests[_succeeded(requests)] if n else requests
+    out: dict[str, float] = {"n_requests": float(n), "n_ok": float(len(ok)), "n_errors": float(n - len(ok))}
+    out["error_rate"] = (n - len(ok)) / n if n else math.nan
+    if n == 0:
+        return out
+    start, end = float(requests["t_start_s"].min()), float(requests["t_end_s"].max())
+    window = end - start
+    tokens = float(ok["output_tokens"].sum())
+    out.update(window_s=window, output_tokens=tokens)
+    out["output_tok_s"] = tokens / window if window > 0 else math.nan
+    out["request_per_s"] = len(ok) / window if window > 0 else math.nan
+    a, b = steady_span(requests["t_start_s"], requests["t_end_s"], concurrency)
+    out["steady_window_s"] = b - a if not math.isnan(a) else math.nan
+    out["steady_output_tok_s"] = tokens_in_span(ok, a, b) / (b - a) if not math.isnan(a) else math.nan
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        stem = name[:-2]
+        out[f"{stem}_mean_s"] = float(ok[name].mean()) if len(ok) else math.nan
+        for p in PERCENTILES:
+            out[f"{stem}_p{p}_s"] = _pct(ok[name], p)
+    user = ok["user_tok_s"]
+    out["user_tok_s_mean"] = float(user.mean()) if user.notna().any() else math.nan
+    out["user_tok_s_p50"] = _pct(user, 50)
+    out["user_tok_s_p10"] = _pct(user, 10)
+    out["request_tok_s_mean"] = float(ok["request_tok_s"].mean()) if len(ok) else math.nan
+    chunks = float(ok["chunks"].sum())
+    out["tokens_per_chunk_mean"] = tokens / chunks if chunks else math.nan
+    if "chunk_t_s" in ok.columns and len(ok):
+        for kind in ("itl", "chunk_gap"):
+            pooled = _pooled(ok, kind)  # type: ignore[arg-type]
+            out[f"{kind}_mean_s"] = float(pooled.mean()) if pooled.size else math.nan
+            for p in PERCENTILES:
+                out[f"{kind}_p{p}_s"] = _nan_percentile(pooled, p)
+    in_flight = (requests["t_end_s"] - requests["t_start_s"]).sum()
+    out["effective_concurrency"] = float(in_flight) / window if window > 0 else math.nan
+    decoding = (ok["e2e_s"] - ok["ttft_s"]).sum()
+    out["decoding_concurrency"] = float(decoding) / window if window > 0 else math.nan
+    sources = set(ok["token_source"].dropna().astype(str))
+    out["token_source"] = sources.pop() if len(sources) == 1 else ("mixed" if sources else None)  # type: ignore[assignment]
+    return out
