@@ -1,0 +1,572 @@
+"""Turn a comparison and a workload profile into a recommendation with its reasons.
+
+Every sentence is computed from the comparison: the numbers quoted are the data's, and which
+sentences appear depends on what the data shows (caps, effective concurrency, SLOs, intervals,
+workload kind). Nothing here knows about any particular data set.
+
+Judging one level (an arm against the baseline at one concurrency):
+
+- A delta counts as a *gain* or a *loss* when its 95 % interval excludes 0, or, with no interval,
+  when it exceeds ``min_effect_pct`` in size; otherwise it is *neutral* (no measurable difference).
+- ``throughput``: the aggregate output tok/s delta decides.
+- ``latency``: the per-user speed delta decides.
+- ``balanced``: a gain needs per-user speed up and aggregate down by no more than
+  ``max_throughput_loss_pct``; a loss is per-user speed down, or aggregate down by more.
+- SLOs come first: where the arm breaks an SLO the baseline meets, the level is a loss; where the
+  arm meets every SLO and the baseline breaks one, a gain; where both break one, neutral.
+
+The verdict follows the outcomes over the profile's concurrency range: all gains (or neutral) →
+enable; all losses or neutral → disable; gains then losses → enable up to X, where X is the
+interpolated (log2 concurrency) point where the deciding margin crosses zero; losses then gains
+→ enable from X; anything else → mixed, explained band by band.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specsweep.compare import Comparison
+from specsweep.metrics import metric_info
+
+Objective = Literal["latency", "throughput", "balanced"]
+Outcome = Literal["gain", "loss", "neutral"]
+Verdict = Literal["enable", "disable", "enable_up_to", "enable_from", "mixed"]
+SYNTHETIC_KINDS = {"random-ids", "fixed-ids", "random-text"}
+
+
+class Profile(BaseModel):
+    """What the operator cares about. Units: concurrency in requests, speeds in tok/s, times in s."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    objective: Objective
+    concurrency_min: int = Field(1, ge=1)
+    concurrency_max: int | None = Field(None, ge=1)
+    min_user_tok_s: float | None = Field(None, gt=0, description="SLO: per-user speed at least this (tok/s)")
+    max_ttft_p99_s: float | None = Field(None, gt=0, description="SLO: TTFT p99 at most this (s)")
+    max_e2e_p99_s: float | None = Field(None, gt=0, description="SLO: end-to-end p99 at most this (s)")
+    max_throughput_loss_pct: float = Field(5.0, ge=0, description="balanced: tolerated aggregate loss (%)")
+    min_effect_pct: float = Field(2.0, ge=0, description="without intervals, smaller deltas count as no difference (%)")
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _range(self) -> "Profile":
+        if self.concurrency_max is not None and self.concurrency_max < self.concurrency_min:
+            raise ValueError(f"concurrency_max ({self.concurrency_max}) is below concurrency_min ({self.concurrency_min})")
+        return self
+
+
+def parse_profile(raw: dict[str, Any] | Profile) -> Profile:
+    """Validate a profile given as a dict (e.g. a notebook parameter); errors name the field."""
+    if isinstance(raw, Profile):
+        return raw
+    if not isinstance(raw, dict):
+        raise ValueError(f"profile must be a mapping with at least 'name' and 'objective', got {raw!r}")
+    try:
+        return Profile.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"'{'.'.join(map(str, e['loc'])) or 'profile'}': {e['msg']}" for e in exc.errors())
+        raise ValueError(f"profile {raw.get('name', '?')!r}: {problems} "
+                         "(objective is one of latency, throughput, balanced)") from exc
+
+
+@dataclass
+class Band:
+    """Consecutive tested levels where an arm has the same outcome for a profile."""
+
+    arm: str
+    c_from: int
+    c_to: int
+    outcome: Outcome
+    aggregate_delta_pct: tuple[float, float]
+    user_delta_pct: tuple[float, float]
+    sentence: str
+    #: set when an SLO decided the outcome rather than the profile's deltas
+    slo_rule: str | None = None
+
+
+@dataclass
+class Recommendation:
+    """A verdict for one profile, with the evidence behind it."""
+
+    profile: Profile
+    verdict: Verdict
+    arm: str | None
+    up_to_concurrency: float | None
+    from_concurrency: float | None
+    headline: str
+    bands: list[Band]
+    reasons: list[str]
+    caveats: list[str]
+    next_experiments: list[str]
+    #: one row per (arm, concurrency) in range: deltas, SLO status, outcome
+    levels: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def next_experiment(self) -> str | None:
+        return self.next_experiments[0] if self.next_experiments else None
+
+    def to_markdown(self) -> str:
+        """The recommendation as Markdown (headline, bands, reasons, caveats, next experiments)."""
+        lines = [f"### {self.profile.name}", "", f"**{self.headline}**", ""]
+        if self.profile.description:
+            lines += [f"*{self.profile.description}*", ""]
+        if self.bands:
+            lines += ["| concurrency | outcome | aggregate Δ | per-user Δ |", "|---|---|---|---|"]
+            for b in self.bands:
+                span = f"{b.c_from}" if b.c_from == b.c_to else f"{b.c_from}–{b.c_to}"
+                outcome = b.outcome + (f" ({b.slo_rule})" if b.slo_rule else "")
+                lines.append(f"| {span} | {outcome} | {_range_pct(b.aggregate_delta_pct)} | {_range_pct(b.user_delta_pct)} |")
+            lines.append("")
+        lines += ["**Why**", ""] + [f"- {r}" for r in self.reasons] + [""]
+        if self.caveats:
+            lines += ["**Caveats**", ""] + [f"- {c}" for c in self.caveats] + [""]
+        if self.next_experiments:
+            lines += ["**Next experiment**", "", f"1. {self.next_experiments[0]}"]
+            lines += [f"{i}. {e}" for i, e in enumerate(self.next_experiments[1:], start=2)]
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.0f}%" if abs(x) >= 9.5 else f"{x:+.1f}%"
+
+
+def _range_pct(r: tuple[float, float]) -> str:
+    lo, hi = r
+    if math.isnan(lo):
+        return "n/a"
+    return _pct(lo) if abs(hi - lo) < 0.05 else f"{_pct(lo)} to {_pct(hi)}"
+
+
+def _levels_text(cs: Sequence[int]) -> str:
+    cs = list(cs)
+    if len(cs) == 1:
+        return f"concurrency {cs[0]}"
+    return f"concurrency {', '.join(map(str, cs[:-1]))} and {cs[-1]}"
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
+
+
+def _sign(row: pd.Series | None, min_effect: float) -> int:
+    """+1 gain, −1 loss, 0 neutral for one delta row (direction-aware)."""
+    if row is None or pd.isna(row["delta_pct"]):
+        return 0
+    flip = -1 if row["better"] == "lower" else 1
+    if row["ci_kind"] != "none" and not pd.isna(row["ci_low_pct"]):
+        if row["ci_low_pct"] > 0:
+            return flip
+        if row["ci_high_pct"] < 0:
+            return -flip
+        return 0
+    d = row["delta_pct"]
+    return flip if d > min_effect else (-flip if d < -min_effect else 0)
+
+
+def _lookup(comp: Comparison, arm: str, metric: str) -> dict[int, pd.Series]:
+    return {int(r["concurrency"]): r for _, r in comp.delta(arm, metric).iterrows()}
+
+
+def _slo_checks(profile: Profile, comp: Comparison) -> list[tuple[str, str, float, str]]:
+    """(label, column, threshold, 'min'|'max') for each SLO the profile sets."""
+    checks = []
+    if profile.min_user_tok_s is not None:
+        checks.append((f"per-user speed ≥ {profile.min_user_tok_s:g} tok/s", comp.user_metric, profile.min_user_tok_s, "min"))
+    if profile.max_ttft_p99_s is not None:
+        checks.append((f"TTFT p99 ≤ {profile.max_ttft_p99_s:g} s", "ttft_p99_s", profile.max_ttft_p99_s, "max"))
+    if profile.max_e2e_p99_s is not None:
+        checks.append((f"end-to-end p99 ≤ {profile.max_e2e_p99_s:g} s", "e2e_p99_s", profile.max_e2e_p99_s, "max"))
+    return checks
+
+
+def _meets(levels: pd.DataFrame, arm: str, c: int, checks: list[tuple[str, str, float, str]]) -> bool | None:
+    """Whether an arm meets every SLO at a level; None when an SLO's metric is missing."""
+    row = levels[(levels["arm"] == arm) & (levels["concurrency"] == c)]
+    if row.empty:
+        return None
+    ok = True
+    for _, col, thr, kind in checks:
+        if col not in row or pd.isna(row.iloc[0][col]):
+            return None
+        v = float(row.iloc[0][col])
+        ok &= v >= thr if kind == "min" else v <= thr
+    return ok
+
+
+def _crossing(cs: Sequence[int], margins: Sequence[float], i: int) -> float:
+    """Where the margin crosses 0 between levels i and i+1, interpolated in log2(concurrency)."""
+    c1, c2, m1, m2 = cs[i], cs[i + 1], margins[i], margins[i + 1]
+    if any(math.isnan(v) for v in (m1, m2)) or m1 == m2 or (m1 > 0) == (m2 > 0):
+        return float(c1)
+    x1, x2 = math.log2(c1), math.log2(c2)
+    return 2 ** (x1 + (0 - m1) * (x2 - x1) / (m2 - m1))
+
+
+# ---------------------------------------------------------------------------------- judgement
+
+
+def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
+    """One row per tested concurrency in the profile's range: deltas, SLO status and outcome."""
+    agg, user = _lookup(comp, arm, "output_tok_s"), _lookup(comp, arm, comp.user_metric)
+    ttft = _lookup(comp, arm, "ttft_p99_s")
+    checks = _slo_checks(profile, comp)
+    hi = profile.concurrency_max or 10**9
+    rows = []
+    for c in sorted(set(agg) & set(user)):
+        if not profile.concurrency_min <= c <= hi:
+            continue
+        sa, su = _sign(agg[c], profile.min_effect_pct), _sign(user[c], profile.min_effect_pct)
+        da, du = float(agg[c]["delta_pct"]), float(user[c]["delta_pct"])
+        if profile.objective == "throughput":
+            outcome, margin = sa, da
+        elif profile.objective == "latency":
+            outcome, margin = su, du
+        else:
+            loss_ok = da >= -profile.max_throughput_loss_pct
+            outcome = 1 if su > 0 and loss_ok else (-1 if su < 0 or not loss_ok else 0)
+            margin = min(du, da + profile.max_throughput_loss_pct)
+        arm_ok = _meets(comp.levels, arm, c, checks) if checks else None
+        base_ok = _meets(comp.levels, comp.baseline, c, checks) if checks else None
+        slo_rule = None
+        if checks and arm_ok is not None and base_ok is not None:
+            if base_ok and not arm_ok:
+                outcome, slo_rule = -1, "arm breaks an SLO the baseline meets"
+            elif arm_ok and not base_ok:
+                outcome, slo_rule = 1, "arm meets the SLOs, the baseline does not"
+            elif not arm_ok and not base_ok:
+                outcome, slo_rule = 0, "both break an SLO"
+        rows.append({
+            "arm": arm, "concurrency": c,
+            "aggregate_delta_pct": da, "user_delta_pct": du,
+            "ttft_p99_delta_pct": float(ttft[c]["delta_pct"]) if c in ttft else math.nan,
+            "arm_meets_slo": arm_ok, "baseline_meets_slo": base_ok, "slo_rule": slo_rule,
+            "margin": margin if slo_rule is None else (1.0 if outcome > 0 else -1.0 if outcome < 0 else 0.0),
+            "outcome": {1: "gain", -1: "loss", 0: "neutral"}[outcome],
+        })
+    return pd.DataFrame(rows)
+
+
+def _bands(judged: pd.DataFrame, arm: str, label: str) -> list[Band]:
+    key = judged["outcome"] + "|" + judged["slo_rule"].fillna("")
+    bands: list[Band] = []
+    for _, grp in judged.groupby((key != key.shift()).cumsum()):
+        cs = grp["concurrency"].tolist()
+        ag = (grp["aggregate_delta_pct"].min(), grp["aggregate_delta_pct"].max())
+        us = (grp["user_delta_pct"].min(), grp["user_delta_pct"].max())
+        outcome = grp["outcome"].iloc[0]
+        rule = grp["slo_rule"].iloc[0] if isinstance(grp["slo_rule"].iloc[0], str) else None
+        span = f"{cs[0]}" if len(cs) == 1 else f"{cs[0]}–{cs[-1]}"
+        word = {"gain": "pays off", "loss": "costs", "neutral": "makes no measurable difference"}[outcome]
+        because = f" ({rule})" if rule else ""
+        bands.append(Band(arm, cs[0], cs[-1], outcome, ag, us,
+                          f"At concurrency {span}, {label} {word}{because}: aggregate {_range_pct(ag)}, "
+                          f"per-user {_range_pct(us)}.", rule))
+    return bands
+
+
+def _verdict(judged: pd.DataFrame) -> tuple[Verdict, float | None, float | None]:
+    outs = judged["outcome"].tolist()
+    cs = judged["concurrency"].tolist()
+    margins = judged["margin"].tolist()
+    if not outs:
+        return "disable", None, None
+    if "loss" not in outs:
+        return ("enable", None, None) if "gain" in outs else ("disable", None, None)
+    if "gain" not in outs:
+        return "disable", None, None
+    gains = [i for i, o in enumerate(outs) if o == "gain"]
+    losses = [i for i, o in enumerate(outs) if o == "loss"]
+    if max(gains) < min(losses):
+        i = max(gains)
+        j = min(losses)
+        x = _crossing(cs, margins, j - 1) if j == i + 1 or all(outs[k] == "neutral" for k in range(i + 1, j)) else float(cs[i])
+        return "enable_up_to", x, None
+    if max(losses) < min(gains):
+        j = min(gains)
+        return "enable_from", None, _crossing(cs, margins, j - 1)
+    return "mixed", None, None
+
+
+# ------------------------------------------------------------------------------------ sentences
+
+
+def _throughput_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame, min_effect: float) -> str:
+    d = comp.delta(arm, "output_tok_s")
+    d = d[d["concurrency"].isin(judged["concurrency"])]
+    signs = [_sign(r, min_effect) for _, r in d.iterrows()]
+    ups = [f"{_pct(r.delta_pct)} at {int(r.concurrency)}" for (_, r), s in zip(d.iterrows(), signs) if s > 0]
+    downs = [f"{_pct(r.delta_pct)} at {int(r.concurrency)}" for (_, r), s in zip(d.iterrows(), signs) if s < 0]
+    flat = [f"{_pct(r.delta_pct)} at {int(r.concurrency)}" for (_, r), s in zip(d.iterrows(), signs) if s == 0]
+    parts = []
+    if ups:
+        parts.append(f"raises aggregate output throughput ({', '.join(ups)})")
+    if downs:
+        parts.append(f"lowers it ({', '.join(downs)})")
+    if flat:
+        parts.append(f"leaves it unchanged within ±{min_effect:g}% or noise ({', '.join(flat)})")
+    text = f"{label} " + (" and ".join(parts) if parts else "was not compared on aggregate throughput") + "."
+    cx = comp.crossover(arm, "output_tok_s")
+    for _, r in cx.iterrows():
+        text += (f" The aggregate crossover is at about {r.crossover_concurrency:.0f} concurrent requests "
+                 f"(interpolated in log2 between {r.c_low} and {r.c_high}).")
+    return text
+
+
+def _user_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame) -> str:
+    info = metric_info(comp.user_metric)
+    d = comp.delta(arm, comp.user_metric)
+    d = d[d["concurrency"].isin(judged["concurrency"])]
+    if d.empty:
+        return ""
+    lo, hi = d["delta_pct"].min(), d["delta_pct"].max()
+    what = info.label[0].lower() + info.label[1:]
+    if lo > 0:
+        return f"{label} makes each request faster at every tested level: {what} {_pct(lo)} to {_pct(hi)}."
+    if hi < 0:
+        return f"{label} makes each request slower at every tested level: {what} {_pct(lo)} to {_pct(hi)}."
+    return (f"{label}'s effect on {what} ranges from {_pct(lo)} to {_pct(hi)} across the tested levels "
+            f"({', '.join(f'{_pct(r.delta_pct)} at {int(r.concurrency)}' for _, r in d.iterrows())}).")
+
+
+def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame) -> tuple[list[str], str | None]:
+    """Reasons about the arm's running-request cap, and the experiment that would test it."""
+    cap = comp.caps.get(arm)
+    base_cap = comp.caps.get(comp.baseline)
+    losses = judged.loc[judged["aggregate_delta_pct"] < 0, "concurrency"].tolist()
+    max_c = int(comp.levels["concurrency"].max())
+    if cap is None or cap >= max_c or not losses:
+        return [], None
+    above = [c for c in losses if c > cap]
+    if not above:
+        return [], None
+    meta_server = comp.metas[arm].get("server") or {}
+    reasons = [
+        f"The {label} server ran with max_running_requests = {cap}"
+        + (f" (the baseline's was {base_cap})" if base_cap else " (the baseline set none)")
+        + f", below the {max_c} concurrent requests tested; "
+        + ("every level where it loses aggregate throughput" if len(above) == len(losses) else "the levels where it loses most")
+        + f" ({', '.join(map(str, above))}) " + ("lies" if len(above) == len(losses) else "lie")
+        + " above that cap, so the cap is the leading hypothesis for the loss: "
+        "requests beyond it queue instead of joining the batch."
+    ]
+    lv = comp.arm_levels(arm)
+    measured = lv["decoding_concurrency"] if "decoding_concurrency" in lv and lv["decoding_concurrency"].notna().any() else None
+    col = "decoding_concurrency" if measured is not None else "concurrency_estimate"
+    kind = "measured decoding concurrency" if measured is not None else "estimated effective concurrency"
+    how = "Σ decode time ÷ window" if measured is not None else "aggregate ÷ per-request tok/s"
+    high = lv[lv["concurrency"] >= min(above)]
+    est = high[col].dropna()
+    plateau = float(est.median()) if len(est) else math.nan
+    about = (f"{est.min():.0f}" if round(est.min()) == round(est.max()) else f"{est.min():.0f}–{est.max():.0f}") if len(est) else "?"
+    if not math.isnan(plateau) and plateau < 0.75 * cap:
+        vals = ", ".join(f"{v:.1f} at {int(c)}" for c, v in zip(lv["concurrency"], lv[col]) if c >= min(above) or v >= 0.75 * plateau)
+        why = [f"But the {kind} of {label} ({how}) levels off at about {about} ({vals}), well below the cap of {cap}: "
+               "fewer requests were being served at once than the cap allows, so the cap cannot be the whole story."]
+        others = []
+        if meta_server.get("mem_fraction_static") is not None:
+            others.append(f"a smaller KV cache (mem_fraction_static {meta_server['mem_fraction_static']:g}"
+                          + (f", draft model {meta_server['draft_memory_gb_per_rank']:g} GB per rank" if meta_server.get("draft_memory_gb_per_rank") else "")
+                          + ") that admits fewer requests")
+        else:
+            others.append("KV-cache or state memory that admits fewer requests than the cap")
+        others.append("the extra draft and verify compute per step once the GPU is saturated")
+        if any("not published" in v for v in (comp.metas[arm].get("metric_definitions") or {}).values()):
+            others.append("the unknown definition of the published per-request metric, which moves this estimate")
+        why.append("Other candidates: " + "; ".join(others) + ".")
+        base_lv = comp.arm_levels(comp.baseline)
+        bvals = base_lv[base_lv["concurrency"].isin(above)][col].dropna()
+        if len(bvals):
+            why.append(f"For comparison, the baseline reaches {', '.join(f'{v:.0f}' for v in bvals)} at "
+                       f"{', '.join(map(str, base_lv[base_lv['concurrency'].isin(above)]['concurrency']))}.")
+        reasons.extend(why)
+        expect = (f"the {kind} (about {about}) is well below {cap}, so if throughput at "
+                  f"{', '.join(map(str, above))} stays near today's, the cap is not the cause and the limit lies elsewhere")
+    else:
+        if not math.isnan(plateau):
+            reasons.append(f"The {kind} of {label} ({how}) sits near the cap at those levels (about {about} of {cap}), "
+                           "consistent with the cap binding.")
+        expect = "if the cap binds, aggregate throughput above it should rise"
+    flag = "--max-running-requests" if (meta_server.get("name") or "sglang") == "sglang" else "the running-request limit (vLLM --max-num-seqs)"
+    experiment = (f"Re-run {label} with {flag} {max_c} to test whether the cap causes the loss: {expect}. "
+                  "Watch the running and queued request gauges and KV usage during the run.")
+    return reasons, experiment
+
+
+def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, judged: pd.DataFrame) -> list[str]:
+    checks = _slo_checks(profile, comp)
+    if not checks:
+        return []
+    names = " and ".join(c[0] for c in checks)
+    out = []
+    best: dict[str, tuple[int, float] | None] = {}
+    for a in (comp.baseline, arm):
+        ok = [c for c in judged["concurrency"] if _meets(comp.levels, a, int(c), checks)]
+        if ok:
+            lv = comp.arm_levels(a).set_index("concurrency")
+            top = max(ok, key=lambda c: lv.at[c, "output_tok_s"])
+            best[a] = (int(top), float(lv.at[top, "output_tok_s"]))
+        else:
+            best[a] = None
+    unknown = [c for c in judged["concurrency"] if _meets(comp.levels, arm, int(c), checks) is None]
+    if unknown:
+        out.append(f"The SLO ({names}) could not be checked at {_levels_text(unknown)}: the data lacks the metric.")
+    b, s = best[comp.baseline], best[arm]
+    def where(x: tuple[int, float] | None, who: str) -> str:
+        return (f"{who} meets it at best at concurrency {x[0]} ({_num(x[1])} tok/s aggregate)" if x
+                else f"{who} meets it at no tested level")
+    out.append(f"Under the SLO ({names}): {where(b, 'the baseline')}; {where(s, label)}.")
+    if b and s:
+        out.append(f"So {label} carries {s[1] / b[1]:.2f}× the SLO-compliant throughput of the baseline.")
+    return out
+
+
+def _caveats(comp: Comparison, profile: Profile, arms: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    if not comp.has_intervals():
+        out.append(f"Single run per level with no per-request samples: no confidence intervals. Deltas within "
+                   f"±{profile.min_effect_pct:g}% are treated as no difference; a repeat could move any figure by several percent.")
+    unclear: dict[tuple[str, str], list[str]] = {}
+    for a in comp.arms:
+        for col, text in (comp.metas[a].get("metric_definitions") or {}).items():
+            if "not published" in text or "unknown" in text:
+                unclear.setdefault((col, text), []).append(a)
+    for (col, text), who in unclear.items():
+        whose = "All arms" if len(who) == len(comp.arms) else "Arm " + ", ".join(f"'{a}'" for a in who)
+        out.append(f"{whose}: {metric_info(col).label[0].lower() + metric_info(col).label[1:]} is {text}.")
+    kind = comp.workload.get("kind")
+    if kind in SYNTHETIC_KINDS:
+        out.append(f"Prompts were synthetic token IDs ('{kind}') with a fixed output length. Speculative acceptance on such "
+                   "prompts is not representative of real traffic — it is often inflated, because degenerate, repetitive "
+                   "continuations are easy to draft — so gains on real prompts can be smaller.")
+    for a in arms:
+        m = comp.metas[a]
+        seen = (m.get("server") or {}).get("observed_accept_length")
+        if seen:
+            out.append(f"Arm '{a}': the only acceptance-length figure is {seen:.2f}, from a smoke test outside the sweep, not per level.")
+    if any((comp.metas[a].get("server") or {}).get("simulated") for a in comp.arms):
+        out.append("Measured against specsweep's simulated reference server, not a real GPU server: the numbers show the "
+                   "method and the model's behaviour, not any hardware's.")
+    lv = comp.levels
+    if "error_rate" in lv and (lv["error_rate"].fillna(0) > 0).any():
+        bad = lv[lv["error_rate"].fillna(0) > 0]
+        out.append("Some requests failed (" + ", ".join(f"{r.arm} at {int(r.concurrency)}: {r.error_rate:.1%}" for r in bad.itertuples()) + "); throughput counts successful requests only.")
+    if "short_outputs" in lv and (lv["short_outputs"].fillna(0) > 0).any():
+        bad = lv[lv["short_outputs"].fillna(0) > 0]
+        out.append("The server returned fewer tokens than requested (ignore_eos not honoured) for some requests ("
+                   + ", ".join(f"{r.arm} at {int(r.concurrency)}: {int(r.short_outputs)}" for r in bad.itertuples()) + ").")
+    if "ttft_p99_s" not in lv or lv["ttft_p99_s"].isna().all():
+        out.append("No latency percentiles (TTFT, end-to-end) are in the data, so latency is judged by per-request speed alone.")
+    if "client_cpu_cores" in lv and (lv["client_cpu_cores"].fillna(0) > 0.7).any():
+        out.append("The benchmark client used more than 0.7 of a core at some levels; its timestamps may lag there.")
+    return out
+
+
+# ----------------------------------------------------------------------------------------- main
+
+
+def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommendation:
+    """The recommendation for one profile (see the module docstring for the rules)."""
+    profile = parse_profile(profile)
+    per_arm = {arm: judge_levels(comp, profile, arm) for arm in comp.spec_arms}
+    per_arm = {a: j for a, j in per_arm.items() if not j.empty}
+    if not per_arm:
+        tested = sorted(comp.levels["concurrency"].unique())
+        raise ValueError(
+            f"profile {profile.name!r}: no tested concurrency lies in its range "
+            f"{profile.concurrency_min}–{profile.concurrency_max or '∞'} (tested: {', '.join(map(str, tested))})"
+        )
+    arm = max(per_arm, key=lambda a: per_arm[a]["margin"].clip(-100, 100).mean())
+    judged = per_arm[arm]
+    label = comp.labels.get(arm, arm)
+    verdict, up_to, from_c = _verdict(judged)
+    cs = judged["concurrency"].tolist()
+    span = f"{cs[0]}–{cs[-1]}" if len(cs) > 1 else f"{cs[0]}"
+    criterion = {"throughput": "aggregate throughput", "latency": "per-user speed",
+                 "balanced": f"per-user speed at no more than {profile.max_throughput_loss_pct:g}% aggregate loss"}[profile.objective]
+    if _slo_checks(profile, comp):
+        criterion += " under the SLO"
+    if verdict == "enable":
+        headline = f"Enable {label}: it wins on {criterion} at every tested concurrency in {span} (none worse)."
+    elif verdict == "disable":
+        why = "it makes no measurable difference" if (judged["outcome"] == "neutral").all() else "it loses"
+        headline = f"Keep speculation off: on {criterion}, {why} across concurrency {span}."
+    elif verdict == "enable_up_to":
+        headline = (f"Enable {label} up to about {up_to:.0f} concurrent requests; above that it costs {criterion.split(' under')[0]} — "
+                    "keep it off there (or route high-concurrency traffic to a pool without it).")
+    elif verdict == "enable_from":
+        headline = f"Enable {label} from about {from_c:.0f} concurrent requests up; below that it costs {criterion}."
+    else:
+        headline = f"Mixed: {label} wins on {criterion} at some levels of {span} and loses at others; see the bands."
+
+    reasons = [_throughput_sentence(comp, arm, label, judged, profile.min_effect_pct), _user_sentence(comp, arm, label, judged)]
+    if profile.objective == "latency":
+        reasons.append("For latency-sensitive use (interactive, agentic), per-user speed is what a user feels; "
+                       "aggregate throughput matters only as capacity.")
+        worst = judged[judged["aggregate_delta_pct"] < -profile.min_effect_pct]
+        if len(worst):
+            r = worst.loc[worst["aggregate_delta_pct"].idxmin()]
+            need = 1.0 / (1.0 + r["aggregate_delta_pct"] / 100.0)
+            reasons.append(f"The price is capacity: at concurrency {int(r['concurrency'])} the same hardware delivers "
+                           f"{-r['aggregate_delta_pct']:.0f}% less aggregate throughput, so serving the same token rate there "
+                           f"would need about {need:.1f}× the servers.")
+        tt = judged["ttft_p99_delta_pct"].dropna()
+        if len(tt):
+            reasons.append(f"TTFT p99 changes by {_pct(tt.min())} to {_pct(tt.max())} across the range.")
+    elif profile.objective == "throughput":
+        reasons.append("For batch or offline work, aggregate throughput (tokens per GPU-second) is what counts; "
+                       "per-request speed does not.")
+    else:
+        reasons.append(f"Balanced: per-user speed should improve while aggregate throughput drops by at most "
+                       f"{profile.max_throughput_loss_pct:g}%.")
+    reasons = [r for r in reasons if r]
+    reasons += _slo_sentences(comp, profile, arm, label, judged)
+    cap_reasons, cap_experiment = _cap_sentences(comp, arm, label, judged)
+    reasons += cap_reasons
+    others = [a for a in per_arm if a != arm]
+    if others:
+        reasons.append("Other arms scored lower for this profile: " + ", ".join(
+            f"{comp.labels.get(a, a)} (mean deciding delta {_pct(per_arm[a]['margin'].mean())})" for a in others) + ".")
+    for note in comp.notes:
+        reasons.append(note)
+
+    experiments = []
+    if cap_experiment:
+        experiments.append(cap_experiment)
+    cx = comp.crossover(arm, "output_tok_s")
+    for _, r in cx.iterrows():
+        if r.c_high / r.c_low > 1.5:
+            mids = sorted({int(round(2 ** (math.log2(r.c_low) + k * (math.log2(r.c_high) - math.log2(r.c_low)) / 4))) for k in (1, 2, 3)})
+            experiments.append(f"Measure between {r.c_low} and {r.c_high} (e.g. {', '.join(map(str, mids))}) to pin down "
+                               f"the crossover, now interpolated at about {r.crossover_concurrency:.0f}.")
+    if not comp.has_intervals():
+        experiments.append("Repeat every level at least 3 times (repeats=3) so each delta gets a confidence interval.")
+    if comp.workload.get("kind") in SYNTHETIC_KINDS:
+        experiments.append("Re-measure both arms with prompts from real traffic (workload = a prompt file) to see "
+                           "acceptance, and so the gain, on the text you actually serve.")
+    if any(comp.metas[a].get("level_only") for a in comp.arms):
+        experiments.append("Re-measure with specsweep's sweep to get per-request samples (TTFT, TPOT, end-to-end "
+                           "percentiles) and the server's running-request and acceptance gauges per level.")
+    return Recommendation(
+        profile=profile, verdict=verdict, arm=arm if verdict != "disable" else None,
+        up_to_concurrency=up_to, from_concurrency=from_c, headline=headline,
+        bands=_bands(judged, arm, label), reasons=reasons, caveats=_caveats(comp, profile, [arm]),
+        next_experiments=experiments, levels=pd.concat(per_arm.values(), ignore_index=True),
+    )
+
+
+DEFAULT_PROFILES: list[dict[str, Any]] = [
+    {"name": "Latency-sensitive (interactive, agentic)", "objective": "latency",
+     "description": "Each user's speed matters most; aggregate throughput only as capacity."},
+    {"name": "Batch throughput", "objective": "throughput",
+     "description": "Offline or batch work: tokens per GPU-second matter, per-request speed does not."},
+    {"name": "Interactive SLO: at least 60 tok/s per user", "objective": "throughput", "min_user_tok_s": 60,
+     "description": "Most aggregate throughput while every level keeps users at or above 60 tok/s."},
+]

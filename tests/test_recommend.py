@@ -1,0 +1,138 @@
+"""Recommendations computed from the data: verdicts, bands, reasons, caveats, next experiment."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import SEED
+from specsweep.compare import compare
+from specsweep.recommend import DEFAULT_PROFILES, parse_profile, recommend
+from specsweep.store import load_result_sets
+from test_compare import scaled, study
+
+THROUGHPUT = {"name": "batch", "objective": "throughput"}
+LATENCY = {"name": "agentic", "objective": "latency"}
+BALANCED = {"name": "both", "objective": "balanced"}
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return compare(load_result_sets(SEED))
+
+
+def test_always_wins(tmp_path: Path) -> None:
+    comp = compare(study(tmp_path, win=scaled({1: 1.2, 4: 1.15, 16: 1.1})))
+    for profile in (THROUGHPUT, LATENCY, BALANCED):
+        rec = recommend(comp, profile)
+        assert rec.verdict == "enable" and rec.arm == "win"
+        assert [b.outcome for b in rec.bands] == ["gain"]
+        assert rec.headline.startswith("Enable WIN")
+
+
+def test_always_loses(tmp_path: Path) -> None:
+    comp = compare(study(tmp_path, lose=scaled({1: 0.9, 4: 0.8, 16: 0.7})))
+    for profile in (THROUGHPUT, LATENCY, BALANCED):
+        rec = recommend(comp, profile)
+        assert rec.verdict == "disable" and rec.arm is None
+        assert rec.headline.startswith("Keep speculation off")
+        assert "lowers it (-10% at 1, -20% at 4, -30% at 16)" in rec.reasons[0]
+
+
+def test_crosses_over_at_eight(tmp_path: Path) -> None:
+    comp = compare(study(tmp_path, cross=scaled({1: 1.2, 4: 1.1, 16: 0.9}, {1: 1.3, 4: 1.3, 16: 1.3})))
+    rec = recommend(comp, THROUGHPUT)
+    assert rec.verdict == "enable_up_to"
+    assert rec.up_to_concurrency == pytest.approx(8.0)
+    assert "up to about 8 concurrent requests" in rec.headline
+    assert [(b.c_from, b.c_to, b.outcome) for b in rec.bands] == [(1, 4, "gain"), (16, 16, "loss")]
+    assert "crossover is at about 8" in rec.reasons[0]
+    assert any("between 4 and 16" in e for e in rec.next_experiments)
+    # per-user speed is up everywhere: the latency profile enables it outright
+    assert recommend(comp, LATENCY).verdict == "enable"
+    # balanced tolerates 5% aggregate loss: -10% at 16 is too much; the margin crosses between 4 and 16
+    bal = recommend(comp, BALANCED)
+    assert bal.verdict == "enable_up_to" and 4 < bal.up_to_concurrency < 16
+
+
+def test_small_deltas_are_neutral_without_intervals(tmp_path: Path) -> None:
+    comp = compare(study(tmp_path, same=scaled({1: 1.01, 4: 0.99, 16: 1.005})))
+    rec = recommend(comp, THROUGHPUT)
+    assert rec.verdict == "disable" and "no measurable difference" in rec.headline
+    assert any("no confidence intervals" in c for c in rec.caveats)
+
+
+def test_concurrency_range_limits_the_judgement(tmp_path: Path) -> None:
+    comp = compare(study(tmp_path, cross=scaled({1: 1.2, 4: 1.1, 16: 0.9})))
+    assert recommend(comp, {**THROUGHPUT, "concurrency_max": 4}).verdict == "enable"
+    assert recommend(comp, {**THROUGHPUT, "concurrency_min": 16}).verdict == "disable"
+    with pytest.raises(ValueError, match=r"no tested concurrency lies in its range 32–64 \(tested: 1, 4, 16\)"):
+        recommend(comp, {**THROUGHPUT, "concurrency_min": 32, "concurrency_max": 64})
+
+
+def test_profile_validation_names_the_field() -> None:
+    with pytest.raises(ValueError, match=r"'objective'"):
+        parse_profile({"name": "x", "objective": "speed"})
+    with pytest.raises(ValueError, match=r"'min_user_tok_s'"):
+        parse_profile({"name": "x", "objective": "latency", "min_user_tok_s": -1})
+    with pytest.raises(ValueError, match=r"'colour'"):
+        parse_profile({"name": "x", "objective": "latency", "colour": "red"})
+    with pytest.raises(ValueError, match=r"concurrency_max \(2\) is below concurrency_min \(4\)"):
+        parse_profile({"name": "x", "objective": "latency", "concurrency_min": 4, "concurrency_max": 2})
+
+
+def test_seed_throughput_recommendation(seed) -> None:
+    rec = recommend(seed, THROUGHPUT)
+    assert rec.verdict == "enable_up_to" and rec.arm == "mtp"
+    assert 32 < rec.up_to_concurrency < 64
+    assert [(b.c_from, b.c_to, b.outcome) for b in rec.bands] == [(1, 32, "gain"), (64, 128, "loss")]
+    text = " ".join(rec.reasons)
+    for fragment in ("+12% at 1", "+40% at 4", "+38% at 16", "+11% at 32", "-32% at 64", "-42% at 128",
+                     "between 32 and 64", "every tested level"):
+        assert fragment in text, fragment
+    # the cap is the leading hypothesis, and the data says why it may not be the whole story
+    assert "max_running_requests = 48" in text and "leading hypothesis" in text
+    assert "levels off at about 24–25" in text and "well below the cap of 48" in text
+    assert "mem_fraction_static 0.75" in text
+    nxt = rec.next_experiment
+    assert nxt.startswith("Re-run MTP (NEXTN) with --max-running-requests 128")
+    assert "about 24–25" in nxt and "well below 48" in nxt
+
+
+def test_seed_latency_recommendation(seed) -> None:
+    rec = recommend(seed, LATENCY)
+    assert rec.verdict == "enable"
+    text = " ".join(rec.reasons)
+    assert "faster at every tested level" in text
+    assert "1.7× the servers" in text  # 1 / (1 - 0.416) at concurrency 128
+    caveats = " ".join(rec.caveats)
+    assert "no confidence intervals" in caveats
+    assert "not published" in caveats
+    assert "synthetic token IDs" in caveats and "inflated" in caveats
+
+
+def test_seed_slo_profile(seed) -> None:
+    rec = recommend(seed, DEFAULT_PROFILES[2])  # >= 60 tok/s per user
+    assert rec.verdict == "enable"
+    text = " ".join(rec.reasons)
+    assert "the baseline meets it at best at concurrency 16 (873 tok/s aggregate)" in text
+    assert "at best at concurrency 128 (1,635 tok/s aggregate)" in text
+    assert "1.87× the SLO-compliant throughput" in text
+    assert rec.bands[-1].slo_rule == "arm meets the SLOs, the baseline does not"
+
+
+def test_slo_breach_turns_a_level_into_a_loss(seed) -> None:
+    # an absurd TTFT SLO cannot be checked on level-only data: it is reported, not guessed
+    rec = recommend(seed, {"name": "ttft", "objective": "throughput", "max_ttft_p99_s": 1.0})
+    assert any("could not be checked" in r for r in rec.reasons)
+    # a per-user floor of 120 tok/s: MTP meets it at 1 only, the baseline nowhere
+    rec = recommend(seed, {"name": "fast", "objective": "throughput", "min_user_tok_s": 120})
+    judged = rec.levels.set_index("concurrency")
+    assert judged.at[1, "outcome"] == "gain" and judged.at[1, "slo_rule"] == "arm meets the SLOs, the baseline does not"
+    assert judged.at[4, "slo_rule"] == "both break an SLO" and judged.at[4, "outcome"] == "neutral"
+
+
+def test_markdown_has_every_part(seed) -> None:
+    md = recommend(seed, THROUGHPUT).to_markdown()
+    for part in ("### batch", "| concurrency | outcome |", "**Why**", "**Caveats**", "**Next experiment**"):
+        assert part in md
