@@ -1,0 +1,77 @@
+"""The report notebook run through papermill, exported to offline HTML, asserted on."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import SEED, write_measured
+from specsweep.report import build_report
+
+CDN = re.compile(r"(cdn\.jsdelivr|cdnjs|unpkg\.com|googleapis|require\.js|mathjax)", re.I)
+
+
+def chart_count(html: str) -> int:
+    return len(re.findall(r'class="specsweep-chart"', html))
+
+
+@pytest.fixture(scope="module")
+def seed_report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    out = tmp_path_factory.mktemp("reports")
+    path = build_report([SEED], "seed", title="Seed test report", out_dir=out)
+    nb = nbformat.read(str(out / "_build" / "seed.ipynb"), as_version=4)
+    assert nb.metadata.papermill.parameters["result_sets"] == [str(SEED)]
+    return path.read_text()
+
+
+def test_seed_report_states_the_computed_findings(seed_report: str) -> None:
+    text = re.sub(r"<[^>]+>", " ", seed_report)
+    text = re.sub(r"\s+", " ", text)
+    assert "Seed test report" in text
+    for fragment in ("+12% at 1", "+40% at 4", "+38% at 16", "+11% at 32", "-32% at 64", "-42% at 128",
+                     "about 38 concurrent requests", "makes each request faster at every tested level",
+                     "max_running_requests = 48", "leading hypothesis", "cannot be the whole story",
+                     "--max-running-requests 128", "Latency-sensitive (interactive, agentic)",
+                     "Batch throughput", "Enable MTP (NEXTN) up to about 38 concurrent requests",
+                     "single run" if "single run" in text else "no confidence intervals"):
+        assert fragment in text, fragment
+
+
+def test_seed_report_is_offline_and_codeless(seed_report: str) -> None:
+    assert not CDN.search(seed_report), CDN.search(seed_report)
+    assert not re.search(r"<script[^>]+src=", seed_report)
+    assert not re.search(r"<link[^>]+stylesheet[^>]+http", seed_report)
+    assert 'class="jp-CodeMirrorEditor' not in seed_report and "load_result_sets(" not in seed_report
+    assert seed_report.count("window.vegaEmbed = vegaEmbed") == 1  # the bundle, inlined once
+    assert chart_count(seed_report) == 5  # throughput, per-user, Δ, Pareto, concurrency; no latency data
+    assert '"tooltip"' in seed_report
+    assert "Kernel is running over TCP" not in seed_report  # stderr is not published
+
+
+def test_measured_report_has_latency_and_intervals(tmp_path: Path) -> None:
+    slow = {c: {"tokens": 40, "step_s": 0.02, "ttft_s": 0.05, "jitter": 0.05} for c in (1, 4, 16)}
+    fast = {1: {"tokens": 40, "step_s": 0.012, "ttft_s": 0.06, "jitter": 0.05, "tokens_per_chunk": 2},
+            4: {"tokens": 40, "step_s": 0.015, "ttft_s": 0.06, "jitter": 0.05, "tokens_per_chunk": 2},
+            16: {"tokens": 40, "step_s": 0.03, "ttft_s": 0.06, "jitter": 0.05, "tokens_per_chunk": 2}}
+    study = tmp_path / "study"
+    write_measured(study / "baseline", "baseline", slow, repeats=2)
+    write_measured(study / "spec", "spec", fast, repeats=2, server={"max_running_requests": 8})
+    html = build_report([study], "measured", out_dir=tmp_path / "out",
+                        profiles=[{"name": "Only latency", "objective": "latency"}]).read_text()
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+    assert "Only latency" in text and "Batch throughput" not in text
+    assert "Time to first token" in text
+    assert "bootstrap over repeats" in html
+    assert chart_count(html) == 7  # + latency + tokens per chunk
+    assert "Decoding concurrency" in text
+
+
+def test_bad_parameters_fail_with_a_clear_message(tmp_path: Path) -> None:
+    import papermill as pm
+
+    with pytest.raises(pm.PapermillExecutionError, match=r"baseline arm 'nope' is not among the result sets"):
+        build_report([SEED], "bad", baseline="nope", out_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"plain file name"):
+        build_report([SEED], "../escape", out_dir=tmp_path)

@@ -1,0 +1,60 @@
+"""The published HTML renders every chart in a real headless browser with no network at all."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import SEED, in_ci
+from specsweep.report import build_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def require_chromium() -> str:
+    if CHROMIUM:
+        return CHROMIUM
+    message = "headless Chromium is needed: install Debian's package with `apt-get install -y chromium`"
+    if in_ci():
+        pytest.fail(message + " (CI=true: browser tests must run, not skip)")
+    pytest.skip(message)
+
+
+def offline_prefix() -> list[str]:
+    """Run the browser in a network namespace with no interfaces up, when we may; else block DNS."""
+    if os.geteuid() == 0 and shutil.which("unshare"):
+        probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
+        if probe.returncode == 0:
+            return ["unshare", "-n"]
+    return []
+
+
+def dump_dom(html: Path, tmp_path: Path) -> str:
+    browser = require_chromium()
+    cmd = offline_prefix() + [
+        browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=15000",
+        "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
+        "--dump-dom", html.resolve().as_uri(),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.browser
+def test_every_chart_renders_offline(tmp_path: Path) -> None:
+    html = build_report([SEED], "browser", out_dir=tmp_path / "reports")
+    source = html.read_text()
+    expected = len(re.findall(r'class="specsweep-chart"', source))
+    assert expected == 5
+    dom = dump_dom(html, tmp_path)
+    views = re.findall(r'<svg[^>]*class="marks"|<canvas[^>]*class="marks"', dom)
+    assert len(views) == expected, f"{len(views)} chart views rendered, expected {expected}"
+    assert not re.search(r">\s*chart failed:", dom), "a chart reported an error"
+    assert not re.search(r"Error loading script", dom)
