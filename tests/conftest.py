@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -84,7 +85,7 @@ def synthetic_records(
 
 
 def write_measured(
-    folder: Path, arm: str, levels: dict[int, dict[str, Any]], repeats: int = 1, **meta: Any
+    folder: Path, arm: str, levels: dict[int, dict[str, Any]], repeats: int = 1, seed: int | None = None, **meta: Any
 ) -> Path:
     """A measured result set built from synthetic records through the real metrics and store code.
 
@@ -93,7 +94,7 @@ def write_measured(
     folder.mkdir(parents=True, exist_ok=True)
     m = base_meta(arm, kind="run", level_only=False, **meta)
     m["sweep"] = {"concurrency": sorted(levels), "repeats": repeats}
-    rng = np.random.default_rng(abs(hash(arm)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(arm.encode()) if seed is None else seed)
     for c, kw in sorted(levels.items()):
         for r in range(repeats):
             kw = {"n": max(2 * c, 8), **kw}

@@ -99,12 +99,12 @@ def test_intervals_over_repeats_and_requests(tmp_path: Path) -> None:
     assert d["ci_kind"].str.startswith("bootstrap over repeats").all()
     assert (d["ci_low_pct"] > 0).all() and not d["within_noise"].any()
     # one repeat: per-request statistics get intervals from the request samples, the aggregate none
-    one = load_result_sets([write_measured(tmp_path / "o" / "baseline", "baseline", slow),
-                            write_measured(tmp_path / "o" / "spec", "spec", slow)])
+    one = load_result_sets([write_measured(tmp_path / "o" / "baseline", "baseline", slow, seed=7),
+                            write_measured(tmp_path / "o" / "spec", "spec", slow, seed=7)])
     comp1 = compare(one)
     u = comp1.delta("spec", "user_tok_s_mean")
     assert u["ci_kind"].str.startswith("bootstrap over requests").all()
-    assert u["within_noise"].all()  # same speed: the interval spans 0
+    assert u["within_noise"].all()  # identical samples: the interval spans 0
     assert (comp1.delta("spec", "output_tok_s")["ci_kind"] == "none").all()
     assert comp1.levels["effective_concurrency_kind"].eq("measured").all()
 

@@ -245,15 +245,17 @@ def compare(
     n_boot: int = 2000,
     seed: int = 0,
 ) -> Comparison:
-    """Join every arm against ``baseline`` on concurrency (see the module docstring)."""
+    """Join every arm against ``baseline`` on concurrency (see the module docstring).
+
+    With a single result set there is nothing to join: the comparison has its levels (for charts
+    of one arm) and no deltas.
+    """
     by_arm = {rs.arm: rs for rs in sets}
     if baseline not in by_arm:
         raise ValueError(
             f"baseline arm '{baseline}' is not among the result sets (arms: {', '.join(by_arm)}); "
             "set the baseline parameter to one of them"
         )
-    if len(by_arm) < 2:
-        raise ValueError(f"need a baseline and at least one other arm to compare; got only '{baseline}'")
     base = by_arm[baseline]
     notes = _check_workloads(sets, base, allow_workload_mismatch)
     arms = [baseline] + [a for a in by_arm if a != baseline]

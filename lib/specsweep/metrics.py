@@ -210,24 +210,27 @@ def requests_frame(
     repeat: int,
     warmup: bool = False,
     first_index: int = 0,
+    request_indices: Sequence[int] | None = None,
     prompt_ids: Sequence[int] | None = None,
     keep_chunks: bool = True,
 ) -> pd.DataFrame:
     """Tidy per-request rows (DESIGN §4) with times relative to ``t0`` (the level's start, seconds).
 
+    ``request_indices`` numbers the rows (default ``first_index``, ``first_index + 1``, …).
     With ``keep_chunks`` each row also carries its chunk timeline: ``chunk_t_s`` (arrival times
     relative to ``t0``) and ``chunk_tokens`` (tokens per chunk, empty when the server gave none).
     """
     rows = []
     for i, rec in enumerate(records):
         m = request_metrics(rec)
+        index = request_indices[i] if request_indices is not None else first_index + i
         row = {
             "run_id": run_id,
             "arm": arm,
             "concurrency": concurrency,
             "repeat": repeat,
-            "request_index": first_index + i,
-            "prompt_id": prompt_ids[i] if prompt_ids is not None else first_index + i,
+            "request_index": index,
+            "prompt_id": prompt_ids[i] if prompt_ids is not None else index,
             "warmup": warmup,
             "t_start_s": rec.t_sent - t0,
             "ttft_s": m.ttft_s,

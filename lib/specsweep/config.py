@@ -1,0 +1,177 @@
+"""The sweep's parameters, typed and validated. Every error names the parameter and the fix.
+
+These are the parameters of ``notebooks/sweep.ipynb`` (papermill ``-p``/``-y``); units are in
+the names (tokens, seconds). ``auto`` values are resolved by the documented rules below.
+
+- ``output_tokens="auto"``: 1000, or 256 when measuring the embedded reference server (a reduced
+  demo workload so the no-parameter run finishes in minutes).
+- ``requests_per_level="auto"``: max(4, 2 × C) measured requests per level: every slot runs at
+  least two requests, so each level has a span in which all C slots are busy.
+- ``warmup_requests="auto"``: C short requests (16 output tokens) at concurrency C before each
+  level, so every connection is open and the server warm; excluded from all metrics.
+- ``embedded_spec="auto"``: ``off`` for the arm named ``baseline``, ``mtp`` for any other arm.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Api = Literal["auto", "sglang", "openai-completions", "openai-chat"]
+DEFAULT_CONCURRENCY = [1, 4, 16, 32, 64, 128]
+WARMUP_OUTPUT_TOKENS = 16
+EMBEDDED_OUTPUT_TOKENS = 256
+ARM_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class ConfigError(ValueError):
+    """A sweep parameter is invalid; the message names it and says what to do."""
+
+
+def _as_int_list(value: Any) -> Any:
+    """Accept a list, or the string papermill ``-p`` passes (``"[1, 4]"`` or ``"1,4"``)."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return json.loads(text if text.startswith("[") else f"[{text}]")
+        except json.JSONDecodeError:
+            return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    return value
+
+
+class SweepConfig(BaseModel):
+    """Validated sweep parameters (see the module docstring for the ``auto`` rules)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str = Field("", description="scheme://host:port of the server; empty: start the embedded reference server")
+    arm: str = Field("baseline", description="name of the server configuration measured")
+    label: str | None = Field(None, description="human-readable description of the arm")
+    api: Api = "auto"
+    model: str = "auto"
+    concurrency: list[int] = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
+    input_tokens: int = Field(1000, ge=1)
+    output_tokens: int | Literal["auto"] = "auto"
+    workload: str = "random-ids"
+    requests_per_level: int | Literal["auto"] = "auto"
+    warmup_requests: int | Literal["auto"] = "auto"
+    repeats: int = Field(1, ge=1)
+    request_timeout_s: float = Field(600.0, gt=0)
+    seed: int = 0
+    temperature: float = Field(0.0, ge=0)
+    out_dir: str = "data/runs"
+    resume: str = ""
+    client_workers: int = Field(1, ge=1, le=64)
+    embedded_profile: str = "qwen3.5-122b-a10b-4x-rtxpro6000"
+    embedded_spec: Literal["auto", "off", "mtp"] = "auto"
+    embedded_args: list[str] = Field(default_factory=list)
+    metrics_interval_s: float = Field(1.0, gt=0)
+    keep_chunks: bool = True
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _concurrency(cls, value: Any) -> Any:
+        return _as_int_list(value)
+
+    @field_validator("embedded_args", mode="before")
+    @classmethod
+    def _args(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            import shlex
+
+            return shlex.split(value)
+        return value
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, value: list[int]) -> list[int]:
+        if not value:
+            raise ValueError("needs at least one level")
+        bad = [c for c in value if c < 1]
+        if bad:
+            raise ValueError(f"levels must be >= 1, got {bad}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"levels must be unique, got {value}")
+        return value
+
+    @field_validator("arm")
+    @classmethod
+    def _arm(cls, value: str) -> str:
+        if not ARM_PATTERN.match(value):
+            raise ValueError("use 1-64 letters, digits, '.', '_' or '-' (it names folders), e.g. 'mtp-cap128'")
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        value = value.strip()
+        if value and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("give scheme://host:port, e.g. http://127.0.0.1:30000, or leave it empty for the embedded server")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _enough_requests(self) -> "SweepConfig":
+        if isinstance(self.requests_per_level, int):
+            if self.requests_per_level < max(self.concurrency):
+                raise ValueError(
+                    f"requests_per_level ({self.requests_per_level}) is below the largest concurrency "
+                    f"({max(self.concurrency)}): that level could never hold {max(self.concurrency)} requests in flight; "
+                    f"use 'auto' or at least {max(self.concurrency)}")
+        if isinstance(self.output_tokens, int) and self.output_tokens < 1:
+            raise ValueError("output_tokens must be >= 1 or 'auto'")
+        if isinstance(self.warmup_requests, int) and self.warmup_requests < 0:
+            raise ValueError("warmup_requests must be >= 0 or 'auto'")
+        return self
+
+    # ---- resolved values --------------------------------------------------------------------
+
+    @property
+    def embedded(self) -> bool:
+        return not self.endpoint
+
+    def resolved_output_tokens(self) -> int:
+        if self.output_tokens == "auto":
+            return EMBEDDED_OUTPUT_TOKENS if self.embedded else 1000
+        return self.output_tokens
+
+    def requests_for(self, concurrency: int) -> int:
+        if self.requests_per_level == "auto":
+            return max(4, 2 * concurrency)
+        return self.requests_per_level
+
+    def warmups_for(self, concurrency: int) -> int:
+        if self.warmup_requests == "auto":
+            return concurrency
+        return self.warmup_requests
+
+    def resolved_embedded_spec(self) -> str:
+        if self.embedded_spec == "auto":
+            return "off" if self.arm == "baseline" else "mtp"
+        return self.embedded_spec
+
+    def plan(self) -> list[tuple[int, int]]:
+        """(concurrency, repeat) in run order: each level's repeats back to back, levels as given."""
+        return [(c, r) for c in self.concurrency for r in range(self.repeats)]
+
+
+def parse_config(params: dict[str, Any] | SweepConfig) -> SweepConfig:
+    """Validate notebook parameters; raise :class:`ConfigError` naming each bad parameter."""
+    if isinstance(params, SweepConfig):
+        return params
+    try:
+        return SweepConfig.model_validate(params)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = ".".join(str(p) for p in err["loc"]) or "parameters"
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown parameter (check the spelling; papermill --help-notebook notebooks/sweep.ipynb lists them)"
+            elif name == "concurrency" or name.startswith("concurrency."):
+                msg += " — give a list of integers, with papermill: -y 'concurrency: [1, 4, 16]'"
+            problems.append(f"parameter '{name}': {msg} (got {err.get('input')!r})")
+        raise ConfigError("; ".join(problems)) from exc
