@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SEED, write_level_only, write_measured
+from helpers import SEED, write_level_only, write_measured
 from specsweep.compare import WorkloadMismatchError, bootstrap_ratio_ci, compare, pareto_frontier
 from specsweep.store import load_result_sets
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SEED
+from helpers import SEED
 from specsweep.compare import compare
 from specsweep.recommend import DEFAULT_PROFILES, parse_profile, recommend
 from specsweep.store import load_result_sets

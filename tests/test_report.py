@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import SEED, write_measured
+from helpers import SEED, write_measured
 from specsweep.report import build_report
 
 CDN = re.compile(r"(cdn\.jsdelivr|cdnjs|unpkg\.com|googleapis|require\.js|mathjax)", re.I)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SEED, in_ci
+from helpers import SEED, in_ci
 from specsweep.report import build_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import SEED, base_meta, write_level_only
+from helpers import SEED, base_meta, write_level_only
 from specsweep.store import SchemaError, append_level, finished_levels, load_result_set, load_result_sets
 
 

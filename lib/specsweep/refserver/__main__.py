@@ -1,0 +1,234 @@
+"""Command line: ``python -m specsweep.refserver --profile NAME [options]``.
+
+Starts the simulated SGLang server, prints ``specsweep refserver ready: http://HOST:PORT`` on
+stdout once it accepts connections, and exits with status 0 on SIGINT/SIGTERM. A bad flag, an
+unknown profile or a bad override exits with status 2 and a message saying what is wrong (and,
+for a profile, which profiles exist); a port that cannot be bound exits with status 1.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import logging
+import shlex
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from typing import TYPE_CHECKING, Any
+
+from . import READY_PREFIX
+from .faults import FaultConfig
+from .model import resolve
+from .profiles import ProfileError, available_profiles, load_profile
+
+if TYPE_CHECKING:  # the HTTP stack is imported only once the arguments are valid
+    from .app import ServerState
+
+__all__ = ["build_parser", "main"]
+
+_EPILOG = """\
+profile overrides (--set, repeatable; dotted paths into the profile JSON, validated):
+  --set decode.fixed_ms=5                  per-forward fixed overhead, ms
+  --set speculative.mean_accept_length=2.4 tokens per verify step (bonus included)
+  --set speculative.num_steps=3            draft chain length (num_draft_tokens = steps + 1)
+  --set memory.max_total_num_tokens=50000  pin the token pool (else derived from memory terms)
+  sections: hardware, model, decode, prefill, memory, speculative, engine; see the profile files
+  in specsweep/refserver/profiles/ for every key, its unit and its notes.
+
+faults (deterministic per request index under --seed; rates are fractions 0..1):
+  --fault-error-rate R      answer a request at once with 500 or 503 and an error body
+  --fault-drop-rate R       close a stream mid-way without a final chunk or [DONE]
+                            (non-streaming: close the connection without a response)
+  --fault-stall-rate R      pause a stream for --fault-stall-s seconds mid-way (tokens produced
+                            meanwhile arrive merged afterwards); non-streaming: delay the response
+  --fault-malformed-rate R  send one data: line that is not JSON mid-way through a stream
+  --fault-omit-usage        never send token counts (no usage, no meta_info token counts)
+
+The server is simulated: every response says so (X-Simulated header, "simulated": true,
+system_fingerprint "specsweep-refserver-simulated", a version ending in "(simulated)").
+"""
+
+
+def _checked(convert: type, ok: Callable[[float], bool], rule: str) -> Callable[[str], Any]:
+    """An argparse ``type``: ``convert`` the text, then require ``ok(value)`` (``rule`` says what)."""
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            kind = "an integer" if convert is int else "a number"
+            raise argparse.ArgumentTypeError(f"not {kind}: {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{rule}, got {value}")
+        return value
+    return parse
+
+
+_rate = _checked(float, lambda v: 0.0 <= v <= 1.0, "must be a fraction within [0, 1]")
+_nonneg = _checked(float, lambda v: v >= 0, "must be >= 0")
+_posint = _checked(int, lambda v: v >= 1, "must be >= 1")
+_port = _checked(int, lambda v: 0 <= v <= 65535, "must be within 0..65535")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI parser (also documents every flag in ``--help``)."""
+    p = argparse.ArgumentParser(
+        prog="python -m specsweep.refserver",
+        usage="python -m specsweep.refserver --profile NAME [--spec off|mtp] "
+              "[--max-running-requests N] [--host H] [--port P] [--seed S] [--set KEY=VALUE ...] "
+              "[options]",
+        description="Simulated SGLang/OpenAI inference server with continuous batching and "
+                    "speculative decoding (specsweep's reference server). Prints "
+                    f"'{READY_PREFIX}http://HOST:PORT' on stdout once ready.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", metavar="NAME",
+                   help="performance profile: one of " + ", ".join(available_profiles())
+                        + ", or a path to a profile .json file (required)")
+    p.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
+    p.add_argument("--spec", choices=("off", "mtp"), default="off",
+                   help="speculative decoding: off (baseline) or mtp (SGLang NEXTN, reported as "
+                        "EAGLE; caps running requests at 48 unless --max-running-requests)")
+    p.add_argument("--max-running-requests", type=_posint, metavar="N",
+                   help="running-request cap (default: 48 with --spec mtp, else the profile's "
+                        "or SGLang's rule)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=30000,
+                   help="port (default 30000; 0 picks a free one, see the ready line)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of acceptance draws, sampling and faults (default 0)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a profile parameter (repeatable; see below)")
+    p.add_argument("--mean-accept-length", type=float, metavar="L",
+                   help="shortcut for --set speculative.mean_accept_length=L")
+    p.add_argument("--speculative-num-steps", type=_posint, metavar="K",
+                   help="shortcut for --set speculative.num_steps=K")
+    p.add_argument("--served-model-name", metavar="NAME",
+                   help="model name to serve (default specsweep-sim/<profile>)")
+    p.add_argument("--health-delay-s", type=_nonneg, default=1.0,
+                   help="/health runs a one-token generation and answers no sooner than this "
+                        "(default 1.0 s, like SGLang, which polls its health generation every "
+                        "second); 503 after 20 s")
+    p.add_argument("--disregard-ignore-eos", action="store_true",
+                   help="ignore the request's ignore_eos (stop at the simulated EOS anyway), to "
+                        "test clients that check the server honoured it")
+    p.add_argument("--stream-interval", type=_posint, default=1,
+                   help="send a chunk once this many new tokens are pending (SGLang "
+                        "--stream-interval; default 1: every step's tokens as one chunk)")
+    p.add_argument("--decode-log-interval", type=_posint, default=40,
+                   help="refresh scheduler gauges (/metrics, last_gen_throughput) every N decode "
+                        "steps (default 40, as SGLang)")
+    p.add_argument("--emit-log", metavar="PATH",
+                   help="record scheduled vs actual write time of every chunk; saved as a .npy "
+                        "array (n, 2) at exit (for bench/refserver_emission.py)")
+    p.add_argument("--timer-spin-ms", type=_nonneg, default=1.0,
+                   help="busy-wait this long before each step deadline for sub-ms timing "
+                        "(default 1.0; 0 relies on the event loop's timer alone)")
+    p.add_argument("--gate-ms", type=_nonneg, default=2.0,
+                   help="defer parsing new requests while a step's emission is less than this "
+                        "far away (or half a step; default 2.0 ms; 0 disables)")
+    p.add_argument("--fault-error-rate", type=_rate, default=0.0, metavar="R",
+                   help="fraction of requests answered 500/503 at once (see below)")
+    p.add_argument("--fault-drop-rate", type=_rate, default=0.0, metavar="R",
+                   help="fraction of streams closed mid-way without [DONE]")
+    p.add_argument("--fault-stall-rate", type=_rate, default=0.0, metavar="R",
+                   help="fraction of streams paused for --fault-stall-s mid-way")
+    p.add_argument("--fault-stall-s", type=_nonneg, default=2.0, metavar="S",
+                   help="stall length, seconds (default 2)")
+    p.add_argument("--fault-malformed-rate", type=_rate, default=0.0, metavar="R",
+                   help="fraction of streams that carry one non-JSON data: line")
+    p.add_argument("--fault-omit-usage", action="store_true",
+                   help="never send token counts (usage, meta_info counts)")
+    p.add_argument("--describe", action="store_true",
+                   help="print the resolved model (pool, cap, step times) as JSON and exit")
+    p.add_argument("--no-uvloop", action="store_true", help="use asyncio's default event loop")
+    p.add_argument("--log-level", default="warning",
+                   choices=("debug", "info", "warning", "error"), help="default warning")
+    return p
+
+
+async def _serve(state: ServerState) -> int:
+    from aiohttp import web
+
+    from .app import build_app
+
+    app = build_app(state)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    await runner.setup()
+    opts = state.options
+    site = web.TCPSite(runner, opts.host, opts.port, backlog=2048, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        print(f"specsweep refserver: cannot bind {opts.host}:{opts.port}: {exc}", file=sys.stderr)
+        return 1
+    port = runner.addresses[0][1]
+    opts.port = port
+    host = f"[{opts.host}]" if ":" in opts.host else opts.host
+    cfg = state.cfg
+    print(f"specsweep refserver (SIMULATED) profile={cfg.profile.name} spec="
+          f"{'mtp' if cfg.spec else 'off'} max_running_requests={cfg.max_running_requests} "
+          f"max_total_num_tokens={cfg.max_total_num_tokens}", file=sys.stderr, flush=True)
+    print(f"{READY_PREFIX}http://{host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    gc.freeze()  # keep startup objects out of the collector's way
+    await stop.wait()
+    await runner.cleanup()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the server; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list_profiles:
+        print("\n".join(available_profiles()))
+        return 0
+    if not args.profile:
+        parser.error("--profile is required; valid profiles: " + ", ".join(available_profiles()))
+    overrides = list(args.overrides)
+    if args.mean_accept_length is not None:
+        overrides.append(f"speculative.mean_accept_length={args.mean_accept_length}")
+    if args.speculative_num_steps is not None:
+        overrides.append(f"speculative.num_steps={args.speculative_num_steps}")
+    try:
+        profile = load_profile(args.profile, overrides)
+        cfg = resolve(profile, args.spec, args.max_running_requests)
+        faults = FaultConfig(seed=args.seed, error_rate=args.fault_error_rate,
+                             drop_rate=args.fault_drop_rate, stall_rate=args.fault_stall_rate,
+                             stall_s=args.fault_stall_s, malformed_rate=args.fault_malformed_rate,
+                             omit_usage=args.fault_omit_usage)
+    except (ProfileError, ValueError) as exc:
+        parser.error(str(exc))
+    if args.describe:
+        print(json.dumps({"profile": profile.name, **cfg.describe()}, indent=2))
+        return 0
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s refserver %(levelname)s %(message)s")
+    from .app import ServerOptions, ServerState
+
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    options = ServerOptions(
+        host=args.host, port=args.port, seed=args.seed, served_model_name=args.served_model_name,
+        health_delay_s=args.health_delay_s, disregard_ignore_eos=args.disregard_ignore_eos,
+        stream_interval=args.stream_interval, decode_log_interval=args.decode_log_interval,
+        emit_log_path=args.emit_log, timer_spin_ms=args.timer_spin_ms, gate_ms=args.gate_ms,
+        launch_command="python -m specsweep.refserver " + shlex.join(argv_list),
+        profile_name=profile.name, faults=faults)
+    state = ServerState(cfg, options)
+    loop_factory = None
+    if not args.no_uvloop:
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(_serve(state))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

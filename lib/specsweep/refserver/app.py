@@ -1,0 +1,658 @@
+"""HTTP API of the reference server (aiohttp.web), shaped like SGLang 0.5.23's.
+
+Routes: ``POST /generate`` (SGLang native), ``POST /v1/completions``,
+``POST /v1/chat/completions``, ``GET /server_info`` and ``/get_server_info``, ``GET /model_info``
+and ``/get_model_info``, ``GET /v1/models``, ``GET /health`` and ``/health_generate``,
+``GET /ready``, ``GET /metrics``. There is deliberately no ``/version`` (SGLang has none; clients
+tell SGLang from vLLM that way). Unknown routes answer FastAPI's ``{"detail": "Not Found"}``.
+
+Every response carries ``X-Simulated: true`` and a ``Server`` header naming the simulator; JSON
+bodies say ``"simulated": true`` where the shape allows it (SGLang ``meta_info``,
+``/server_info``, ``/v1/models``); OpenAI bodies carry
+``system_fingerprint: "specsweep-refserver-simulated"``.
+
+Errors are JSON ``{"error": {"message", "type", "param", "code"}}`` (vLLM's shape; SGLang's
+``{"error": {"message"}}`` is a subset). Validation follows the real servers where it matters to
+clients: SGLang rejects unknown ``sampling_params`` keys (``stream`` included) with a 400 naming
+the key; a wrong OpenAI ``model`` is a 404 ``The model `x` does not exist.``; a missing prompt
+is a 400.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from . import __version__ as REFSERVER_VERSION
+from .engine import EmitLog, Engine
+from .faults import FaultConfig, FaultPlan
+from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from .model import ModelConfig, SimRequest, request_seed
+from .streaming import (
+    ChatFormat,
+    CompletionFormat,
+    ReqContext,
+    SGLangFormat,
+    StreamSink,
+    WaitSink,
+)
+from .tokens import (
+    chat_prompt_tokens,
+    natural_length,
+    prompt_digest,
+    render_output,
+    text_prompt_tokens,
+)
+
+__all__ = ["ServerOptions", "ServerState", "build_app", "SGLANG_VERSION", "SAMPLING_PARAM_KEYS"]
+
+#: the SGLang version whose API is simulated
+SGLANG_VERSION = "0.5.23"
+SERVER_HEADER = f"specsweep-refserver/{REFSERVER_VERSION} (simulated SGLang {SGLANG_VERSION})"
+
+#: SGLang 0.5.23 ``SamplingParams`` fields; any other key in ``sampling_params`` is a 400
+SAMPLING_PARAM_KEYS = (
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
+    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens",
+    "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+    "spaces_between_special_tokens", "no_stop_trim", "custom_params", "stream_interval",
+    "logit_bias", "sampling_seed",
+)
+_SAMPLING_KEYS = frozenset(SAMPLING_PARAM_KEYS)
+
+_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+
+
+@dataclass
+class ServerOptions:
+    """Server behaviour that is not the performance model (CLI flags)."""
+
+    host: str = "127.0.0.1"
+    port: int = 30000
+    seed: int = 0
+    served_model_name: str | None = None
+    health_delay_s: float = 1.0
+    disregard_ignore_eos: bool = False
+    stream_interval: int = 1
+    decode_log_interval: int = 40
+    emit_log_path: str | None = None
+    timer_spin_ms: float = 1.0
+    gate_ms: float = 2.0
+    launch_command: str = "python -m specsweep.refserver"
+    profile_name: str = ""
+    faults: FaultConfig = field(default_factory=FaultConfig)
+
+
+class ApiError(Exception):
+    """An error answered as a JSON body with ``status``."""
+
+    def __init__(self, status: int, message: str, *, type_: str = "BadRequestError",
+                 param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.param = param
+
+
+def error_response(status: int, message: str, *, type_: str, param: str | None = None) -> web.Response:
+    """A JSON error body shaped like vLLM's / SGLang's OpenAI layer."""
+    body = {"error": {"message": message, "type": type_, "param": param, "code": status}}
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+class ServerState:
+    """Everything the handlers share."""
+
+    def __init__(self, cfg: ModelConfig, options: ServerOptions) -> None:
+        self.cfg = cfg
+        self.options = options
+        self.profile = cfg.profile
+        self.model_name = options.served_model_name or cfg.profile.model_name
+        self.version = f"{SGLANG_VERSION} (specsweep refserver {REFSERVER_VERSION}, simulated)"
+        self.metrics = ServerMetrics(
+            self.model_name, profile=cfg.profile.name, spec="mtp" if cfg.spec else "off",
+            version=self.version, num_steps=cfg.num_steps, num_draft_tokens=cfg.num_draft_tokens)
+        self.metrics.max_running_requests.set(cfg.max_running_requests)
+        self.metrics.max_total_num_tokens.set(cfg.max_total_num_tokens)
+        self.emit_log = EmitLog() if options.emit_log_path else None
+        self.engine = Engine(cfg, metrics=self.metrics,
+                             decode_log_interval=options.decode_log_interval,
+                             spin_s=options.timer_spin_ms / 1e3, emit_log=self.emit_log,
+                             gate_s=options.gate_ms / 1e3)
+        self.faults = options.faults
+        self.next_index = 0
+        self.started_wall = time.time()
+        self.counts = {"requests": 0, "errors_injected": 0, "drops_injected": 0,
+                       "stalls_injected": 0, "malformed_injected": 0, "rejected": 0}
+
+    def take_index(self) -> tuple[int, FaultPlan]:
+        """The next request index and its faults."""
+        index = self.next_index
+        self.next_index += 1
+        self.counts["requests"] += 1
+        return index, self.faults.plan(index)
+
+    def rid(self, index: int) -> str:
+        """A request id, stable under ``--seed``."""
+        return f"{request_seed(self.options.seed, index, 'rid'):016x}"
+
+    # -- /server_info ----------------------------------------------------------------------
+    def server_info(self) -> dict[str, Any]:
+        """SGLang-shaped ``/server_info`` (flat server args + scheduler info + internal states)."""
+        cfg, prof, opt = self.cfg, self.profile, self.options
+        core = self.engine.core
+        spec = cfg.spec
+        s = prof.speculative
+        internal: dict[str, Any] = {
+            "tp_size": cfg.tp_size,
+            "world_size": cfg.tp_size,
+            "max_running_requests": cfg.max_running_requests_arg,
+            "effective_max_running_requests_per_dp": cfg.max_running_requests,
+            "last_gen_throughput": round(self.engine.last_gen_throughput, 3),
+            "memory_usage": {
+                "weight": prof.memory.weights_gib_per_rank
+                + (s.draft_weights_gib_per_rank if spec else 0.0),
+                "kvcache": round(cfg.max_total_num_tokens * (
+                    prof.memory.pool_bytes_per_token_per_rank
+                    + (s.draft_pool_bytes_per_token_per_rank if spec else 0.0)) / 2**30, 3),
+                "token_capacity": cfg.max_total_num_tokens,
+            },
+            "simulated": True,
+        }
+        if spec and core.spec_verify_total > 0:
+            internal["avg_spec_accept_length"] = core.avg_spec_accept_length
+        return {
+            "model_path": prof.model.model_path,
+            "tokenizer_path": prof.model.model_path,
+            "served_model_name": self.model_name,
+            "host": opt.host,
+            "port": opt.port,
+            "tp_size": cfg.tp_size,
+            "dp_size": 1,
+            "pp_size": 1,
+            "ep_size": 1,
+            "mem_fraction_static": cfg.mem_fraction_static,
+            "max_running_requests": cfg.max_running_requests_arg,
+            "max_total_tokens": None,
+            "chunked_prefill_size": cfg.chunked_prefill_size,
+            "context_length": cfg.context_length,
+            "schedule_policy": "fcfs",
+            "speculative_algorithm": s.algorithm if spec else None,
+            "speculative_draft_model_path": prof.model.model_path if spec else None,
+            "speculative_num_steps": cfg.num_steps,
+            "speculative_eagle_topk": cfg.eagle_topk,
+            "speculative_num_draft_tokens": cfg.num_draft_tokens,
+            "stream_interval": opt.stream_interval,
+            "incremental_streaming_output": False,
+            "decode_log_interval": opt.decode_log_interval,
+            "enable_metrics": True,
+            "random_seed": opt.seed,
+            "launch_command": opt.launch_command,
+            "status": "ready",
+            "max_total_num_tokens": cfg.max_total_num_tokens,
+            "max_req_input_len": cfg.max_total_num_tokens - 1,
+            "startup_time": self.started_wall,
+            "internal_states": [internal],
+            "version": self.version,
+            "simulated": True,
+            "specsweep_refserver": {
+                "simulated": True,
+                "profile": prof.name,
+                "profile_description": prof.description,
+                "spec": "mtp" if spec else "off",
+                "speculative_launch_algorithm": s.launch_algorithm if spec else None,
+                "mean_accept_length": cfg.mean_accept_length,
+                "accept_probability": cfg.accept.p if cfg.accept else None,
+                "seed": opt.seed,
+                "faults": {
+                    "error_rate": self.faults.error_rate, "drop_rate": self.faults.drop_rate,
+                    "stall_rate": self.faults.stall_rate, "stall_s": self.faults.stall_s,
+                    "malformed_rate": self.faults.malformed_rate,
+                    "omit_usage": self.faults.omit_usage,
+                },
+                "disregard_ignore_eos": opt.disregard_ignore_eos,
+                "health_delay_s": opt.health_delay_s,
+                "counts": dict(self.counts),
+                "engine": self.engine.stats(),
+                "model": cfg.describe(),
+            },
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# request parsing helpers
+# ---------------------------------------------------------------------------------------------
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"Invalid JSON body: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    return body
+
+
+def _int_param(value: Any, name: str, *, minimum: int, default: int | None) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ApiError(400, f"{name} must be an integer, got {value!r}", param=name)
+    if value < minimum:
+        raise ApiError(400, f"{name} must be >= {minimum}, got {value}", param=name)
+    return value
+
+
+def _bool_param(value: Any, name: str, default: bool = False) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be a boolean, got {value!r}", param=name)
+    return value
+
+
+def _float_param(value: Any, name: str, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ApiError(400, f"{name} must be a number, got {value!r}", param=name)
+    if value < 0:
+        raise ApiError(400, f"{name} must be >= 0, got {value}", param=name)
+    return float(value)
+
+
+def _token_ids(value: Any, name: str) -> list[int]:
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, f"{name} must be a non-empty list of token IDs", param=name)
+    for x in value:
+        if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+            raise ApiError(400, f"{name} must hold non-negative integers, got {x!r}", param=name)
+    return value
+
+
+@dataclass(slots=True)
+class _Gen:
+    """A parsed generation request."""
+
+    prompt_tokens: int
+    digest: int
+    max_new_tokens: int
+    min_new_tokens: int
+    ignore_eos: bool
+    temperature: float
+    sampling_seed: int | None
+    stream: bool
+    stream_interval: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# handlers
+# ---------------------------------------------------------------------------------------------
+
+
+class Handlers:
+    """Route handlers bound to one ``ServerState``."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    # -- shared generation path --------------------------------------------------------------
+    def _new_request(self, gen: _Gen, index: int, arrival: float) -> tuple[SimRequest, Any]:
+        st = self.state
+        eng = st.profile.engine
+        natural = natural_length(gen.digest, eng.natural_length_min, eng.natural_length_max)
+        if gen.ignore_eos and not st.options.disregard_ignore_eos:
+            target = gen.max_new_tokens
+        else:
+            target = min(gen.max_new_tokens, max(natural, gen.min_new_tokens, 1))
+        nonce = 0
+        if gen.temperature > 0:
+            nonce = gen.sampling_seed if gen.sampling_seed is not None else request_seed(
+                st.options.seed, index, "sample") | 1
+        output = render_output(gen.digest, target, nonce)
+        req = SimRequest(index=index, prompt_tokens=gen.prompt_tokens,
+                         max_new_tokens=gen.max_new_tokens, target_tokens=target,
+                         arrival_t=arrival,
+                         rng=random.Random(request_seed(st.options.seed, index, "accept")))
+        return req, output
+
+    async def _run(self, request: web.Request, gen: _Gen, arrival: float, kind: str,
+                   ctx_extra: dict[str, Any]) -> web.StreamResponse:
+        st = self.state
+        index, fault = st.take_index()
+        if fault.error_status is not None:
+            st.counts["errors_injected"] += 1
+            if fault.error_status == 503:
+                return error_response(503, "Service Unavailable (injected fault: the simulated "
+                                      "server is overloaded)", type_="ServiceUnavailableError")
+            return error_response(500, "Internal Server Error (injected fault in the simulated "
+                                  "server)", type_="InternalServerError")
+        why = st.engine.core.check_fits(gen.prompt_tokens, gen.max_new_tokens)
+        if why:
+            st.counts["rejected"] += 1
+            raise ApiError(400, why, param="max_tokens")
+        req, output = self._new_request(gen, index, arrival)
+        rid = st.rid(index)
+        if kind != "sglang":
+            rid = ("chatcmpl-" if kind == "chat" else "cmpl-") + rid
+        ctx = ReqContext(rid=rid, created=int(time.time()), model=st.model_name,
+                         prompt_tokens=gen.prompt_tokens, max_new_tokens=gen.max_new_tokens,
+                         output=output,
+                         spec_draft_tokens=st.cfg.num_draft_tokens if st.cfg.spec else None,
+                         omit_usage=fault.omit_usage, **ctx_extra)
+        fmt: SGLangFormat | CompletionFormat | ChatFormat
+        if kind == "sglang":
+            fmt = SGLangFormat(ctx)
+        elif kind == "completions":
+            fmt = CompletionFormat(ctx)
+        else:
+            fmt = ChatFormat(ctx)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[str] = loop.create_future()
+        if fault.drop_at is not None:
+            st.counts["drops_injected"] += 1
+        if fault.stall_at is not None:
+            st.counts["stalls_injected"] += 1
+        if fault.malformed_at is not None and gen.stream:
+            st.counts["malformed_injected"] += 1
+
+        if not gen.stream:
+            req.sink = WaitSink(done)
+            st.engine.submit(req)
+            await done
+            if fault.stall_at is not None:
+                await asyncio.sleep(fault.stall_s)
+            if fault.drop_at is not None:
+                if request.transport is not None:
+                    request.transport.close()
+                return web.Response(status=500)  # never reaches the client
+            return web.Response(body=fmt.full_response(req), content_type="application/json")
+
+        resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        await resp.write(b"")  # flush the headers now; the body is written by the sink
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return resp
+        sink = StreamSink(transport, fmt, done, engine=st.engine, emit_log=st.emit_log,
+                          interval=gen.stream_interval or st.options.stream_interval, fault=fault)
+        req.sink = sink
+        st.engine.submit(req)
+        why_done = await done
+        if why_done == "done":
+            await st.engine.wait_gate()  # finishing a response is HTTP work too: not at a deadline
+            try:
+                await resp.write_eof()
+            except ConnectionError:
+                pass
+        return resp
+
+    # -- SGLang native -----------------------------------------------------------------------
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        """``POST /generate``: SGLang native API."""
+        arrival = time.perf_counter()
+        await self.state.engine.wait_gate()
+        try:
+            body = await _json_body(request)
+            gen = self._parse_generate(body)
+            return await self._run(request, gen, arrival, "sglang", {})
+        except ApiError as exc:
+            return error_response(exc.status, exc.message, type_="invalid_request_error",
+                                  param=exc.param)
+
+    def _parse_generate(self, body: dict[str, Any]) -> _Gen:
+        text, ids = body.get("text"), body.get("input_ids")
+        if text is not None and ids is not None:
+            raise ApiError(400, "Either text or input_ids should be provided, not both.")
+        if text is None and ids is None:
+            raise ApiError(400, "Either text, input_ids or input_embeds should be provided.")
+        if text is not None:
+            if isinstance(text, list):
+                raise ApiError(400, "Batch requests (a list of prompts) are not supported by the "
+                               "simulated server; send one prompt per request.", param="text")
+            if not isinstance(text, str):
+                raise ApiError(400, "text must be a string", param="text")
+            n = text_prompt_tokens(text)
+            if n < 1:
+                raise ApiError(400, "The prompt is empty.", param="text")
+            digest = prompt_digest(text)
+        else:
+            if isinstance(ids, list) and ids and isinstance(ids[0], list):
+                raise ApiError(400, "Batch requests (a list of prompts) are not supported by the "
+                               "simulated server; send one prompt per request.", param="input_ids")
+            ids = _token_ids(ids, "input_ids")
+            n = len(ids)
+            digest = prompt_digest(ids)
+        sp = body.get("sampling_params")
+        if sp is None:
+            sp = {}
+        if isinstance(sp, list):
+            raise ApiError(400, "A list of sampling_params (batch) is not supported by the "
+                           "simulated server.", param="sampling_params")
+        if not isinstance(sp, dict):
+            raise ApiError(400, "sampling_params must be an object", param="sampling_params")
+        for key in sp:
+            if key not in _SAMPLING_KEYS:
+                expected = ", ".join(f"`{k}`" for k in SAMPLING_PARAM_KEYS)
+                raise ApiError(400, f"unknown field `{key}`, expected one of {expected}",
+                               param=f"sampling_params.{key}")
+        stream = _bool_param(body.get("stream"), "stream")
+        max_new = _int_param(sp.get("max_new_tokens"), "max_new_tokens", minimum=1, default=128)
+        min_new = _int_param(sp.get("min_new_tokens"), "min_new_tokens", minimum=0, default=0)
+        assert max_new is not None and min_new is not None
+        if min_new > max_new:
+            raise ApiError(400, f"min_new_tokens ({min_new}) must be <= max_new_tokens ({max_new})",
+                           param="min_new_tokens")
+        si = _int_param(sp.get("stream_interval"), "stream_interval", minimum=1, default=None)
+        seed = sp.get("sampling_seed")
+        return _Gen(prompt_tokens=n, digest=digest, max_new_tokens=max_new, min_new_tokens=min_new,
+                    ignore_eos=_bool_param(sp.get("ignore_eos"), "ignore_eos"),
+                    temperature=_float_param(sp.get("temperature"), "temperature", 1.0),
+                    sampling_seed=seed if isinstance(seed, int) else None, stream=stream,
+                    stream_interval=si)
+
+    # -- OpenAI ------------------------------------------------------------------------------
+    def _check_model(self, body: dict[str, Any]) -> None:
+        model = body.get("model")
+        if model is not None and model not in (self.state.model_name, "default"):
+            raise ApiError(404, f"The model `{model}` does not exist.", type_="NotFoundError",
+                           param="model")
+
+    def _openai_common(self, body: dict[str, Any], n: int, digest: int,
+                       default_max: int | None, chat: bool) -> tuple[_Gen, dict[str, Any]]:
+        if body.get("n") not in (None, 1):
+            raise ApiError(400, "n > 1 is not supported by the simulated server.", param="n")
+        max_tokens = body.get("max_completion_tokens") if chat else None
+        if max_tokens is None:
+            max_tokens = body.get("max_tokens")
+        name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None \
+            else "max_tokens"
+        max_new = _int_param(max_tokens, name, minimum=1, default=default_max)
+        if max_new is None:  # chat without a limit: up to the context, as SGLang
+            max_new = max(1, self.state.cfg.context_length - n)
+        min_new = _int_param(body.get("min_tokens"), "min_tokens", minimum=0, default=0)
+        assert min_new is not None
+        if min_new > max_new:
+            raise ApiError(400, f"min_tokens ({min_new}) must be <= {name} ({max_new})",
+                           param="min_tokens")
+        stream = _bool_param(body.get("stream"), "stream")
+        so = body.get("stream_options") or {}
+        if not isinstance(so, dict):
+            raise ApiError(400, "stream_options must be an object", param="stream_options")
+        seed = body.get("seed")
+        gen = _Gen(prompt_tokens=n, digest=digest, max_new_tokens=max_new, min_new_tokens=min_new,
+                   ignore_eos=_bool_param(body.get("ignore_eos"), "ignore_eos"),
+                   temperature=_float_param(body.get("temperature"), "temperature", 1.0),
+                   sampling_seed=seed if isinstance(seed, int) else None, stream=stream)
+        extra = {
+            "include_usage": _bool_param(so.get("include_usage"), "stream_options.include_usage"),
+            "continuous_usage": _bool_param(so.get("continuous_usage_stats"),
+                                            "stream_options.continuous_usage_stats"),
+        }
+        return gen, extra
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/completions``."""
+        arrival = time.perf_counter()
+        await self.state.engine.wait_gate()
+        try:
+            body = await _json_body(request)
+            self._check_model(body)
+            prompt = body.get("prompt")
+            if prompt is None:
+                raise ApiError(400, "prompt is required", param="prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+                prompt = prompt[0]
+            if isinstance(prompt, str):
+                n = text_prompt_tokens(prompt)
+                if n < 1:
+                    raise ApiError(400, "The prompt is empty.", param="prompt")
+                digest = prompt_digest(prompt)
+            elif isinstance(prompt, list):
+                if prompt and isinstance(prompt[0], (str, list)):
+                    raise ApiError(400, "Several prompts in one request are not supported by the "
+                                   "simulated server.", param="prompt")
+                ids = _token_ids(prompt, "prompt")
+                n, digest = len(ids), prompt_digest(ids)
+            else:
+                raise ApiError(400, "prompt must be a string or a list of token IDs", param="prompt")
+            gen, extra = self._openai_common(body, n, digest, 16, chat=False)
+            return await self._run(request, gen, arrival, "completions", extra)
+        except ApiError as exc:
+            return error_response(exc.status, exc.message, type_=exc.type, param=exc.param)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/chat/completions``."""
+        arrival = time.perf_counter()
+        await self.state.engine.wait_gate()
+        try:
+            body = await _json_body(request)
+            self._check_model(body)
+            messages = body.get("messages")
+            if messages is None:
+                raise ApiError(400, "messages is required", param="messages")
+            if not isinstance(messages, list) or not messages or not all(
+                    isinstance(m, dict) and "role" in m for m in messages):
+                raise ApiError(400, "messages must be a non-empty list of {role, content} objects",
+                               param="messages")
+            n = chat_prompt_tokens(messages)
+            digest = prompt_digest(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS))
+            gen, extra = self._openai_common(body, n, digest, None, chat=True)
+            return await self._run(request, gen, arrival, "chat", extra)
+        except ApiError as exc:
+            return error_response(exc.status, exc.message, type_=exc.type, param=exc.param)
+
+    # -- info ---------------------------------------------------------------------------------
+    async def server_info(self, request: web.Request) -> web.Response:
+        """``GET /server_info`` and ``/get_server_info``."""
+        return web.Response(body=orjson.dumps(self.state.server_info()),
+                            content_type="application/json")
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        """``GET /model_info`` and ``/get_model_info``."""
+        st = self.state
+        body = {"model_path": st.profile.model.model_path,
+                "tokenizer_path": st.profile.model.model_path, "is_generation": True,
+                "preferred_sampling_params": None, "weight_version": "default",
+                "served_model_name": st.model_name, "simulated": True}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def models(self, request: web.Request) -> web.Response:
+        """``GET /v1/models``."""
+        st = self.state
+        body = {"object": "list", "data": [{
+            "id": st.model_name, "object": "model", "created": int(st.started_wall),
+            "owned_by": "sglang", "root": st.model_name, "parent": None,
+            "max_model_len": st.cfg.context_length, "simulated": True}]}
+        return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+    async def health(self, request: web.Request) -> web.Response:
+        """``GET /health`` and ``/health_generate``: a one-token generation, at least
+        ``--health-delay-s`` (SGLang polls its health generation every 1 s), 503 after 20 s."""
+        st = self.state
+        start = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[str] = loop.create_future()
+        req = SimRequest(index=-1, prompt_tokens=1, max_new_tokens=1, target_tokens=1,
+                         arrival_t=start, rng=random.Random(0))
+        req.sink = WaitSink(done)
+        st.engine.submit(req)
+        try:
+            await asyncio.wait_for(done, timeout=20.0)
+        except TimeoutError:
+            st.engine.abort(req)
+            return web.Response(status=503)
+        remaining = st.options.health_delay_s - (time.perf_counter() - start)
+        if remaining > 0:
+            await asyncio.sleep(remaining)
+        return web.Response(status=200)
+
+    async def ready(self, request: web.Request) -> web.Response:
+        """``GET /ready``: answers at once."""
+        return web.Response(status=200)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """``GET /metrics``: Prometheus text."""
+        resp = web.Response(body=self.state.metrics.render())
+        resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return resp
+
+
+@web.middleware
+async def _fastapi_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPNotFound:
+        return web.Response(status=404, body=b'{"detail":"Not Found"}', content_type="application/json")
+    except web.HTTPMethodNotAllowed:
+        return web.Response(status=405, body=b'{"detail":"Method Not Allowed"}',
+                            content_type="application/json")
+
+
+async def _headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = SERVER_HEADER
+    response.headers["X-Simulated"] = "true"
+
+
+def build_app(state: ServerState) -> web.Application:
+    """The aiohttp application; the engine starts and stops with it."""
+    app = web.Application(middlewares=[_fastapi_errors], client_max_size=64 * 2**20)
+    h = Handlers(state)
+    app.router.add_post("/generate", h.generate)
+    app.router.add_put("/generate", h.generate)
+    app.router.add_post("/v1/completions", h.completions)
+    app.router.add_post("/v1/chat/completions", h.chat)
+    for path in ("/server_info", "/get_server_info"):
+        app.router.add_get(path, h.server_info)
+    for path in ("/model_info", "/get_model_info"):
+        app.router.add_get(path, h.model_info)
+    app.router.add_get("/v1/models", h.models)
+    for path in ("/health", "/health_generate"):
+        app.router.add_get(path, h.health)
+    app.router.add_get("/ready", h.ready)
+    app.router.add_get("/metrics", h.metrics)
+    app.on_response_prepare.append(_headers)
+
+    async def _start(app: web.Application) -> None:
+        state.engine.start()
+
+    async def _stop(app: web.Application) -> None:
+        await state.engine.stop()
+        if state.emit_log is not None and state.options.emit_log_path:
+            state.emit_log.save(state.options.emit_log_path)
+
+    app.on_startup.append(_start)
+    app.on_cleanup.append(_stop)
+    return app

@@ -1,0 +1,110 @@
+"""Test helpers: hand-made result sets written to disk in the real format (import as ``helpers``)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import zlib
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from specsweep.metrics import level_metrics, requests_frame
+from specsweep.records import RequestRecord
+from specsweep.store import SCHEMA_VERSION, append_level, write_meta
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED = ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b"
+
+
+def base_meta(arm: str, **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "reference",
+        "run_id": f"test-{arm}",
+        "arm": arm,
+        "label": arm.upper() if arm != "baseline" else "Baseline",
+        "complete": True,
+        "level_only": True,
+        "server": {"name": "sglang"},
+        "workload": {"kind": "random-ids", "input_tokens": 100, "output_tokens": 100, "seed": 1},
+        "sweep": {"concurrency": [], "repeats": 1},
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(meta.get(key), dict):
+            meta[key] = {**meta[key], **value}
+        else:
+            meta[key] = value
+    return meta
+
+
+def write_level_only(
+    folder: Path, arm: str, rows: dict[int, tuple[float, float]], **meta: Any
+) -> Path:
+    """A level-only result set: {concurrency: (aggregate tok/s, per-request tok/s)}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    m = base_meta(arm, **meta)
+    m["sweep"]["concurrency"] = sorted(rows)
+    (folder / "meta.json").write_text(json.dumps(m))
+    pd.DataFrame(
+        [{"run_id": m["run_id"], "arm": arm, "concurrency": c, "repeat": 0, "output_tok_s": a, "request_tok_s_mean": u}
+         for c, (a, u) in sorted(rows.items())]
+    ).to_csv(folder / "levels.csv", index=False)
+    return folder
+
+
+def synthetic_records(
+    n: int, concurrency: int, *, tokens: int, step_s: float, ttft_s: float, tokens_per_chunk: int = 1,
+    jitter: float = 0.0, rng: np.random.Generator | None = None,
+) -> list[RequestRecord]:
+    """A closed loop of ``n`` requests at ``concurrency`` with regular chunk timing (seconds)."""
+    rng = rng or np.random.default_rng(0)
+    slots = [0.0] * concurrency
+    out = []
+    for i in range(n):
+        slot = min(range(concurrency), key=lambda k: slots[k])
+        t0 = slots[slot]
+        t = t0 + ttft_s * (1 + jitter * rng.standard_normal())
+        times, counts, left = [], [], tokens
+        first = True
+        while left > 0:
+            k = 1 if first else min(tokens_per_chunk, left)
+            first = False
+            times.append(t)
+            counts.append(k)
+            left -= k
+            t += step_s * k * (1 + jitter * rng.standard_normal())
+        out.append(RequestRecord(t_sent=t0, t_end=times[-1] + 1e-4, http_status=200, chunk_times=times,
+                                 chunk_tokens=counts, prompt_tokens=100, output_tokens=tokens,
+                                 token_source="usage", finish_reason="length"))
+        slots[slot] = times[-1] + 1e-4
+    return out
+
+
+def write_measured(
+    folder: Path, arm: str, levels: dict[int, dict[str, Any]], repeats: int = 1, seed: int | None = None, **meta: Any
+) -> Path:
+    """A measured result set built from synthetic records through the real metrics and store code.
+
+    ``levels`` maps concurrency to keyword arguments of :func:`synthetic_records`.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    m = base_meta(arm, kind="run", level_only=False, **meta)
+    m["sweep"] = {"concurrency": sorted(levels), "repeats": repeats}
+    rng = np.random.default_rng(zlib.crc32(arm.encode()) if seed is None else seed)
+    for c, kw in sorted(levels.items()):
+        for r in range(repeats):
+            kw = {"n": max(2 * c, 8), **kw}
+            recs = synthetic_records(concurrency=c, rng=rng, **kw)
+            req = requests_frame(recs, t0=0.0, run_id=m["run_id"], arm=arm, concurrency=c, repeat=r)
+            lv = level_metrics(req, c)
+            lv.update(run_id=m["run_id"], arm=arm, concurrency=c, repeat=r)
+            append_level(folder, pd.DataFrame([lv]), req)
+    write_meta(folder, m)
+    return folder
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
