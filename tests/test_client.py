@@ -1,0 +1,361 @@
+"""The streaming client: request bodies, parsing of recorded streams, and real sockets.
+
+Real-socket tests start ``bench/fastsse_server.py`` as a separate process on 127.0.0.1.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import json
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from specsweep import client as C
+from specsweep.client import RawExchange, build_body, parse_exchange
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_fastsse() -> Any:
+    """Import bench/fastsse_server.py (not a package) once per session."""
+    if "fastsse_server" in sys.modules:
+        return sys.modules["fastsse_server"]
+    spec = importlib.util.spec_from_file_location("fastsse_server", ROOT / "bench" / "fastsse_server.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fastsse_server"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fastsse = _load_fastsse()
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    with fastsse.spawn() as (_, url):
+        yield url
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def _sse(*objs: Any, done: bool = True) -> bytes:
+    out = b"".join(b"data: " + (o if isinstance(o, bytes) else orjson.dumps(o)) + b"\n\n" for o in objs)
+    return out + (b"data: [DONE]\n\n" if done else b"")
+
+
+def _raw(reads: list[bytes], times: list[float] | None = None, *, status: int = 200,
+         ctype: str = "text/event-stream", error: str | None = None) -> RawExchange:
+    return RawExchange(t_sent=0.0, t_end=10.0, http_status=status, content_type=ctype, reads=reads,
+                       times=times if times is not None else [float(i + 1) for i in range(len(reads))],
+                       error=error)
+
+
+def _events(raw: bytes) -> list[bytes]:
+    """Split a stream into its events (each with its blank line) so each can be one read."""
+    return [e + b"\n\n" for e in raw.split(b"\n\n") if e]
+
+
+# ---- request bodies ------------------------------------------------------------------------------
+
+def test_sglang_body_has_stream_top_level_only() -> None:
+    b = build_body("sglang", [1, 2, 3], 64, min_tokens=64)
+    assert b["stream"] is True and b["input_ids"] == [1, 2, 3] and "text" not in b
+    sp = b["sampling_params"]
+    assert "stream" not in sp
+    assert sp == {"max_new_tokens": 64, "ignore_eos": True, "temperature": 0.0, "min_new_tokens": 64}
+    t = build_body("sglang", "hello", 8)
+    assert t["text"] == "hello" and "input_ids" not in t and "min_new_tokens" not in t["sampling_params"]
+
+
+def test_openai_completions_body() -> None:
+    b = build_body("openai-completions", [5, 6], 32, temperature=0.5, min_tokens=32, model="m")
+    assert b == {"model": "m", "prompt": [5, 6], "max_tokens": 32, "temperature": 0.5, "ignore_eos": True,
+                 "min_tokens": 32, "stream": True,
+                 "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+    assert "model" not in build_body("openai-completions", "text prompt", 4)
+
+
+def test_openai_chat_body() -> None:
+    b = build_body("openai-chat", "hi", 16, extra={"top_p": 1.0})
+    assert b["messages"] == [{"role": "user", "content": "hi"}]
+    assert b["max_tokens"] == 16 and b["max_completion_tokens"] == 16
+    assert b["ignore_eos"] is True and b["stream"] is True and b["top_p"] == 1.0
+    assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    assert build_body("openai-chat", msgs, 4)["messages"] == msgs
+
+
+def test_body_validation_names_the_parameter() -> None:
+    with pytest.raises(ValueError, match="flavour"):
+        build_body("vllm", "x", 4)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_tokens"):
+        build_body("sglang", "x", 0)
+    with pytest.raises(ValueError, match="min_tokens"):
+        build_body("sglang", "x", 4, min_tokens=5)
+    with pytest.raises(ValueError, match="prompt"):
+        build_body("openai-chat", [1, 2], 4)
+    with pytest.raises(ValueError, match="prompt"):
+        build_body("openai-completions", [1.5], 4)  # type: ignore[list-item]
+
+
+def test_api_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(C.API_KEY_ENV, raising=False)
+    assert C.auth_headers() == {}
+    monkeypatch.setenv(C.API_KEY_ENV, "sk-test")
+    assert C.auth_headers() == {"Authorization": "Bearer sk-test"}
+
+
+def test_make_client_validates() -> None:
+    with pytest.raises(ValueError, match="concurrency"):
+        C.make_client("http://127.0.0.1:1", 0)
+    with pytest.raises(ValueError, match="base_url"):
+        C.make_client("127.0.0.1:1", 1)
+    with pytest.raises(ValueError, match="transport"):
+        C.make_client("http://127.0.0.1:1", 1, transport="curl")  # type: ignore[arg-type]
+
+
+# ---- parsing recorded streams --------------------------------------------------------------------
+
+def _cmpl(text: str | None, cum: int | None, fr: str | None = None, *, choices: bool = True) -> dict[str, Any]:
+    obj: dict[str, Any] = {"id": "x", "object": "text_completion",
+                           "choices": [{"index": 0, "text": text, "finish_reason": fr}] if choices else []}
+    obj["usage"] = None if cum is None else {"prompt_tokens": 6, "completion_tokens": cum, "total_tokens": 6 + cum}
+    return obj
+
+
+def test_completions_tokens_from_cumulative_usage_with_multi_token_chunks() -> None:
+    stream = _sse(_cmpl(" a", 1), _cmpl(" b c d", 4), _cmpl(" e f", 6, "length"), _cmpl(None, 6, choices=False))
+    rec = parse_exchange("openai-completions", _raw(_events(stream)))
+    assert rec.error is None and rec.ok
+    assert rec.chunk_tokens == [1, 3, 2] and rec.chunk_times == [1.0, 2.0, 3.0]
+    assert rec.output_tokens == 6 and rec.token_source == "usage"
+    assert rec.prompt_tokens == 6 and rec.finish_reason == "length"
+    assert rec.output_digest == _digest(" a b c d e f")
+
+
+def test_chat_ttft_skips_role_and_usage_only_chunks() -> None:
+    role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3}}
+
+    def content(t: str, cum: int, fr: str | None = None) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": fr}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": cum, "total_tokens": 3 + cum}}
+
+    usage_only = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}}
+    stream = _sse(role, content("x", 1), content("yz", 3, "length"), usage_only)
+    rec = parse_exchange("openai-chat", _raw(_events(stream), [0.5, 2.0, 3.0, 4.0, 4.5]))
+    assert rec.chunk_times == [2.0, 3.0]  # TTFT on the first token-carrying chunk, not the role chunk
+    assert rec.chunk_tokens == [1, 2] and rec.output_tokens == 3 and rec.error is None
+    assert rec.output_digest == _digest("xyz")
+
+
+def test_chat_reasoning_tokens_count() -> None:
+    c1 = {"choices": [{"delta": {"reasoning_content": "think"}}], "usage": {"completion_tokens": 2}}
+    c2 = {"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}], "usage": {"completion_tokens": 3}}
+    rec = parse_exchange("openai-chat", _raw([_sse(c1, c2)]))
+    assert rec.chunk_tokens == [2, 1] and rec.finish_reason == "stop"
+
+
+def test_sglang_cumulative_counts_text_and_server_figures() -> None:
+    def chunk(text: str, cum: int, final: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"id": "r", "finish_reason": None, "prompt_tokens": 4, "completion_tokens": cum}
+        if final:
+            meta.update({"finish_reason": {"type": "length", "length": cum}, "e2e_latency": 0.41,
+                         "spec_accept_length": 2.5, "spec_verify_ct": 2, "spec_accept_rate": 0.6})
+        return {"text": text, "output_ids": list(range(cum)), "meta_info": meta}
+
+    stream = _sse(chunk(" a", 1), chunk(" a b c", 3), chunk(" a b c d e", 5, final=True))
+    rec = parse_exchange("sglang", _raw(_events(stream)))
+    assert rec.error is None
+    assert rec.chunk_tokens == [1, 2, 2] and rec.output_tokens == 5 and rec.token_source == "usage"
+    assert rec.finish_reason == "length" and rec.prompt_tokens == 4
+    assert rec.server == {"e2e_latency_s": 0.41, "spec_accept_length": 2.5, "spec_verify_ct": 2.0,
+                          "spec_accept_rate": 0.6}
+    assert rec.output_digest == _digest(" a b c d e")  # cumulative text: the last one is the output
+
+
+def test_sglang_incremental_text_and_abort() -> None:
+    def chunk(text: str, cum: int, fr: Any = None) -> dict[str, Any]:
+        return {"text": text, "meta_info": {"completion_tokens": cum, "finish_reason": fr}}
+
+    rec = parse_exchange("sglang", _raw([_sse(chunk(" a", 1), chunk(" b", 2), chunk(" c", 3, {"type": "stop"}))]))
+    assert rec.output_digest == _digest(" a b c") and rec.finish_reason == "stop" and rec.error is None
+    rec = parse_exchange("sglang", _raw([_sse(chunk(" a", 1),
+                                              chunk(" a", 1, {"type": "abort", "message": "retracted: OOM"}))]))
+    assert rec.finish_reason == "abort" and rec.error is not None and "retracted: OOM" in rec.error
+
+
+def test_counts_only_at_the_end() -> None:
+    stream = _sse(_cmpl(" a", None), _cmpl(" b", None), _cmpl(" c", None, "length"), _cmpl(None, 7, choices=False))
+    rec = parse_exchange("openai-completions", _raw(_events(stream)))
+    assert rec.output_tokens == 7 and rec.token_source == "usage"
+    assert rec.chunk_tokens is None and rec.chunk_times == [1.0, 2.0, 3.0]
+
+
+def test_counts_that_grow_on_chunks_without_text_still_count_per_chunk() -> None:
+    # e.g. special tokens rendered as empty text: the counts still say which chunk carried tokens
+    stream = _sse(_cmpl("", 1), _cmpl("", 3, "length"), _cmpl(None, 3, choices=False))
+    rec = parse_exchange("openai-completions", _raw(_events(stream)))
+    assert rec.chunk_tokens == [1, 2] and rec.chunk_times == [1.0, 2.0] and rec.output_tokens == 3
+
+
+def test_no_counts_falls_back_to_chunks() -> None:
+    stream = _sse(_cmpl(" a", None), _cmpl("", None), _cmpl(" b", None, "length"))
+    rec = parse_exchange("openai-completions", _raw(_events(stream)))
+    assert rec.token_source == "chunks" and rec.output_tokens == 2 and rec.chunk_tokens is None
+    assert rec.chunk_times == [1.0, 3.0]
+
+
+def test_events_split_across_reads_take_the_completing_read_time() -> None:
+    stream = _sse(_cmpl(" a", 1), _cmpl(" b", 2), _cmpl(" c", 3, "length"))
+    cut1 = stream.index(b"\n\n") - 5  # first event split in the middle
+    second_end = stream.index(b"\n\n", stream.index(b"\n\n") + 2) + 2
+    reads = [stream[:cut1], stream[cut1:second_end], stream[second_end:]]
+    rec = parse_exchange("openai-completions", _raw(reads, [1.0, 2.0, 3.0]))
+    # event 1 completed by read 2, event 2 also in read 2 (same time), event 3 in read 3
+    assert rec.chunk_times == [2.0, 2.0, 3.0] and rec.chunk_tokens == [1, 1, 1]
+
+
+def test_http_error_bodies() -> None:
+    r = parse_exchange("openai-completions", _raw([b'{"object":"error","message":"model `x` does not exist"}'],
+                                                  status=404, ctype="application/json"))
+    assert r.error == "HTTP 404: model `x` does not exist" and r.http_status == 404 and not r.ok
+    r = parse_exchange("openai-chat", _raw([b'{"error":{"message":"boom","code":500}}'], status=500))
+    assert r.error == "HTTP 500: boom"
+    r = parse_exchange("sglang", _raw([b'{"detail":[{"msg":"field required"}]}'], status=422))
+    assert r.error == "HTTP 422: field required"
+    r = parse_exchange("sglang", _raw([b"Bad Gateway"], status=502, ctype="text/plain"))
+    assert r.error == "HTTP 502: Bad Gateway"
+
+
+def test_in_stream_error_keeps_what_came_before() -> None:
+    stream = _sse(_cmpl(" a", 1), {"error": {"message": "out of memory", "code": 400}})
+    r = parse_exchange("openai-completions", _raw(_events(stream)))
+    assert r.error == "server error in stream: out of memory" and r.output_tokens == 1 and not r.ok
+
+
+def test_dropped_stream_and_malformed_json() -> None:
+    r = parse_exchange("openai-completions", _raw([_sse(_cmpl(" a", 1), done=False)]))
+    assert r.error == "stream ended without [DONE]" and r.output_tokens == 1
+    r = parse_exchange("openai-completions", _raw([_sse(_cmpl(" a", 1), done=False) + b'data: {"choi']))
+    assert r.error == "stream ended mid-event without [DONE]"
+    r = parse_exchange("openai-completions", _raw([_sse(_cmpl(" a", 1), b'{"choices": [')]))
+    assert r.error is not None and r.error.startswith("malformed chunk JSON")
+    r = parse_exchange("openai-completions", _raw([_sse(_cmpl(" a", 1)) + b"data: [DONE]"]))
+    assert r.error is None  # [DONE] without its blank line still ends the stream
+
+
+def test_transport_error_and_non_streaming_reply() -> None:
+    r = parse_exchange("openai-completions", _raw([_sse(_cmpl(" a", 1), done=False)], error="stream dropped: x"))
+    assert r.error == "stream dropped: x" and r.output_tokens == 1 and r.chunk_times == [1.0]
+    r = parse_exchange("openai-completions", RawExchange(t_sent=1.0, t_end=2.0, error="connect error: refused"))
+    assert r.error == "connect error: refused" and r.http_status is None and r.output_tokens is None
+    r = parse_exchange("openai-completions", _raw([b'{"choices":[]}'], ctype="application/json"))
+    assert r.error is not None and "did not stream" in r.error
+
+
+# ---- over a real socket ----------------------------------------------------------------------------
+
+def _prompt(flavour: str) -> Any:
+    return "two words" if flavour == "openai-chat" else [1, 2, 3]
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_real_socket_each_flavour(server_url: str, transport: C.TransportKind) -> None:
+    async def main() -> list[Any]:
+        async with C.make_client(server_url, 4, transport=transport) as cl:
+            return [await C.fetch(cl, fl, build_body(fl, _prompt(fl), 10, extra={"fastsse": {"k": 3}}))
+                    for fl in C.FLAVOURS]
+
+    for rec in asyncio.run(main()):
+        assert rec.error is None and rec.http_status == 200
+        assert rec.output_tokens == 10 and rec.chunk_tokens == [3, 3, 3, 1] and rec.token_source == "usage"
+        assert rec.finish_reason == "length" and rec.output_digest == _digest("".join(f" w{i}" for i in range(10)))
+        assert rec.t_sent < rec.chunk_times[0] <= rec.chunk_times[-1] <= rec.t_end
+        assert rec.prompt_tokens in (2, 3)
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_real_socket_faults_become_records(server_url: str, transport: C.TransportKind) -> None:
+    faults = {
+        "http500": "HTTP 500: injected: engine crashed",
+        "http400text": "HTTP 400: bad request: injected plain-text error",
+        "error": "server error in stream: injected failure: out of memory",
+        "malformed": "malformed chunk JSON",
+        "drop": "stream dropped",
+        "no_done": "stream ended without [DONE]",
+        "stall": "stalled",
+    }
+
+    async def main() -> dict[str, Any]:
+        async with C.make_client(server_url, 4, transport=transport, read_timeout_s=0.5) as cl:
+            out = {}
+            for fault in faults:
+                body = build_body("openai-completions", [1], 8, extra={"fastsse": {"fault": fault, "stall_s": 5}})
+                out[fault] = await C.fetch(cl, "openai-completions", body)
+            # the client still works after every failure
+            out["after"] = await C.fetch(cl, "openai-completions", build_body("openai-completions", [1], 3))
+            # a limit on the whole request
+            slow = build_body("openai-completions", [1], 50, extra={"fastsse": {"itl_ms": 20}})
+            out["timeout"] = await C.fetch(cl, "openai-completions", slow, timeout_s=0.2)
+            return out
+
+    out = asyncio.run(main())
+    for fault, prefix in faults.items():
+        assert out[fault].error is not None and out[fault].error.startswith(prefix), (fault, out[fault].error)
+    assert out["malformed"].output_tokens == 2 and out["drop"].output_tokens == 2
+    assert out["after"].error is None and out["after"].output_tokens == 3
+    assert out["timeout"].error == "timeout: request exceeded 0.2 s" and 0 < (out["timeout"].output_tokens or 0) < 50
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_connection_refused_is_a_record(transport: C.TransportKind) -> None:
+    async def main() -> Any:
+        async with C.make_client(f"http://127.0.0.1:{_free_port()}", 1, transport=transport) as cl:
+            return await C.fetch(cl, "sglang", build_body("sglang", [1], 4))
+
+    rec = asyncio.run(main())
+    assert rec.error is not None and rec.error.startswith("connect error") and rec.http_status is None
+
+
+def test_api_key_is_sent_as_bearer(server_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(C.API_KEY_ENV, "sk-fastsse-test")
+
+    async def main() -> Any:
+        async with C.make_client(server_url, 1) as cl:
+            rec = await C.fetch(cl, "openai-completions", build_body("openai-completions", [1], 2))
+            stats = (await cl.get("/stats")).json()
+            return rec, stats
+
+    rec, stats = asyncio.run(main())
+    assert rec.error is None and "Bearer sk-fastsse-test" in stats["auth"]
+    assert "sk-fastsse-test" not in repr(rec)
+
+
+def test_httpx_api_is_kept(server_url: str) -> None:
+    """The default client is an httpx.AsyncClient; plain httpx calls work on it."""
+    async def main() -> tuple[int, str]:
+        async with C.make_client(server_url, 2) as cl:
+            assert isinstance(cl, httpx.AsyncClient)
+            r = await cl.post("/v1/completions", content=json.dumps(build_body("openai-completions", [1], 2)))
+            return r.status_code, r.text
+
+    status, text = asyncio.run(main())
+    assert status == 200 and text.rstrip().endswith("data: [DONE]")

@@ -1,0 +1,198 @@
+"""The closed loop: at most C in flight, every body once, order, stop, worker processes.
+
+Talks to ``bench/fastsse_server.py`` started as a separate process; the server reports how many
+streams it ever had open at once and the request ids it saw, in arrival order.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import multiprocessing as mp
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+import httpx
+import pytest
+
+from specsweep.client import build_body
+from specsweep.loadgen import LoadGenerator, run_level, split_concurrency
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_fastsse() -> Any:
+    """Import bench/fastsse_server.py (not a package) once per session."""
+    if "fastsse_server" in sys.modules:
+        return sys.modules["fastsse_server"]
+    spec = importlib.util.spec_from_file_location("fastsse_server", ROOT / "bench" / "fastsse_server.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fastsse_server"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+fastsse = _load_fastsse()
+FLAVOUR = "openai-completions"
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    with fastsse.spawn() as (_, url):
+        yield url
+
+
+def _reset(url: str) -> None:
+    httpx.post(url + "/stats/reset").raise_for_status()
+
+
+def _stats(url: str) -> dict[str, Any]:
+    return httpx.get(url + "/stats").json()
+
+
+def _bodies(n: int, tokens: int = 20, itl_ms: float = 2.0, **fastsse_opts: Any) -> list[dict[str, Any]]:
+    return [build_body(FLAVOUR, [i], tokens, extra={"rid": i, "fastsse": {"itl_ms": itl_ms, **fastsse_opts}})
+            for i in range(n)]
+
+
+def _check_closed_loop(url: str, res: Any, n: int, c: int, tokens: int) -> None:
+    stats = _stats(url)
+    assert stats["max_active"] <= c, stats["max_active"]
+    assert stats["max_active"] >= min(c, n) - 1  # the loop really kept (about) C streams open
+    assert sorted(int(r) for r in stats["rids"]) == list(range(n))  # every body sent exactly once
+    assert res.request_index == list(range(n))  # records in issue order
+    assert len(res.records) == n and all(r.ok for r in res.records), {r.error for r in res.records}
+    assert all(r.output_tokens == tokens for r in res.records)
+    assert res.max_in_flight <= c
+    assert 0 < res.mean_in_flight <= c + 1e-9
+    assert res.t_start == min(r.t_sent for r in res.records) and res.t_end == max(r.t_end for r in res.records)
+    assert res.cpu_s > 0 and res.parse_cpu_s >= 0 and not res.stopped and res.cancelled == 0
+
+
+def test_split_concurrency() -> None:
+    assert split_concurrency(10, 4) == [3, 3, 2, 2]
+    assert split_concurrency(1, 2) == [1, 0]
+    assert sum(split_concurrency(257, 3)) == 257
+
+
+def test_closed_loop_in_process(server_url: str) -> None:
+    _reset(server_url)
+    seen: list[tuple[int, int]] = []
+    res = run_level(server_url, FLAVOUR, _bodies(60), 8, progress=lambda d, n: seen.append((d, n)))
+    _check_closed_loop(server_url, res, 60, 8, 20)
+    assert seen and seen[-1] == (60, 60) and all(n == 60 for _, n in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_closed_loop_two_worker_processes(server_url: str) -> None:
+    _reset(server_url)
+    before = perf_counter()
+    with LoadGenerator(server_url, FLAVOUR, max_concurrency=8, workers=2) as gen:
+        res = gen.run_level(_bodies(60), 8)
+        _check_closed_loop(server_url, res, 60, 8, 20)
+        # a second level on the same workers (the caller's warm-up, then the measured level)
+        _reset(server_url)
+        res2 = gen.run_level(_bodies(30), 5)
+        _check_closed_loop(server_url, res2, 30, 5, 20)
+    after = perf_counter()
+    assert res.workers == 2
+    # perf_counter is CLOCK_MONOTONIC: the workers' times fall inside the parent's bracket
+    assert before < res.t_start < res.t_end < res2.t_start < res2.t_end < after
+
+
+def _child_clock(q: Any) -> None:
+    q.put(perf_counter())
+
+
+def test_perf_counter_is_one_clock_across_processes() -> None:
+    if sys.platform.startswith("linux"):
+        assert "CLOCK_MONOTONIC" in time.get_clock_info("perf_counter").implementation
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    before = perf_counter()
+    p = ctx.Process(target=_child_clock, args=(q,))
+    p.start()
+    child = q.get(timeout=60)
+    p.join()
+    after = perf_counter()
+    assert before < child < after
+
+
+def test_failures_never_abort_the_level(server_url: str) -> None:
+    _reset(server_url)
+    bodies = _bodies(12, tokens=5, itl_ms=0)
+    faults = {2: "http500", 5: "drop", 7: "error", 9: "malformed"}
+    for i, f in faults.items():
+        bodies[i]["fastsse"]["fault"] = f
+    res = run_level(server_url, FLAVOUR, bodies, 3)
+    assert res.request_index == list(range(12))
+    for i, rec in zip(res.request_index, res.records):
+        assert (rec.error is not None) == (i in faults), (i, rec.error)
+    assert res.records[2].http_status == 500
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stop_event_cancels_promptly(server_url: str, workers: int) -> None:
+    stop = threading.Event()
+    # 4 quick requests finish first; the slow ones (200 × 20 ms = 4 s) are in flight at the stop
+    bodies = _bodies(4, tokens=2, itl_ms=1) + _bodies(20, tokens=200, itl_ms=20)
+    with LoadGenerator(server_url, FLAVOUR, max_concurrency=4, workers=workers) as gen:
+        timer = threading.Timer(0.5, stop.set)
+        timer.start()
+        t0 = time.monotonic()
+        res = gen.run_level(bodies, 4, stop=stop)
+        took = time.monotonic() - t0
+        timer.cancel()
+        assert res.stopped and res.cancelled >= 1
+        assert took < 3.0  # far less than one slow request (4 s)
+        assert set(res.request_index) <= set(range(4))  # only what finished, in order
+        assert all(r.ok for r in res.records)
+        # the generator is still usable after a stop
+        again = gen.run_level(_bodies(3, tokens=2, itl_ms=0), 2)
+        assert [r.ok for r in again.records] == [True, True, True]
+
+
+def test_usable_from_a_running_event_loop(server_url: str) -> None:
+    """A Jupyter kernel runs an asyncio loop in the calling thread; the loadgen must still work."""
+    async def notebook_cell() -> Any:
+        return run_level(server_url, FLAVOUR, _bodies(6, tokens=3, itl_ms=0), 2)
+
+    res = asyncio.run(notebook_cell())
+    assert [r.ok for r in res.records] == [True] * 6
+
+
+def test_parse_budget_zero_parses_in_the_loop(server_url: str) -> None:
+    res = run_level(server_url, FLAVOUR, _bodies(6, tokens=4, itl_ms=0), 3, parse_budget_bytes=0)
+    assert all(r.ok and r.output_tokens == 4 for r in res.records)
+
+
+def test_sglang_cumulative_streams_over_a_mebibyte(server_url: str) -> None:
+    """SGLang repeats the whole text in every chunk: such big responses are parsed as they end."""
+    bodies = [build_body("sglang", [i, 1, 2], 1200, extra={"rid": i, "fastsse": {"k": 3}}) for i in range(4)]
+    res = run_level(server_url, "sglang", bodies, 2)
+    for rec in res.records:
+        assert rec.ok and rec.output_tokens == 1200 and rec.token_source == "usage"
+        assert rec.chunk_tokens is not None and sum(rec.chunk_tokens) == 1200 and max(rec.chunk_tokens) == 3
+        assert rec.finish_reason == "length" and rec.prompt_tokens == 3
+        assert rec.server["spec_verify_ct"] == 400 and rec.output_digest is not None
+
+
+def test_validation_names_the_parameter(server_url: str) -> None:
+    with pytest.raises(ValueError, match="flavour"):
+        LoadGenerator(server_url, "tgi", max_concurrency=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="workers"):
+        LoadGenerator(server_url, FLAVOUR, max_concurrency=1, workers=0)
+    with pytest.raises(ValueError, match="max_concurrency"):
+        LoadGenerator(server_url, FLAVOUR, max_concurrency=0)
+    with LoadGenerator(server_url, FLAVOUR, max_concurrency=2) as gen:
+        with pytest.raises(ValueError, match="max_concurrency"):
+            gen.run_level(_bodies(2), 3)
+        with pytest.raises(ValueError, match="bodies"):
+            gen.run_level([], 1)
+    with pytest.raises(RuntimeError, match="closed"):
+        gen.run_level(_bodies(1), 1)
