@@ -1,0 +1,138 @@
+"""The sweep against the reference server over real sockets: flavours, token accounting, resume,
+preflight errors."""
+from __future__ import annotations
+
+import _thread
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specsweep.probe import ProbeError, probe
+from specsweep.refserver.launch import RefServer
+from specsweep.store import load_result_set
+from specsweep.sweep import run_sweep
+
+def quiet(_: str) -> None:
+    pass
+
+
+def small(tmp_path: Path, url: str, **kw) -> dict:
+    return {"endpoint": url, "concurrency": [1, 3], "input_tokens": 32, "output_tokens": 40,
+            "out_dir": str(tmp_path), "metrics_interval_s": 0.05, **kw}
+
+
+@pytest.mark.parametrize("api", ["sglang", "openai-completions", "openai-chat"])
+def test_every_flavour_counts_the_servers_tokens(tmp_path: Path, refserver: RefServer, api: str) -> None:
+    res = run_sweep(small(tmp_path, refserver.url, api=api, arm=f"b-{api}"), progress=False, log=quiet)
+    assert res.complete and res.meta["api"] == api and res.meta["server"]["simulated"] is True
+    rs = load_result_set(res.run_dir)
+    req = rs.requests
+    assert len(req) == 4 + 6 and not req["warmup"].any()
+    assert req["error"].isna().all() and (req["token_source"] == "usage").all()
+    assert (req["output_tokens"] == 40).all()
+    # per-chunk counts add up to the server's total, one token per chunk without speculation
+    assert all(sum(t) == 40 and set(t) == {1} for t in req["chunk_tokens"])
+    lv = rs.levels.set_index("concurrency")
+    assert (lv["short_outputs"] == 0).all()
+    # the server's own generation counter moved by exactly what the client counted
+    assert lv.at[3, "server_generation_tokens_delta"] == pytest.approx(6 * 40)
+    assert lv.at[3, "output_tok_s"] == pytest.approx(240 / lv.at[3, "window_s"])
+    assert set(rs.levels["concurrency"]) == {1, 3}
+
+
+def test_speculation_streams_several_tokens_per_chunk(tmp_path: Path, refserver_mtp: RefServer) -> None:
+    res = run_sweep(small(tmp_path, refserver_mtp.url, arm="mtp", output_tokens=60), progress=False, log=quiet)
+    rs = load_result_set(res.run_dir)
+    req = rs.requests
+    assert (req["output_tokens"] == 60).all()
+    assert all(sum(t) == 60 for t in req["chunk_tokens"])
+    counts = np.concatenate([np.asarray(t) for t in req["chunk_tokens"]])
+    assert counts.max() > 1 and counts.max() <= 4  # 3 draft steps: 1..4 tokens per step
+    assert (req["chunks"] < 60).all()
+    lv = rs.levels
+    assert (lv["tokens_per_chunk_mean"] > 1.3).all()
+    assert lv["spec_accept_length"].between(1.5, 3.0).all()
+    assert rs.meta["server"]["speculative_algorithm"] == "EAGLE"
+    assert rs.meta["server"]["max_running_requests"] == 48
+    # token-normalised ITL is shorter than the gap between chunks under speculation
+    assert (lv["itl_mean_s"] < lv["chunk_gap_mean_s"]).all()
+
+
+def test_interrupted_sweep_resumes_without_rerunning_finished_levels(tmp_path: Path, refserver: RefServer) -> None:
+    params = small(tmp_path, refserver.url, arm="resumable", concurrency=[1, 2, 4], output_tokens=300,
+                   requests_per_level=4)
+    saved = threading.Event()
+
+    def log(line: str) -> None:
+        if "saved" in line and not saved.is_set():
+            saved.set()
+            threading.Timer(0.25, _thread.interrupt_main).start()  # Ctrl-C in the middle of level 2
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(params, progress=False, log=log)
+    run_dir = next(tmp_path.glob("*-resumable"))
+    partial = load_result_set(run_dir)
+    assert partial.meta["complete"] is False and "interrupted" in partial.meta
+    assert partial.levels["concurrency"].tolist() == [1]
+    first = partial.requests.copy()
+
+    lines: list[str] = []
+    res = run_sweep({**params, "resume": str(run_dir)}, progress=False, log=lines.append)
+    assert res.complete and res.run_dir == run_dir
+    assert any("C=1 repeat 0: already finished, skipped" in line for line in lines)
+    full = load_result_set(run_dir)
+    assert sorted(full.levels["concurrency"]) == [1, 2, 4]
+    assert "interrupted" not in full.meta and full.meta["resumed_utc"]
+    kept = full.requests[full.requests["concurrency"] == 1].reset_index(drop=True)
+    pd.testing.assert_frame_equal(kept.drop(columns=["chunk_t_s", "chunk_tokens"]),
+                                  first.drop(columns=["chunk_t_s", "chunk_tokens"]))
+    assert len(full.requests) == 4 * 3
+    # resuming with other parameters is refused, naming what differs
+    with pytest.raises(ValueError, match=r"workload.output_tokens 300 vs 20"):
+        run_sweep({**params, "output_tokens": 20, "resume": str(run_dir)}, progress=False, log=quiet)
+
+
+def test_preflight_unreachable_endpoint_names_url_and_attempts() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ProbeError) as err:
+        probe(f"http://127.0.0.1:{port}")
+    msg = str(err.value)
+    assert f"http://127.0.0.1:{port}" in msg and "GET /server_info" in msg and "GET /v1/models" in msg
+    assert "Is the server running" in msg
+
+
+def test_preflight_wrong_model_lists_the_models(refserver: RefServer) -> None:
+    with pytest.raises(ProbeError, match=r"model 'llama' is not served at .*; it serves: specsweep-sim/tiny"):
+        probe(refserver.url, model="llama")
+    with pytest.raises(ProbeError, match=r"api must be 'auto' or one of sglang, openai-completions, openai-chat"):
+        probe(refserver.url, api="grpc")
+    info = probe(refserver.url)
+    assert (info.server, info.flavour, info.model) == ("sglang", "sglang", "specsweep-sim/tiny")
+
+
+def test_server_that_ignores_ignore_eos_is_flagged(tmp_path: Path, refserver_factory) -> None:
+    srv = refserver_factory(args=["--disregard-ignore-eos"])
+    res = run_sweep(small(tmp_path, srv.url, arm="eos", output_tokens=400, concurrency=[2]), progress=False, log=quiet)
+    assert any("may not honour ignore_eos" in w for w in res.warnings)
+    lv = res.levels.iloc[0]
+    assert lv["short_outputs"] > 0
+    from specsweep.sweep import warnings_markdown
+
+    assert "did not honour ignore_eos" in warnings_markdown(res)
+
+
+def test_failed_requests_become_records_not_aborts(tmp_path: Path, refserver_factory) -> None:
+    srv = refserver_factory(args=["--fault-error-rate", "0.3", "--seed", "5"])
+    res = run_sweep(small(tmp_path, srv.url, arm="faulty", concurrency=[4], requests_per_level=20,
+                          warmup_requests=0), progress=False, log=quiet)
+    rs = load_result_set(res.run_dir)
+    errors = rs.requests["error"].dropna()
+    assert 0 < len(errors) < 20 and errors.str.contains("HTTP 5").all()
+    assert rs.levels.iloc[0]["error_rate"] == pytest.approx(len(errors) / 20)
