@@ -47,9 +47,14 @@ def dump_dom(html: Path, tmp_path: Path) -> str:
     return done.stdout
 
 
+@pytest.fixture(scope="module")
+def seed_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_report([SEED], "browser", out_dir=tmp_path_factory.mktemp("reports"))
+
+
 @pytest.mark.browser
-def test_every_chart_renders_offline(tmp_path: Path) -> None:
-    html = build_report([SEED], "browser", out_dir=tmp_path / "reports")
+def test_every_chart_renders_offline(seed_html: Path, tmp_path: Path) -> None:
+    html = seed_html
     source = html.read_text()
     expected = len(re.findall(r'class="specsweep-chart"', source))
     assert expected == 5
@@ -58,3 +63,27 @@ def test_every_chart_renders_offline(tmp_path: Path) -> None:
     assert len(views) == expected, f"{len(views)} chart views rendered, expected {expected}"
     assert not re.search(r">\s*chart failed:", dom), "a chart reported an error"
     assert not re.search(r"Error loading script", dom)
+
+
+@pytest.mark.browser
+def test_tooltips_work_offline(seed_html: Path) -> None:
+    """Hover a point over the DevTools protocol; the Vega tooltip must show its data."""
+    import json
+    import sys
+
+    browser = require_chromium()
+    hover = [sys.executable, str(Path(__file__).with_name("browser_hover.py")), browser, str(seed_html)]
+    prefix = offline_prefix()
+    if prefix:  # no network at all, only loopback (the DevTools port) up
+        import shlex
+
+        cmd = prefix + ["sh", "-c", "ip link set lo up && exec " + " ".join(map(shlex.quote, hover))]
+    else:
+        cmd = hover
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["views"] == 5
+    assert "visible" in (result["tooltip_class"] or ""), result
+    text = result["tooltip_text"] or ""
+    assert "arm" in text and "concurrency" in text, text
