@@ -84,11 +84,13 @@ def synthetic_records(
 
 
 def write_measured(
-    folder: Path, arm: str, levels: dict[int, dict[str, Any]], repeats: int = 1, seed: int | None = None, **meta: Any
+    folder: Path, arm: str, levels: dict[int, dict[str, Any]], repeats: int = 1, seed: int | None = None,
+    level_extra: dict[int, dict[str, Any]] | None = None, **meta: Any
 ) -> Path:
     """A measured result set built from synthetic records through the real metrics and store code.
 
-    ``levels`` maps concurrency to keyword arguments of :func:`synthetic_records`.
+    ``levels`` maps concurrency to keyword arguments of :func:`synthetic_records`;
+    ``level_extra`` adds columns to a level's row (e.g. server gauges).
     """
     folder.mkdir(parents=True, exist_ok=True)
     m = base_meta(arm, kind="run", level_only=False, **meta)
@@ -100,7 +102,7 @@ def write_measured(
             recs = synthetic_records(concurrency=c, rng=rng, **kw)
             req = requests_frame(recs, t0=0.0, run_id=m["run_id"], arm=arm, concurrency=c, repeat=r)
             lv = level_metrics(req, c)
-            lv.update(run_id=m["run_id"], arm=arm, concurrency=c, repeat=r)
+            lv.update(run_id=m["run_id"], arm=arm, concurrency=c, repeat=r, **(level_extra or {}).get(c, {}))
             append_level(folder, pd.DataFrame([lv]), req)
     write_meta(folder, m)
     return folder

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SEED
+from helpers import SEED, write_measured
 from specsweep.compare import compare
 from specsweep.recommend import DEFAULT_PROFILES, parse_profile, recommend
 from specsweep.store import load_result_sets
@@ -136,3 +136,26 @@ def test_markdown_has_every_part(seed) -> None:
     md = recommend(seed, THROUGHPUT).to_markdown()
     for part in ("### batch", "| concurrency | outcome |", "**Why**", "**Caveats**", "**Next experiment**"):
         assert part in md
+
+
+def test_server_gauges_show_memory_not_the_cap(tmp_path: Path) -> None:
+    """Measured arms: the spec arm loses above its cap of 8, but served ~4 at once with a full pool."""
+    fast = {c: {"tokens": 30, "step_s": 0.01, "ttft_s": 0.02} for c in (2, 16, 32)}
+    spec = {2: {"tokens": 30, "step_s": 0.007, "ttft_s": 0.02},
+            # requests wait ~3x their decode time before the first token: few decode at once
+            16: {"tokens": 30, "step_s": 0.006, "ttft_s": 0.9},
+            32: {"tokens": 30, "step_s": 0.006, "ttft_s": 1.8}}
+    gauges = {c: {"server_running_max": 5.0, "server_kv_usage_max": 0.97} for c in (16, 32)}
+    study = tmp_path / "study"
+    write_measured(study / "baseline", "baseline", fast)
+    write_measured(study / "spec", "spec", spec, level_extra=gauges,
+                   server={"max_running_requests": 8, "mem_fraction_static": 0.7})
+    comp = compare(load_result_sets(study))
+    rec = recommend(comp, THROUGHPUT)
+    assert rec.verdict == "enable_up_to"
+    text = " ".join(rec.reasons)
+    assert "max_running_requests = 8" in text and "cannot be the whole story" in text
+    assert "never ran more than 5 requests at once at 16, 32" in text
+    assert "97% full there: memory, not the cap, limited admission" in text
+    assert rec.next_experiment.startswith("The cap did not bind")
+    assert "--mem-fraction-static (now 0.7)" in rec.next_experiment

@@ -357,6 +357,7 @@ def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame)
         + " above that cap, so the cap is the leading hypothesis for the loss: "
         "requests beyond it queue instead of joining the batch."
     ]
+    memory_bound = False
     lv = comp.arm_levels(arm)
     measured = lv["decoding_concurrency"] if "decoding_concurrency" in lv and lv["decoding_concurrency"].notna().any() else None
     col = "decoding_concurrency" if measured is not None else "concurrency_estimate"
@@ -381,6 +382,8 @@ def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame)
         if any("not published" in v for v in (comp.metas[arm].get("metric_definitions") or {}).values()):
             others.append("the unknown definition of the published per-request metric, which moves this estimate")
         why.append("Other candidates: " + "; ".join(others) + ".")
+        gauge_sentences, memory_bound = _server_gauge_sentences(lv, above, cap, label)
+        why.extend(gauge_sentences)
         base_lv = comp.arm_levels(comp.baseline)
         bvals = base_lv[base_lv["concurrency"].isin(above)][col].dropna()
         if len(bvals):
@@ -389,6 +392,12 @@ def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame)
         reasons.extend(why)
         expect = (f"the {kind} (about {about}) is well below {cap}, so if throughput at "
                   f"{', '.join(map(str, above))} stays near today's, the cap is not the cause and the limit lies elsewhere")
+        if memory_bound:
+            mf = meta_server.get("mem_fraction_static")
+            return reasons, (f"The cap did not bind — the server's gauges show a full KV pool below it — so give {label} "
+                             "more KV memory rather than a higher cap: re-run with a larger --mem-fraction-static"
+                             + (f" (now {mf:g})" if mf else "") + " or a smaller draft configuration, and watch "
+                             "the token-usage and running-requests gauges.")
     else:
         if not math.isnan(plateau):
             reasons.append(f"The {kind} of {label} ({how}) sits near the cap at those levels (about {about} of {cap}), "
@@ -398,6 +407,29 @@ def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame)
     experiment = (f"Re-run {label} with {flag} {max_c} to test whether the cap causes the loss: {expect}. "
                   "Watch the running and queued request gauges and KV usage during the run.")
     return reasons, experiment
+
+
+def _server_gauge_sentences(lv: pd.DataFrame, above: list[int], cap: int, label: str) -> tuple[list[str], bool]:
+    """What the server's own gauges said at the levels above the cap (measured runs only), and
+    whether they show admission limited by memory (running below the cap with a full pool)."""
+    out = []
+    below_cap = full = False
+    high = lv[lv["concurrency"].isin(above)]
+    if "server_running_max" in high and high["server_running_max"].notna().any():
+        most = int(high["server_running_max"].max())
+        out.append(f"The server's own gauge agrees: {label} never ran more than {most} requests at once at "
+                   f"{', '.join(map(str, above))} (running-requests gauge, polled during the levels)"
+                   + (f", below its cap of {cap}." if most < cap else ", its cap."))
+        below_cap = most < cap
+    if "server_kv_usage_max" in high and high["server_kv_usage_max"].notna().any():
+        usage = float(high["server_kv_usage_max"].max())
+        if usage >= 0.9:
+            full = True
+            out.append(f"Its KV/token pool was {usage:.0%} full there: memory"
+                       + (", not the cap," if below_cap else "") + " limited admission.")
+        else:
+            out.append(f"Its KV/token pool peaked at {usage:.0%} there, so memory did not limit admission.")
+    return out, below_cap and full
 
 
 def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, judged: pd.DataFrame) -> list[str]:

@@ -247,9 +247,14 @@ def diagnostics_markdown(comp: Comparison) -> str:
         if "effective_concurrency" in a and a["effective_concurrency"].notna().any():
             low = a[a["effective_concurrency"] < 0.9 * a["concurrency"]]
             if len(low):
-                line += (" The client kept fewer requests in flight than offered at "
+                held = ("client_max_in_flight" in low and (low["client_max_in_flight"] >= low["concurrency"]).all()
+                        and ("client_cpu_cores" not in low or (low["client_cpu_cores"].fillna(0) < 0.7).all()))
+                why = ("ramp-up and drain: the client did hold all C in flight, with an idle core, but with "
+                       "few requests per slot the start and end of a level weigh a lot" if held
+                       else "ramp-up and drain, or a client that fell behind")
+                line += (" On average fewer requests were in flight than offered at "
                          + ", ".join(f"{int(r.concurrency)} ({r.effective_concurrency:.1f})" for r in low.itertuples())
-                         + " — ramp-up and drain, or a client that falls behind.")
+                         + f" — {why}.")
         lines.append(line)
     if "tokens_per_chunk_mean" in lv and lv["tokens_per_chunk_mean"].notna().any():
         tpc = lv.groupby("arm")["tokens_per_chunk_mean"].mean()
