@@ -8,7 +8,9 @@ a laptop and tests talk to a real socket. Its timing comes from a documented per
 Modules: ``profiles`` (load/validate/override), ``model`` (step times, pool, acceptance, engine
 core, virtual-time simulator), ``engine`` (real-time loop), ``streaming`` (response formats and
 sinks), ``app`` (HTTP routes), ``faults``, ``metrics``, ``tokens`` (simulated tokenisation),
-``launch`` (``RefServer`` context manager), ``__main__`` (CLI).
+``launch`` (``RefServer`` context manager), ``__main__`` (CLI). With ``--api-surface vllm`` the
+same engine presents vLLM's OpenAI server instead: ``vllm_api`` (vLLM-only routes) and
+``vllm_metrics`` (``vllm:*`` metrics).
 """
 from __future__ import annotations
 

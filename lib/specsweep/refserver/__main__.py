@@ -1,6 +1,7 @@
 """Command line: ``python -m specsweep.refserver --profile NAME [options]``.
 
-Starts the simulated SGLang server, prints ``specsweep refserver ready: http://HOST:PORT`` on
+Starts the simulated SGLang server (or, with ``--api-surface vllm``, the same simulated engine
+behind a vLLM-shaped OpenAI API), prints ``specsweep refserver ready: http://HOST:PORT`` on
 stdout once it accepts connections, and exits with status 0 on SIGINT/SIGTERM. A bad flag, an
 unknown profile or a bad override exits with status 2 and a message saying what is wrong (and,
 for a profile, which profiles exist); a port that cannot be bound exits with status 1.
@@ -47,6 +48,16 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
   --fault-malformed-rate R  send one data: line that is not JSON mid-way through a stream
   --fault-omit-usage        never send token counts (no usage, no meta_info token counts)
 
+API surfaces (--api-surface; the simulated engine is the same under both):
+  sglang  SGLang 0.5.23: /generate, /server_info, /model_info, /health (a generation, >= 1 s),
+          /v1/*, /metrics with sglang:* names; --spec mtp caps running requests at 48
+  vllm    vLLM 0.33 OpenAI server: /v1/completions, /v1/chat/completions, /v1/models
+          (owned_by "vllm"), /version, /health (instant), /load, /metrics with vllm:* names
+          (live gauges; spec counters vllm:spec_decode_num_drafts/_draft_tokens/_accepted_tokens);
+          /generate, /server_info, /model_info, /health_generate, /ready answer 404; usage on
+          every chunk only with include_usage AND continuous_usage_stats; --spec mtp uses the
+          non-speculative cap rule (vLLM does not lower --max-num-seqs for speculation)
+
 The server is simulated: every response says so (X-Simulated header, "simulated": true,
 system_fingerprint "specsweep-refserver-simulated", a version ending in "(simulated)").
 """
@@ -78,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m specsweep.refserver",
         usage="python -m specsweep.refserver --profile NAME [--spec off|mtp] "
               "[--max-running-requests N] [--host H] [--port P] [--seed S] [--set KEY=VALUE ...] "
-              "[options]",
-        description="Simulated SGLang/OpenAI inference server with continuous batching and "
+              "[--api-surface sglang|vllm] [options]",
+        description="Simulated SGLang (or vLLM) inference server with continuous batching and "
                     "speculative decoding (specsweep's reference server). Prints "
                     f"'{READY_PREFIX}http://HOST:PORT' on stdout once ready.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,10 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     p.add_argument("--spec", choices=("off", "mtp"), default="off",
                    help="speculative decoding: off (baseline) or mtp (SGLang NEXTN, reported as "
-                        "EAGLE; caps running requests at 48 unless --max-running-requests)")
+                        "EAGLE; on the sglang surface caps running requests at 48 unless "
+                        "--max-running-requests)")
     p.add_argument("--max-running-requests", type=_posint, metavar="N",
-                   help="running-request cap (default: 48 with --spec mtp, else the profile's "
-                        "or SGLang's rule)")
+                   help="running-request cap (default: 48 with --spec mtp on the sglang surface, "
+                        "else the profile's or SGLang's rule)")
+    p.add_argument("--api-surface", choices=("sglang", "vllm"), default="sglang",
+                   help="which server's API to present: sglang (default, SGLang 0.5.23) or vllm "
+                        "(vLLM 0.33 OpenAI server: /version, vllm:* metrics, no /generate or "
+                        "/server_info, no cap reset under --spec mtp); see below")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=30000,
                    help="port (default 30000; 0 picks a free one, see the ready line)")
@@ -109,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--health-delay-s", type=_nonneg, default=1.0,
                    help="/health runs a one-token generation and answers no sooner than this "
                         "(default 1.0 s, like SGLang, which polls its health generation every "
-                        "second); 503 after 20 s")
+                        "second); 503 after 20 s. Unused with --api-surface vllm (instant /health)")
     p.add_argument("--disregard-ignore-eos", action="store_true",
                    help="ignore the request's ignore_eos (stop at the simulated EOS anyway), to "
                         "test clients that check the server honoured it")
@@ -118,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "--stream-interval; default 1: every step's tokens as one chunk)")
     p.add_argument("--decode-log-interval", type=_posint, default=40,
                    help="refresh scheduler gauges (/metrics, last_gen_throughput) every N decode "
-                        "steps (default 40, as SGLang)")
+                        "steps (default 40, as SGLang; the vllm surface's gauges are live)")
     p.add_argument("--emit-log", metavar="PATH",
                    help="record scheduled vs actual write time of every chunk; saved as a .npy "
                         "array (n, 2) at exit (for bench/refserver_emission.py)")
@@ -170,7 +186,9 @@ async def _serve(state: ServerState) -> int:
     cfg = state.cfg
     print(f"specsweep refserver (SIMULATED) profile={cfg.profile.name} spec="
           f"{'mtp' if cfg.spec else 'off'} max_running_requests={cfg.max_running_requests} "
-          f"max_total_num_tokens={cfg.max_total_num_tokens}", file=sys.stderr, flush=True)
+          f"max_total_num_tokens={cfg.max_total_num_tokens}"
+          + (f" api_surface={opts.api_surface}" if opts.api_surface != "sglang" else ""),
+          file=sys.stderr, flush=True)
     print(f"{READY_PREFIX}http://{host}:{port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -198,7 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides.append(f"speculative.num_steps={args.speculative_num_steps}")
     try:
         profile = load_profile(args.profile, overrides)
-        cfg = resolve(profile, args.spec, args.max_running_requests)
+        cfg = resolve(profile, args.spec, args.max_running_requests,
+                      spec_resets_cap=args.api_surface == "sglang")
         faults = FaultConfig(seed=args.seed, error_rate=args.fault_error_rate,
                              drop_rate=args.fault_drop_rate, stall_rate=args.fault_stall_rate,
                              stall_s=args.fault_stall_s, malformed_rate=args.fault_malformed_rate,
@@ -219,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream_interval=args.stream_interval, decode_log_interval=args.decode_log_interval,
         emit_log_path=args.emit_log, timer_spin_ms=args.timer_spin_ms, gate_ms=args.gate_ms,
         launch_command="python -m specsweep.refserver " + shlex.join(argv_list),
-        profile_name=profile.name, faults=faults)
+        profile_name=profile.name, faults=faults, api_surface=args.api_surface)
     state = ServerState(cfg, options)
     loop_factory = None
     if not args.no_uvloop:

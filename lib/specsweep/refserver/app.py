@@ -1,6 +1,21 @@
-"""HTTP API of the reference server (aiohttp.web), shaped like SGLang 0.5.23's.
+"""HTTP API of the reference server (aiohttp.web), shaped like SGLang 0.5.23's or vLLM 0.33's.
 
-Routes: ``POST /generate`` (SGLang native), ``POST /v1/completions``,
+API surfaces (``--api-surface``, ``ServerOptions.api_surface``); the simulated engine (step times,
+acceptance) is the same under both:
+
+* ``sglang`` (default): SGLang 0.5.23, described below.
+* ``vllm``: vLLM 0.33's OpenAI server. Routes: ``POST /v1/completions``,
+  ``POST /v1/chat/completions``, ``GET /v1/models`` (``owned_by: "vllm"``, ``max_model_len``),
+  ``GET /version``, ``GET /health`` (instant, empty), ``GET /load``, ``GET /metrics`` (vLLM's
+  names, ``vllm_metrics.py``). ``/generate``, ``/server_info``, ``/get_server_info``,
+  ``/model_info``, ``/get_model_info``, ``/health_generate`` and ``/ready`` answer 404 like any
+  unknown route. OpenAI semantics that differ: per-chunk (continuous) usage only when
+  ``stream_options`` has **both** ``include_usage`` and ``continuous_usage_stats``; a ``model``
+  other than the served name (``"default"`` included) is a 404. With ``--spec mtp`` the
+  running-request cap is not reset to 48 (vLLM does not lower ``--max-num-seqs`` for
+  speculation; see ``model.resolve``). vLLM-only routes live in ``vllm_api.py``.
+
+SGLang routes: ``POST /generate`` (SGLang native), ``POST /v1/completions``,
 ``POST /v1/chat/completions``, ``GET /server_info`` and ``/get_server_info``, ``GET /model_info``
 and ``/get_model_info``, ``GET /v1/models``, ``GET /health`` and ``/health_generate``,
 ``GET /ready``, ``GET /metrics``. There is deliberately no ``/version`` (SGLang has none; clients
@@ -15,7 +30,7 @@ Errors are JSON ``{"error": {"message", "type", "param", "code"}}`` (vLLM's shap
 ``{"error": {"message"}}`` is a subset). Validation follows the real servers where it matters to
 clients: SGLang rejects unknown ``sampling_params`` keys (``stream`` included) with a 400 naming
 the key; a wrong OpenAI ``model`` is a 404 ``The model `x` does not exist.``; a missing prompt
-is a 400.
+is a 400. OpenAI extra keys are ignored on both surfaces.
 """
 from __future__ import annotations
 
@@ -33,6 +48,8 @@ from .engine import EmitLog, Engine
 from .faults import FaultConfig, FaultPlan
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from .model import ModelConfig, SimRequest, request_seed
+from .vllm_api import VLLM_VERSION, add_vllm_routes, vllm_version_string
+from .vllm_metrics import VllmMetrics
 from .streaming import (
     ChatFormat,
     CompletionFormat,
@@ -49,11 +66,15 @@ from .tokens import (
     text_prompt_tokens,
 )
 
-__all__ = ["ServerOptions", "ServerState", "build_app", "SGLANG_VERSION", "SAMPLING_PARAM_KEYS"]
+__all__ = ["API_SURFACES", "ServerOptions", "ServerState", "build_app", "SGLANG_VERSION",
+           "SAMPLING_PARAM_KEYS", "VLLM_VERSION"]
 
 #: the SGLang version whose API is simulated
 SGLANG_VERSION = "0.5.23"
 SERVER_HEADER = f"specsweep-refserver/{REFSERVER_VERSION} (simulated SGLang {SGLANG_VERSION})"
+VLLM_SERVER_HEADER = f"specsweep-refserver/{REFSERVER_VERSION} (simulated vLLM {VLLM_VERSION})"
+#: the APIs the server can present (``--api-surface``)
+API_SURFACES = ("sglang", "vllm")
 
 #: SGLang 0.5.23 ``SamplingParams`` fields; any other key in ``sampling_params`` is a 400
 SAMPLING_PARAM_KEYS = (
@@ -86,6 +107,13 @@ class ServerOptions:
     launch_command: str = "python -m specsweep.refserver"
     profile_name: str = ""
     faults: FaultConfig = field(default_factory=FaultConfig)
+    #: which server's API to present: "sglang" or "vllm" (see the module docstring)
+    api_surface: str = "sglang"
+
+    def __post_init__(self) -> None:
+        if self.api_surface not in API_SURFACES:
+            raise ValueError(f"api_surface must be one of {', '.join(API_SURFACES)}; "
+                             f"got {self.api_surface!r}")
 
 
 class ApiError(Exception):
@@ -114,17 +142,33 @@ class ServerState:
         self.options = options
         self.profile = cfg.profile
         self.model_name = options.served_model_name or cfg.profile.model_name
-        self.version = f"{SGLANG_VERSION} (specsweep refserver {REFSERVER_VERSION}, simulated)"
-        self.metrics = ServerMetrics(
-            self.model_name, profile=cfg.profile.name, spec="mtp" if cfg.spec else "off",
-            version=self.version, num_steps=cfg.num_steps, num_draft_tokens=cfg.num_draft_tokens)
-        self.metrics.max_running_requests.set(cfg.max_running_requests)
-        self.metrics.max_total_num_tokens.set(cfg.max_total_num_tokens)
+        self.vllm = options.api_surface == "vllm"
+        spec_name = "mtp" if cfg.spec else "off"
         self.emit_log = EmitLog() if options.emit_log_path else None
-        self.engine = Engine(cfg, metrics=self.metrics,
-                             decode_log_interval=options.decode_log_interval,
-                             spin_s=options.timer_spin_ms / 1e3, emit_log=self.emit_log,
-                             gate_s=options.gate_ms / 1e3)
+        self.metrics: ServerMetrics | VllmMetrics
+        if self.vllm:
+            self.version = vllm_version_string()
+            vllm_metrics = VllmMetrics(self.model_name, profile=cfg.profile.name, spec=spec_name,
+                                       version=self.version, num_steps=cfg.num_steps)
+            self.metrics = vllm_metrics
+            self.engine = Engine(cfg, metrics=None,
+                                 decode_log_interval=options.decode_log_interval,
+                                 spin_s=options.timer_spin_ms / 1e3, emit_log=self.emit_log,
+                                 gate_s=options.gate_ms / 1e3, observer=vllm_metrics.observe_step)
+            vllm_metrics.attach(self.engine.core)
+        else:
+            self.version = f"{SGLANG_VERSION} (specsweep refserver {REFSERVER_VERSION}, simulated)"
+            sglang_metrics = ServerMetrics(
+                self.model_name, profile=cfg.profile.name, spec=spec_name,
+                version=self.version, num_steps=cfg.num_steps,
+                num_draft_tokens=cfg.num_draft_tokens)
+            sglang_metrics.max_running_requests.set(cfg.max_running_requests)
+            sglang_metrics.max_total_num_tokens.set(cfg.max_total_num_tokens)
+            self.metrics = sglang_metrics
+            self.engine = Engine(cfg, metrics=sglang_metrics,
+                                 decode_log_interval=options.decode_log_interval,
+                                 spin_s=options.timer_spin_ms / 1e3, emit_log=self.emit_log,
+                                 gate_s=options.gate_ms / 1e3)
         self.faults = options.faults
         self.next_index = 0
         self.started_wall = time.time()
@@ -465,8 +509,11 @@ class Handlers:
 
     # -- OpenAI ------------------------------------------------------------------------------
     def _check_model(self, body: dict[str, Any]) -> None:
+        """404 for a model that is not served (SGLang also takes ``"default"``; vLLM does not)."""
         model = body.get("model")
-        if model is not None and model not in (self.state.model_name, "default"):
+        accepted = (self.state.model_name,) if self.state.vllm else (self.state.model_name,
+                                                                      "default")
+        if model is not None and model not in accepted:
             raise ApiError(404, f"The model `{model}` does not exist.", type_="NotFoundError",
                            param="model")
 
@@ -496,11 +543,12 @@ class Handlers:
                    ignore_eos=_bool_param(body.get("ignore_eos"), "ignore_eos"),
                    temperature=_float_param(body.get("temperature"), "temperature", 1.0),
                    sampling_seed=seed if isinstance(seed, int) else None, stream=stream)
-        extra = {
-            "include_usage": _bool_param(so.get("include_usage"), "stream_options.include_usage"),
-            "continuous_usage": _bool_param(so.get("continuous_usage_stats"),
-                                            "stream_options.continuous_usage_stats"),
-        }
+        include_usage = _bool_param(so.get("include_usage"), "stream_options.include_usage")
+        continuous = _bool_param(so.get("continuous_usage_stats"),
+                                 "stream_options.continuous_usage_stats")
+        if self.state.vllm:  # vLLM: include_continuous_usage = include_usage and continuous
+            continuous = continuous and include_usage
+        extra = {"include_usage": include_usage, "continuous_usage": continuous}
         return gen, extra
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -626,24 +674,37 @@ async def _headers(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["X-Simulated"] = "true"
 
 
+async def _vllm_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = VLLM_SERVER_HEADER
+    response.headers["X-Simulated"] = "true"
+
+
 def build_app(state: ServerState) -> web.Application:
-    """The aiohttp application; the engine starts and stops with it."""
+    """The aiohttp application of ``state.options.api_surface``; the engine starts and stops
+    with it."""
     app = web.Application(middlewares=[_fastapi_errors], client_max_size=64 * 2**20)
     h = Handlers(state)
-    app.router.add_post("/generate", h.generate)
-    app.router.add_put("/generate", h.generate)
-    app.router.add_post("/v1/completions", h.completions)
-    app.router.add_post("/v1/chat/completions", h.chat)
-    for path in ("/server_info", "/get_server_info"):
-        app.router.add_get(path, h.server_info)
-    for path in ("/model_info", "/get_model_info"):
-        app.router.add_get(path, h.model_info)
-    app.router.add_get("/v1/models", h.models)
-    for path in ("/health", "/health_generate"):
-        app.router.add_get(path, h.health)
-    app.router.add_get("/ready", h.ready)
-    app.router.add_get("/metrics", h.metrics)
-    app.on_response_prepare.append(_headers)
+    if state.vllm:
+        app.router.add_post("/v1/completions", h.completions)
+        app.router.add_post("/v1/chat/completions", h.chat)
+        add_vllm_routes(app, state)
+        app.router.add_get("/metrics", h.metrics)
+        app.on_response_prepare.append(_vllm_headers)
+    else:
+        app.router.add_post("/generate", h.generate)
+        app.router.add_put("/generate", h.generate)
+        app.router.add_post("/v1/completions", h.completions)
+        app.router.add_post("/v1/chat/completions", h.chat)
+        for path in ("/server_info", "/get_server_info"):
+            app.router.add_get(path, h.server_info)
+        for path in ("/model_info", "/get_model_info"):
+            app.router.add_get(path, h.model_info)
+        app.router.add_get("/v1/models", h.models)
+        for path in ("/health", "/health_generate"):
+            app.router.add_get(path, h.health)
+        app.router.add_get("/ready", h.ready)
+        app.router.add_get("/metrics", h.metrics)
+        app.on_response_prepare.append(_headers)
 
     async def _start(app: web.Application) -> None:
         state.engine.start()

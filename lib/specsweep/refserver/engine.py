@@ -21,6 +21,11 @@ Timing (all ``time.perf_counter()`` seconds):
 A step's outcome is known when it is planned, so the engine commits it at once and asks every
 request's sink to ``prepare`` its chunk (format the bytes) while it waits; at the scheduled end
 it only calls ``deliver`` (one ``transport.write`` per chunk). Sinks live in ``streaming.py``.
+
+Metrics: with ``metrics`` (SGLang names) the engine updates counters and histograms per request
+and refreshes the scheduler gauges every ``decode_log_interval`` decode steps. An ``observer``
+(``StepObserver``; the vLLM surface's metrics) is instead called once per committed step with the
+requests that got tokens, before their chunks are prepared.
 """
 from __future__ import annotations
 
@@ -36,7 +41,7 @@ from .model import FINISHED, EngineCore, ModelConfig, SimRequest, Step
 if TYPE_CHECKING:
     from .metrics import ServerMetrics
 
-__all__ = ["EmitLog", "Engine", "Sink"]
+__all__ = ["EmitLog", "Engine", "Sink", "StepObserver"]
 
 log = logging.getLogger("specsweep.refserver")
 
@@ -52,6 +57,16 @@ class Sink(Protocol):
     def prepare(self, req: SimRequest, t_sched: float) -> Any: ...
 
     def deliver(self, req: SimRequest, action: Any, t_sched: float) -> None: ...
+
+
+class StepObserver(Protocol):
+    """Called once per committed step: ``(step, requests that got tokens, scheduled end)``.
+
+    ``t_sched`` is the step's scheduled end, ``time.perf_counter()`` seconds. Must be cheap: it
+    runs on the engine's critical path, before the step's chunks are formatted.
+    """
+
+    def __call__(self, step: Step, emitted: list[SimRequest], t_sched: float) -> None: ...
 
 
 class EmitLog:
@@ -96,10 +111,12 @@ class Engine:
 
     def __init__(self, cfg: ModelConfig, *, metrics: ServerMetrics | None = None,
                  decode_log_interval: int = 40, spin_s: float = 0.001, resync_s: float = 0.25,
-                 emit_log: EmitLog | None = None, gate_s: float = 0.002) -> None:
+                 emit_log: EmitLog | None = None, gate_s: float = 0.002,
+                 observer: StepObserver | None = None) -> None:
         self.cfg = cfg
         self.core = EngineCore(cfg)
         self.metrics = metrics
+        self.observer = observer
         self.decode_log_interval = max(1, decode_log_interval)
         self.spin_s = spin_s
         self.resync_s = resync_s
@@ -138,6 +155,11 @@ class Engine:
             except asyncio.CancelledError:
                 pass
             self._task = None
+
+    @property
+    def alive(self) -> bool:
+        """True while the engine task runs (False before start, after stop or a crash)."""
+        return self._task is not None and not self._task.done()
 
     # -- requests ---------------------------------------------------------------------------
     def submit(self, req: SimRequest) -> None:
@@ -203,7 +225,10 @@ class Engine:
                 continue
             target = t + step.duration_s
             # the step's outcome is known now: commit it and format its chunks while waiting
-            actions = self._prepare(core.commit(step, target), target)
+            emitted = core.commit(step, target)
+            if self.observer is not None:
+                self.observer(step, emitted, target)
+            actions = self._prepare(emitted, target)
             self.deadline = target
             self._step_len = step.duration_s
             await self._sleep_until(target)

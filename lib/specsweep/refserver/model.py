@@ -80,6 +80,10 @@ speculation and none given: the profile's ``engine.max_running_requests`` or SGL
 ``min(clamp(pool / context_length * 512, 2048, 4096), pool // 2)``. Always further limited to
 ``pool // 2`` (SGLang ``resolve_max_num_reqs``).
 
+``resolve(..., spec_resets_cap=False)`` (the vLLM API surface) skips the reset to 48: vLLM does
+not lower ``--max-num-seqs`` for speculation, so a speculative arm gets the non-speculative rule
+above (computed on the speculative pool). Step times and acceptance do not depend on it.
+
 Calibration
 -----------
 ``calibration.py`` / ``bench/refserver_calibration.py`` run ``simulate_closed_loop`` for the seed
@@ -319,8 +323,15 @@ def _pool_tokens(profile: Profile, spec: bool) -> tuple[int, float]:
 
 
 def resolve(profile: Profile, spec: bool | str = False,
-            max_running_requests: int | None = None) -> ModelConfig:
-    """Resolve ``profile`` for one arm: ``spec`` is a bool or ``"off"``/``"mtp"``."""
+            max_running_requests: int | None = None, *,
+            spec_resets_cap: bool = True) -> ModelConfig:
+    """Resolve ``profile`` for one arm: ``spec`` is a bool or ``"off"``/``"mtp"``.
+
+    ``max_running_requests``: the ``--max-running-requests`` cap (None: the default rule).
+    ``spec_resets_cap``: with speculation and no cap given, use the profile's
+    ``speculative.default_max_running_requests`` (48, SGLang's reset); False applies the
+    non-speculative rule instead (vLLM does not lower its cap for speculation).
+    """
     if isinstance(spec, str):
         if spec not in ("off", "mtp"):
             raise ProfileError(f"spec must be 'off' or 'mtp', not {spec!r}")
@@ -332,7 +343,7 @@ def resolve(profile: Profile, spec: bool | str = False,
     s = profile.speculative
     cap: int
     arg: int | None
-    if spec:
+    if spec and spec_resets_cap:
         cap = max_running_requests or s.default_max_running_requests
         arg = cap
     else:
