@@ -141,9 +141,9 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
         tried.append(f"GET /version → {err or status}")
         version = None
         if status == 200 and isinstance(body, dict) and "version" in body:
+            # SGLang has no /version; vLLM has it (and /server_info too in its dev mode)
             version = str(body["version"])
-            if server != "sglang":
-                server = "vllm"
+            server = "vllm"
         status, body, err = _get_json(client, "/v1/models")
         tried.append(f"GET /v1/models → {err or status}")
         models: list[str] = []
@@ -152,7 +152,7 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
             data = body.get("data") or []
             models = [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id")]
             owned = next((m.get("owned_by") for m in data if isinstance(m, dict)), None)
-            if owned == "vllm" and server == "openai-compatible":
+            if owned == "vllm":
                 server = "vllm"
         if status in (401, 403):
             raise ProbeError(f"{base}/v1/models answered {status}: the server wants credentials; set the API key "
@@ -164,6 +164,8 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
             metrics = client.get("/metrics").status_code == 200
         except httpx.HTTPError:
             metrics = False
+    if server != "sglang":
+        info = {}  # a vLLM dev-mode /server_info is not SGLang's; keep only what vLLM reports
     flavours: list[Flavour] = (["sglang", "openai-completions", "openai-chat"] if server == "sglang"
                                else ["openai-completions", "openai-chat"])
     if api == "auto":
