@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import zlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -110,3 +109,18 @@ def write_measured(
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def load_fastsse() -> Any:
+    """Import ``bench/fastsse_server.py`` (a script, not a package) once per session."""
+    import importlib.util
+    import sys
+
+    if "fastsse_server" in sys.modules:
+        return sys.modules["fastsse_server"]
+    spec = importlib.util.spec_from_file_location("fastsse_server", ROOT / "bench" / "fastsse_server.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fastsse_server"] = mod
+    spec.loader.exec_module(mod)
+    return mod

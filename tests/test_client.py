@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib.util
 import json
 import socket
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,22 +18,11 @@ import pytest
 from specsweep import client as C
 from specsweep.client import RawExchange, build_body, parse_exchange
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_fastsse() -> Any:
-    """Import bench/fastsse_server.py (not a package) once per session."""
-    if "fastsse_server" in sys.modules:
-        return sys.modules["fastsse_server"]
-    spec = importlib.util.spec_from_file_location("fastsse_server", ROOT / "bench" / "fastsse_server.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fastsse_server"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from helpers import load_fastsse  # noqa: E402
 
-
-fastsse = _load_fastsse()
+fastsse = load_fastsse()
 
 
 @pytest.fixture(scope="module")

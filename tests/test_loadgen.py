@@ -6,13 +6,11 @@ streams it ever had open at once and the request ids it saw, in arrival order.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import multiprocessing as mp
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from time import perf_counter
 from typing import Any
 
@@ -22,22 +20,11 @@ import pytest
 from specsweep.client import build_body
 from specsweep.loadgen import LoadGenerator, run_level, split_concurrency
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_fastsse() -> Any:
-    """Import bench/fastsse_server.py (not a package) once per session."""
-    if "fastsse_server" in sys.modules:
-        return sys.modules["fastsse_server"]
-    spec = importlib.util.spec_from_file_location("fastsse_server", ROOT / "bench" / "fastsse_server.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fastsse_server"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from helpers import load_fastsse  # noqa: E402
 
-
-fastsse = _load_fastsse()
+fastsse = load_fastsse()
 FLAVOUR = "openai-completions"
 
 

@@ -169,6 +169,23 @@ def _hardware(meta: dict[str, Any]) -> str | None:
     return ", ".join(rest)
 
 
+def _server_name(meta: dict[str, Any]) -> str:
+    text = " ".join(str(x) for x in (_server_field(meta, "name"), _server_field(meta, "version")) if x)
+    if _server_field(meta, "simulated") and "simulated" not in text:
+        text += " (simulated)"
+    return text
+
+
+def _requests_per_level(meta: dict[str, Any]) -> str | None:
+    sweep = meta.get("sweep") or {}
+    value = sweep.get("requests_per_level")
+    if isinstance(value, dict):
+        rule = sweep.get("requests_per_level_rule")
+        text = ", ".join(str(v) for v in value.values())
+        return text + (" (auto: max(4, 2 × concurrency))" if rule == "auto" else "")
+    return None if value is None else str(value)
+
+
 def setup_table(comp: Comparison) -> pd.DataFrame:
     """One column per arm: what was measured, against which server, with which settings."""
     fields: list[tuple[str, Any]] = [
@@ -177,8 +194,7 @@ def setup_table(comp: Comparison) -> pd.DataFrame:
         ("kind", lambda m: "published reference data" if m.get("kind") == "reference" else "measured by specsweep"),
         ("model", lambda m: m.get("model")),
         ("hardware", _hardware),
-        ("server", lambda m: " ".join(str(x) for x in (_server_field(m, "name"), _server_field(m, "version")) if x)
-         + (" (simulated)" if _server_field(m, "simulated") else "")),
+        ("server", _server_name),
         ("speculative algorithm", lambda m: _server_field(m, "speculative_algorithm") or "off"),
         ("speculative steps / draft tokens", lambda m: "/".join(str(_server_field(m, k)) for k in ("speculative_num_steps", "speculative_num_draft_tokens")) if _server_field(m, "speculative_num_steps") else None),
         ("max_running_requests", lambda m: _server_field(m, "max_running_requests")),
@@ -188,7 +204,7 @@ def setup_table(comp: Comparison) -> pd.DataFrame:
         ("workload", lambda m: f"{m['workload'].get('kind')}, {m['workload'].get('input_tokens')} in / {m['workload'].get('output_tokens')} out"),
         ("concurrency levels", lambda m: ", ".join(map(str, (m.get("sweep") or {}).get("concurrency") or []))),
         ("repeats", lambda m: (m.get("sweep") or {}).get("repeats")),
-        ("requests per level", lambda m: (m.get("sweep") or {}).get("requests_per_level")),
+        ("requests per level", _requests_per_level),
         ("per-request samples", lambda m: "no (level-level figures only)" if m.get("level_only") else "yes"),
         ("measured (UTC)", lambda m: m.get("started_utc")),
         ("tool", lambda m: " ".join(str(x) for x in ((m.get("tool") or {}).get("name"), (m.get("tool") or {}).get("version")) if x)),
@@ -236,6 +252,7 @@ def diagnostics_markdown(comp: Comparison) -> str:
                      "aggregate tok/s ÷ per-request tok/s (Little's law with the per-request speed standing in for "
                      "1 / time in service). If the per-request figure excludes queueing, this counts requests being "
                      "decoded; if it includes queueing, requests in flight.")
+    bullets = []
     for arm in comp.arms:
         a = comp.arm_levels(arm)
         pairs = ", ".join(f"{v:.1f} at {int(c)}" for c, v in zip(a["concurrency"], a[col]) if not pd.isna(v))
@@ -255,7 +272,8 @@ def diagnostics_markdown(comp: Comparison) -> str:
                 line += (" On average fewer requests were in flight than offered at "
                          + ", ".join(f"{int(r.concurrency)} ({r.effective_concurrency:.1f})" for r in low.itertuples())
                          + f" — {why}.")
-        lines.append(line)
+        bullets.append(line)
+    lines.append("\n".join(bullets))
     if "tokens_per_chunk_mean" in lv and lv["tokens_per_chunk_mean"].notna().any():
         tpc = lv.groupby("arm")["tokens_per_chunk_mean"].mean()
         lines.append("Tokens per streamed chunk (mean over levels): " + ", ".join(
@@ -270,7 +288,7 @@ def diagnostics_markdown(comp: Comparison) -> str:
     if "token_source" in lv and (lv["token_source"] == "chunks").any():
         lines.append("⚠ Some levels counted tokens from chunks because the server reported no counts; those throughput "
                      "figures are lower bounds under speculation.")
-    return "\n".join(lines)
+    return "\n\n".join(lines)
 
 
 def data_table(comp: Comparison) -> pd.DataFrame:
