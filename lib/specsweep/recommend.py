@@ -312,7 +312,8 @@ def _throughput_sentence(comp: Comparison, arm: str, label: str, judged: pd.Data
         parts.append(f"lowers it ({', '.join(downs)})")
     if flat:
         parts.append(f"leaves it unchanged within ±{min_effect:g}% or noise ({', '.join(flat)})")
-    text = f"{label} " + (" and ".join(parts) if parts else "was not compared on aggregate throughput") + "."
+    joined = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1] if parts else ""
+    text = f"{label} " + (joined or "was not compared on aggregate throughput") + "."
     cx = comp.crossover(arm, "output_tok_s")
     for _, r in cx.iterrows():
         text += (f" The aggregate crossover is at about {r.crossover_concurrency:.0f} concurrent requests "
@@ -336,11 +337,12 @@ def _user_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame)
             f"({', '.join(f'{_pct(r.delta_pct)} at {int(r.concurrency)}' for _, r in d.iterrows())}).")
 
 
-def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame) -> tuple[list[str], str | None]:
+def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
+                   min_effect: float) -> tuple[list[str], str | None]:
     """Reasons about the arm's running-request cap, and the experiment that would test it."""
     cap = comp.caps.get(arm)
     base_cap = comp.caps.get(comp.baseline)
-    losses = judged.loc[judged["aggregate_delta_pct"] < 0, "concurrency"].tolist()
+    losses = judged.loc[judged["aggregate_delta_pct"] < -min_effect, "concurrency"].tolist()
     max_c = int(comp.levels["concurrency"].max())
     if cap is None or cap >= max_c or not losses:
         return [], None
@@ -402,6 +404,7 @@ def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame)
         if not math.isnan(plateau):
             reasons.append(f"The {kind} of {label} ({how}) sits near the cap at those levels (about {about} of {cap}), "
                            "consistent with the cap binding.")
+        reasons.extend(_server_gauge_sentences(lv, above, cap, label)[0])
         expect = "if the cap binds, aggregate throughput above it should rise"
     flag = "--max-running-requests" if (meta_server.get("name") or "sglang") == "sglang" else "the running-request limit (vLLM --max-num-seqs)"
     experiment = (f"Re-run {label} with {flag} {max_c} to test whether the cap causes the loss: {expect}. "
@@ -417,16 +420,22 @@ def _server_gauge_sentences(lv: pd.DataFrame, above: list[int], cap: int, label:
     high = lv[lv["concurrency"].isin(above)]
     if "server_running_max" in high and high["server_running_max"].notna().any():
         most = int(high["server_running_max"].max())
-        out.append(f"The server's own gauge agrees: {label} never ran more than {most} requests at once at "
-                   f"{', '.join(map(str, above))} (running-requests gauge, polled during the levels)"
-                   + (f", below its cap of {cap}." if most < cap else ", its cap."))
         below_cap = most < cap
+        where = ", ".join(map(str, above))
+        if below_cap:
+            out.append(f"The server's own gauge agrees: {label} never ran more than {most} requests at once at "
+                       f"{where} (running-requests gauge, polled during the levels), below its cap of {cap}.")
+        else:
+            out.append(f"The server's own gauge agrees: {label} ran up to its cap of {cap} requests at once at "
+                       f"{where} (running-requests gauge, polled during the levels).")
     if "server_kv_usage_max" in high and high["server_kv_usage_max"].notna().any():
         usage = float(high["server_kv_usage_max"].max())
         if usage >= 0.9:
             full = True
-            out.append(f"Its KV/token pool was {usage:.0%} full there: memory"
-                       + (", not the cap," if below_cap else "") + " limited admission.")
+            out.append(f"Its KV/token pool was {usage:.0%} full there: memory, not the cap, limited admission."
+                       if below_cap else
+                       f"Its KV/token pool was also {usage:.0%} full there, so lifting the cap alone would soon "
+                       "run into memory.")
         else:
             out.append(f"Its KV/token pool peaked at {usage:.0%} there, so memory did not limit admission.")
     return out, below_cap and full
@@ -560,7 +569,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
                        f"{profile.max_throughput_loss_pct:g}%.")
     reasons = [r for r in reasons if r]
     reasons += _slo_sentences(comp, profile, arm, label, judged)
-    cap_reasons, cap_experiment = _cap_sentences(comp, arm, label, judged)
+    cap_reasons, cap_experiment = _cap_sentences(comp, arm, label, judged, profile.min_effect_pct)
     reasons += cap_reasons
     others = [a for a in per_arm if a != arm]
     if others:
