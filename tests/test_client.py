@@ -345,3 +345,18 @@ def test_httpx_api_is_kept(server_url: str) -> None:
 
     status, text = asyncio.run(main())
     assert status == 200 and text.rstrip().endswith("data: [DONE]")
+
+
+def test_usage_on_some_content_chunks_only_keeps_ttft_on_the_first() -> None:
+    """A server that puts usage on some content chunks only: time the content chunks, count from usage."""
+    def chunk(text: str, usage: int | None) -> bytes:
+        obj = {"choices": [{"index": 0, "text": text, "finish_reason": None}],
+               "usage": None if usage is None else {"prompt_tokens": 3, "completion_tokens": usage, "total_tokens": 3 + usage}}
+        return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+    raw = RawExchange(t_sent=0.0, t_end=2.0, http_status=200, content_type="text/event-stream",
+                      reads=[chunk("a", None), chunk("b c", None), chunk("d", 4), b"data: [DONE]\n\n"],
+                      times=[1.0, 1.2, 1.3, 1.31])
+    rec = parse_exchange("openai-completions", raw)
+    assert rec.chunk_times == [1.0, 1.2, 1.3] and rec.chunk_tokens is None
+    assert rec.output_tokens == 4 and rec.token_source == "usage" and rec.error is None

@@ -94,3 +94,9 @@ def test_steady_tokens_fall_back_to_even_spreading() -> None:
 def test_steady_span_edge_cases() -> None:
     assert all(math.isnan(v) for v in steady_span([0, 0], [1, 2], 3))  # N < C
     assert steady_span([0, 0, 1], [1, 2, 3], 2) == (0, 2)
+
+
+def test_tpot_is_undefined_when_all_tokens_came_in_one_chunk() -> None:
+    m = request_metrics(rec(0.0, [0.5], [6]))
+    assert m.ttft_s == m.e2e_s == pytest.approx(0.5)
+    assert math.isnan(m.tpot_s) and math.isnan(m.user_tok_s)

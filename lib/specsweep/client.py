@@ -753,12 +753,14 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
         texts.append(text)
 
     # token accounting
-    # per-chunk counts: SGLang always; OpenAI when content chunks carry usage (or counts grew over
-    # several chunks, e.g. tokens whose text is empty); else only a final count, or none at all
+    # per-chunk counts: SGLang always; OpenAI only when *every* content chunk carries usage (a server
+    # that counts on some chunks only would otherwise move TTFT to its first counted chunk); else the
+    # content chunks are timed and the count is the final one, or, with no count at all, chunks
+    content_counts = [c for c, has in zip(cums, contents) if has]
     continuous = (
         (is_sglang and any(c is not None for c in cums))
-        or any(c is not None and has for c, has in zip(cums, contents))
-        or len({c for c in cums if c}) >= 2
+        or (bool(content_counts) and all(c is not None for c in content_counts))
+        or (not content_counts and len({c for c in cums if c}) >= 2)
     )
     if continuous:
         chunk_times: list[float] = []

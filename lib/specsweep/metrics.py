@@ -4,7 +4,8 @@ Per request (measured requests only; warm-up excluded by the caller):
 
 - ``ttft_s``: first chunk carrying >= 1 output token − request sent (seconds).
 - ``e2e_s``: last token-carrying chunk − request sent (seconds).
-- ``tpot_s`` = (e2e_s − ttft_s) / (output_tokens − 1), for output_tokens > 1 (seconds/token).
+- ``tpot_s`` = (e2e_s − ttft_s) / (output_tokens − 1), for output_tokens > 1 (seconds/token);
+  undefined (NaN) when every token came in one chunk (no inter-token timing to measure).
 - ``user_tok_s`` = 1 / tpot_s: the per-user decode speed (tok/s).
 - ``request_tok_s`` = output_tokens / e2e_s (tok/s; includes queueing and prefill).
 - ``chunks``: token-carrying chunks; ``tokens_per_chunk`` = output_tokens / chunks.
@@ -175,7 +176,8 @@ def request_metrics(rec: RequestRecord) -> RequestMetrics:
         return RequestMetrics(nan, nan, nan, nan, nan, 0, nan, nan, nan, nan, nan)
     ttft = rec.chunk_times[0] - rec.t_sent
     e2e = rec.chunk_times[-1] - rec.t_sent
-    tpot = (e2e - ttft) / (tokens - 1) if tokens > 1 else math.nan
+    # with a single token-carrying chunk there is no inter-token timing: TPOT is undefined, not 0
+    tpot = (e2e - ttft) / (tokens - 1) if tokens > 1 and n_chunks > 1 else math.nan
     user = 1.0 / tpot if tpot and tpot > 0 else math.nan
     req_tok_s = tokens / e2e if e2e > 0 and tokens else math.nan
     itl = token_normalised_itl(rec.chunk_times, rec.chunk_tokens, tokens)
