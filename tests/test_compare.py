@@ -96,7 +96,7 @@ def test_intervals_over_repeats_and_requests(tmp_path: Path) -> None:
     comp = compare(rep)
     assert comp.user_metric == "user_tok_s_mean"
     d = comp.delta("spec", "output_tok_s")
-    assert d["ci_kind"].str.startswith("bootstrap over repeats").all()
+    assert d["ci_kind"].str.startswith("Welch t over repeats (3 vs 3)").all()
     assert (d["ci_low_pct"] > 0).all() and not d["within_noise"].any()
     # one repeat: per-request statistics get intervals from the request samples, the aggregate none
     one = load_result_sets([write_measured(tmp_path / "o" / "baseline", "baseline", slow, seed=7),
@@ -124,3 +124,36 @@ def test_pareto_frontier() -> None:
 
     pts = pd.DataFrame({"u": [10, 20, 15, 5, 20], "a": [100, 50, 40, 100, 60]})
     assert pareto_frontier(pts, "u", "a").tolist() == [True, False, False, False, True]
+
+
+def test_welch_interval_is_honest_with_few_repeats() -> None:
+    """Identical arms, noise only: a nominal 95% interval should exclude 0 about 5% of the time."""
+    import numpy as np
+
+    from specsweep.compare import welch_log_ratio_ci
+
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 5):
+        misses = 0
+        trials = 2000
+        for _ in range(trials):
+            lo, hi = welch_log_ratio_ci(rng.normal(100, 5, n), rng.normal(100, 5, n))
+            misses += not (lo <= 0 <= hi)
+        assert misses / trials < 0.08, (n, misses / trials)
+    lo, hi = welch_log_ratio_ci(np.array([110.0, 111, 109]), np.array([100.0, 101, 99]))
+    assert 5 < lo < 10 < hi < 15
+    assert all(np.isnan(welch_log_ratio_ci(np.array([1.0, 0.0]), np.array([1.0, 2.0]))))
+
+
+def test_crossover_through_an_exact_zero() -> None:
+    import pandas as pd
+
+    from specsweep.compare import _crossovers
+
+    def run(ds: list[float]) -> pd.DataFrame:
+        return _crossovers(pd.DataFrame({"arm": "a", "metric": "m", "concurrency": [1, 4, 16], "delta_pct": ds}))
+
+    assert run([5.0, 0.0, 5.0]).empty and run([-5.0, 0.0, -5.0]).empty
+    cx = run([5.0, 0.0, -5.0])
+    assert len(cx) == 1 and cx.iloc[0].crossover_concurrency == 4 and cx.iloc[0].direction == "gain_to_loss"
+    assert run([-5.0, 0.0, 5.0]).iloc[0].direction == "loss_to_gain"

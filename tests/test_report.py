@@ -63,7 +63,7 @@ def test_measured_report_has_latency_and_intervals(tmp_path: Path) -> None:
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
     assert "Only latency" in text and "Batch throughput" not in text
     assert "Time to first token" in text
-    assert "bootstrap over repeats" in html
+    assert "Welch t over repeats" in html
     assert chart_count(html) == 7  # + latency + tokens per chunk
     assert "Decoding concurrency" in text
 

@@ -102,12 +102,18 @@ def test_not_a_result_set(tmp_path: Path) -> None:
         load_result_sets(tmp_path / "nope")
 
 
+def _level(c: int, value: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A minimal level row and three request rows that pass validation."""
+    lv = pd.DataFrame([{"run_id": "test-a", "arm": "a", "concurrency": c, "repeat": 0, "output_tok_s": value}])
+    rq = pd.DataFrame([{"run_id": "test-a", "arm": "a", "concurrency": c, "repeat": 0, "request_index": i,
+                        "warmup": False, "t_start_s": 0.0, "ttft_s": 0.1, "e2e_s": 1.0, "t_end_s": 1.0,
+                        "output_tokens": 10.0, "token_source": "usage", "http_status": 200.0, "error": None,
+                        "value": value} for i in range(3)])
+    return lv, rq
+
+
 def test_append_level_replaces_and_keeps(tmp_path: Path) -> None:
-    def level(c: int, value: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-        lv = pd.DataFrame([{"run_id": "r", "arm": "a", "concurrency": c, "repeat": 0, "output_tok_s": value}])
-        rq = pd.DataFrame([{"run_id": "r", "arm": "a", "concurrency": c, "repeat": 0, "request_index": i,
-                            "value": value} for i in range(3)])
-        return lv, rq
+    level = _level
 
     append_level(tmp_path, *level(1, 1.0))
     append_level(tmp_path, *level(4, 4.0))
@@ -118,3 +124,18 @@ def test_append_level_replaces_and_keeps(tmp_path: Path) -> None:
     assert len(rq) == 6 and set(rq.loc[rq["concurrency"] == 1, "value"]) == {10.0}
     assert finished_levels(tmp_path) == {(1, 0), (4, 0)}
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+def test_rows_of_an_unfinished_level_are_left_out(tmp_path: Path) -> None:
+    """An interruption between a level's writes leaves request rows without a level row."""
+    from specsweep.store import write_frame
+
+    append_level(tmp_path, *_level(1, 1.0))
+    rq = pd.read_parquet(tmp_path / "requests.parquet")
+    stray = rq.assign(concurrency=4)
+    write_frame(tmp_path, "requests", pd.concat([rq, stray]))
+    meta = base_meta("a", kind="run", level_only=False)
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    rs = load_result_set(tmp_path)
+    assert set(rs.requests["concurrency"]) == {1}
+    assert rs.notes and "3 row(s) of unfinished levels left out" in rs.notes[0]

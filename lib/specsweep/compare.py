@@ -3,11 +3,13 @@
 Definitions (DESIGN §5):
 
 - ``delta_pct`` = (arm / baseline − 1) × 100 for every metric both arms have at a concurrency.
-- Intervals are 95 % percentile-bootstrap intervals of that ratio, resampled independently in
-  each arm: over repeats when both arms have >= 2 repeats at the level (ratio of the repeat
-  means), else over per-request samples for per-request statistics (mean / percentile of TTFT,
-  TPOT, e2e, per-user speed) when both arms stored requests. Otherwise the delta is a single run
-  with no interval, and says so. A delta whose interval spans 0 is "within noise".
+- Intervals (95 %): with >= 2 repeats in both arms at a level, a Welch t-interval on the
+  difference of mean log values (the ratio of geometric means), which stays honest with few
+  repeats where a bootstrap over 2-3 values is far too narrow; else, for per-request statistics
+  (mean / percentile of TTFT, TPOT, e2e, per-user speed) when both arms stored requests, a
+  percentile bootstrap over the requests of each arm — within-run noise only, it cannot see
+  run-to-run variation. Otherwise the delta is a single run with no interval, and says so. A
+  delta whose interval spans 0 is "within noise".
 - ``crossover_concurrency``: where a delta changes sign between two measured levels, by linear
   interpolation of the delta in log2(concurrency).
 - Effective concurrency: measured by Little's law when requests were stored (see ``metrics``);
@@ -126,6 +128,16 @@ def _check_workloads(sets: Sequence[ResultSet], baseline: ResultSet, allow: bool
                 f"Arm '{rs.arm}' used prompt seed {sa} and the baseline {sb}: same workload shape, "
                 "different prompts, so the comparison is not paired request by request."
             )
+    for rs in sets:
+        if rs is baseline:
+            continue
+        plan_a, plan_b = rs.meta.get("sweep") or {}, baseline.meta.get("sweep") or {}
+        for key in ("requests_per_level", "repeats", "warmup_requests"):
+            if plan_a.get(key) is not None and plan_b.get(key) is not None and plan_a.get(key) != plan_b.get(key):
+                notes.append(f"Arm '{rs.arm}' and the baseline used different {key.replace('_', ' ')} "
+                             f"({plan_a.get(key)} vs {plan_b.get(key)}): prompts are not paired request by request.")
+        notes.extend(f"Arm '{rs.arm}': {n}." for n in rs.notes)
+    notes.extend(f"Baseline: {n}." for n in baseline.notes)
     if problems and not allow:
         raise WorkloadMismatchError(
             "the arms were measured with different workloads — " + " | ".join(problems)
@@ -169,6 +181,28 @@ def bootstrap_ratio_ci(
 # ------------------------------------------------------------------------------------ building
 
 
+def welch_log_ratio_ci(arm: np.ndarray, base: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Welch t-interval of (arm / base − 1) × 100 from repeat values, on the log scale.
+
+    NaN when a side has fewer than 2 values or any value is not positive.
+    """
+    from scipy import stats
+
+    a, b = np.asarray(arm, float), np.asarray(base, float)
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    if a.size < 2 or b.size < 2 or (a <= 0).any() or (b <= 0).any():
+        return math.nan, math.nan
+    la, lb = np.log(a), np.log(b)
+    va, vb = la.var(ddof=1) / a.size, lb.var(ddof=1) / b.size
+    diff = la.mean() - lb.mean()
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return (math.exp(diff) - 1) * 100, (math.exp(diff) - 1) * 100
+    df = (va + vb) ** 2 / ((va**2 / (a.size - 1) if va else 0) + (vb**2 / (b.size - 1) if vb else 0))
+    t = float(stats.t.ppf((1 + level) / 2, df))
+    return (math.exp(diff - t * se) - 1) * 100, (math.exp(diff + t * se) - 1) * 100
+
+
 def _measured_requests(rs: ResultSet) -> pd.DataFrame | None:
     if rs.requests is None or rs.requests.empty:
         return None
@@ -201,25 +235,34 @@ def _cap(meta: dict[str, Any]) -> int | None:
 
 
 def _crossovers(deltas: pd.DataFrame) -> pd.DataFrame:
+    """Every sign change of each (arm, metric) delta between consecutive non-zero levels.
+
+    Between two measured levels the crossover is interpolated in log2(concurrency); when levels
+    with a delta of exactly 0 lie between them, it is the first such level.
+    """
     rows = []
     for (arm, metric), grp in deltas.groupby(["arm", "metric"], sort=False):
         grp = grp.dropna(subset=["delta_pct"]).sort_values("concurrency")
-        cs, ds = grp["concurrency"].to_numpy(float), grp["delta_pct"].to_numpy(float)
-        for i in range(len(cs) - 1):
-            d1, d2 = ds[i], ds[i + 1]
-            if d1 == 0 or (d1 > 0) == (d2 > 0) or d2 == 0 and d1 == 0:
+        prev: tuple[float, float] | None = None  # last non-zero (concurrency, delta)
+        zeros: list[float] = []
+        for c, d in zip(grp["concurrency"].to_numpy(float), grp["delta_pct"].to_numpy(float)):
+            if d == 0:
+                zeros.append(c)
                 continue
-            if d2 == 0:
-                x = math.log2(cs[i + 1])
-            else:
-                x1, x2 = math.log2(cs[i]), math.log2(cs[i + 1])
-                x = x1 + (0 - d1) * (x2 - x1) / (d2 - d1)
-            rows.append({
-                "arm": arm, "metric": metric, "c_low": int(cs[i]), "c_high": int(cs[i + 1]),
-                "delta_low_pct": d1, "delta_high_pct": d2,
-                "crossover_concurrency": 2.0 ** x,
-                "direction": "gain_to_loss" if d1 > 0 else "loss_to_gain",
-            })
+            if prev is not None and (prev[1] > 0) != (d > 0):
+                (c1, d1), (c2, d2) = prev, (c, d)
+                if zeros:
+                    x = math.log2(zeros[0])
+                else:
+                    x1, x2 = math.log2(c1), math.log2(c2)
+                    x = x1 + (0 - d1) * (x2 - x1) / (d2 - d1)
+                rows.append({
+                    "arm": arm, "metric": metric, "c_low": int(c1), "c_high": int(c2),
+                    "delta_low_pct": d1, "delta_high_pct": d2,
+                    "crossover_concurrency": 2.0 ** x,
+                    "direction": "gain_to_loss" if d1 > 0 else "loss_to_gain",
+                })
+            prev, zeros = (c, d), []
     cols = ["arm", "metric", "c_low", "c_high", "delta_low_pct", "delta_high_pct", "crossover_concurrency", "direction"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -294,15 +337,16 @@ def compare(
                 reps_b = rb.loc[rb["concurrency"] == c, metric].dropna() if metric in rb else pd.Series(dtype=float)
                 reps_a = ra.loc[ra["concurrency"] == c, metric].dropna() if metric in ra else pd.Series(dtype=float)
                 if len(reps_a) >= 2 and len(reps_b) >= 2:
-                    lo, hi = bootstrap_ratio_ci(reps_a.to_numpy(), reps_b.to_numpy(), "mean", n_boot=n_boot, seed=seed)
-                    kind = f"bootstrap over repeats ({len(reps_a)} vs {len(reps_b)})"
+                    lo, hi = welch_log_ratio_ci(reps_a.to_numpy(), reps_b.to_numpy())
+                    if not math.isnan(lo):
+                        kind = f"Welch t over repeats ({len(reps_a)} vs {len(reps_b)})"
                 elif metric in REQUEST_STATS and requests[arm] is not None and requests[baseline] is not None:
                     col, stat = REQUEST_STATS[metric]
                     sa = requests[arm].loc[requests[arm]["concurrency"] == c, col].to_numpy(float)
                     sb = requests[baseline].loc[requests[baseline]["concurrency"] == c, col].to_numpy(float)
                     lo, hi = bootstrap_ratio_ci(sa, sb, stat, n_boot=n_boot, seed=seed)
                     if not math.isnan(lo):
-                        kind = f"bootstrap over requests ({len(sa)} vs {len(sb)})"
+                        kind = f"bootstrap over requests, within-run noise only ({len(sa)} vs {len(sb)})"
                 rows.append({
                     "arm": arm, "concurrency": int(c), "metric": metric,
                     "baseline_value": float(b), "arm_value": float(v),

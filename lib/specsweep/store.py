@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -103,6 +103,8 @@ class ResultSet:
     levels: pd.DataFrame
     requests: pd.DataFrame | None = None
     server_metrics: pd.DataFrame | None = None
+    #: what loading had to say (e.g. request rows of an unfinished level that were left out)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def arm(self) -> str:
@@ -226,12 +228,27 @@ def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
         raise SchemaError(
             f"{levels.attrs['source']}: duplicate level (concurrency={row['concurrency']}, repeat={row['repeat']})"
         )
+    notes: list[str] = []
+    finished = levels[["concurrency", "repeat"]].drop_duplicates()
+    for name, frame in (("requests", requests), ("server_metrics", server_metrics)):
+        if frame is None or frame.empty:
+            continue
+        keep = frame.merge(finished, on=["concurrency", "repeat"], how="left", indicator=True)["_merge"].eq("both")
+        if not keep.all():
+            # rows of a level interrupted between its writes: the level did not finish, so they don't count
+            notes.append(f"{frame.attrs['source']}: {int((~keep).sum())} row(s) of unfinished levels left out")
+            kept = frame[keep.to_numpy()].reset_index(drop=True)
+            kept.attrs = frame.attrs
+            if name == "requests":
+                requests = kept
+            else:
+                server_metrics = kept
     if requests is None and not meta.get("level_only", False):
         raise SchemaError(
             f"{path / 'requests.parquet'}: missing; a measured run stores one row per request "
             f"(set level_only: true in meta.json for published level-only data)"
         )
-    return ResultSet(path=path, meta=meta, levels=levels, requests=requests, server_metrics=server_metrics)
+    return ResultSet(path=path, meta=meta, levels=levels, requests=requests, server_metrics=server_metrics, notes=notes)
 
 
 def find_result_sets(path: str | os.PathLike[str]) -> list[Path]:
