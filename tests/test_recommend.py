@@ -118,7 +118,7 @@ def test_seed_slo_profile(seed) -> None:
     assert "the baseline meets it at best at concurrency 16 (873 tok/s aggregate)" in text
     assert "at best at concurrency 128 (1,635 tok/s aggregate)" in text
     assert "1.87× the SLO-compliant throughput" in text
-    assert rec.bands[-1].slo_rule == "arm meets the SLOs, the baseline does not"
+    assert rec.bands[-1].rule == "arm meets the SLOs, the baseline does not"
 
 
 def test_slo_breach_turns_a_level_into_a_loss(seed) -> None:
@@ -128,8 +128,8 @@ def test_slo_breach_turns_a_level_into_a_loss(seed) -> None:
     # a per-user floor of 120 tok/s: MTP meets it at 1 only, the baseline nowhere
     rec = recommend(seed, {"name": "fast", "objective": "throughput", "min_user_tok_s": 120})
     judged = rec.levels.set_index("concurrency")
-    assert judged.at[1, "outcome"] == "gain" and judged.at[1, "slo_rule"] == "arm meets the SLOs, the baseline does not"
-    assert judged.at[4, "slo_rule"] == "both break an SLO" and judged.at[4, "outcome"] == "neutral"
+    assert judged.at[1, "outcome"] == "gain" and judged.at[1, "rule"] == "arm meets the SLOs, the baseline does not"
+    assert judged.at[4, "rule"] == "both break an SLO" and judged.at[4, "outcome"] == "neutral"
 
 
 def test_markdown_has_every_part(seed) -> None:
@@ -159,3 +159,65 @@ def test_server_gauges_show_memory_not_the_cap(tmp_path: Path) -> None:
     assert "97% full there: memory, not the cap, limited admission" in text
     assert rec.next_experiment.startswith("The cap did not bind")
     assert "--mem-fraction-static (now 0.7)" in rec.next_experiment
+
+
+def test_a_failed_level_counts_against_the_arm(tmp_path: Path) -> None:
+    """No successful requests at a level (aggregate 0, no per-user figure) is a loss, not a gap."""
+    import pandas as pd
+
+    from helpers import write_level_only
+
+    base = write_level_only(tmp_path / "baseline", "baseline", {1: (100.0, 100.0), 4: (300.0, 80.0), 16: (800.0, 60.0)})
+    spec = write_level_only(tmp_path / "spec", "spec", {1: (120.0, 120.0), 4: (360.0, 96.0), 16: (0.0, 1.0)})
+    frame = pd.read_csv(spec / "levels.csv")
+    frame["request_tok_s_mean"] = frame["request_tok_s_mean"].astype(float)
+    frame.loc[frame["concurrency"] == 16, "request_tok_s_mean"] = float("nan")
+    frame["n_ok"] = [8, 8, 0]
+    frame["error_rate"] = [0.0, 0.0, 1.0]
+    frame.to_csv(spec / "levels.csv", index=False)
+    comp = compare(load_result_sets([base, spec]))
+    for profile in (THROUGHPUT, LATENCY):
+        rec = recommend(comp, profile)
+        judged = rec.levels.set_index("concurrency")
+        assert judged.at[16, "outcome"] == "loss" and judged.at[16, "rule"] == "no successful requests"
+        assert rec.verdict == "enable_up_to", profile
+        assert any("At concurrency 16 SPEC counts as a loss: no successful requests" in r for r in rec.reasons)
+
+
+def test_more_failures_lose_a_level(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from helpers import write_level_only
+
+    base = write_level_only(tmp_path / "baseline", "baseline", {1: (100.0, 100.0), 4: (300.0, 80.0)})
+    spec = write_level_only(tmp_path / "spec", "spec", {1: (120.0, 120.0), 4: (360.0, 96.0)})
+    frame = pd.read_csv(spec / "levels.csv")
+    frame["error_rate"] = [0.0, 0.05]
+    frame.to_csv(spec / "levels.csv", index=False)
+    rec = recommend(compare(load_result_sets([base, spec])), LATENCY)
+    judged = rec.levels.set_index("concurrency")
+    assert judged.at[4, "outcome"] == "loss" and judged.at[4, "rule"] == "fails more requests (5.0% vs 0.0%)"
+
+
+def test_headlines_name_gains_and_no_difference(tmp_path: Path) -> None:
+    comp = compare(study(tmp_path, mostly=scaled({1: 1.2, 4: 1.01, 16: 1.0})))
+    rec = recommend(comp, THROUGHPUT)
+    assert rec.verdict == "enable"
+    assert rec.headline == "Enable MOSTLY: it wins on aggregate throughput at concurrency 1 and makes no measurable difference at 4, 16."
+    assert "+1.0% at 4 (no measurable difference)" in rec.reasons[1]  # per-user sentence respects the noise band
+    rec = recommend(compare(study(tmp_path / "b", worse=scaled({1: 0.8, 4: 1.0, 16: 1.0}))), THROUGHPUT)
+    assert rec.headline == ("Keep speculation off: it loses on aggregate throughput at concurrency 1 and makes no "
+                            "measurable difference at 4, 16.")
+
+
+def test_tight_interval_on_a_tiny_delta_is_not_a_gain() -> None:
+    import pandas as pd
+
+    from specsweep.recommend import _sign
+
+    row = pd.Series({"delta_pct": 0.5, "ci_low_pct": 0.2, "ci_high_pct": 0.8, "ci_kind": "bootstrap", "better": "higher"})
+    assert _sign(row, 2.0) == 0
+    row = pd.Series({"delta_pct": 5.0, "ci_low_pct": -1.0, "ci_high_pct": 11.0, "ci_kind": "bootstrap", "better": "higher"})
+    assert _sign(row, 2.0) == 0
+    row = pd.Series({"delta_pct": 5.0, "ci_low_pct": 3.0, "ci_high_pct": 7.0, "ci_kind": "bootstrap", "better": "lower"})
+    assert _sign(row, 2.0) == -1

@@ -6,8 +6,10 @@ workload kind). Nothing here knows about any particular data set.
 
 Judging one level (an arm against the baseline at one concurrency):
 
-- A delta counts as a *gain* or a *loss* when its 95 % interval excludes 0, or, with no interval,
-  when it exceeds ``min_effect_pct`` in size; otherwise it is *neutral* (no measurable difference).
+- A delta counts as a *gain* or a *loss* when it exceeds ``min_effect_pct`` in size and, where it
+  has a 95 % interval, that interval excludes 0; otherwise it is *neutral* (no measurable difference).
+- An arm with no successful requests (or no per-user figure) at a level loses it; so does one that
+  fails more requests than the baseline by more than ``max_error_rate_increase``.
 - ``throughput``: the aggregate output tok/s delta decides.
 - ``latency``: the per-user speed delta decides.
 - ``balanced``: a gain needs per-user speed up and aggregate down by no more than
@@ -50,7 +52,8 @@ class Profile(BaseModel):
     max_ttft_p99_s: float | None = Field(None, gt=0, description="SLO: TTFT p99 at most this (s)")
     max_e2e_p99_s: float | None = Field(None, gt=0, description="SLO: end-to-end p99 at most this (s)")
     max_throughput_loss_pct: float = Field(5.0, ge=0, description="balanced: tolerated aggregate loss (%)")
-    min_effect_pct: float = Field(2.0, ge=0, description="without intervals, smaller deltas count as no difference (%)")
+    min_effect_pct: float = Field(2.0, ge=0, description="smaller deltas count as no difference (%), intervals or not")
+    max_error_rate_increase: float = Field(0.01, ge=0, le=1, description="more failed requests than the baseline by this fraction loses a level")
     description: str = ""
 
     @model_validator(mode="after")
@@ -85,8 +88,9 @@ class Band:
     aggregate_delta_pct: tuple[float, float]
     user_delta_pct: tuple[float, float]
     sentence: str
-    #: set when an SLO decided the outcome rather than the profile's deltas
-    slo_rule: str | None = None
+    #: set when a rule (no successful requests, more failures, an SLO) decided the outcome rather
+    #: than the profile's deltas
+    rule: str | None = None
 
 
 @dataclass
@@ -119,7 +123,7 @@ class Recommendation:
             lines += ["| concurrency | outcome | aggregate Δ | per-user Δ |", "|---|---|---|---|"]
             for b in self.bands:
                 span = f"{b.c_from}" if b.c_from == b.c_to else f"{b.c_from}–{b.c_to}"
-                outcome = b.outcome + (f" ({b.slo_rule})" if b.slo_rule else "")
+                outcome = b.outcome + (f" ({b.rule})" if b.rule else "")
                 lines.append(f"| {span} | {outcome} | {_range_pct(b.aggregate_delta_pct)} | {_range_pct(b.user_delta_pct)} |")
             lines.append("")
         lines += ["**Why**", ""] + [f"- {r}" for r in self.reasons] + [""]
@@ -161,14 +165,12 @@ def _sign(row: pd.Series | None, min_effect: float) -> int:
     if row is None or pd.isna(row["delta_pct"]):
         return 0
     flip = -1 if row["better"] == "lower" else 1
-    if row["ci_kind"] != "none" and not pd.isna(row["ci_low_pct"]):
-        if row["ci_low_pct"] > 0:
-            return flip
-        if row["ci_high_pct"] < 0:
-            return -flip
-        return 0
     d = row["delta_pct"]
-    return flip if d > min_effect else (-flip if d < -min_effect else 0)
+    if abs(d) <= min_effect:
+        return 0  # too small to matter, however tight its interval
+    if row["ci_kind"] != "none" and not pd.isna(row["ci_low_pct"]) and row["ci_low_pct"] <= 0 <= row["ci_high_pct"]:
+        return 0  # within noise
+    return flip if d > 0 else -flip
 
 
 def _lookup(comp: Comparison, arm: str, metric: str) -> dict[int, pd.Series]:
@@ -179,7 +181,7 @@ def _slo_checks(profile: Profile, comp: Comparison) -> list[tuple[str, str, floa
     """(label, column, threshold, 'min'|'max') for each SLO the profile sets."""
     checks = []
     if profile.min_user_tok_s is not None:
-        checks.append((f"per-user speed ≥ {profile.min_user_tok_s:g} tok/s", comp.user_metric, profile.min_user_tok_s, "min"))
+        checks.append((f"mean per-user speed ≥ {profile.min_user_tok_s:g} tok/s", comp.user_metric, profile.min_user_tok_s, "min"))
     if profile.max_ttft_p99_s is not None:
         checks.append((f"TTFT p99 ≤ {profile.max_ttft_p99_s:g} s", "ttft_p99_s", profile.max_ttft_p99_s, "max"))
     if profile.max_e2e_p99_s is not None:
@@ -213,18 +215,31 @@ def _crossing(cs: Sequence[int], margins: Sequence[float], i: int) -> float:
 # ---------------------------------------------------------------------------------- judgement
 
 
+def _level_value(levels: pd.DataFrame, arm: str, c: int, col: str) -> float:
+    row = levels[(levels["arm"] == arm) & (levels["concurrency"] == c)]
+    if row.empty or col not in row:
+        return math.nan
+    return float(row.iloc[0][col])
+
+
 def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
-    """One row per tested concurrency in the profile's range: deltas, SLO status and outcome."""
+    """One row per tested concurrency in the profile's range: deltas, SLO status and outcome.
+
+    Rules that override the profile's deltas, in order: an arm with no successful requests, or no
+    per-user figure, at a level loses it; an arm that fails more requests than the baseline by more
+    than ``max_error_rate_increase`` loses it; then the SLOs (see the module docstring).
+    """
     agg, user = _lookup(comp, arm, "output_tok_s"), _lookup(comp, arm, comp.user_metric)
     ttft = _lookup(comp, arm, "ttft_p99_s")
     checks = _slo_checks(profile, comp)
     hi = profile.concurrency_max or 10**9
     rows = []
-    for c in sorted(set(agg) & set(user)):
+    for c in sorted(agg):
         if not profile.concurrency_min <= c <= hi:
             continue
-        sa, su = _sign(agg[c], profile.min_effect_pct), _sign(user[c], profile.min_effect_pct)
-        da, du = float(agg[c]["delta_pct"]), float(user[c]["delta_pct"])
+        da = float(agg[c]["delta_pct"])
+        du = float(user[c]["delta_pct"]) if c in user else math.nan
+        sa, su = _sign(agg[c], profile.min_effect_pct), _sign(user.get(c), profile.min_effect_pct)
         if profile.objective == "throughput":
             outcome, margin = sa, da
         elif profile.objective == "latency":
@@ -233,36 +248,43 @@ def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
             loss_ok = da >= -profile.max_throughput_loss_pct
             outcome = 1 if su > 0 and loss_ok else (-1 if su < 0 or not loss_ok else 0)
             margin = min(du, da + profile.max_throughput_loss_pct)
+        rule = None
+        n_ok = _level_value(comp.levels, arm, c, "n_ok")
+        err_a = _level_value(comp.levels, arm, c, "error_rate")
+        err_b = _level_value(comp.levels, comp.baseline, c, "error_rate")
+        if n_ok == 0 or (c not in user and comp.baseline in comp.arms):
+            outcome, rule = -1, "no successful requests" if n_ok == 0 else "no per-user figure"
+        elif not math.isnan(err_a) and err_a - (0.0 if math.isnan(err_b) else err_b) > profile.max_error_rate_increase:
+            outcome, rule = -1, f"fails more requests ({err_a:.1%} vs {0.0 if math.isnan(err_b) else err_b:.1%})"
         arm_ok = _meets(comp.levels, arm, c, checks) if checks else None
         base_ok = _meets(comp.levels, comp.baseline, c, checks) if checks else None
-        slo_rule = None
-        if checks and arm_ok is not None and base_ok is not None:
+        if rule is None and checks and arm_ok is not None and base_ok is not None:
             if base_ok and not arm_ok:
-                outcome, slo_rule = -1, "arm breaks an SLO the baseline meets"
+                outcome, rule = -1, "arm breaks an SLO the baseline meets"
             elif arm_ok and not base_ok:
-                outcome, slo_rule = 1, "arm meets the SLOs, the baseline does not"
+                outcome, rule = 1, "arm meets the SLOs, the baseline does not"
             elif not arm_ok and not base_ok:
-                outcome, slo_rule = 0, "both break an SLO"
+                outcome, rule = 0, "both break an SLO"
         rows.append({
             "arm": arm, "concurrency": c,
             "aggregate_delta_pct": da, "user_delta_pct": du,
             "ttft_p99_delta_pct": float(ttft[c]["delta_pct"]) if c in ttft else math.nan,
-            "arm_meets_slo": arm_ok, "baseline_meets_slo": base_ok, "slo_rule": slo_rule,
-            "margin": margin if slo_rule is None else (1.0 if outcome > 0 else -1.0 if outcome < 0 else 0.0),
+            "arm_meets_slo": arm_ok, "baseline_meets_slo": base_ok, "rule": rule,
+            "margin": margin if rule is None and not math.isnan(margin) else (1.0 if outcome > 0 else -1.0 if outcome < 0 else 0.0),
             "outcome": {1: "gain", -1: "loss", 0: "neutral"}[outcome],
         })
     return pd.DataFrame(rows)
 
 
 def _bands(judged: pd.DataFrame, arm: str, label: str) -> list[Band]:
-    key = judged["outcome"] + "|" + judged["slo_rule"].fillna("")
+    key = judged["outcome"] + "|" + judged["rule"].fillna("")
     bands: list[Band] = []
     for _, grp in judged.groupby((key != key.shift()).cumsum()):
         cs = grp["concurrency"].tolist()
         ag = (grp["aggregate_delta_pct"].min(), grp["aggregate_delta_pct"].max())
         us = (grp["user_delta_pct"].min(), grp["user_delta_pct"].max())
         outcome = grp["outcome"].iloc[0]
-        rule = grp["slo_rule"].iloc[0] if isinstance(grp["slo_rule"].iloc[0], str) else None
+        rule = grp["rule"].iloc[0] if isinstance(grp["rule"].iloc[0], str) else None
         span = f"{cs[0]}" if len(cs) == 1 else f"{cs[0]}–{cs[-1]}"
         word = {"gain": "pays off", "loss": "costs", "neutral": "makes no measurable difference"}[outcome]
         because = f" ({rule})" if rule else ""
@@ -321,7 +343,7 @@ def _throughput_sentence(comp: Comparison, arm: str, label: str, judged: pd.Data
     return text
 
 
-def _user_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame) -> str:
+def _user_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame, min_effect: float) -> str:
     info = metric_info(comp.user_metric)
     d = comp.delta(arm, comp.user_metric)
     d = d[d["concurrency"].isin(judged["concurrency"])]
@@ -329,12 +351,68 @@ def _user_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame)
         return ""
     lo, hi = d["delta_pct"].min(), d["delta_pct"].max()
     what = info.label[0].lower() + info.label[1:]
-    if lo > 0:
+    signs = [_sign(r, min_effect) for _, r in d.iterrows()]
+    if all(x > 0 for x in signs):
         return f"{label} makes each request faster at every tested level: {what} {_pct(lo)} to {_pct(hi)}."
-    if hi < 0:
+    if all(x < 0 for x in signs):
         return f"{label} makes each request slower at every tested level: {what} {_pct(lo)} to {_pct(hi)}."
-    return (f"{label}'s effect on {what} ranges from {_pct(lo)} to {_pct(hi)} across the tested levels "
-            f"({', '.join(f'{_pct(r.delta_pct)} at {int(r.concurrency)}' for _, r in d.iterrows())}).")
+    word = {1: "faster", -1: "slower", 0: "no measurable difference"}
+    return (f"{label}'s effect on {what}: "
+            + ", ".join(f"{_pct(r.delta_pct)} at {int(r.concurrency)} ({word[x]})" for (_, r), x in zip(d.iterrows(), signs))
+            + ".")
+
+
+def _levels_of(judged: pd.DataFrame, outcome: str, rule: str | None = "any") -> list[int]:
+    sel = judged["outcome"] == outcome
+    if rule is None:
+        sel &= judged["rule"].isna()
+    elif rule != "any":
+        sel &= judged["rule"] == rule
+    return [int(c) for c in judged.loc[sel, "concurrency"]]
+
+
+def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame, span: str,
+              up_to: float | None, from_c: float | None, slo: str | None) -> str:
+    gains, losses, flat = (_levels_of(judged, o) for o in ("gain", "loss", "neutral"))
+
+    def at(cs: list[int]) -> str:
+        return ", ".join(map(str, cs))
+
+    if verdict == "enable" and slo:
+        kept = _levels_of(judged, "gain", "arm meets the SLOs, the baseline does not")
+        both = [c for c in gains if c not in kept]
+        parts = []
+        if kept:
+            parts.append(f"it keeps the SLO ({slo}) where the baseline does not (concurrency {at(kept)})")
+        if both:
+            parts.append(f"it delivers more aggregate throughput where both keep it ({at(both)})")
+        neither = _levels_of(judged, "neutral", "both break an SLO")
+        if neither:
+            parts.append(f"neither arm keeps it at {at(neither)}")
+        rest = [c for c in flat if c not in neither]
+        if rest:
+            parts.append(f"no measurable difference at {at(rest)}")
+        return f"Enable {label}: " + "; ".join(parts) + "."
+    if verdict == "enable":
+        if not flat:
+            return f"Enable {label}: it wins on {criterion} at every tested concurrency in {span}."
+        return (f"Enable {label}: it wins on {criterion} at concurrency {at(gains)} and makes no measurable "
+                f"difference at {at(flat)}.")
+    if verdict == "disable":
+        if not losses:
+            return f"Keep speculation off: on {criterion} it makes no measurable difference across concurrency {span}."
+        if not flat:
+            return f"Keep speculation off: it loses on {criterion} at every tested concurrency in {span}."
+        return (f"Keep speculation off: it loses on {criterion} at concurrency {at(losses)} and makes no "
+                f"measurable difference at {at(flat)}.")
+    if verdict == "enable_up_to":
+        return (f"Enable {label} up to about {up_to:.0f} concurrent requests; above that it costs "
+                f"{criterion.split(' under')[0]} — keep it off there (or route high-concurrency traffic to a pool "
+                "without it).")
+    if verdict == "enable_from":
+        return f"Enable {label} from about {from_c:.0f} concurrent requests up; below that it costs {criterion}."
+    return (f"Mixed: {label} wins on {criterion} at concurrency {at(gains)} and loses at {at(losses)}; "
+            "see the bands.")
 
 
 def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
@@ -532,26 +610,18 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     span = f"{cs[0]}–{cs[-1]}" if len(cs) > 1 else f"{cs[0]}"
     criterion = {"throughput": "aggregate throughput", "latency": "per-user speed",
                  "balanced": f"per-user speed at no more than {profile.max_throughput_loss_pct:g}% aggregate loss"}[profile.objective]
-    if _slo_checks(profile, comp):
+    checks = _slo_checks(profile, comp)
+    slo = " and ".join(c[0] for c in checks) if checks else None
+    if checks:
         criterion += " under the SLO"
-    if verdict == "enable":
-        headline = f"Enable {label}: it wins on {criterion} at every tested concurrency in {span} (none worse)."
-    elif verdict == "disable":
-        why = "it makes no measurable difference" if (judged["outcome"] == "neutral").all() else "it loses"
-        headline = f"Keep speculation off: on {criterion}, {why} across concurrency {span}."
-    elif verdict == "enable_up_to":
-        headline = (f"Enable {label} up to about {up_to:.0f} concurrent requests; above that it costs {criterion.split(' under')[0]} — "
-                    "keep it off there (or route high-concurrency traffic to a pool without it).")
-    elif verdict == "enable_from":
-        headline = f"Enable {label} from about {from_c:.0f} concurrent requests up; below that it costs {criterion}."
-    else:
-        headline = f"Mixed: {label} wins on {criterion} at some levels of {span} and loses at others; see the bands."
+    headline = _headline(verdict, label, criterion, judged, span, up_to, from_c, slo)
 
-    reasons = [_throughput_sentence(comp, arm, label, judged, profile.min_effect_pct), _user_sentence(comp, arm, label, judged)]
+    reasons = [_throughput_sentence(comp, arm, label, judged, profile.min_effect_pct),
+               _user_sentence(comp, arm, label, judged, profile.min_effect_pct)]
     if profile.objective == "latency":
         reasons.append("For latency-sensitive use (interactive, agentic), per-user speed is what a user feels; "
                        "aggregate throughput matters only as capacity.")
-        worst = judged[judged["aggregate_delta_pct"] < -profile.min_effect_pct]
+        worst = judged[(judged["aggregate_delta_pct"] < -profile.min_effect_pct) & (judged["aggregate_delta_pct"] > -100)]
         if len(worst):
             r = worst.loc[worst["aggregate_delta_pct"].idxmin()]
             need = 1.0 / (1.0 + r["aggregate_delta_pct"] / 100.0)
@@ -561,12 +631,19 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         tt = judged["ttft_p99_delta_pct"].dropna()
         if len(tt):
             reasons.append(f"TTFT p99 changes by {_pct(tt.min())} to {_pct(tt.max())} across the range.")
+    elif profile.objective == "throughput" and checks:
+        reasons.append("Under an SLO, what counts is the aggregate throughput a configuration delivers while it "
+                       "keeps the SLO; a level where only one arm keeps it goes to that arm.")
     elif profile.objective == "throughput":
         reasons.append("For batch or offline work, aggregate throughput (tokens per GPU-second) is what counts; "
                        "per-request speed does not.")
     else:
         reasons.append(f"Balanced: per-user speed should improve while aggregate throughput drops by at most "
                        f"{profile.max_throughput_loss_pct:g}%.")
+    failed = judged[judged["rule"].isin(["no successful requests", "no per-user figure"])
+                    | judged["rule"].fillna("").str.startswith("fails more requests")]
+    for row in failed.itertuples():
+        reasons.append(f"At concurrency {row.concurrency} {label} counts as a loss: {row.rule}.")
     reasons = [r for r in reasons if r]
     reasons += _slo_sentences(comp, profile, arm, label, judged)
     cap_reasons, cap_experiment = _cap_sentences(comp, arm, label, judged, profile.min_effect_pct)
@@ -609,5 +686,5 @@ DEFAULT_PROFILES: list[dict[str, Any]] = [
     {"name": "Batch throughput", "objective": "throughput",
      "description": "Offline or batch work: tokens per GPU-second matter, per-request speed does not."},
     {"name": "Interactive SLO: at least 60 tok/s per user", "objective": "throughput", "min_user_tok_s": 60,
-     "description": "Most aggregate throughput while every level keeps users at or above 60 tok/s."},
+     "description": "Most aggregate throughput while the mean per-user speed stays at or above 60 tok/s."},
 ]

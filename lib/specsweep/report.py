@@ -230,8 +230,14 @@ def differences_markdown(comp: Comparison) -> str:
             f"**{d}** (" + ", ".join(f"{arm}: {table.at[d, arm]}" for arm in table.columns) + ")" for d in diffs) + ".")
     else:
         lines.append("The arms' recorded settings do not differ; check that the speculative settings were captured.")
-    lines.append(f"All arms used the same workload: {comp.workload.get('kind')}, {comp.workload.get('input_tokens')} "
-                 f"input and {comp.workload.get('output_tokens')} output tokens per request.")
+    from specsweep.compare import workload_differences
+
+    differing = [a for a in comp.spec_arms if workload_differences(comp.metas[a]["workload"], comp.workload)]
+    if differing:
+        lines.append("⚠ The arms' workloads differ (" + ", ".join(differing) + " vs the baseline); see the notes below.")
+    else:
+        lines.append(f"All arms used the same workload shape: {comp.workload.get('kind')}, {comp.workload.get('input_tokens')} "
+                     f"input and {comp.workload.get('output_tokens')} output tokens per request.")
     lines.extend(comp.notes)
     return "\n\n".join(lines)
 
