@@ -136,3 +136,64 @@ def test_failed_requests_become_records_not_aborts(tmp_path: Path, refserver_fac
     errors = rs.requests["error"].dropna()
     assert 0 < len(errors) < 20 and errors.str.contains("HTTP 5").all()
     assert rs.levels.iloc[0]["error_rate"] == pytest.approx(len(errors) / 20)
+
+
+def test_warmup_never_sends_a_measured_prompt(tmp_path: Path, refserver_factory) -> None:
+    """With a prompt file, warm-up and preflight use their own random IDs (no prefix-cache help)."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(f'{{"prompt": "question number {i} about rivers"}}\n' for i in range(1000)))
+    srv = refserver_factory()
+    res = run_sweep(small(tmp_path, srv.url, arm="file", workload=str(prompts), concurrency=[2, 4]),
+                    progress=False, log=quiet)
+    rs = load_result_set(res.run_dir)
+    # measured prompts are file lines 0..N-1 in order, never reused across levels
+    assert sorted(rs.requests["prompt_id"]) == list(range(4 + 8))
+    assert rs.meta["workload"]["kind"] == "prompt-file" and rs.meta["workload"]["dataset_digest"].startswith("sha256:")
+    from specsweep.sweep import WARMUP_INDEX_BASE
+    from specsweep.workload import random_ids
+
+    warm = random_ids(32, 40, 0).prompt(WARMUP_INDEX_BASE, "sglang")
+    assert isinstance(warm, list) and len(warm) == 32  # token IDs, not a line of the file
+    short = tmp_path / "short.jsonl"
+    short.write_text('{"prompt": "one"}\n{"prompt": "two"}\n')
+    res = run_sweep(small(tmp_path, srv.url, arm="short", workload=str(short), concurrency=[1]), progress=False, log=quiet)
+    assert any("prompts repeat across levels" in w for w in res.warnings)
+
+
+def test_resume_refuses_a_different_server(tmp_path: Path, refserver: RefServer, refserver_mtp: RefServer) -> None:
+    params = small(tmp_path, refserver.url, arm="same", concurrency=[1, 2])
+    res = run_sweep(params, progress=False, log=quiet)
+    meta_path = res.run_dir / "meta.json"
+    import json
+
+    meta = json.loads(meta_path.read_text())
+    meta["complete"] = False
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"the server now differs .*speculative_algorithm None vs 'EAGLE'"):
+        run_sweep({**params, "endpoint": refserver_mtp.url, "resume": str(res.run_dir)}, progress=False, log=quiet)
+
+
+def test_a_level_where_everything_fails_stops_the_sweep(tmp_path: Path, refserver_factory) -> None:
+    srv = refserver_factory(args=["--fault-error-rate", "1.0"])
+    from specsweep.probe import ProbeError
+
+    # the preflight already fails (three tries): a clear error before any level
+    with pytest.raises(ProbeError, match=r"preflight request .* failed: HTTP 5"):
+        run_sweep(small(tmp_path, srv.url, arm="dead"), progress=False, log=quiet)
+
+
+def test_a_server_that_dies_mid_sweep_stops_it_and_keeps_finished_levels(tmp_path: Path, refserver_factory) -> None:
+    from specsweep.sweep import SweepAborted
+
+    srv = refserver_factory()
+
+    def log(line: str) -> None:
+        if "saved" in line:
+            srv.stop()  # the server goes away after the first level
+
+    with pytest.raises(SweepAborted, match=r"C=2: every warm-up request failed .*connect"):
+        run_sweep(small(tmp_path, srv.url, arm="dies", concurrency=[1, 2, 4]), progress=False, log=log)
+    rs = load_result_set(next(tmp_path.glob("*-dies")))
+    assert rs.levels["concurrency"].tolist() == [1]
+    assert rs.meta["complete"] is False and rs.meta["failed"]["level"] == [2, 0]
+    assert "SweepAborted" in rs.meta["failed"]["reason"]

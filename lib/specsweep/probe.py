@@ -28,8 +28,8 @@ SERVER_INFO_KEYS = (
     "max_total_num_tokens", "max_req_input_len", "mem_fraction_static", "chunked_prefill_size",
     "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
     "speculative_draft_model_path", "stream_interval", "schedule_policy", "enable_metrics", "attention_backend",
-    "cuda_graph_max_bs", "disable_radix_cache", "simulated", "profile", "launch_command",
-)
+    "cuda_graph_max_bs", "disable_radix_cache", "simulated", "profile",
+)  # never launch_command or api_key: a server's command line can carry its API key
 INTERNAL_STATE_KEYS = ("effective_max_running_requests_per_dp", "avg_spec_accept_length", "memory_usage")
 
 #: polled gauges: the metric names of each server family, and how to combine label sets (ranks)

@@ -32,7 +32,7 @@ from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.metrics import level_metrics, requests_frame
 from specsweep.probe import MetricsPoller, ProbeError, ServerProbe, acceptance_from_counters, probe
 from specsweep.store import SCHEMA_VERSION, append_level, finished_levels, load_result_set, write_meta
-from specsweep.workload import Workload, make_workload
+from specsweep.workload import Workload, make_workload, random_ids
 
 WARMUP_INDEX_BASE = 1_000_000_000
 #: meta.json fields that must match for a run to be resumed
@@ -243,6 +243,69 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
     return warnings
 
 
+class SweepAborted(RuntimeError):
+    """The server failed every request of a level (or of its warm-up): measuring on is pointless."""
+
+
+#: server settings that must match for a run to be resumed against a (restarted) server
+RESUME_SERVER_KEYS = ("name", "speculative_algorithm", "speculative_num_steps", "speculative_num_draft_tokens",
+                      "speculative_eagle_topk", "max_running_requests", "simulated")
+
+
+def _check_same_server(run_dir: Path, meta: dict[str, Any], info: ServerProbe) -> None:
+    diffs = []
+    if meta.get("api") != info.flavour:
+        diffs.append(f"API {meta.get('api')!r} vs {info.flavour!r}")
+    if meta.get("model") != info.model:
+        diffs.append(f"model {meta.get('model')!r} vs {info.model!r}")
+    now = info.snapshot()
+    for key in RESUME_SERVER_KEYS:
+        if meta.get("server", {}).get(key) != now.get(key):
+            diffs.append(f"server {key} {meta.get('server', {}).get(key)!r} vs {now.get(key)!r}")
+    if diffs:
+        raise ConfigError(f"parameter 'resume': the server now differs from the one {run_dir} measured "
+                          f"({'; '.join(diffs)}); resume against the same configuration, or start a new run")
+
+
+def _open_run(cfg: SweepConfig, info: ServerProbe, workload: Workload, sweep_params: dict[str, Any],
+              embedded: dict[str, Any] | None, log: Callable[[str], None]) -> tuple[Path, dict[str, Any], set[tuple[int, int]]]:
+    """A new run folder with its meta.json, or the run to resume (checked) and its finished levels."""
+    if cfg.resume:
+        run_dir = _find_resume_dir(cfg)
+        meta = json.loads((run_dir / "meta.json").read_text())
+        _check_resumable(run_dir, meta, sweep_params, workload.describe(), cfg.arm)
+        _check_same_server(run_dir, meta, info)
+        done = finished_levels(run_dir)
+        meta.setdefault("resumed_utc", []).append(provenance.utc_now())
+        stopped_at = (meta.get("interrupted") or meta.get("failed") or {}).get("level")
+        if stopped_at and tuple(stopped_at) not in done:
+            # that level's first requests already reached the server once: a prefix cache may now hold them
+            meta.setdefault("rerun_levels", []).append(stopped_at)
+        log(f"resuming {run_dir}: {len(done)} of {len(cfg.plan())} levels already finished")
+        return run_dir, meta, done
+    run_id = f"{provenance.utc_stamp()}-{cfg.arm}"
+    run_dir = Path(cfg.out_dir) / run_id
+    if run_dir.exists():
+        raise ConfigError(f"parameter 'out_dir': {run_dir} already exists; wait a second or pick another out_dir")
+    meta = {
+        "schema_version": SCHEMA_VERSION, "kind": "run", "run_id": run_id, "arm": cfg.arm,
+        "label": cfg.label or cfg.arm, "complete": False, "level_only": False,
+        "tool": provenance.tool(), "started_utc": provenance.utc_now(), "finished_utc": None,
+        "endpoint": info.base_url, "embedded_server": embedded, "api": info.flavour, "model": info.model,
+        "server": info.snapshot(), "workload": workload.describe(), "sweep": sweep_params,
+        "environment": provenance.environment(), "metric_definitions": {}, "warnings": [],
+    }
+    return run_dir, meta, set()
+
+
+def _workload_warnings(cfg: SweepConfig, workload: Workload) -> list[str]:
+    needed = sum(cfg.requests_for(c) for c, _ in cfg.plan())
+    if workload.kind != "random-ids" and len(workload.prompts) < needed:
+        return [f"The prompt file has {len(workload.prompts)} prompts but the sweep sends {needed} measured requests, "
+                "so prompts repeat across levels and a server's prefix cache can serve the repeats (shorter TTFT)."]
+    return []
+
+
 def run_sweep(
     params: dict[str, Any] | SweepConfig,
     *,
@@ -254,6 +317,9 @@ def run_sweep(
     cfg = parse_config(params)
     output_tokens = cfg.resolved_output_tokens()
     workload = make_workload(cfg.workload, cfg.input_tokens, output_tokens, cfg.seed)
+    # warm-up and preflight prompts never overlap measured ones (a prefix cache would flatter them):
+    # random IDs from their own index range, whatever the measured workload
+    warm_workload = random_ids(cfg.input_tokens, output_tokens, cfg.seed)
     sweep_params = {
         "concurrency": cfg.concurrency, "repeats": cfg.repeats,
         "requests_per_level": {str(c): cfg.requests_for(c) for c in cfg.concurrency},
@@ -263,58 +329,49 @@ def run_sweep(
         "temperature": cfg.temperature, "api": cfg.api, "seed": cfg.seed, "closed_loop": True,
         "client_workers": cfg.client_workers, "metrics_interval_s": cfg.metrics_interval_s,
     }
-    warnings: list[str] = []
     with _endpoint(cfg, log) as (url, embedded):
         info = probe(url, cfg.api, cfg.model)
         log(f"{info.base_url}: {info.server}{' (simulated)' if info.simulated else ''}, API {info.flavour}, "
             f"model {info.model}, max_running_requests {info.server_info.get('max_running_requests', 'unknown')}, "
             f"speculative {info.server_info.get('speculative_algorithm') or 'off/unknown'}")
-        if cfg.resume:
-            run_dir = _find_resume_dir(cfg)
-            meta = json.loads((run_dir / "meta.json").read_text())
-            _check_resumable(run_dir, meta, sweep_params, workload.describe(), cfg.arm)
-            done = finished_levels(run_dir)
-            meta.setdefault("resumed_utc", []).append(provenance.utc_now())
-            log(f"resuming {run_dir}: {len(done)} of {len(cfg.plan())} levels already finished")
-        else:
-            run_id = f"{provenance.utc_stamp()}-{cfg.arm}"
-            run_dir = Path(cfg.out_dir) / run_id
-            if run_dir.exists():
-                raise ConfigError(f"parameter 'out_dir': {run_dir} already exists; wait a second or pick another out_dir")
-            done = set()
-            meta = {
-                "schema_version": SCHEMA_VERSION, "kind": "run", "run_id": run_id, "arm": cfg.arm,
-                "label": cfg.label or cfg.arm, "complete": False, "level_only": False,
-                "tool": provenance.tool(), "started_utc": provenance.utc_now(), "finished_utc": None,
-                "endpoint": info.base_url, "embedded_server": embedded, "api": info.flavour, "model": info.model,
-                "server": info.snapshot(), "workload": workload.describe(), "sweep": sweep_params,
-                "environment": provenance.environment(),
-                "metric_definitions": {},
-            }
+        run_dir, meta, done = _open_run(cfg, info, workload, sweep_params, embedded, log)
         run_id = meta["run_id"]
+        warnings: list[str] = meta.setdefault("warnings", [])
+
+        def warn(text: str) -> None:
+            if text not in warnings:
+                warnings.append(text)
+                log("⚠ " + text)
+
         write_meta(run_dir, meta)
         offsets = _prompt_offsets(cfg)
         poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
+        current: tuple[int, int] | None = None
         try:
             with LoadGenerator(info.base_url, info.flavour, max_concurrency=max(cfg.concurrency),
                                workers=cfg.client_workers, timeout_s=cfg.request_timeout_s,
                                read_timeout_s=cfg.request_timeout_s) as gen:
-                warnings += preflight(gen, info, workload, cfg)
-                for w in warnings:
-                    log("⚠ " + w)
+                for w in preflight(gen, info, warm_workload, cfg) + _workload_warnings(cfg, workload):
+                    warn(w)
                 for c, r in cfg.plan():
                     if (c, r) in done:
                         log(f"C={c} repeat {r}: already finished, skipped")
                         continue
                     if stop is not None and stop.is_set():
                         raise KeyboardInterrupt
+                    current = (c, r)
                     n_warm = cfg.warmups_for(c)
                     if n_warm:
-                        warm = workload.bodies(info.flavour, range(WARMUP_INDEX_BASE + offsets[(c, r)],
-                                                                   WARMUP_INDEX_BASE + offsets[(c, r)] + n_warm),
-                                               model=info.model, temperature=cfg.temperature,
-                                               output_tokens=min(WARMUP_OUTPUT_TOKENS, output_tokens))
-                        gen.run_level(warm, min(c, n_warm), stop=stop)
+                        first = WARMUP_INDEX_BASE + offsets[(c, r)]
+                        warm = warm_workload.bodies(info.flavour, range(first, first + n_warm), model=info.model,
+                                                    temperature=cfg.temperature,
+                                                    output_tokens=min(WARMUP_OUTPUT_TOKENS, output_tokens))
+                        wres = gen.run_level(warm, min(c, n_warm), stop=stop)
+                        if wres.stopped or (stop is not None and stop.is_set()):
+                            raise KeyboardInterrupt
+                        if wres.records and all(rec.error for rec in wres.records):
+                            raise SweepAborted(f"C={c}: every warm-up request failed (first: {wres.records[0].error}); "
+                                               "the server is not answering — stopping")
                     n = cfg.requests_for(c)
                     bodies = workload.bodies(info.flavour, range(offsets[(c, r)], offsets[(c, r)] + n),
                                              model=info.model, temperature=cfg.temperature)
@@ -336,14 +393,22 @@ def run_sweep(
                         requested_tokens=output_tokens, server=info.server, samples=samples, before=before,
                         after=after, started_utc=started)
                     append_level(run_dir, level, req, srv if poller else None)
-                    warnings += [f"C={c} repeat {r}: {w}" for w in result.warnings]
+                    current = None
+                    for w in result.warnings:
+                        warn(f"C={c} repeat {r}: {w}")
+                    write_meta(run_dir, meta)
                     row = level.iloc[0]
                     log(_level_line(row))
+                    if row["n_ok"] == 0:
+                        first_error = req["error"].dropna().iloc[0] if req["error"].notna().any() else "no tokens"
+                        raise SweepAborted(f"C={c}: every request failed (first: {first_error}); the level is saved, "
+                                           "later levels would fail too — stopping")
         except BaseException as exc:
             meta["complete"] = False
             interrupted = isinstance(exc, KeyboardInterrupt)
             meta["interrupted" if interrupted else "failed"] = {
                 "utc": provenance.utc_now(), "levels_finished": len(finished_levels(run_dir)),
+                "level": list(current) if current else None,
                 "reason": "interrupted (Ctrl-C or stop)" if interrupted else f"{type(exc).__name__}: {exc}",
             }
             write_meta(run_dir, meta)
@@ -357,10 +422,9 @@ def run_sweep(
         meta["finished_utc"] = provenance.utc_now()
         meta.pop("interrupted", None)
         meta.pop("failed", None)
-        meta["warnings"] = warnings
         write_meta(run_dir, meta)
     rs = load_result_set(run_dir)
-    return SweepResult(run_dir=run_dir, meta=rs.meta, levels=rs.levels, warnings=warnings)
+    return SweepResult(run_dir=run_dir, meta=rs.meta, levels=rs.levels, warnings=list(warnings))
 
 
 def _level_line(row: pd.Series) -> str:
