@@ -307,10 +307,9 @@ def _verdict(judged: pd.DataFrame) -> tuple[Verdict, float | None, float | None]
     gains = [i for i, o in enumerate(outs) if o == "gain"]
     losses = [i for i, o in enumerate(outs) if o == "loss"]
     if max(gains) < min(losses):
-        i = max(gains)
-        j = min(losses)
-        x = _crossing(cs, margins, j - 1) if j == i + 1 or all(outs[k] == "neutral" for k in range(i + 1, j)) else float(cs[i])
-        return "enable_up_to", x, None
+        # only neutral levels can lie between the last gain and the first loss: X is where the
+        # deciding margin crosses zero just before that loss
+        return "enable_up_to", _crossing(cs, margins, min(losses) - 1), None
     if max(losses) < min(gains):
         j = min(gains)
         return "enable_from", None, _crossing(cs, margins, j - 1)
@@ -437,7 +436,6 @@ def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
         + " above that cap, so the cap is the leading hypothesis for the loss: "
         "requests beyond it queue instead of joining the batch."
     ]
-    memory_bound = False
     lv = comp.arm_levels(arm)
     measured = lv["decoding_concurrency"] if "decoding_concurrency" in lv and lv["decoding_concurrency"].notna().any() else None
     col = "decoding_concurrency" if measured is not None else "concurrency_estimate"
