@@ -27,7 +27,7 @@ def test_sweep_notebook_on_the_embedded_server_feeds_the_report(tmp_path: Path) 
                   out_dir=str(study))
     for arm in ("baseline", "mtp"):
         nb = run_notebook(tmp_path / f"{arm}.ipynb", arm=arm, **common)
-        text = "\n".join(o.get("text", "") if o.get("output_type") == "stream" else str(o.get("data", {}).get("text/markdown", ""))
+        text = "\n".join(o.get("text", "") if o.get("output_type") == "stream" else str(o.get("data", {}).get("text/html", ""))
                          for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
         assert "starting the embedded reference server" in text
         assert "No warnings" in text

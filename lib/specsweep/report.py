@@ -21,6 +21,7 @@ import pandas as pd
 
 from specsweep import __version__
 from specsweep.compare import Comparison
+from specsweep.markup import markdown, script_json
 from specsweep.metrics import METRICS, metric_info
 from specsweep.recommend import Recommendation
 
@@ -42,9 +43,9 @@ def vega_bundle() -> str:
 
 def _render(spec: dict[str, Any], **meta: Any) -> dict[str, str]:
     div = "vl-" + uuid.uuid4().hex
-    options = json.dumps(meta.get("embed_options") or {"actions": False})
+    options = script_json(meta.get("embed_options") or {"actions": False})
     return {"text/html": (
-        f'<div id="{div}" class="specsweep-chart"></div><script>vegaEmbed("#{div}", {json.dumps(spec)}, {options})'
+        f'<div id="{div}" class="specsweep-chart"></div><script>vegaEmbed("#{div}", {script_json(spec)}, {options})'
         f'.catch(e => {{ document.getElementById("{div}").innerText = "chart failed: " + e; }});</script>'
     )}
 
@@ -440,6 +441,6 @@ if __name__ == "__main__":
 
 def show(chart: Any, missing: str) -> None:
     """Display a chart, or a short note saying why there is none."""
-    from IPython.display import Markdown, display
+    from IPython.display import display
 
-    display(chart if chart is not None else Markdown(f"*{missing}*"))
+    display(chart if chart is not None else markdown(f"*{missing}*"))
