@@ -181,13 +181,19 @@ def parse_config(params: dict[str, Any] | SweepConfig) -> SweepConfig:
     return cfg
 
 
-def _closest_hint(name: str) -> str:
+def _closest_hint(name: str, known: Any = None) -> str:
     import difflib
 
-    close = difflib.get_close_matches(name, list(SweepConfig.model_fields), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, list(SweepConfig.model_fields if known is None else known), n=1, cutoff=0.6)
     return f" — did you mean '{close[0]}'?" if close else " (check the spelling)"
 
 
+#: the parameters of ``notebooks/sweep.ipynb`` (its cell tagged ``parameters``)
+NOTEBOOK_PARAMETERS = (
+    "endpoint", "arm", "label", "api", "model", "concurrency", "input_tokens", "output_tokens", "workload",
+    "requests_per_level", "warmup_requests", "repeats", "request_timeout_s", "seed", "temperature", "out_dir",
+    "resume", "client_workers", "embedded_profile", "embedded_spec", "embedded_args",
+)
 #: names an IPython kernel defines in every notebook's namespace
 _KERNEL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
 
@@ -198,14 +204,15 @@ def check_notebook_parameters(namespace: dict[str, Any], parameters: Any = None)
     papermill injects every ``-p``/``-y`` name into the notebook, known or not, and only warns
     about unknown ones; a misspelled ``concurency`` would otherwise leave the default levels in
     place and measure them. Call this right after the parameters: every public plain value
-    (str, number, bool, None, list, dict) must be a parameter of ``parameters`` (default: the
-    sweep's), else :class:`ConfigError` names it and the closest valid name.
+    (str, number, bool, None, list, dict) must be one of ``parameters`` (default: the sweep
+    notebook's, :data:`NOTEBOOK_PARAMETERS`), else :class:`ConfigError` names it and the closest
+    valid name.
     """
-    known = set(SweepConfig.model_fields if parameters is None else parameters)
+    known = set(NOTEBOOK_PARAMETERS if parameters is None else parameters)
     plain = (str, int, float, bool, list, dict, tuple, type(None))
     unknown = sorted(name for name, value in namespace.items()
                      if not name.startswith("_") and name not in _KERNEL_NAMES and name not in known
                      and isinstance(value, plain))
     if unknown:
-        raise ConfigError("; ".join(f"parameter '{name}': not a parameter of this notebook{_closest_hint(name)} "
+        raise ConfigError("; ".join(f"parameter '{name}': not a parameter of this notebook{_closest_hint(name, known)} "
                                     "(papermill --help-notebook notebooks/sweep.ipynb lists them)" for name in unknown))
