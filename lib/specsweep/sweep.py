@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import shlex
@@ -485,9 +486,12 @@ def run_sweep(
         return _run_sweep(params, progress=progress, stop=stop, log=log)
     except SweepInterrupted as exc:
         log(str(exc))
+        _tell_terminal(exc)
         raise
     except KeyboardInterrupt:
-        raise SweepInterrupted(None, 0) from None  # before any level: nothing new was saved
+        exc = SweepInterrupted(None, 0)  # before any level: nothing new was saved
+        _tell_terminal(exc)
+        raise exc from None
     except BaseException as exc:
         redact_exception(exc)
         raise
@@ -652,6 +656,32 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
     finally:
         if poller:
             poller.close()
+
+
+class _ClientGone(logging.Filter):
+    """Drop the kernel's "Exception in message handler" traceback when its client (papermill) has gone away."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (exc is not None and type(exc).__module__.startswith("zmq"))
+
+
+def _tell_terminal(exc: SweepInterrupted) -> None:
+    """Inside a Jupyter kernel, also say how to resume on the terminal that pressed Ctrl-C.
+
+    Ctrl-C under papermill reaches papermill and the kernel together: papermill stops at once, so
+    the notebook never receives the message, and the kernel's reply then fails with a zmq
+    traceback. The message goes to the kernel's own stderr (the terminal), and that traceback,
+    which only says the client has gone, is filtered out.
+    """
+    if "ipykernel" not in sys.modules:
+        return
+    kernel_log = logging.getLogger("IPKernelApp")
+    if not any(isinstance(f, _ClientGone) for f in kernel_log.filters):
+        kernel_log.addFilter(_ClientGone())
+    stream = sys.__stderr__
+    if stream is not None:
+        print(f"\nspecsweep: {exc.args[0]}", file=stream, flush=True)
 
 
 class SweepInterrupted(KeyboardInterrupt):
