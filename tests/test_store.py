@@ -201,3 +201,17 @@ def test_api_key_never_reaches_a_file(tmp_path: Path, monkeypatch: pytest.Monkey
     rs = load_result_set(tmp_path)
     assert rs.requests["error"].tolist()[1] == "HTTP 401: Incorrect API key provided: [redacted SPECSWEEP_API_KEY]"
     assert meta["warnings"] == [f"server said {key}"]  # the caller's dict is not changed
+
+
+def test_append_level_on_a_file_written_before_superseded_existed(tmp_path: Path) -> None:
+    """levels.parquet of an older run has no 'superseded' column; re-measuring a level still keeps the old row."""
+    from specsweep.store import write_frame
+
+    lv, rq = _level(1, 1.0)
+    write_frame(tmp_path, "levels", lv)
+    write_frame(tmp_path, "requests", rq)
+    append_level(tmp_path, *_level(1, 2.0))
+    (tmp_path / "meta.json").write_text(json.dumps(base_meta("a", kind="run", level_only=False)))
+    rs = load_result_set(tmp_path)
+    assert rs.levels["output_tok_s"].tolist() == [2.0]
+    assert rs.superseded_levels["output_tok_s"].tolist() == [1.0] and len(rs.superseded_requests) == 3

@@ -381,8 +381,9 @@ def append_level(
     finished = pd.DataFrame(columns=["concurrency", "repeat"])
     if levels_path.is_file():
         old_levels = pd.read_parquet(levels_path)
-        live = ~old_levels["superseded"].fillna(False).astype(bool) if "superseded" in old_levels else True
-        finished = old_levels.loc[live, ["concurrency", "repeat"]].merge(keys, on=["concurrency", "repeat"])
+        if "superseded" in old_levels:
+            old_levels = old_levels[~old_levels["superseded"].fillna(False).astype(bool).to_numpy()]
+        finished = old_levels[["concurrency", "repeat"]].merge(keys, on=["concurrency", "repeat"])
 
     def merged(stem: str, new: pd.DataFrame) -> pd.DataFrame:
         new = new.assign(superseded=False)

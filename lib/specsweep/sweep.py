@@ -132,12 +132,8 @@ class _Resume:
     levels: pd.DataFrame
 
 
-def _prepare_resume(cfg: SweepConfig, sweep_params: dict[str, Any], workload: Workload,
-                    log: Callable[[str], None]) -> _Resume | None:
-    """The run ``resume`` names, its meta.json and finished levels validated by the store (files named)."""
-    if not cfg.resume:
-        return None
-    run_dir = _find_resume_dir(cfg, log)
+def _prepare_resume(run_dir: Path, cfg: SweepConfig, sweep_params: dict[str, Any], workload: Workload) -> _Resume:
+    """The run to resume: its meta.json and finished levels validated by the store (files named), parameters checked."""
     meta = read_meta(run_dir)
     _check_resumable(run_dir, meta, sweep_params, workload.describe(), cfg.arm)
     if not os.access(run_dir, os.W_OK):
@@ -520,10 +516,12 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
     sweep_params = _sweep_params(cfg)
     # everything that can be checked without a server is checked before one is contacted or started
     _check_out_dir(cfg)
-    resume = _prepare_resume(cfg, sweep_params, workload, log)
     with contextlib.ExitStack() as stack:
-        if resume is not None:
-            stack.enter_context(lock_run(resume.run_dir))
+        resume = None
+        if cfg.resume:
+            resume_dir = _find_resume_dir(cfg, log)
+            stack.enter_context(lock_run(resume_dir))  # read it only once no other sweep writes it
+            resume = _prepare_resume(resume_dir, cfg, sweep_params, workload)
         url, embedded = stack.enter_context(_endpoint(cfg, log))
         info = probe(url, cfg.api, cfg.model)
         log(f"{info.base_url}: {info.server}{' (simulated)' if info.simulated else ''}, API {info.flavour}, "
