@@ -215,3 +215,16 @@ def test_append_level_on_a_file_written_before_superseded_existed(tmp_path: Path
     rs = load_result_set(tmp_path)
     assert rs.levels["output_tok_s"].tolist() == [2.0]
     assert rs.superseded_levels["output_tok_s"].tolist() == [1.0] and len(rs.superseded_requests) == 3
+
+
+def test_a_study_skips_and_names_a_run_that_never_finished_a_level(tmp_path: Path) -> None:
+    """Older versions left <run>/meta.json alone after a failed preflight; it must not break the study."""
+    write_level_only(tmp_path / "a", "a", {1: (1.0, 1.0)})
+    empty = tmp_path / "20260101T000000Z-b"
+    empty.mkdir()
+    (empty / "meta.json").write_text(json.dumps(base_meta("b", kind="run", level_only=False, complete=False)))
+    with pytest.warns(UserWarning, match=r"20260101T000000Z-b: an unfinished run with no finished level"):
+        sets = load_result_sets(tmp_path)
+    assert [s.arm for s in sets] == ["a"]
+    with pytest.raises(SchemaError, match=r"levels.parquet: missing"):  # named directly, it is still an error
+        load_result_sets(empty)

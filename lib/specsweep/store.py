@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal
@@ -289,6 +290,17 @@ def find_result_sets(path: str | os.PathLike[str]) -> list[Path]:
     return found
 
 
+def _never_measured(path: Path) -> bool:
+    """True for a run folder whose meta.json says incomplete and that has no levels file at all."""
+    if (path / "levels.parquet").exists() or (path / "levels.csv").exists():
+        return False
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("kind") == "run" and meta.get("complete") is False
+
+
 def load_result_sets(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[ResultSet]:
     """Load every result set named by ``paths`` (result-set or study folders), in order.
 
@@ -296,7 +308,16 @@ def load_result_sets(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    sets = [load_result_set(p) for given in paths for p in find_result_sets(given)]
+    sets = []
+    for given in paths:
+        found = find_result_sets(given)
+        for p in found:
+            if len(found) > 1 and _never_measured(p):
+                # a run stopped before its first level (older specsweep wrote the folder before its preflight)
+                warnings.warn(f"{p}: an unfinished run with no finished level (only meta.json); left out of the study",
+                              stacklevel=2)
+                continue
+            sets.append(load_result_set(p))
     seen: dict[str, Path] = {}
     for rs in sets:
         if rs.arm in seen:
