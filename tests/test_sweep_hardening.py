@@ -299,3 +299,19 @@ def test_ctrl_c_says_how_to_resume(tmp_path: Path, refserver: RefServer) -> None
     assert f"1 finished level(s) are saved in {run_dir}" in str(err.value)
     assert f"-p resume {run_dir}" in str(err.value)
     assert err.value._render_traceback_() == [f"SweepInterrupted: {err.value}"]  # what a notebook shows
+
+
+def test_ctrl_c_right_after_a_level_was_saved_does_not_measure_it_again(tmp_path: Path, refserver: RefServer) -> None:
+    def log(line: str) -> None:
+        if line.startswith("C=1 repeat 0:") and line.endswith("saved"):
+            raise KeyboardInterrupt  # Ctrl-C lands just after the level's rows were written
+
+    params = small(tmp_path, refserver.url, arm="late", concurrency=[1, 2])
+    with pytest.raises(SweepInterrupted):
+        run_sweep(params, progress=False, log=log)
+    run_dir = next(tmp_path.glob("*-late"))
+    assert load_result_set(run_dir).meta["interrupted"]["level"] is None
+    res = run_sweep({**params, "resume": str(run_dir)}, progress=False, log=quiet)
+    rs = load_result_set(res.run_dir)
+    assert res.complete and not rs.meta.get("rerun_levels")
+    assert rs.superseded_levels is None or rs.superseded_levels.empty

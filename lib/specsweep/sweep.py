@@ -342,7 +342,14 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
 
 
 class SweepAborted(RuntimeError):
-    """The evidence says the server is gone (many failures in a row, or failures and a failed health check)."""
+    """The evidence says the server is gone (many failures in a row, or failures and a failed health check).
+
+    ``level``: the saved (concurrency, repeat) the abort ended, if any; resume measures it again.
+    """
+
+    def __init__(self, message: str, level: tuple[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.level = list(level) if level else None
 
 
 #: server settings that must match for a run to be resumed against a (restarted) server
@@ -441,16 +448,19 @@ class _Evidence:
         for rec in sorted(records, key=lambda r: r.t_end):
             self.streak = 0 if rec.ok else self.streak + 1
 
-    def check(self, where: str, trouble: str | None) -> None:
-        """Raise :class:`SweepAborted` when the evidence says the server is gone; ``trouble``: what went wrong here."""
+    def check(self, where: str, trouble: str | None, level: tuple[int, int] | None = None) -> None:
+        """Raise :class:`SweepAborted` when the evidence says the server is gone.
+
+        ``trouble``: what went wrong here; ``level``: the saved level the abort ends (re-measured on resume).
+        """
         if self.streak >= ABORT_CONSECUTIVE_FAILURES:
             raise SweepAborted(f"{where}: {self.streak} requests in a row failed ({trouble or 'see the error column'}); "
-                               "the server is not answering — stopping")
+                               "the server is not answering — stopping", level)
         if trouble:
             alive, seen = server_alive(self.base_url)
             if not alive:
                 raise SweepAborted(f"{where}: {trouble}, and the health check failed ({seen}); the server is not "
-                                   "answering — stopping")
+                                   "answering — stopping", level)
 
 
 def _workload_warnings(cfg: SweepConfig, workload: Workload) -> list[str]:
@@ -619,6 +629,7 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                 requested_tokens=output_tokens, server=info.server, samples=samples, before=before,
                 after=after, started_utc=started)
             append_level(run_dir, level, req, srv if poller else None)
+            current = None  # saved: an interrupt from here on does not touch this level
             meta.pop("in_progress", None)
             for w in result.warnings:
                 warn(f"C={c} repeat {r}: {w}")
@@ -633,17 +644,16 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                 trouble = f"every request failed (first: {first_error})"
             elif damage:
                 trouble = damage
-            evidence.check(f"C={c} (saved, measured again on resume)", trouble)
+            evidence.check(f"C={c} (saved, measured again on resume)", trouble, level=(c, r))
             if trouble:
                 warn(f"C={c} repeat {r}: {trouble}, but the server still answers its health check; the level is kept")
-            current = None
     except BaseException as exc:
         meta["complete"] = False
         interrupted = isinstance(exc, KeyboardInterrupt)
         n_done = len(finished_levels(run_dir))
         meta["interrupted" if interrupted else "failed"] = {
             "utc": provenance.utc_now(), "levels_finished": n_done,
-            "level": list(current) if current else None,
+            "level": list(current) if current else getattr(exc, "level", None),
             "reason": "interrupted (Ctrl-C or stop)" if interrupted else f"{type(exc).__name__}: {exc}",
         }
         write_meta(run_dir, meta)
