@@ -458,7 +458,8 @@ def lock_run(run_dir: Path) -> Iterator[None]:
 
     The lock file records pid, host and start time (UTC) of the holder; a second sweep (or
     resume) of the same folder fails with :class:`RunLocked` naming them. The kernel drops the
-    lock when the holder exits, however it exits.
+    lock when the holder exits, however it exits. On a file system without ``flock`` the folder
+    is used unlocked.
     """
     import fcntl
     import socket
@@ -479,6 +480,9 @@ def lock_run(run_dir: Path) -> Iterator[None]:
                 f"{run_dir}: another sweep is writing this run folder (pid {holder.get('pid', '?')} on host "
                 f"{holder.get('host', '?')}, since {holder.get('started_utc', '?')}); wait for it to finish or stop it, "
                 "then resume") from None
+        except OSError:  # a file system without flock (some network mounts): go on unlocked, as before locks existed
+            yield
+            return
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                   "started_utc": utc_now()}).encode(), 0)
