@@ -7,6 +7,11 @@ A result set is a folder (DESIGN §4)::
     <run_dir>/requests.parquet       one row per request (absent for level-only reference data)
     <run_dir>/server_metrics.parquet polled server gauges (optional)
 
+Rows of a level measured again on resume stay in the files with ``superseded=True``; readers
+leave them out of ``levels``/``requests`` and expose them as ``ResultSet.superseded_*``. While a
+sweep writes a run folder it holds ``flock`` on ``.specsweep.lock`` there (:func:`lock_run`).
+Files are written with the user's umask; the API key's value is masked in everything written.
+
 Hand-transcribed reference data may use ``levels.csv`` instead of ``levels.parquet``. A *study*
 folder holds several result sets as sub-folders; :func:`load_result_sets` expands it.
 

@@ -7,6 +7,16 @@ level's rows are written at once and atomically, so an interruption keeps every 
 ``resume`` continues a run and skips its finished levels. Ctrl-C saves, marks the run incomplete
 and says how to resume.
 
+Crash safety: the sweep stops only on evidence that the server is gone (``ABORT_CONSECUTIVE_FAILURES``
+failures in a row, or a failed level or warm-up followed by a failed health check), never on one
+request. Resuming an unfinished run measures again the level it stopped at (also after a hard
+kill: meta.json names the level in progress) and every damaged level (:func:`damaged_levels`);
+the first attempt's rows stay in the files, marked ``superseded``. A lock file in the run folder
+keeps a second sweep out while one writes it. Everything that needs no server (parameters,
+``out_dir``, the run to resume, the prompt file) is checked before a server is contacted or
+started, and the run folder is created only after the preflight request succeeded. The API key's
+value is masked in every log line, warning, error and file (``specsweep.redact``).
+
 Prompts are paired across arms: measured request ``i`` of plan position ``k`` always gets the
 same prompt for the same parameters, and no prompt is reused across levels (so a prefix cache
 cannot make a later level look faster).
