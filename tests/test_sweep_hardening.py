@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import ROOT, base_meta
+from helpers import ROOT, base_meta, in_progress
 from specsweep.config import ConfigError, parse_config
 from specsweep.refserver.launch import RefServer
 from specsweep.store import RunLocked, SchemaError, load_result_set, lock_run, write_meta
@@ -147,15 +147,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _in_progress(folder: Path) -> list[int] | None:
-    for meta in folder.glob("*-baseline/meta.json"):
-        try:
-            return json.loads(meta.read_text()).get("in_progress")
-        except ValueError:
-            return None
-    return None
-
-
 def _gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/status").read_text()
@@ -177,7 +168,7 @@ def test_sigkill_of_the_sweep_stops_the_embedded_server_and_resume_knows_the_lev
                             stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while not list(tmp_path.glob("*-baseline/levels.parquet")) or _in_progress(tmp_path) != [2, 0]:
+        while not list(tmp_path.glob("*-baseline/levels.parquet")) or in_progress(tmp_path) != [2, 0]:
             assert proc.poll() is None and time.monotonic() < deadline, "the sweep never began its second level"
             time.sleep(0.02)
         servers = _children(proc.pid)

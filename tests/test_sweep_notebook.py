@@ -14,6 +14,7 @@ import nbformat
 import papermill as pm
 import pytest
 
+from helpers import in_progress
 from specsweep.report import REPO_ROOT, build_report
 from specsweep.store import load_result_sets
 
@@ -79,15 +80,6 @@ def test_the_notebook_never_shows_an_echoed_api_key(tmp_path: Path, refserver_fa
             assert key.encode() not in f.read_bytes(), f
 
 
-def _in_progress(runs: Path) -> list[int] | None:
-    for meta in runs.glob("*/meta.json"):
-        try:
-            return json.loads(meta.read_text()).get("in_progress")
-        except ValueError:
-            return None
-    return None
-
-
 @pytest.mark.skipif(os.name != "posix", reason="process groups and SIGINT")
 def test_ctrl_c_under_papermill_prints_the_resume_hint_not_a_traceback(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
@@ -99,7 +91,7 @@ def test_ctrl_c_under_papermill_prints_the_resume_hint_not_a_traceback(tmp_path:
         cwd=str(REPO_ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
-        while not list(runs.glob("*/levels.parquet")) or _in_progress(runs) != [2, 0]:
+        while not list(runs.glob("*/levels.parquet")) or in_progress(runs) != [2, 0]:
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does: papermill and kernel together
