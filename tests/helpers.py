@@ -107,6 +107,16 @@ def write_measured(
     return folder
 
 
+def in_progress(runs: Path) -> list[int] | None:
+    """meta.json ``in_progress`` of the (first) run folder under ``runs``: the level a live sweep is measuring."""
+    for meta in runs.glob("*/meta.json"):
+        try:
+            return json.loads(meta.read_text()).get("in_progress")
+        except ValueError:  # caught between two writes
+            return None
+    return None
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

@@ -1,6 +1,8 @@
 """Sweep parameters: auto rules and errors that name the parameter."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specsweep.config import ConfigError, parse_config
@@ -32,12 +34,30 @@ def test_papermill_string_lists_are_accepted() -> None:
     ({"arm": "my arm/1"}, "parameter 'arm'"),
     ({"endpoint": "localhost:3000"}, "parameter 'endpoint': give scheme://host:port"),
     ({"api": "grpc"}, "parameter 'api'"),
-    ({"requests_per_level": 8, "concurrency": [16]}, "requests_per_level (8) is below the largest concurrency (16)"),
+    ({"requests_per_level": 8, "concurrency": [16]}, "parameter 'requests_per_level': 8 is below the largest concurrency (16)"),
+    ({"warmup_requests": -1}, "parameter 'warmup_requests': must be >= 0"),
     ({"repeats": 0}, "parameter 'repeats'"),
-    ({"concurency": [1]}, "parameter 'concurency': unknown parameter"),
+    ({"concurency": [1]}, "parameter 'concurency': unknown parameter — did you mean 'concurrency'?"),
     ({"request_timeout_s": -1}, "parameter 'request_timeout_s'"),
 ])
 def test_errors_name_the_parameter(params: dict, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(params)
     assert fragment in str(err.value)
+
+
+def test_cross_field_errors_name_the_parameter_not_the_dict() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"requests_per_level": 8, "concurrency": [16], "endpoint": "http://h:1"})
+    assert "parameter 'parameters'" not in str(err.value) and "http://h:1" not in str(err.value)
+
+
+def test_notebook_namespace_with_a_misspelled_parameter_fails() -> None:
+    from specsweep.config import check_notebook_parameters
+
+    namespace = {"In": [""], "Out": {}, "_": "", "get_ipython": print, "json": json, "concurrency": [1],
+                 "arm": "mtp", "display": print}
+    check_notebook_parameters(namespace)  # kernel names, modules and functions are not parameters
+    with pytest.raises(ConfigError, match=r"parameter 'concurency': not a parameter of this notebook — did you mean "
+                                          r"'concurrency'\?"):
+        check_notebook_parameters({**namespace, "concurency": [1, 2]})

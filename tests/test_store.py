@@ -117,11 +117,14 @@ def test_append_level_replaces_and_keeps(tmp_path: Path) -> None:
 
     append_level(tmp_path, *level(1, 1.0))
     append_level(tmp_path, *level(4, 4.0))
-    append_level(tmp_path, *level(1, 10.0))  # a re-run of level 1 replaces it
-    lv = pd.read_parquet(tmp_path / "levels.parquet").sort_values("concurrency")
-    assert lv["output_tok_s"].tolist() == [10.0, 4.0]
-    rq = pd.read_parquet(tmp_path / "requests.parquet")
-    assert len(rq) == 6 and set(rq.loc[rq["concurrency"] == 1, "value"]) == {10.0}
+    append_level(tmp_path, *level(1, 10.0))  # a re-run of level 1 replaces it; the first attempt is kept, superseded
+    (tmp_path / "meta.json").write_text(json.dumps(base_meta("a", kind="run", level_only=False)))
+    rs = load_result_set(tmp_path)
+    assert rs.levels.sort_values("concurrency")["output_tok_s"].tolist() == [10.0, 4.0]
+    assert len(rs.requests) == 6 and set(rs.requests.loc[rs.requests["concurrency"] == 1, "value"]) == {10.0}
+    assert rs.superseded_levels["output_tok_s"].tolist() == [1.0]
+    assert len(rs.superseded_requests) == 3 and set(rs.superseded_requests["value"]) == {1.0}
+    assert any("superseded" in n for n in rs.notes)
     assert finished_levels(tmp_path) == {(1, 0), (4, 0)}
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
 
@@ -139,3 +142,89 @@ def test_rows_of_an_unfinished_level_are_left_out(tmp_path: Path) -> None:
     rs = load_result_set(tmp_path)
     assert set(rs.requests["concurrency"]) == {1}
     assert rs.notes and "3 row(s) of unfinished levels left out" in rs.notes[0]
+
+
+def test_result_files_follow_the_umask(tmp_path: Path) -> None:
+    """mkstemp creates 0600 files; a result set must be as readable as the user's umask allows."""
+    import os
+    import stat
+
+    from specsweep.store import write_meta
+
+    old = os.umask(0o022)
+    try:
+        append_level(tmp_path / "a", *_level(1, 1.0))
+        write_meta(tmp_path / "a", base_meta("a", kind="run", level_only=False))
+        os.umask(0o027)
+        append_level(tmp_path / "b", *_level(1, 1.0))
+    finally:
+        os.umask(old)
+    for name in ("meta.json", "levels.parquet", "requests.parquet"):
+        assert stat.S_IMODE((tmp_path / "a" / name).stat().st_mode) == 0o644, name
+    assert stat.S_IMODE((tmp_path / "b" / "levels.parquet").stat().st_mode) == 0o640
+
+
+def test_finished_levels_of_a_corrupt_file_names_it(tmp_path: Path) -> None:
+    append_level(tmp_path, *_level(1, 1.0))
+    (tmp_path / "levels.parquet").write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(SchemaError, match=r"levels.parquet: cannot be read as Parquet"):
+        finished_levels(tmp_path)
+
+
+def test_a_locked_run_folder_names_its_holder(tmp_path: Path) -> None:
+    import os
+    import socket
+
+    from specsweep.store import RunLocked, lock_run
+
+    with lock_run(tmp_path):
+        with pytest.raises(RunLocked, match=rf"pid {os.getpid()} on host {socket.gethostname()}, since 20"):
+            with lock_run(tmp_path):
+                pass
+    with lock_run(tmp_path):  # released: free again
+        pass
+
+
+def test_api_key_never_reaches_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specsweep.store import write_meta
+
+    key = "canary-9f3b1c"
+    monkeypatch.setenv("SPECSWEEP_API_KEY", key)
+    lv, rq = _level(1, 1.0)
+    rq["error"] = [None, f"HTTP 401: Incorrect API key provided: {key}", "HTTP 500"]
+    append_level(tmp_path, lv, rq)
+    meta = base_meta("a", kind="run", level_only=False, warnings=[f"server said {key}"],
+                     failed={"reason": f"ProbeError: bad key {key}"})
+    write_meta(tmp_path, meta)
+    for f in tmp_path.iterdir():
+        assert key.encode() not in f.read_bytes(), f
+    rs = load_result_set(tmp_path)
+    assert rs.requests["error"].tolist()[1] == "HTTP 401: Incorrect API key provided: [redacted SPECSWEEP_API_KEY]"
+    assert meta["warnings"] == [f"server said {key}"]  # the caller's dict is not changed
+
+
+def test_append_level_on_a_file_written_before_superseded_existed(tmp_path: Path) -> None:
+    """levels.parquet of an older run has no 'superseded' column; re-measuring a level still keeps the old row."""
+    from specsweep.store import write_frame
+
+    lv, rq = _level(1, 1.0)
+    write_frame(tmp_path, "levels", lv)
+    write_frame(tmp_path, "requests", rq)
+    append_level(tmp_path, *_level(1, 2.0))
+    (tmp_path / "meta.json").write_text(json.dumps(base_meta("a", kind="run", level_only=False)))
+    rs = load_result_set(tmp_path)
+    assert rs.levels["output_tok_s"].tolist() == [2.0]
+    assert rs.superseded_levels["output_tok_s"].tolist() == [1.0] and len(rs.superseded_requests) == 3
+
+
+def test_a_study_skips_and_names_a_run_that_never_finished_a_level(tmp_path: Path) -> None:
+    """Older versions left <run>/meta.json alone after a failed preflight; it must not break the study."""
+    write_level_only(tmp_path / "a", "a", {1: (1.0, 1.0)})
+    empty = tmp_path / "20260101T000000Z-b"
+    empty.mkdir()
+    (empty / "meta.json").write_text(json.dumps(base_meta("b", kind="run", level_only=False, complete=False)))
+    with pytest.warns(UserWarning, match=r"20260101T000000Z-b: an unfinished run with no finished level"):
+        sets = load_result_sets(tmp_path)
+    assert [s.arm for s in sets] == ["a"]
+    with pytest.raises(SchemaError, match=r"levels.parquet: missing"):  # named directly, it is still an error
+        load_result_sets(empty)

@@ -17,7 +17,7 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 Api = Literal["auto", "sglang", "openai-completions", "openai-chat"]
 DEFAULT_CONCURRENCY = [1, 4, 16, 32, 64, 128]
@@ -113,19 +113,19 @@ class SweepConfig(BaseModel):
             raise ValueError("give scheme://host:port, e.g. http://127.0.0.1:30000, or leave it empty for the embedded server")
         return value.rstrip("/")
 
-    @model_validator(mode="after")
-    def _enough_requests(self) -> "SweepConfig":
-        if isinstance(self.requests_per_level, int):
-            if self.requests_per_level < max(self.concurrency):
-                raise ValueError(
-                    f"requests_per_level ({self.requests_per_level}) is below the largest concurrency "
-                    f"({max(self.concurrency)}): that level could never hold {max(self.concurrency)} requests in flight; "
-                    f"use 'auto' or at least {max(self.concurrency)}")
+    def cross_field_problems(self) -> list[tuple[str, str]]:
+        """(parameter, problem) for every rule that involves more than one parameter."""
+        problems = []
+        if isinstance(self.requests_per_level, int) and self.requests_per_level < max(self.concurrency):
+            problems.append(("requests_per_level",
+                f"{self.requests_per_level} is below the largest concurrency ({max(self.concurrency)}): that level "
+                f"could never hold {max(self.concurrency)} requests in flight; use 'auto' or at least "
+                f"{max(self.concurrency)}"))
         if isinstance(self.output_tokens, int) and self.output_tokens < 1:
-            raise ValueError("output_tokens must be >= 1 or 'auto'")
+            problems.append(("output_tokens", f"must be >= 1 or 'auto' (got {self.output_tokens})"))
         if isinstance(self.warmup_requests, int) and self.warmup_requests < 0:
-            raise ValueError("warmup_requests must be >= 0 or 'auto'")
-        return self
+            problems.append(("warmup_requests", f"must be >= 0 or 'auto' (got {self.warmup_requests})"))
+        return problems
 
     # ---- resolved values --------------------------------------------------------------------
 
@@ -163,15 +163,56 @@ def parse_config(params: dict[str, Any] | SweepConfig) -> SweepConfig:
     if isinstance(params, SweepConfig):
         return params
     try:
-        return SweepConfig.model_validate(params)
+        cfg = SweepConfig.model_validate(params)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            name = ".".join(str(p) for p in err["loc"]) or "parameters"
+            name = ".".join(str(p) for p in err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                msg = "unknown parameter (check the spelling; papermill --help-notebook notebooks/sweep.ipynb lists them)"
+                msg = f"unknown parameter{_closest_hint(name)} (papermill --help-notebook notebooks/sweep.ipynb lists them)"
             elif name == "concurrency" or name.startswith("concurrency."):
                 msg += " — give a list of integers, with papermill: -y 'concurrency: [1, 4, 16]'"
             problems.append(f"parameter '{name}': {msg} (got {err.get('input')!r})")
         raise ConfigError("; ".join(problems)) from exc
+    cross = cfg.cross_field_problems()
+    if cross:
+        raise ConfigError("; ".join(f"parameter '{name}': {msg}" for name, msg in cross))
+    return cfg
+
+
+def _closest_hint(name: str, known: Any = None) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(SweepConfig.model_fields if known is None else known), n=1, cutoff=0.6)
+    return f" — did you mean '{close[0]}'?" if close else " (check the spelling)"
+
+
+#: the parameters of ``notebooks/sweep.ipynb`` (its cell tagged ``parameters``)
+NOTEBOOK_PARAMETERS = (
+    "endpoint", "arm", "label", "api", "model", "concurrency", "input_tokens", "output_tokens", "workload",
+    "requests_per_level", "warmup_requests", "repeats", "request_timeout_s", "seed", "temperature", "out_dir",
+    "resume", "client_workers", "embedded_profile", "embedded_spec", "embedded_args",
+)
+#: names an IPython kernel defines in every notebook's namespace
+_KERNEL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
+
+
+def check_notebook_parameters(namespace: dict[str, Any], parameters: Any = None) -> None:
+    """Fail on a value in ``namespace`` (a notebook's ``globals()``) that is not a sweep parameter.
+
+    papermill injects every ``-p``/``-y`` name into the notebook, known or not, and only warns
+    about unknown ones; a misspelled ``concurency`` would otherwise leave the default levels in
+    place and measure them. Call this right after the parameters: every public plain value
+    (str, number, bool, None, list, dict) must be one of ``parameters`` (default: the sweep
+    notebook's, :data:`NOTEBOOK_PARAMETERS`), else :class:`ConfigError` names it and the closest
+    valid name.
+    """
+    known = set(NOTEBOOK_PARAMETERS if parameters is None else parameters)
+    plain = (str, int, float, bool, list, dict, tuple, type(None))
+    unknown = sorted(name for name, value in namespace.items()
+                     if not name.startswith("_") and name not in _KERNEL_NAMES and name not in known
+                     and isinstance(value, plain))
+    if unknown:
+        raise ConfigError("; ".join(f"parameter '{name}': not a parameter of this notebook{_closest_hint(name, known)} "
+                                    "(papermill --help-notebook notebooks/sweep.ipynb lists them)" for name in unknown))

@@ -7,6 +7,11 @@ A result set is a folder (DESIGN §4)::
     <run_dir>/requests.parquet       one row per request (absent for level-only reference data)
     <run_dir>/server_metrics.parquet polled server gauges (optional)
 
+Rows of a level measured again on resume stay in the files with ``superseded=True``; readers
+leave them out of ``levels``/``requests`` and expose them as ``ResultSet.superseded_*``. While a
+sweep writes a run folder it holds ``flock`` on ``.specsweep.lock`` there (:func:`lock_run`).
+Files are written with the user's umask; the API key's value is masked in everything written.
+
 Hand-transcribed reference data may use ``levels.csv`` instead of ``levels.parquet``. A *study*
 folder holds several result sets as sub-folders; :func:`load_result_sets` expands it.
 
@@ -14,15 +19,19 @@ Every reader error names the file and says what is missing or malformed.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Iterator, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from specsweep.redact import redact, redact_frame
 
 SCHEMA_VERSION = 1
 
@@ -105,6 +114,9 @@ class ResultSet:
     server_metrics: pd.DataFrame | None = None
     #: what loading had to say (e.g. request rows of an unfinished level that were left out)
     notes: list[str] = field(default_factory=list)
+    #: rows of levels that were measured again on resume (after a crash); never part of a metric
+    superseded_levels: pd.DataFrame | None = None
+    superseded_requests: pd.DataFrame | None = None
 
     @property
     def arm(self) -> str:
@@ -122,7 +134,8 @@ class ResultSet:
 # --------------------------------------------------------------------------------------- reading
 
 
-def _read_meta(path: Path) -> dict[str, Any]:
+def read_meta(path: Path) -> dict[str, Any]:
+    """``path/meta.json``, validated; :class:`SchemaError` naming the file when it is missing or malformed."""
     meta_path = path / "meta.json"
     if not meta_path.is_file():
         raise SchemaError(f"{meta_path}: missing; every result set needs a meta.json beside its data")
@@ -207,11 +220,16 @@ def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
     path = Path(path)
     if not path.is_dir():
         raise SchemaError(f"{path}: not a folder; pass a result-set folder (with meta.json) or a study folder")
-    meta = _read_meta(path)
+    meta = read_meta(path)
     levels = _read_frame(path, "levels", LEVEL_REQUIRED, optional=False)
     assert levels is not None
     requests = _read_frame(path, "requests", REQUEST_REQUIRED, optional=True)
     server_metrics = _read_frame(path, "server_metrics", SERVER_METRICS_REQUIRED, optional=True)
+    superseded_levels, superseded_requests = None, None
+    if "superseded" in levels.columns:
+        levels, superseded_levels = _split_superseded(levels)
+    if requests is not None and "superseded" in requests.columns:
+        requests, superseded_requests = _split_superseded(requests)
     if levels.empty and meta.get("complete", True):
         raise SchemaError(f"{levels.attrs['source']}: has no rows, but meta.json says the run is complete")
     for frame in (levels, requests):
@@ -229,6 +247,9 @@ def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
             f"{levels.attrs['source']}: duplicate level (concurrency={row['concurrency']}, repeat={row['repeat']})"
         )
     notes: list[str] = []
+    if superseded_levels is not None and len(superseded_levels):
+        notes.append(f"{levels.attrs['source']}: {len(superseded_levels)} superseded level row(s) (re-measured on "
+                     "resume) left out; they are in ResultSet.superseded_levels")
     finished = levels[["concurrency", "repeat"]].drop_duplicates()
     for name, frame in (("requests", requests), ("server_metrics", server_metrics)):
         if frame is None or frame.empty:
@@ -248,7 +269,17 @@ def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
             f"{path / 'requests.parquet'}: missing; a measured run stores one row per request "
             f"(set level_only: true in meta.json for published level-only data)"
         )
-    return ResultSet(path=path, meta=meta, levels=levels, requests=requests, server_metrics=server_metrics, notes=notes)
+    return ResultSet(path=path, meta=meta, levels=levels, requests=requests, server_metrics=server_metrics, notes=notes,
+                     superseded_levels=superseded_levels, superseded_requests=superseded_requests)
+
+
+def _split_superseded(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(live rows, superseded rows) of a frame with a boolean ``superseded`` column, both without it."""
+    flag = frame["superseded"].fillna(False).astype(bool).to_numpy()
+    live = frame[~flag].drop(columns=["superseded"]).reset_index(drop=True)
+    old = frame[flag].reset_index(drop=True)
+    live.attrs = old.attrs = frame.attrs
+    return live, old
 
 
 def find_result_sets(path: str | os.PathLike[str]) -> list[Path]:
@@ -264,6 +295,17 @@ def find_result_sets(path: str | os.PathLike[str]) -> list[Path]:
     return found
 
 
+def _never_measured(path: Path) -> bool:
+    """True for a run folder whose meta.json says incomplete and that has no levels file at all."""
+    if (path / "levels.parquet").exists() or (path / "levels.csv").exists():
+        return False
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("kind") == "run" and meta.get("complete") is False
+
+
 def load_result_sets(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[ResultSet]:
     """Load every result set named by ``paths`` (result-set or study folders), in order.
 
@@ -271,7 +313,16 @@ def load_result_sets(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    sets = [load_result_set(p) for given in paths for p in find_result_sets(given)]
+    sets = []
+    for given in paths:
+        found = find_result_sets(given)
+        for p in found:
+            if len(found) > 1 and _never_measured(p):
+                # a run stopped before its first level (older specsweep wrote the folder before its preflight)
+                warnings.warn(f"{p}: an unfinished run with no finished level (only meta.json); left out of the study",
+                              stacklevel=2)
+                continue
+            sets.append(load_result_set(p))
     seen: dict[str, Path] = {}
     for rs in sets:
         if rs.arm in seen:
@@ -287,11 +338,25 @@ def load_result_sets(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike
 # --------------------------------------------------------------------------------------- writing
 
 
+def current_umask() -> int:
+    """The process's file-creation mask (read from /proc on Linux, else set and restored)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(target: Path, data: bytes) -> None:
     """Write ``data`` to ``target`` so readers see the old file or the new one, never a torn one."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; result files follow the umask
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -303,20 +368,20 @@ def atomic_write_bytes(target: Path, data: bytes) -> None:
 
 
 def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
-    """Validate and atomically write ``meta.json``."""
+    """Validate and atomically write ``meta.json`` (with the API key's value masked, see ``redact``)."""
     try:
         Meta.model_validate(meta)
     except ValidationError as exc:
         raise SchemaError(f"{run_dir / 'meta.json'}: refusing to write invalid metadata: {exc}") from exc
-    atomic_write_bytes(run_dir / "meta.json", (json.dumps(meta, indent=2, default=str) + "\n").encode())
+    atomic_write_bytes(run_dir / "meta.json", (json.dumps(redact(meta), indent=2, default=str) + "\n").encode())
 
 
 def write_frame(run_dir: Path, stem: str, frame: pd.DataFrame) -> None:
-    """Atomically (re)write ``<stem>.parquet``."""
+    """Atomically (re)write ``<stem>.parquet`` (with the API key's value masked in text cells)."""
     import io
 
     buffer = io.BytesIO()
-    frame.reset_index(drop=True).to_parquet(buffer, index=False)
+    redact_frame(frame).reset_index(drop=True).to_parquet(buffer, index=False)
     atomic_write_bytes(run_dir / f"{stem}.parquet", buffer.getvalue())
 
 
@@ -326,23 +391,41 @@ def append_level(
     requests: pd.DataFrame,
     server_metrics: pd.DataFrame | None = None,
 ) -> None:
-    """Add one finished level to a run folder, replacing any earlier rows for the same level.
+    """Add one finished level to a run folder.
+
+    Rows already stored for the same (concurrency, repeat) are kept, marked ``superseded=True``,
+    when that level had finished (a re-measurement on resume must not lose the first attempt);
+    rows of a level that never finished (orphan request rows) are dropped. Readers
+    (:func:`load_result_set`, :func:`finished_levels`) leave superseded rows out.
 
     Each file is rewritten atomically, requests first and levels last: a level counts as finished
     only once its row is in ``levels.parquet``, so an interruption between the writes leaves at
     worst orphan request rows, which the next write of that level replaces.
     """
     keys = level[["concurrency", "repeat"]].drop_duplicates()
+    levels_path = run_dir / "levels.parquet"
+    finished = pd.DataFrame(columns=["concurrency", "repeat"])
+    if levels_path.is_file():
+        old_levels = pd.read_parquet(levels_path)
+        if "superseded" in old_levels:
+            old_levels = old_levels[~old_levels["superseded"].fillna(False).astype(bool).to_numpy()]
+        finished = old_levels[["concurrency", "repeat"]].merge(keys, on=["concurrency", "repeat"])
 
     def merged(stem: str, new: pd.DataFrame) -> pd.DataFrame:
+        new = new.assign(superseded=False)
         path = run_dir / f"{stem}.parquet"
         if not path.is_file():
             return new
         old = pd.read_parquet(path)
         if old.empty:
             return new
-        drop = old.merge(keys, on=["concurrency", "repeat"], how="left", indicator=True)["_merge"] == "both"
-        kept = old[~drop.to_numpy()]
+        if "superseded" not in old:
+            old = old.assign(superseded=False)
+        same = (old.merge(keys, on=["concurrency", "repeat"], how="left", indicator=True)["_merge"] == "both").to_numpy()
+        was_finished = (old.merge(finished.drop_duplicates(), on=["concurrency", "repeat"], how="left",
+                                  indicator=True)["_merge"] == "both").to_numpy()
+        old.loc[same & was_finished, "superseded"] = True
+        kept = old[~same | was_finished]
         return pd.concat([kept, new], ignore_index=True) if not kept.empty else new
 
     write_frame(run_dir, "requests", merged("requests", requests))
@@ -351,10 +434,67 @@ def append_level(
     write_frame(run_dir, "levels", merged("levels", level))
 
 
+def live_levels(run_dir: Path) -> pd.DataFrame:
+    """The finished, not superseded rows of ``run_dir/levels.parquet`` (validated; empty when absent)."""
+    frame = _read_frame(Path(run_dir), "levels", LEVEL_REQUIRED, optional=True)
+    if frame is None:
+        return pd.DataFrame(columns=list(LEVEL_REQUIRED))
+    if "superseded" in frame.columns:
+        frame, _ = _split_superseded(frame)
+    return frame
+
+
 def finished_levels(run_dir: Path) -> set[tuple[int, int]]:
-    """The (concurrency, repeat) pairs already written to ``run_dir/levels.parquet``."""
-    path = Path(run_dir) / "levels.parquet"
-    if not path.is_file():
-        return set()
-    frame = pd.read_parquet(path, columns=["concurrency", "repeat"])
-    return {(int(c), int(r)) for c, r in frame.itertuples(index=False)}
+    """The (concurrency, repeat) pairs already written to ``run_dir/levels.parquet`` (not superseded)."""
+    frame = live_levels(run_dir)
+    return {(int(c), int(r)) for c, r in frame[["concurrency", "repeat"]].itertuples(index=False)}
+
+
+class RunLocked(RuntimeError):
+    """Another sweep holds the run folder's lock; the message says who."""
+
+
+LOCK_NAME = ".specsweep.lock"
+
+
+@contextlib.contextmanager
+def lock_run(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``run_dir/.specsweep.lock`` while a sweep writes the folder.
+
+    The lock file records pid, host and start time (UTC) of the holder; a second sweep (or
+    resume) of the same folder fails with :class:`RunLocked` naming them. The kernel drops the
+    lock when the holder exits, however it exits. On a file system without ``flock`` the folder
+    is used unlocked.
+    """
+    import fcntl
+    import socket
+
+    from specsweep.provenance import utc_now
+
+    path = Path(run_dir) / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+            except (ValueError, UnicodeDecodeError):
+                holder = {}
+            raise RunLocked(
+                f"{run_dir}: another sweep is writing this run folder (pid {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')}, since {holder.get('started_utc', '?')}); wait for it to finish or stop it, "
+                "then resume") from None
+        except OSError:  # a file system without flock (some network mounts): go on unlocked, as before locks existed
+            yield
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "started_utc": utc_now()}).encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

@@ -7,6 +7,16 @@ level's rows are written at once and atomically, so an interruption keeps every 
 ``resume`` continues a run and skips its finished levels. Ctrl-C saves, marks the run incomplete
 and says how to resume.
 
+Crash safety: the sweep stops only on evidence that the server is gone (``ABORT_CONSECUTIVE_FAILURES``
+failures in a row, or a failed level or warm-up followed by a failed health check), never on one
+request. Resuming an unfinished run measures again the level it stopped at (also after a hard
+kill: meta.json names the level in progress) and every damaged level (:func:`damaged_levels`);
+the first attempt's rows stay in the files, marked ``superseded``. A lock file in the run folder
+keeps a second sweep out while one writes it. Everything that needs no server (parameters,
+``out_dir``, the run to resume, the prompt file) is checked before a server is contacted or
+started, and the run folder is created only after the preflight request succeeded. The API key's
+value is masked in every log line, warning, error and file (``specsweep.redact``).
+
 Prompts are paired across arms: measured request ``i`` of plan position ``k`` always gets the
 same prompt for the same parameters, and no prompt is reused across levels (so a prefix cache
 cannot make a later level look faster).
@@ -15,8 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
+import os
+import shlex
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,12 +45,21 @@ from specsweep.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, par
 from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.metrics import level_metrics, requests_frame
 from specsweep.probe import MetricsPoller, ProbeError, ServerProbe, acceptance_from_counters, probe
-from specsweep.store import SCHEMA_VERSION, append_level, finished_levels, load_result_set, write_meta
+from specsweep.redact import redact_exception, redact_text
+from specsweep.store import (SCHEMA_VERSION, SchemaError, append_level, finished_levels, live_levels, load_result_set,
+                             lock_run, read_meta, write_meta)
 from specsweep.workload import Workload, make_workload, random_ids
 
 WARMUP_INDEX_BASE = 1_000_000_000
-#: meta.json fields that must match for a run to be resumed
-RESUME_KEYS = ("concurrency", "repeats", "requests_per_level", "warmup_requests", "temperature", "api", "seed")
+#: meta.json fields that must match for a run to be resumed (a changed timeout would change what counts as failed)
+RESUME_KEYS = ("concurrency", "repeats", "requests_per_level", "warmup_requests", "temperature", "api", "seed",
+               "request_timeout_s")
+#: a level is damaged (measured again on resume) when this fraction of its requests failed ...
+DAMAGED_ERROR_RATE = 0.5
+#: ... or at least this fraction, and more than twice the median of the run's other levels
+RELATIVE_ERROR_RATE = 0.1
+#: the sweep stops after this many failed requests in a row (warm-ups included)
+ABORT_CONSECUTIVE_FAILURES = 16
 
 
 @dataclass
@@ -56,15 +79,23 @@ class SweepResult:
 # ----------------------------------------------------------------------------------- run folders
 
 
-def _find_resume_dir(cfg: SweepConfig) -> Path:
+def _find_resume_dir(cfg: SweepConfig, log: Callable[[str], None]) -> Path:
+    """The run folder ``resume`` names; ``latest``: the newest incomplete run whose meta.json arm is exactly ``arm``."""
     out = Path(cfg.out_dir)
     if cfg.resume == "latest":
-        candidates = [m.parent for m in sorted(out.glob(f"*-{cfg.arm}/meta.json"))
-                      if not json.loads(m.read_text()).get("complete", False)]
+        candidates = []
+        for folder in sorted(p.parent for p in out.glob("*/meta.json")):
+            try:
+                meta = read_meta(folder)
+            except SchemaError as exc:
+                log(f"resume latest: skipped {folder} ({exc})")
+                continue
+            if meta.get("arm") == cfg.arm and meta.get("kind") == "run" and not meta.get("complete", False):
+                candidates.append((str(meta.get("started_utc") or ""), folder.name, folder))
         if not candidates:
             raise ConfigError(f"parameter 'resume': no incomplete run of arm '{cfg.arm}' in {out}; "
                               "leave resume empty to start a new run")
-        return candidates[-1]
+        return max(candidates)[2]
     given = Path(cfg.resume)
     for candidate in (given, out / cfg.resume):
         if (candidate / "meta.json").is_file():
@@ -86,6 +117,83 @@ def _check_resumable(run_dir: Path, meta: dict[str, Any], sweep: dict[str, Any],
     if diffs:
         raise ConfigError(f"parameter 'resume': {run_dir} was measured with different parameters ({'; '.join(diffs)}); "
                           "resume with the same parameters, or start a new run")
+
+
+def _check_out_dir(cfg: SweepConfig) -> None:
+    """Fail (naming ``out_dir``) when result sets cannot be written there — before any server is touched."""
+    out = Path(cfg.out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"parameter 'out_dir': {out} exists and is not a folder; give a folder for the result sets")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"parameter 'out_dir': cannot write result sets in {out} ({exc.strerror or exc}); "
+                          "give a folder you can write to") from exc
+
+
+@dataclass
+class _Resume:
+    """A run to continue, read and checked before any server is contacted."""
+
+    run_dir: Path
+    meta: dict[str, Any]
+    levels: pd.DataFrame
+
+
+def _prepare_resume(run_dir: Path, cfg: SweepConfig, sweep_params: dict[str, Any], workload: Workload) -> _Resume:
+    """The run to resume: its meta.json and finished levels validated by the store (files named), parameters checked."""
+    meta = read_meta(run_dir)
+    _check_resumable(run_dir, meta, sweep_params, workload.describe(), cfg.arm)
+    if not os.access(run_dir, os.W_OK):
+        raise ConfigError(f"parameter 'resume': cannot write in {run_dir}; resume a run folder you can write to")
+    return _Resume(run_dir, meta, live_levels(run_dir))
+
+
+def damaged_levels(levels: pd.DataFrame) -> dict[tuple[int, int], str]:
+    """Levels whose failures say the server broke down during them, not how it performs.
+
+    A level is damaged when at least ``DAMAGED_ERROR_RATE`` of its requests failed, or when at
+    least ``RELATIVE_ERROR_RATE`` failed and that is more than twice the median error rate of the
+    run's other levels. Resume measures damaged levels of an unfinished run again.
+    """
+    out: dict[tuple[int, int], str] = {}
+    if levels.empty or "error_rate" not in levels:
+        return out
+    rates = pd.to_numeric(levels["error_rate"], errors="coerce").fillna(1.0).to_numpy()
+    for i, (c, r) in enumerate(levels[["concurrency", "repeat"]].itertuples(index=False)):
+        others = np.delete(rates, i)
+        typical = float(np.median(others)) if len(others) else 0.0
+        if rates[i] >= DAMAGED_ERROR_RATE:
+            out[(int(c), int(r))] = f"{rates[i]:.0%} of its requests failed"
+        elif rates[i] >= RELATIVE_ERROR_RATE and rates[i] > 2 * typical:
+            out[(int(c), int(r))] = f"{rates[i]:.0%} of its requests failed, the run's other levels {typical:.0%}"
+    return out
+
+
+def _levels_to_remeasure(resume: _Resume, log: Callable[[str], None]) -> tuple[set[tuple[int, int]], list[list[int]]]:
+    """(levels that count as finished, levels whose requests already reached the server and run again).
+
+    In an unfinished run, a damaged level (:func:`damaged_levels`) and the level the run stopped
+    at are measured again; their old rows stay in the files, marked superseded.
+    """
+    meta = resume.meta
+    done = {(int(c), int(r)) for c, r in resume.levels[["concurrency", "repeat"]].itertuples(index=False)}
+    if meta.get("complete"):
+        return done, []
+    rerun: list[list[int]] = []
+    stopped = [(meta.get(k) or {}).get("level") for k in ("interrupted", "failed")] + [meta.get("in_progress")]
+    for level in stopped:
+        if level and list(level) not in rerun:
+            rerun.append(list(level))  # its first requests reached the server: a prefix cache may hold them
+    for key, why in sorted(damaged_levels(resume.levels).items()):
+        log(f"C={key[0]} repeat {key[1]}: measured again ({why}); the first attempt is kept, marked superseded")
+        if list(key) not in rerun:
+            rerun.append(list(key))
+    for level in rerun:
+        done.discard((level[0], level[1]))
+    return done, rerun
 
 
 # ------------------------------------------------------------------------------------ the levels
@@ -244,7 +352,14 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
 
 
 class SweepAborted(RuntimeError):
-    """The server failed every request of a level (or of its warm-up): measuring on is pointless."""
+    """The evidence says the server is gone (many failures in a row, or failures and a failed health check).
+
+    ``level``: the saved (concurrency, repeat) the abort ended, if any; resume measures it again.
+    """
+
+    def __init__(self, message: str, level: tuple[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.level = list(level) if level else None
 
 
 #: server settings that must match for a run to be resumed against a (restarted) server
@@ -267,26 +382,15 @@ def _check_same_server(run_dir: Path, meta: dict[str, Any], info: ServerProbe) -
                           f"({'; '.join(diffs)}); resume against the same configuration, or start a new run")
 
 
-def _open_run(cfg: SweepConfig, info: ServerProbe, workload: Workload, sweep_params: dict[str, Any],
-              embedded: dict[str, Any] | None, log: Callable[[str], None]) -> tuple[Path, dict[str, Any], set[tuple[int, int]]]:
-    """A new run folder with its meta.json, or the run to resume (checked) and its finished levels."""
-    if cfg.resume:
-        run_dir = _find_resume_dir(cfg)
-        meta = json.loads((run_dir / "meta.json").read_text())
-        _check_resumable(run_dir, meta, sweep_params, workload.describe(), cfg.arm)
-        _check_same_server(run_dir, meta, info)
-        done = finished_levels(run_dir)
-        meta.setdefault("resumed_utc", []).append(provenance.utc_now())
-        stopped_at = (meta.get("interrupted") or meta.get("failed") or {}).get("level")
-        if stopped_at and tuple(stopped_at) not in done:
-            # that level's first requests already reached the server once: a prefix cache may now hold them
-            meta.setdefault("rerun_levels", []).append(stopped_at)
-        log(f"resuming {run_dir}: {len(done)} of {len(cfg.plan())} levels already finished")
-        return run_dir, meta, done
+def _new_run(cfg: SweepConfig, info: ServerProbe, workload: Workload, sweep_params: dict[str, Any],
+             embedded: dict[str, Any] | None) -> tuple[Path, dict[str, Any]]:
+    """A new run folder (created only now, after the preflight passed) and its meta.json record."""
     run_id = f"{provenance.utc_stamp()}-{cfg.arm}"
     run_dir = Path(cfg.out_dir) / run_id
-    if run_dir.exists():
-        raise ConfigError(f"parameter 'out_dir': {run_dir} already exists; wait a second or pick another out_dir")
+    try:
+        run_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise ConfigError(f"parameter 'out_dir': {run_dir} already exists; wait a second or pick another out_dir") from None
     meta = {
         "schema_version": SCHEMA_VERSION, "kind": "run", "run_id": run_id, "arm": cfg.arm,
         "label": cfg.label or cfg.arm, "complete": False, "level_only": False,
@@ -295,7 +399,78 @@ def _open_run(cfg: SweepConfig, info: ServerProbe, workload: Workload, sweep_par
         "server": info.snapshot(), "workload": workload.describe(), "sweep": sweep_params,
         "environment": provenance.environment(), "metric_definitions": {}, "warnings": [],
     }
-    return run_dir, meta, set()
+    return run_dir, meta
+
+
+def _resumed_meta(resume: _Resume, cfg: SweepConfig, log: Callable[[str], None]) -> tuple[dict[str, Any], set[tuple[int, int]]]:
+    """meta.json of a resumed run, updated (resume time, levels measured again, a changed label) and its finished levels."""
+    meta = resume.meta
+    done, rerun = _levels_to_remeasure(resume, log)
+    meta.setdefault("resumed_utc", []).append(provenance.utc_now())
+    for level in rerun:
+        if level not in meta.setdefault("rerun_levels", []):
+            meta["rerun_levels"].append(level)
+    meta.pop("in_progress", None)
+    if cfg.label is not None and cfg.label != meta.get("label"):
+        meta.setdefault("changes_on_resume", []).append(
+            {"utc": provenance.utc_now(), "parameter": "label", "old": meta.get("label"), "new": cfg.label})
+        log(f"label changed on resume: {meta.get('label')!r} → {cfg.label!r} (recorded in meta.json changes_on_resume)")
+        meta["label"] = cfg.label
+    log(f"resuming {resume.run_dir}: {len(done)} of {len(cfg.plan())} levels already finished")
+    return meta, done
+
+
+HEALTH_PATHS = ("/health", "/v1/models")
+
+
+def server_alive(base_url: str, timeout_s: float = 5.0) -> tuple[bool, str]:
+    """(alive, what was seen): does the server still answer ``/health`` (or ``/v1/models``) below HTTP 500?"""
+    import httpx
+
+    from specsweep.client import auth_headers
+
+    seen = []
+    with httpx.Client(timeout=timeout_s, headers=auth_headers()) as client:
+        for path in HEALTH_PATHS:
+            try:
+                status = client.get(base_url + path).status_code
+            except httpx.HTTPError as exc:
+                seen.append(f"GET {path}: {type(exc).__name__}")
+                continue
+            if status < 500 and status != 404:
+                return True, f"GET {path}: HTTP {status}"
+            seen.append(f"GET {path}: HTTP {status}")
+    return False, "; ".join(seen)
+
+
+class _Evidence:
+    """Failures in completion order, for abort decisions made on evidence, never on one request.
+
+    The sweep stops when ``ABORT_CONSECUTIVE_FAILURES`` requests in a row failed (across warm-ups
+    and levels), or when a level or its warm-up went badly and the server's health check fails.
+    """
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.streak = 0
+
+    def add(self, records: list[Any]) -> None:
+        for rec in sorted(records, key=lambda r: r.t_end):
+            self.streak = 0 if rec.ok else self.streak + 1
+
+    def check(self, where: str, trouble: str | None, level: tuple[int, int] | None = None) -> None:
+        """Raise :class:`SweepAborted` when the evidence says the server is gone.
+
+        ``trouble``: what went wrong here; ``level``: the saved level the abort ends (re-measured on resume).
+        """
+        if self.streak >= ABORT_CONSECUTIVE_FAILURES:
+            raise SweepAborted(f"{where}: {self.streak} requests in a row failed ({trouble or 'see the error column'}); "
+                               "the server is not answering — stopping", level)
+        if trouble:
+            alive, seen = server_alive(self.base_url)
+            if not alive:
+                raise SweepAborted(f"{where}: {trouble}, and the health check failed ({seen}); the server is not "
+                                   "answering — stopping", level)
 
 
 def _workload_warnings(cfg: SweepConfig, workload: Workload) -> list[str]:
@@ -313,14 +488,33 @@ def run_sweep(
     stop: threading.Event | None = None,
     log: Callable[[str], None] = print,
 ) -> SweepResult:
-    """Measure one arm at every level of ``params`` (see ``config``) and return its result set."""
-    cfg = parse_config(params)
-    output_tokens = cfg.resolved_output_tokens()
-    workload = make_workload(cfg.workload, cfg.input_tokens, output_tokens, cfg.seed)
-    # warm-up and preflight prompts never overlap measured ones (a prefix cache would flatter them):
-    # random IDs from their own index range, whatever the measured workload
-    warm_workload = random_ids(cfg.input_tokens, output_tokens, cfg.seed)
-    sweep_params = {
+    """Measure one arm at every level of ``params`` (see ``config``) and return its result set.
+
+    Every log line, warning and error message has the API key's value masked (``redact``).
+    Ctrl-C (or ``stop``) raises :class:`SweepInterrupted`, which says how to resume.
+    """
+    raw_log = log
+
+    def log(text: str) -> None:
+        raw_log(redact_text(text))
+
+    try:
+        return _run_sweep(params, progress=progress, stop=stop, log=log)
+    except SweepInterrupted as exc:
+        log(str(exc))
+        _tell_terminal(exc)
+        raise
+    except KeyboardInterrupt:
+        exc = SweepInterrupted(None, 0)  # before any level: nothing new was saved
+        _tell_terminal(exc)
+        raise exc from None
+    except BaseException as exc:
+        redact_exception(exc)
+        raise
+
+
+def _sweep_params(cfg: SweepConfig) -> dict[str, Any]:
+    return {
         "concurrency": cfg.concurrency, "repeats": cfg.repeats,
         "requests_per_level": {str(c): cfg.requests_for(c) for c in cfg.concurrency},
         "requests_per_level_rule": cfg.requests_per_level if cfg.requests_per_level == "auto" else "fixed",
@@ -329,102 +523,203 @@ def run_sweep(
         "temperature": cfg.temperature, "api": cfg.api, "seed": cfg.seed, "closed_loop": True,
         "client_workers": cfg.client_workers, "metrics_interval_s": cfg.metrics_interval_s,
     }
-    with _endpoint(cfg, log) as (url, embedded):
+
+
+def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: threading.Event | None,
+               log: Callable[[str], None]) -> SweepResult:
+    cfg = parse_config(params)
+    output_tokens = cfg.resolved_output_tokens()
+    workload = make_workload(cfg.workload, cfg.input_tokens, output_tokens, cfg.seed)
+    # warm-up and preflight prompts never overlap measured ones (a prefix cache would flatter them):
+    # random IDs from their own index range, whatever the measured workload
+    warm_workload = random_ids(cfg.input_tokens, output_tokens, cfg.seed)
+    sweep_params = _sweep_params(cfg)
+    # everything that can be checked without a server is checked before one is contacted or started
+    _check_out_dir(cfg)
+    with contextlib.ExitStack() as stack:
+        resume = None
+        if cfg.resume:
+            resume_dir = _find_resume_dir(cfg, log)
+            stack.enter_context(lock_run(resume_dir))  # read it only once no other sweep writes it
+            resume = _prepare_resume(resume_dir, cfg, sweep_params, workload)
+        url, embedded = stack.enter_context(_endpoint(cfg, log))
         info = probe(url, cfg.api, cfg.model)
         log(f"{info.base_url}: {info.server}{' (simulated)' if info.simulated else ''}, API {info.flavour}, "
             f"model {info.model}, max_running_requests {info.server_info.get('max_running_requests', 'unknown')}, "
             f"speculative {info.server_info.get('speculative_algorithm') or 'off/unknown'}")
-        run_dir, meta, done = _open_run(cfg, info, workload, sweep_params, embedded, log)
-        run_id = meta["run_id"]
+        if resume is not None:
+            _check_same_server(resume.run_dir, resume.meta, info)
+        gen = stack.enter_context(LoadGenerator(info.base_url, info.flavour, max_concurrency=max(cfg.concurrency),
+                                                workers=cfg.client_workers, timeout_s=cfg.request_timeout_s,
+                                                read_timeout_s=cfg.request_timeout_s))
+        preflight_warnings = preflight(gen, info, warm_workload, cfg)
+        if resume is None:
+            run_dir, meta = _new_run(cfg, info, workload, sweep_params, embedded)
+            stack.enter_context(lock_run(run_dir))
+            done: set[tuple[int, int]] = set()
+        else:
+            run_dir = resume.run_dir
+            meta, done = _resumed_meta(resume, cfg, log)
         warnings: list[str] = meta.setdefault("warnings", [])
 
         def warn(text: str) -> None:
+            text = redact_text(text)
             if text not in warnings:
                 warnings.append(text)
                 log("⚠ " + text)
 
-        write_meta(run_dir, meta)
-        offsets = _prompt_offsets(cfg)
-        poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
-        current: tuple[int, int] | None = None
-        try:
-            with LoadGenerator(info.base_url, info.flavour, max_concurrency=max(cfg.concurrency),
-                               workers=cfg.client_workers, timeout_s=cfg.request_timeout_s,
-                               read_timeout_s=cfg.request_timeout_s) as gen:
-                for w in preflight(gen, info, warm_workload, cfg) + _workload_warnings(cfg, workload):
-                    warn(w)
-                for c, r in cfg.plan():
-                    if (c, r) in done:
-                        log(f"C={c} repeat {r}: already finished, skipped")
-                        continue
-                    if stop is not None and stop.is_set():
-                        raise KeyboardInterrupt
-                    current = (c, r)
-                    n_warm = cfg.warmups_for(c)
-                    if n_warm:
-                        first = WARMUP_INDEX_BASE + offsets[(c, r)]
-                        warm = warm_workload.bodies(info.flavour, range(first, first + n_warm), model=info.model,
-                                                    temperature=cfg.temperature,
-                                                    output_tokens=min(WARMUP_OUTPUT_TOKENS, output_tokens))
-                        wres = gen.run_level(warm, min(c, n_warm), stop=stop)
-                        if wres.stopped or (stop is not None and stop.is_set()):
-                            raise KeyboardInterrupt
-                        if wres.records and all(rec.error for rec in wres.records):
-                            raise SweepAborted(f"C={c}: every warm-up request failed (first: {wres.records[0].error}); "
-                                               "the server is not answering — stopping")
-                    n = cfg.requests_for(c)
-                    bodies = workload.bodies(info.flavour, range(offsets[(c, r)], offsets[(c, r)] + n),
-                                             model=info.model, temperature=cfg.temperature)
-                    before = poller.snapshot() if poller else {}
-                    if poller:
-                        poller.start()
-                    bar = _Progress(progress, n, f"C={c} r{r}", output_tokens)
-                    started = provenance.utc_now()
-                    try:
-                        result = gen.run_level(bodies, c, stop=stop, progress=bar)
-                    finally:
-                        bar.close()
-                        samples = poller.stop() if poller else []
-                    if result.stopped:
-                        raise KeyboardInterrupt
-                    after = poller.snapshot() if poller else {}
-                    level, req, srv = summarise_level(
-                        result, cfg=cfg, run_id=run_id, concurrency=c, repeat=r, prompt_offset=offsets[(c, r)],
-                        requested_tokens=output_tokens, server=info.server, samples=samples, before=before,
-                        after=after, started_utc=started)
-                    append_level(run_dir, level, req, srv if poller else None)
-                    current = None
-                    for w in result.warnings:
-                        warn(f"C={c} repeat {r}: {w}")
-                    write_meta(run_dir, meta)
-                    row = level.iloc[0]
-                    log(_level_line(row))
-                    if row["n_ok"] == 0:
-                        first_error = req["error"].dropna().iloc[0] if req["error"].notna().any() else "no tokens"
-                        raise SweepAborted(f"C={c}: every request failed (first: {first_error}); the level is saved, "
-                                           "later levels would fail too — stopping")
-        except BaseException as exc:
-            meta["complete"] = False
-            interrupted = isinstance(exc, KeyboardInterrupt)
-            meta["interrupted" if interrupted else "failed"] = {
-                "utc": provenance.utc_now(), "levels_finished": len(finished_levels(run_dir)),
-                "level": list(current) if current else None,
-                "reason": "interrupted (Ctrl-C or stop)" if interrupted else f"{type(exc).__name__}: {exc}",
-            }
+        for w in preflight_warnings + _workload_warnings(cfg, workload):
+            warn(w)
+        write_meta(run_dir, meta)  # rerun_levels and the resume time are on disk before anything is measured
+        todo = [key for key in cfg.plan() if key not in done]
+        if not todo and meta.get("complete"):
+            log(f"{run_dir}: every level is finished and the run is complete; nothing to measure")
+        else:
+            _measure_levels(cfg, info, gen, workload, warm_workload, run_dir, meta, done, warn, stop, progress, log)
+            meta["complete"] = True
+            meta["finished_utc"] = provenance.utc_now()
+            meta.pop("interrupted", None)
+            meta.pop("failed", None)
             write_meta(run_dir, meta)
-            log(f"{'interrupted' if interrupted else 'failed'}: {len(finished_levels(run_dir))} finished level(s) are "
-                f"saved in {run_dir}; continue with resume={str(run_dir)!r}")
-            raise
-        finally:
-            if poller:
-                poller.close()
-        meta["complete"] = True
-        meta["finished_utc"] = provenance.utc_now()
-        meta.pop("interrupted", None)
-        meta.pop("failed", None)
-        write_meta(run_dir, meta)
     rs = load_result_set(run_dir)
     return SweepResult(run_dir=run_dir, meta=rs.meta, levels=rs.levels, warnings=list(warnings))
+
+
+def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, workload: Workload,
+                    warm_workload: Workload, run_dir: Path, meta: dict[str, Any], done: set[tuple[int, int]],
+                    warn: Callable[[str], None], stop: threading.Event | None, progress: bool,
+                    log: Callable[[str], None]) -> None:
+    """Warm up and measure every level of the plan not in ``done``, saving each; on any exit, record why in meta.json."""
+    output_tokens = workload.output_tokens
+    run_id = meta["run_id"]
+    offsets = _prompt_offsets(cfg)
+    poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
+    evidence = _Evidence(info.base_url)
+    current: tuple[int, int] | None = None
+    try:
+        for c, r in cfg.plan():
+            if (c, r) in done:
+                log(f"C={c} repeat {r}: already finished, skipped")
+                continue
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
+            current = (c, r)
+            meta["in_progress"] = [c, r]  # survives a hard kill: resume then knows this level's prompts were sent
+            write_meta(run_dir, meta)
+            n_warm = cfg.warmups_for(c)
+            if n_warm:
+                first = WARMUP_INDEX_BASE + offsets[(c, r)]
+                warm = warm_workload.bodies(info.flavour, range(first, first + n_warm), model=info.model,
+                                            temperature=cfg.temperature,
+                                            output_tokens=min(WARMUP_OUTPUT_TOKENS, output_tokens))
+                wres = gen.run_level(warm, min(c, n_warm), stop=stop)
+                if wres.stopped or (stop is not None and stop.is_set()):
+                    raise KeyboardInterrupt
+                evidence.add(wres.records)
+                if wres.records and all(rec.error for rec in wres.records):
+                    evidence.check(f"C={c}", f"every warm-up request failed (first: {wres.records[0].error})")
+            n = cfg.requests_for(c)
+            bodies = workload.bodies(info.flavour, range(offsets[(c, r)], offsets[(c, r)] + n),
+                                     model=info.model, temperature=cfg.temperature)
+            before = poller.snapshot() if poller else {}
+            if poller:
+                poller.start()
+            bar = _Progress(progress, n, f"C={c} r{r}", output_tokens)
+            started = provenance.utc_now()
+            try:
+                result = gen.run_level(bodies, c, stop=stop, progress=bar)
+            finally:
+                bar.close()
+                samples = poller.stop() if poller else []
+            if result.stopped:
+                raise KeyboardInterrupt
+            after = poller.snapshot() if poller else {}
+            level, req, srv = summarise_level(
+                result, cfg=cfg, run_id=run_id, concurrency=c, repeat=r, prompt_offset=offsets[(c, r)],
+                requested_tokens=output_tokens, server=info.server, samples=samples, before=before,
+                after=after, started_utc=started)
+            append_level(run_dir, level, req, srv if poller else None)
+            current = None  # saved: an interrupt from here on does not touch this level
+            meta.pop("in_progress", None)
+            for w in result.warnings:
+                warn(f"C={c} repeat {r}: {w}")
+            write_meta(run_dir, meta)
+            row = level.iloc[0]
+            log(_level_line(row))
+            evidence.add(result.records)
+            damage = damaged_levels(live_levels(run_dir)).get((c, r))
+            trouble = None
+            if row["n_ok"] == 0:
+                first_error = req["error"].dropna().iloc[0] if req["error"].notna().any() else "no tokens"
+                trouble = f"every request failed (first: {first_error})"
+            elif damage:
+                trouble = damage
+            evidence.check(f"C={c} (saved, measured again on resume)", trouble, level=(c, r))
+            if trouble:
+                warn(f"C={c} repeat {r}: {trouble}, but the server still answers its health check; the level is kept")
+    except BaseException as exc:
+        meta["complete"] = False
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        n_done = len(finished_levels(run_dir))
+        meta["interrupted" if interrupted else "failed"] = {
+            "utc": provenance.utc_now(), "levels_finished": n_done,
+            "level": list(current) if current else getattr(exc, "level", None),
+            "reason": "interrupted (Ctrl-C or stop)" if interrupted else f"{type(exc).__name__}: {exc}",
+        }
+        write_meta(run_dir, meta)
+        if interrupted:
+            raise SweepInterrupted(run_dir, n_done) from None
+        log(f"failed: {n_done} finished level(s) are saved in {run_dir}; continue with resume={str(run_dir)!r}")
+        raise
+    finally:
+        if poller:
+            poller.close()
+
+
+class _ClientGone(logging.Filter):
+    """Drop the kernel's "Exception in message handler" traceback when its client (papermill) has gone away."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (exc is not None and type(exc).__module__.startswith("zmq"))
+
+
+def _tell_terminal(exc: SweepInterrupted) -> None:
+    """Inside a Jupyter kernel, also say how to resume on the terminal that pressed Ctrl-C.
+
+    Ctrl-C under papermill reaches papermill and the kernel together: papermill stops at once, so
+    the notebook never receives the message, and the kernel's reply then fails with a zmq
+    traceback. The message goes to the kernel's own stderr (the terminal), and that traceback,
+    which only says the client has gone, is filtered out.
+    """
+    if "ipykernel" not in sys.modules:
+        return
+    kernel_log = logging.getLogger("IPKernelApp")
+    if not any(isinstance(f, _ClientGone) for f in kernel_log.filters):
+        kernel_log.addFilter(_ClientGone())
+    stream = sys.__stderr__
+    if stream is not None:
+        print(f"\nspecsweep: {exc.args[0]}", file=stream, flush=True)
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or ``stop``) ended the sweep; finished levels are saved and the message says how to resume.
+
+    In a notebook it shows as that message alone (``_render_traceback_``), not a traceback.
+    """
+
+    def __init__(self, run_dir: Path | None, levels_finished: int) -> None:
+        if run_dir is None:
+            text = "Interrupted before any level was measured; nothing new was saved."
+        else:
+            text = (f"Interrupted: {levels_finished} finished level(s) are saved in {run_dir} (meta.json says "
+                    f"'interrupted'). Continue it with the same parameters plus resume={str(run_dir)!r} "
+                    f"(papermill: -p resume {shlex.quote(str(run_dir))}); finished levels are skipped.")
+        super().__init__(text)
+        self.run_dir = run_dir
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"SweepInterrupted: {self.args[0]}"]
 
 
 def _level_line(row: pd.Series) -> str:

@@ -141,7 +141,11 @@ def prompt_file(path: str | Path, output_tokens: int, input_tokens: int | None =
         raise ValueError(f"workload {str(path)!r}: no such prompt file; give 'random-ids' or the path of a "
                          ".jsonl / .txt prompt file")
     raw = path.read_bytes()
-    lines = raw.decode("utf-8").splitlines()
+    try:
+        lines = raw.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"workload {str(path)!r}: not UTF-8 text (byte {exc.start}: {exc.reason}); save the prompt "
+                         "file as UTF-8") from exc
     if path.suffix == ".jsonl":
         prompts = [_parse_line(path, n, line) for n, line in enumerate(lines, 1) if line.strip()]
     else:

@@ -13,6 +13,7 @@ import asyncio
 import gc
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -47,6 +48,7 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
                             meanwhile arrive merged afterwards); non-streaming: delay the response
   --fault-malformed-rate R  send one data: line that is not JSON mid-way through a stream
   --fault-omit-usage        never send token counts (no usage, no meta_info token counts)
+  --fault-echo-auth         injected errors quote the request's API key (as some servers do)
 
 API surfaces (--api-surface; the simulated engine is the same under both):
   sglang  SGLang 0.5.23: /generate, /server_info, /model_info, /health (a generation, >= 1 s),
@@ -156,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fraction of streams that carry one non-JSON data: line")
     p.add_argument("--fault-omit-usage", action="store_true",
                    help="never send token counts (usage, meta_info counts)")
+    p.add_argument("--fault-echo-auth", action="store_true",
+                   help="injected error bodies quote the request's API key (redaction tests)")
+    p.add_argument("--parent-pid", type=int, metavar="PID",
+                   help="exit when process PID is gone (the launcher died, even by SIGKILL)")
     p.add_argument("--describe", action="store_true",
                    help="print the resolved model (pool, cap, step times) as JSON and exit")
     p.add_argument("--no-uvloop", action="store_true", help="use asyncio's default event loop")
@@ -194,10 +200,21 @@ async def _serve(state: ServerState) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if state.options.parent_pid:
+        loop.create_task(_watch_parent(state.options.parent_pid, stop))
     gc.freeze()  # keep startup objects out of the collector's way
     await stop.wait()
     await runner.cleanup()
     return 0
+
+
+async def _watch_parent(pid: int, stop: asyncio.Event, interval_s: float = 0.5) -> None:
+    """Set ``stop`` once process ``pid`` (the launcher) is gone or this process was re-parented."""
+    while not stop.is_set():
+        if os.getppid() != pid:
+            stop.set()
+            return
+        await asyncio.sleep(interval_s)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -238,7 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream_interval=args.stream_interval, decode_log_interval=args.decode_log_interval,
         emit_log_path=args.emit_log, timer_spin_ms=args.timer_spin_ms, gate_ms=args.gate_ms,
         launch_command="python -m specsweep.refserver " + shlex.join(argv_list),
-        profile_name=profile.name, faults=faults, api_surface=args.api_surface)
+        profile_name=profile.name, faults=faults, api_surface=args.api_surface,
+        fault_echo_auth=args.fault_echo_auth, parent_pid=args.parent_pid)
     state = ServerState(cfg, options)
     loop_factory = None
     if not args.no_uvloop:

@@ -109,6 +109,10 @@ class ServerOptions:
     faults: FaultConfig = field(default_factory=FaultConfig)
     #: which server's API to present: "sglang" or "vllm" (see the module docstring)
     api_surface: str = "sglang"
+    #: injected errors quote the request's API key, as some servers do (tests of redaction)
+    fault_echo_auth: bool = False
+    #: exit when this process (the launcher) is gone; None: never
+    parent_pid: int | None = None
 
     def __post_init__(self) -> None:
         if self.api_surface not in API_SURFACES:
@@ -377,11 +381,15 @@ class Handlers:
         index, fault = st.take_index()
         if fault.error_status is not None:
             st.counts["errors_injected"] += 1
+            echo = ""
+            if st.options.fault_echo_auth:
+                key = request.headers.get("Authorization", "").removeprefix("Bearer ")
+                echo = f" Incorrect API key provided: {key}"
             if fault.error_status == 503:
                 return error_response(503, "Service Unavailable (injected fault: the simulated "
-                                      "server is overloaded)", type_="ServiceUnavailableError")
+                                      "server is overloaded)" + echo, type_="ServiceUnavailableError")
             return error_response(500, "Internal Server Error (injected fault in the simulated "
-                                  "server)", type_="InternalServerError")
+                                  "server)" + echo, type_="InternalServerError")
         why = st.engine.core.check_fits(gen.prompt_tokens, gen.max_new_tokens)
         if why:
             st.counts["rejected"] += 1

@@ -8,9 +8,10 @@
         httpx.post(srv.url + "/generate", json={...})
 
 ``RefServer`` runs ``sys.executable -m specsweep.refserver --profile P --spec S --host 127.0.0.1
---port 0 *args`` in a new process group, waits for the ready line
+--port 0 --parent-pid PID *args`` in a new process group, waits for the ready line
 ``specsweep refserver ready: http://127.0.0.1:PORT`` on its stdout (``READY_PREFIX``), and
-exposes ``.url``. Leaving the block sends SIGTERM to the group and waits, then SIGKILL after
+exposes ``.url``. The server gets ``--parent-pid`` of this process and exits within about half
+a second once this process is gone, so even a SIGKILL of the sweep leaves no server behind. Leaving the block sends SIGTERM to the group and waits, then SIGKILL after
 ``stop_timeout_s``. If the process exits (or ``ready_timeout_s`` passes) before the ready line,
 ``RefServerError`` is raised with the server's stderr.
 """
@@ -70,7 +71,8 @@ class RefServer:
     def command(self) -> list[str]:
         """The command line that starts the server."""
         cmd = [self.python, "-m", "specsweep.refserver", "--profile", self.profile,
-               "--spec", self.spec, "--host", self.host, "--port", "0", *self.args]
+               "--spec", self.spec, "--host", self.host, "--port", "0",
+               "--parent-pid", str(os.getpid()), *self.args]
         if self.cpu is not None:
             cmd = ["taskset", "-c", str(self.cpu), *cmd]
         return cmd
