@@ -3,7 +3,7 @@
 Run as a script (the browser tests start it inside a network namespace with only loopback up):
 ``python tests/browser_hover.py CHROMIUM FILE.html [--all]``. Speaks the Chrome DevTools Protocol
 over a websocket on 127.0.0.1. Default: hover the first point and print
-{"views": n, "tooltip_class": ..., "tooltip_text": ...}. ``--all``: hover every point (up to
+{"views": n, "tooltip_class": ..., "tooltip_text": ..., "scroll_width": px} in a 1400 px window. ``--all``: hover every point (up to
 80), then print {"charts", "views", "failed", "hovered", "tooltips", "pwned", "text"} — ``pwned``
 is ``window.__pwned`` (None unless an injected script ran), ``text`` the page's visible text.
 """
@@ -119,7 +119,9 @@ def main(browser: str, html: str, all_points: bool = False) -> int:
             time.sleep(0.3)
         tip = page.js("""(() => { const t = document.querySelector('#vg-tooltip-element');
             return t ? [t.className, t.innerText] : [null, null]; })()""")
-        print(json.dumps({"views": views, "tooltip_class": tip[0], "tooltip_text": tip[1]}))  # type: ignore[index]
+        width = page.js("document.documentElement.scrollWidth")
+        print(json.dumps({"views": views, "tooltip_class": tip[0], "tooltip_text": tip[1],  # type: ignore[index]
+                          "scroll_width": width}))
         return 0
     finally:
         proc.terminate()

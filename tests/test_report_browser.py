@@ -87,3 +87,4 @@ def test_tooltips_work_offline(seed_html: Path) -> None:
     assert "visible" in (result["tooltip_class"] or ""), result
     text = result["tooltip_text"] or ""
     assert "arm" in text and "concurrency" in text, text
+    assert result["scroll_width"] <= 1400, "the page scrolls sideways in a 1400 px window"
