@@ -129,3 +129,43 @@ def test_data_table_has_no_exponents(seed_build: Path) -> None:
     cells = re.findall(r"<td>(.*?)</td>", full)
     assert cells and not [c for c in cells if re.search(r"\de[+-]\d", c)]
     assert "1,635" in cells or "2,800" in cells  # thousands separators on aggregate tok/s
+
+
+def test_sweep_commands_on_the_page_measure_the_arms_again(tmp_path: Path) -> None:
+    """A study swept by specsweep (embedded tiny server): the page prints one sweep command per arm;
+    each is valid shell with valid notebook parameters, and the baseline's runs as printed."""
+    import papermill as pm
+
+    from specsweep.config import parse_config
+    from specsweep.store import find_result_sets
+    from specsweep.sweep import run_sweep
+
+    study = tmp_path / "study"
+    small = {"embedded_profile": "tiny", "concurrency": [1, 2], "input_tokens": 32, "output_tokens": 24,
+             "out_dir": str(study)}
+    run_sweep({"arm": "baseline", **small}, progress=False, log=lambda _: None)
+    run_sweep({"arm": "mtp", "label": "MTP: it's \"fast\"", "embedded_args": ["--max-running-requests", "2"], **small},
+              progress=False, log=lambda _: None)
+    page = build_report([study], "swept", out_dir=tmp_path / "out").read_text()
+    blocks = code_blocks(page)
+    assert len(blocks) == 3, blocks
+    lines = blocks[2].splitlines()
+    assert len(lines) == 2
+    declared = set(pm.inspect_notebook(str(ROOT / "notebooks" / "sweep.ipynb")))
+    for line in lines:
+        assert subprocess.run(["bash", "-n", "-c", line]).returncode == 0, line
+        argv = shlex.split(line)
+        params = yaml.safe_load(argv[argv.index("-y") + 1])
+        assert set(params) <= declared, set(params) - declared
+        parse_config(params)  # the sweep's own validation accepts them
+        assert params["out_dir"] == str(study) and params["concurrency"] == [1, 2]
+    mtp = yaml.safe_load(shlex.split(lines[1])[-1])
+    assert mtp["label"] == "MTP: it's \"fast\"" and mtp["embedded_args"] == ["--max-running-requests", "2"]
+    assert mtp["embedded_spec"] == "mtp" and mtp["output_tokens"] == 24
+    argv = shlex.split(lines[0])
+    assert argv[:3] == [".venv/bin/papermill", "notebooks/sweep.ipynb", "out-baseline.ipynb"]
+    argv[:3] = [sys.executable, "-m", "papermill", "notebooks/sweep.ipynb", str(tmp_path / "out-baseline.ipynb")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "C=2 repeat 0:" in done.stdout  # progress reaches the terminal
+    assert len(find_result_sets(study)) == 3

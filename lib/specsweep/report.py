@@ -22,7 +22,7 @@ import pandas as pd
 
 from specsweep import __version__
 from specsweep.compare import Comparison
-from specsweep.markup import markdown, script_json
+from specsweep.markup import markdown, md_text, script_json
 from specsweep.metrics import METRICS, metric_info
 from specsweep.recommend import Recommendation
 
@@ -440,11 +440,86 @@ def shell_line(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(str(a)) for a in argv)
 
 
+def _same_for_all(values: dict[str, Any], rule: Any) -> Any:
+    """A per-level setting as the notebook parameter that produced it: one integer, or None for auto/mixed."""
+    if rule == "auto" or not values:
+        return None
+    distinct = set(values.values())
+    return distinct.pop() if len(distinct) == 1 else None
+
+
+def sweep_parameters(meta: dict[str, Any], out_dir: str) -> dict[str, Any] | None:
+    """The ``notebooks/sweep.ipynb`` parameters that measure this arm again, from its ``meta.json``;
+    None for published reference data (measured outside specsweep). Only what differs from the
+    notebook's defaults, plus arm, label, levels and workload lengths."""
+    if meta.get("kind") != "run":
+        return None
+    sweep, workload = meta.get("sweep") or {}, meta.get("workload") or {}
+    params: dict[str, Any] = {"arm": meta.get("arm")}
+    if meta.get("label") and meta.get("label") != meta.get("arm"):
+        params["label"] = meta["label"]
+    embedded = meta.get("embedded_server")
+    if embedded:
+        params.update(embedded_profile=embedded.get("profile"), embedded_spec=embedded.get("spec"))
+        if embedded.get("args"):
+            params["embedded_args"] = list(embedded["args"])
+    else:
+        params["endpoint"] = meta.get("endpoint")
+        if meta.get("model"):
+            params["model"] = meta["model"]
+    params.update(concurrency=list(sweep.get("concurrency") or []), input_tokens=workload.get("input_tokens"),
+                  output_tokens=workload.get("output_tokens"))
+    if workload.get("kind") not in (None, "random-ids"):
+        params["workload"] = workload.get("path") or workload.get("kind")
+    fixed = _same_for_all(sweep.get("requests_per_level") or {}, sweep.get("requests_per_level_rule"))
+    if fixed is not None:
+        params["requests_per_level"] = fixed
+    for key, default in (("api", "auto"), ("repeats", 1), ("request_timeout_s", 600.0), ("seed", 0),
+                         ("temperature", 0.0), ("client_workers", 1)):
+        if sweep.get(key) is not None and sweep.get(key) != default:
+            params[key] = sweep[key]
+    params["out_dir"] = out_dir
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def sweep_command(params: dict[str, Any]) -> list[str]:
+    """The argv of the papermill command that runs ``notebooks/sweep.ipynb`` with ``params`` (one ``-y``
+    JSON document, which YAML reads back exactly), its progress streamed to the terminal."""
+    import json
+
+    return [".venv/bin/papermill", "notebooks/sweep.ipynb", f"out-{params.get('arm', 'arm')}.ipynb",
+            "--stdout-file", "/dev/stdout", "--stderr-file", "/dev/stderr",
+            "-y", json.dumps(params, ensure_ascii=False)]
+
+
+def _remeasure_lines(parameters: dict[str, Any]) -> list[str]:
+    from specsweep.store import find_result_sets, load_result_set
+
+    commands, reference = [], []
+    for given in parameters.get("result_sets") or []:
+        for folder in find_result_sets(given):
+            rs = load_result_set(folder)
+            params = sweep_parameters(rs.meta, repo_relative(Path(folder).absolute().parent))
+            if params is None:
+                reference.append(str(rs.meta.get("label") or rs.arm))
+            else:
+                commands.append(shell_line(sweep_command(params)))
+    lines: list[str] = []
+    if commands:
+        lines += ["", "Measure the arms again (one sweep per arm; the embedded server needs nothing else, "
+                  "another server must be running at its endpoint):", "", *_code_block(commands)]
+    if reference:
+        lines += ["", "Published reference data (" + ", ".join(md_text(r) for r in reference)
+                  + ") was measured outside specsweep; its source is in the Setup table."]
+    return lines
+
+
 def reproduce_markdown(parameters: dict[str, Any]) -> str:
     """How to rebuild this report: commands to paste into a shell at the repository root.
 
     No build time or machine path appears (the page is byte-identical when rebuilt from the same
-    data and code); every word is shell-quoted, so titles with quotes or ``$`` survive.
+    data and code); every word is shell-quoted, so titles with quotes or ``$`` survive. Arms that
+    specsweep measured get the sweep command that measures them again.
     """
     return "\n".join([
         f"Built by specsweep {__version__}. Rebuild it from the repository root, after `make setup`:",
@@ -454,6 +529,7 @@ def reproduce_markdown(parameters: dict[str, Any]) -> str:
         "or run the notebook yourself (then open `out.ipynb` in JupyterLab):",
         "",
         *_code_block([shell_line(papermill_command(parameters))]),
+        *_remeasure_lines(parameters),
     ])
 
 
