@@ -117,3 +117,27 @@ def test_no_script_runs_and_every_chart_renders(payload_html: Path) -> None:
     assert result["failed"] == 0, result
     assert result["hovered"] >= 10 and result["tooltips"] >= 1, result
     assert SCRIPT in result["text"] and IMG in result["text"], "the payloads should show as text"
+
+
+def test_sweep_notebook_output_shows_server_and_user_strings_as_text(tmp_path: Path) -> None:
+    """The sweep notebook run against a real (embedded) server whose model name is a payload, with
+    a payload label: its outputs, and their HTML export, carry no payload unescaped."""
+    import nbformat
+
+    from specsweep.report import REPO_ROOT, execute_notebook, export_html
+
+    out = tmp_path / "sweep.ipynb"
+    execute_notebook(REPO_ROOT / "notebooks" / "sweep.ipynb", out, {
+        "arm": "baseline", "label": mixed(40), "out_dir": str(tmp_path / "runs"), "embedded_profile": "tiny",
+        "concurrency": [1, 2], "input_tokens": 32, "output_tokens": 16,
+        "embedded_args": ["--served-model-name", mixed(41)],
+    })
+    nb = nbformat.read(str(out), as_version=4)
+    rich = [o["data"][kind] for c in nb.cells for o in c.get("outputs", []) for kind in ("text/html", "text/markdown")
+            if kind in o.get("data", {})]
+    shown = "".join(rich[1:])  # [0] is the chart bundle
+    assert "x41" in shown, "the server's model name never reached the output; the test would prove nothing"
+    page = export_html(out, tmp_path / "sweep.html").read_text()
+    for payload in PAYLOADS:
+        assert payload not in shown, f"{payload!r} unescaped in the notebook's outputs"
+        assert payload not in page, f"{payload!r} unescaped in the exported page"
