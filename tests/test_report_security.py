@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +20,7 @@ from specsweep.metrics import level_metrics, requests_frame
 from specsweep.records import RequestRecord
 from specsweep.report import build_report
 from specsweep.store import append_level
-from test_report_browser import offline_prefix, require_chromium
+from test_report_browser import hover_in_chromium
 
 SCRIPT = "<script>window.__pwned=1</script>"
 IMG = '"><img src=x onerror="window.__pwned=1">'
@@ -100,18 +98,7 @@ def test_no_payload_is_unescaped_in_the_html(payload_html: Path) -> None:
 @pytest.mark.browser
 def test_no_script_runs_and_every_chart_renders(payload_html: Path) -> None:
     """Open the page in headless Chromium with no network, hover every point (tooltips show labels)."""
-    browser = require_chromium()
-    hover = [sys.executable, str(Path(__file__).with_name("browser_hover.py")), browser, str(payload_html), "--all"]
-    prefix = offline_prefix()
-    if prefix:
-        import shlex
-
-        cmd = prefix + ["sh", "-c", "ip link set lo up && exec " + " ".join(map(shlex.quote, hover))]
-    else:
-        cmd = hover
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = hover_in_chromium(payload_html, "--all", timeout_s=180)
     assert result["pwned"] is None, f"a payload ran: window.__pwned = {result['pwned']!r}"
     assert result["charts"] >= 6 and result["views"] == result["charts"], result
     assert result["failed"] == 0, result
