@@ -1,7 +1,7 @@
 """The report: offline chart rendering, the notebook's text blocks, and HTML export.
 
 ``python -m specsweep.report --result-set DIR [--result-set DIR ...] --name NAME`` runs
-``notebooks/report.ipynb`` through papermill and exports ``reports/NAME.html`` with nbconvert:
+``notebooks/report.ipynb`` through papermill and exports ``./reports/NAME.html`` with nbconvert:
 no code cells, no CDN scripts (the Vega bundle that ships with vl-convert is inlined once), so
 the page opens with no network and its charts keep their tooltips.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import itertools
+import json
 import math
 import re
 import shlex
@@ -403,8 +404,6 @@ def report_command(parameters: dict[str, Any]) -> list[str]:
     Paths are repository-relative where they can be (:func:`repo_relative`); the interpreter is the
     checkout's ``.venv/bin/python`` (``make setup``).
     """
-    import json
-
     argv = [".venv/bin/python", "-m", "specsweep.report"]
     for path in parameters.get("result_sets") or []:
         argv += ["--result-set", repo_relative(path)]
@@ -426,8 +425,6 @@ def papermill_command(parameters: dict[str, Any], output: str = "out.ipynb") -> 
     They travel as one YAML document (``-y``) written as JSON (which is YAML), so ``yaml.safe_load``
     reads back exactly ``parameters`` (with paths made repository-relative).
     """
-    import json
-
     params = dict(parameters)
     if params.get("result_sets") is not None:
         params["result_sets"] = [repo_relative(p) for p in params["result_sets"]]
@@ -485,8 +482,6 @@ def sweep_parameters(meta: dict[str, Any], out_dir: str) -> dict[str, Any] | Non
 def sweep_command(params: dict[str, Any]) -> list[str]:
     """The argv of the papermill command that runs ``notebooks/sweep.ipynb`` with ``params`` (one ``-y``
     JSON document, which YAML reads back exactly), its progress streamed to the terminal."""
-    import json
-
     return [".venv/bin/papermill", "notebooks/sweep.ipynb", f"out-{params.get('arm', 'arm')}.ipynb",
             "--stdout-file", "/dev/stdout", "--stderr-file", "/dev/stderr",
             "-y", json.dumps(params, ensure_ascii=False)]
