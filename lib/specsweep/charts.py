@@ -310,10 +310,11 @@ _LABEL_SPOTS = ((9, -8, "left"), (9, 10, "left"), (-9, -8, "right"), (-9, 10, "r
 
 def place_labels(points: pd.DataFrame, x: str, y: str, text: str, *, width: int, height: int,
                  x_domain: tuple[float, float], y_domain: tuple[float, float],
-                 font_px: float = 10.0) -> pd.DataFrame:
+                 lines: Sequence[Sequence[tuple[float, float]]] = (), font_px: float = 10.0) -> pd.DataFrame:
     """Greedy label placement on linear axes: each label takes the first spot of :data:`_LABEL_SPOTS`
-    whose box (≈0.6 × font_px per character wide, font_px + 2 tall, in px) overlaps no placed label
-    and no point (a 6 px square); if none is free, the least-crowded one.
+    whose box (≈0.6 × font_px per character wide, font_px + 2 tall, in px) overlaps no placed label,
+    no point (a 12 px square) and no drawn line (``lines``: polylines in data units); if none is
+    free, the least-crowded one.
 
     Returns ``points`` with ``label_x``/``label_y`` (data units, where the text anchors) and
     ``label_align`` (left | right | center).
@@ -323,6 +324,12 @@ def place_labels(points: pd.DataFrame, x: str, y: str, text: str, *, width: int,
     sy = height / ((y1 - y0) or 1.0)
     px = [((r[x] - x0) * sx, (y1 - r[y]) * sy) for _, r in points.iterrows()]
     boxes: list[tuple[float, float, float, float]] = [(cx - 6, cy - 6, cx + 6, cy + 6) for cx, cy in px]
+    for line in lines:  # a line is a chain of small squares, one every ~4 px along it
+        pts = [((a - x0) * sx, (y1 - b) * sy) for a, b in line]
+        for (ax, ay), (bx, by) in zip(pts, pts[1:]):
+            steps = max(1, int(math.hypot(bx - ax, by - ay) / 4))
+            boxes += [(ax + (bx - ax) * k / steps - 1.5, ay + (by - ay) * k / steps - 1.5,
+                       ax + (bx - ax) * k / steps + 1.5, ay + (by - ay) * k / steps + 1.5) for k in range(steps + 1)]
 
     def overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
         w = min(a[2], b[2]) - max(a[0], b[0])
@@ -374,8 +381,9 @@ def pareto_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, 
     data["frontier"] = data["on_frontier"].map({True: "on the frontier", False: "dominated"})
     data["label"] = data["concurrency"].map(lambda c: f"C={int(c)}")
     xd, yd = _padded(data[um]), _padded(data["output_tok_s"])
+    frontier_line = [tuple(p) for p in data[data["on_frontier"]].sort_values(um)[[um, "output_tok_s"]].to_numpy()]
     data = place_labels(data.sort_values(["concurrency", "arm"]), um, "output_tok_s", "label",
-                        width=width, height=height, x_domain=xd, y_domain=yd)
+                        width=width, height=height, x_domain=xd, y_domain=yd, lines=[frontier_line])
     x_scale = alt.Scale(domain=list(xd), nice=False, zero=False)
     y_scale = alt.Scale(domain=list(yd), nice=False, zero=False)
     tips = [alt.Tooltip("arm_label:N", title="arm"), alt.Tooltip("concurrency:Q"),
