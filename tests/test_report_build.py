@@ -169,3 +169,22 @@ def test_sweep_commands_on_the_page_measure_the_arms_again(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr[-3000:]
     assert "C=2 repeat 0:" in done.stdout  # progress reaches the terminal
     assert len(find_result_sets(study)) == 3
+
+
+def test_sweep_parameters_from_meta() -> None:
+    """A remote arm with a prompt file and fixed requests per level: the command names the file
+    relative to the repository, the endpoint and model; reference data and unknown files get none."""
+    from specsweep.config import parse_config
+    from specsweep.report import sweep_parameters
+
+    meta = {"kind": "run", "arm": "mtp", "label": "MTP", "endpoint": "http://gpu-host:30000", "model": "qwen",
+            "sweep": {"concurrency": [1, 8], "requests_per_level": {"1": 16, "8": 16},
+                      "requests_per_level_rule": "fixed", "repeats": 3, "seed": 7},
+            "workload": {"kind": "prompt-file", "path": str(ROOT / "tests" / "prompts.jsonl"), "output_tokens": 128}}
+    params = sweep_parameters(meta, "data/runs/study")
+    assert params == {"arm": "mtp", "label": "MTP", "endpoint": "http://gpu-host:30000", "model": "qwen",
+                      "concurrency": [1, 8], "output_tokens": 128, "workload": "tests/prompts.jsonl",
+                      "requests_per_level": 16, "repeats": 3, "seed": 7, "out_dir": "data/runs/study"}
+    parse_config(params)
+    assert sweep_parameters({**meta, "workload": {"kind": "prompt-file"}}, "x") is None
+    assert sweep_parameters({**meta, "kind": "reference"}, "x") is None

@@ -447,8 +447,9 @@ def _same_for_all(values: dict[str, Any], rule: Any) -> Any:
 
 def sweep_parameters(meta: dict[str, Any], out_dir: str) -> dict[str, Any] | None:
     """The ``notebooks/sweep.ipynb`` parameters that measure this arm again, from its ``meta.json``;
-    None for published reference data (measured outside specsweep). Only what differs from the
-    notebook's defaults, plus arm, label, levels and workload lengths."""
+    None for published reference data (measured outside specsweep) or a prompt file of unknown
+    path. Only what differs from the notebook's defaults, plus arm, label, levels and workload
+    lengths; per-level warm-up counts are left to the notebook's rule."""
     if meta.get("kind") != "run":
         return None
     sweep, workload = meta.get("sweep") or {}, meta.get("workload") or {}
@@ -467,7 +468,9 @@ def sweep_parameters(meta: dict[str, Any], out_dir: str) -> dict[str, Any] | Non
     params.update(concurrency=list(sweep.get("concurrency") or []), input_tokens=workload.get("input_tokens"),
                   output_tokens=workload.get("output_tokens"))
     if workload.get("kind") not in (None, "random-ids"):
-        params["workload"] = workload.get("path") or workload.get("kind")
+        if not workload.get("path"):
+            return None  # a prompt file whose path was not recorded: no command can name it
+        params["workload"] = repo_relative(workload["path"])
     fixed = _same_for_all(sweep.get("requests_per_level") or {}, sweep.get("requests_per_level_rule"))
     if fixed is not None:
         params["requests_per_level"] = fixed
