@@ -1,8 +1,11 @@
-"""Hover the first chart point of an HTML page in headless Chromium and print the tooltip as JSON.
+"""Hover chart points of an HTML page in headless Chromium and print what happened as JSON.
 
-Run as a script (the browser test starts it inside a network namespace with only loopback up):
-``python tests/browser_hover.py CHROMIUM FILE.html``. Speaks the Chrome DevTools Protocol over a
-websocket on 127.0.0.1; prints {"views": n, "tooltip_class": ..., "tooltip_text": ...}.
+Run as a script (the browser tests start it inside a network namespace with only loopback up):
+``python tests/browser_hover.py CHROMIUM FILE.html [--all]``. Speaks the Chrome DevTools Protocol
+over a websocket on 127.0.0.1. Default: hover the first point and print
+{"views": n, "tooltip_class": ..., "tooltip_text": ..., "scroll_width": px} in a 1400 px window. ``--all``: hover every point (up to
+80), then print {"charts", "views", "failed", "hovered", "tooltips", "pwned", "text"} — ``pwned``
+is ``window.__pwned`` (None unless an injected script ran), ``text`` the page's visible text.
 """
 from __future__ import annotations
 
@@ -44,7 +47,35 @@ class Page:
         return res.get("result", {}).get("value")
 
 
-def main(browser: str, html: str) -> int:
+def hover_all(page: Page) -> int:
+    """Hover every symbol and text mark in turn; count the tooltips that showed; report the page's state."""
+    n = int(page.js("document.querySelectorAll('.mark-symbol path, .mark-text text').length") or 0)
+    hovered = tooltips = 0
+    for i in range(min(n, 80)):
+        box = page.js(f"""(() => {{ const p = document.querySelectorAll('.mark-symbol path, .mark-text text')[{i}];
+            p.scrollIntoView({{block: 'center'}}); const r = p.getBoundingClientRect();
+            return [r.x + r.width / 2, r.y + r.height / 2]; }})()""")
+        x, y = box  # type: ignore[misc]
+        for dx in (0, 1):
+            page.call("Input.dispatchMouseEvent", type="mouseMoved", x=x + dx, y=y)
+        time.sleep(0.05)
+        hovered += 1
+        tip = page.js("(() => { const t = document.querySelector('#vg-tooltip-element');"
+                      " return !!t && t.className.includes('visible'); })()")
+        tooltips += bool(tip)
+    time.sleep(0.5)  # let any onerror handler of an injected <img> fire
+    failed = int(page.js("[...document.querySelectorAll('.specsweep-chart')]"
+                         ".filter(d => d.innerText.startsWith('chart failed')).length") or 0)
+    print(json.dumps({
+        "charts": int(page.js("document.querySelectorAll('.specsweep-chart').length") or 0),"views": int(page.js("document.querySelectorAll('svg.marks').length") or 0),
+        "failed": failed, "hovered": hovered, "tooltips": tooltips,
+        "pwned": page.js("window.__pwned === undefined ? null : String(window.__pwned)"),
+        "text": page.js("document.body.innerText"),
+    }))
+    return 0
+
+
+def main(browser: str, html: str, all_points: bool = False) -> int:
     port = free_port()
     profile = tempfile.mkdtemp(prefix="specsweep-chromium-")
     proc = subprocess.Popen([
@@ -71,12 +102,14 @@ def main(browser: str, html: str) -> int:
         page.call("Page.navigate", url=Path(html).resolve().as_uri())
         views = 0
         for _attempt in range(150):  # charts render asynchronously: wait for every chart's view
+            loaded = page.js("document.readyState") == "complete"  # first: counts taken after it are final
             charts = int(page.js("document.querySelectorAll('.specsweep-chart').length") or 0)
             views = int(page.js("document.querySelectorAll('svg.marks').length") or 0)
-            loaded = page.js("document.readyState") == "complete"
             if loaded and charts and views >= charts:
                 break
             time.sleep(0.1)
+        if all_points:
+            return hover_all(page)
         box = page.js("""(() => { const p = document.querySelector('.mark-symbol path');
             p.scrollIntoView({block: 'center'}); const r = p.getBoundingClientRect();
             return [r.x + r.width / 2, r.y + r.height / 2]; })()""")
@@ -86,7 +119,9 @@ def main(browser: str, html: str) -> int:
             time.sleep(0.3)
         tip = page.js("""(() => { const t = document.querySelector('#vg-tooltip-element');
             return t ? [t.className, t.innerText] : [null, null]; })()""")
-        print(json.dumps({"views": views, "tooltip_class": tip[0], "tooltip_text": tip[1]}))  # type: ignore[index]
+        width = page.js("document.documentElement.scrollWidth")
+        print(json.dumps({"views": views, "tooltip_class": tip[0], "tooltip_text": tip[1],  # type: ignore[index]
+                          "scroll_width": width}))
         return 0
     finally:
         proc.terminate()
@@ -94,4 +129,4 @@ def main(browser: str, html: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(sys.argv[1], sys.argv[2], "--all" in sys.argv[3:]))

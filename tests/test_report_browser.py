@@ -47,6 +47,21 @@ def dump_dom(html: Path, tmp_path: Path) -> str:
     return done.stdout
 
 
+def hover_in_chromium(html: Path, *args: str, timeout_s: float = 120) -> dict:
+    """Run ``browser_hover.py`` on ``html`` (offline: in a network namespace with only loopback up,
+    where we may) and return the JSON it prints."""
+    import json
+    import shlex
+    import sys
+
+    hover = [sys.executable, str(Path(__file__).with_name("browser_hover.py")), require_chromium(), str(html), *args]
+    prefix = offline_prefix()
+    cmd = prefix + ["sh", "-c", "ip link set lo up && exec " + shlex.join(hover)] if prefix else hover
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def seed_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_report([SEED], "browser", out_dir=tmp_path_factory.mktemp("reports"))
@@ -68,22 +83,9 @@ def test_every_chart_renders_offline(seed_html: Path, tmp_path: Path) -> None:
 @pytest.mark.browser
 def test_tooltips_work_offline(seed_html: Path) -> None:
     """Hover a point over the DevTools protocol; the Vega tooltip must show its data."""
-    import json
-    import sys
-
-    browser = require_chromium()
-    hover = [sys.executable, str(Path(__file__).with_name("browser_hover.py")), browser, str(seed_html)]
-    prefix = offline_prefix()
-    if prefix:  # no network at all, only loopback (the DevTools port) up
-        import shlex
-
-        cmd = prefix + ["sh", "-c", "ip link set lo up && exec " + " ".join(map(shlex.quote, hover))]
-    else:
-        cmd = hover
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = hover_in_chromium(seed_html)
     assert result["views"] == 5
     assert "visible" in (result["tooltip_class"] or ""), result
     text = result["tooltip_text"] or ""
     assert "arm" in text and "concurrency" in text, text
+    assert result["scroll_width"] <= 1400, "the page scrolls sideways in a 1400 px window"

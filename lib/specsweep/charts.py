@@ -1,34 +1,154 @@
 """Altair charts from a :class:`~specsweep.compare.Comparison`. No I/O.
 
-Every function returns a chart an analyst can restyle (``.properties(...)``, ``.configure_*``,
-or by editing the layers); ``None`` where the data has nothing to draw. Concurrency axes are log2
-with a tick at every tested level. Every mark carries a tooltip.
+Every function returns a chart an analyst can restyle; ``None`` where the data has nothing to
+draw. Concurrency axes are log2 with a tick at every shown level. Every mark carries a tooltip.
+
+Every chart function takes the same keyword arguments:
+
+- ``arms``: the arms to show (names or labels); default all. Colours stay those of the full
+  comparison, so one arm keeps its colour across charts.
+- ``levels``: only these concurrency levels; ``concurrency=(low, high)``: only levels in that
+  range (either end ``None``: open).
+- ``colours``: ``{arm name or label: CSS colour}``, over the defaults (baseline grey, then
+  :data:`ARM_COLOURS`).
+- ``width``, ``height``: pixels of one panel (default: sized for a 1400 px page).
+
+The usual Altair restyling works too: ``.properties(width=..., height=...)`` on one-panel charts,
+``.configure_range(category=[...])`` (the baseline takes the first colour, then the other arms in
+order) unless ``colours`` was given, and any ``.configure_*`` (the default palette comes from
+the ``specsweep`` Altair theme, enabled on import unless another theme is already active).
 """
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
 
 import altair as alt
 import pandas as pd
 
-from specsweep.compare import Comparison
+from specsweep.compare import Comparison, pareto_frontier
 from specsweep.metrics import metric_info
 
-WIDTH, HEIGHT = 420, 260
+#: one-panel charts fill a 1400 px page; two side-by-side panels are PANEL_WIDTH each
+WIDTH, HEIGHT = 860, 300
+PANEL_WIDTH = 500
 BASELINE_COLOUR = "#6b7280"
 ARM_COLOURS = ["#d97706", "#2563eb", "#059669", "#db2777", "#7c3aed", "#0891b2"]
+THEME = "specsweep"
 
 
-def arm_colours(comp: Comparison, *, spec_only: bool = False) -> alt.Scale:
-    """A colour scale with the baseline in grey and each other arm in a fixed colour.
+@alt.theme.register(THEME, enable=False)
+def specsweep_theme() -> alt.theme.ThemeConfig:
+    """The ``specsweep`` Altair theme: the arm palette as the category range (baseline first, grey)."""
+    return alt.theme.ThemeConfig({"config": {"range": {"category": [BASELINE_COLOUR, *ARM_COLOURS]}}})
 
-    ``spec_only`` leaves the baseline out (for charts of deltas against it); colours stay the same.
+
+if alt.theme.active == "default":  # never override a theme the analyst chose
+    alt.theme.enable(THEME)
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """What a chart shows: the comparison cut to the chosen arms and levels, and its colour scale."""
+
+    comp: Comparison
+    #: labels of every arm of the full comparison, baseline first (the colour domain)
+    domain: list[str]
+    #: explicit colours for ``domain``, or None to take them from the theme / ``configure_range``
+    colours: list[str] | None
+
+    @property
+    def shown(self) -> list[str]:
+        """Labels of the arms shown, in domain order."""
+        return [self.comp.labels[a] for a in self.comp.arms]
+
+    def colour(self, spec_only: bool = False, legend: bool = True) -> alt.Color:
+        """The ``arm_label`` colour encoding; ``spec_only`` leaves the baseline out of the legend."""
+        values = [lab for lab in self.shown if not (spec_only and lab == self.comp.labels[self.comp.baseline])]
+        scale = alt.Scale(domain=self.domain, range=self.colours) if self.colours else alt.Scale(domain=self.domain)
+        return alt.Color("arm_label:N", title="Arm", scale=scale,
+                         legend=alt.Legend(orient="bottom", values=values) if legend else None)
+
+
+def _resolve_arms(comp: Comparison, arms: Iterable[str] | None) -> list[str]:
+    if arms is None:
+        return list(comp.arms)
+    by_label = {label: arm for arm, label in comp.labels.items()}
+    chosen = []
+    for a in ([arms] if isinstance(arms, str) else arms):
+        arm = a if a in comp.labels else by_label.get(a)
+        if arm is None:
+            raise ValueError(f"arms: {a!r} is neither an arm nor a label of this comparison; "
+                             f"arms: {', '.join(comp.arms)}")
+        chosen.append(arm)
+    return [a for a in comp.arms if a in chosen]
+
+
+def select(
+    comp: Comparison,
+    arms: Iterable[str] | None = None,
+    levels: Iterable[int] | None = None,
+    concurrency: tuple[int | None, int | None] | None = None,
+) -> Comparison:
+    """``comp`` cut to some arms (names or labels) and concurrency levels (exact, or a range).
+
+    The baseline stays the reference of every delta even when it is not shown; crossovers are
+    kept where both levels around them are shown; the Pareto frontier is recomputed over the
+    points shown.
     """
-    domain = [comp.labels[a] for a in comp.arms]
-    colours = [BASELINE_COLOUR] + ARM_COLOURS[: len(domain) - 1]
-    if spec_only:
-        domain, colours = domain[1:], colours[1:]
-    return alt.Scale(domain=domain, range=colours)
+    keep_arms = _resolve_arms(comp, arms)
+    all_levels = sorted(int(c) for c in comp.levels["concurrency"].unique())
+    keep = set(all_levels if levels is None else (int(c) for c in levels))
+    if concurrency is not None:
+        low, high = concurrency
+        keep = {c for c in keep if (low is None or c >= low) and (high is None or c <= high)}
+    if not keep & set(all_levels):
+        raise ValueError(f"levels/concurrency: none of the tested levels ({', '.join(map(str, all_levels))}) "
+                         "is selected; choose at least one of them")
+
+    def cut(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[frame["arm"].isin(keep_arms) & frame["concurrency"].isin(keep)].reset_index(drop=True)
+
+    cx = comp.crossovers
+    cx = cx[cx["arm"].isin(keep_arms) & cx["c_low"].isin(keep) & cx["c_high"].isin(keep)].reset_index(drop=True)
+    pareto = cut(comp.pareto)
+    if len(pareto):
+        pareto = pareto.assign(on_frontier=pareto_frontier(pareto, comp.user_metric, "output_tok_s"))
+    return dataclasses.replace(comp, arms=keep_arms, levels=cut(comp.levels), deltas=cut(comp.deltas),
+                               crossovers=cx, pareto=pareto)
+
+
+def _view(
+    comp: Comparison,
+    arms: Iterable[str] | None,
+    levels: Iterable[int] | None,
+    concurrency: tuple[int | None, int | None] | None,
+    colours: Mapping[str, str] | None,
+) -> View:
+    order = [comp.baseline] + [a for a in comp.labels if a != comp.baseline]
+    domain = [comp.labels[a] for a in order]
+    explicit = None
+    if colours:
+        by_label = {comp.labels[a]: c for a, c in colours.items() if a in comp.labels}
+        by_label.update({k: c for k, c in colours.items() if k in domain})
+        unknown = [k for k in colours if k not in comp.labels and k not in domain]
+        if unknown:
+            raise ValueError(f"colours: {', '.join(map(repr, unknown))} name no arm or label; arms: {', '.join(order)}")
+        defaults = [BASELINE_COLOUR] + [ARM_COLOURS[i % len(ARM_COLOURS)] for i in range(len(domain) - 1)]
+        explicit = [by_label.get(lab, d) for lab, d in zip(domain, defaults)]
+    return View(select(comp, arms, levels, concurrency), domain, explicit)
+
+
+def arm_colours(comp: Comparison, *, spec_only: bool = False, colours: Mapping[str, str] | None = None) -> alt.Scale:
+    """The colour scale of ``arm_label``: every arm's label as the domain, baseline first.
+
+    Colours come from ``colours`` when given, else from the theme's category range (baseline
+    grey), which ``.configure_range(category=...)`` replaces. ``spec_only`` is kept for callers of
+    the old signature: the domain is the same either way, so colours never shift between charts.
+    """
+    v = _view(comp, None, None, None, colours)
+    return alt.Scale(domain=v.domain, range=v.colours) if v.colours else alt.Scale(domain=v.domain)
 
 
 def _levels(comp: Comparison) -> list[int]:
@@ -36,7 +156,7 @@ def _levels(comp: Comparison) -> list[int]:
 
 
 def log2_scale(comp: Comparison) -> alt.Scale:
-    """Log2 scale spanning the tested concurrency levels with a little margin."""
+    """Log2 scale spanning the shown concurrency levels with a little margin."""
     levels = _levels(comp)
     return alt.Scale(type="log", base=2, domain=[min(levels) / 1.3, max(levels) * 1.3], nice=False)
 
@@ -53,13 +173,14 @@ def _with_labels(comp: Comparison, frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _metric_lines(comp: Comparison, metric: str, title: str | None = None) -> alt.Chart:
+def _metric_lines(v: View, metric: str, title: str | None, width: int | None, height: int | None) -> alt.LayerChart:
+    comp = v.comp
     info = metric_info(metric)
     data = _with_labels(comp, comp.levels[["arm", "concurrency", metric]].dropna())
     base = alt.Chart(data).encode(
         x=concurrency_x(comp),
         y=alt.Y(f"{metric}:Q", title=f"{info.label} ({info.unit})", scale=alt.Scale(zero=True)),
-        color=alt.Color("arm_label:N", title="Arm", scale=arm_colours(comp), legend=alt.Legend(orient="bottom")),
+        color=v.colour(),
         tooltip=[
             alt.Tooltip("arm_label:N", title="arm"),
             alt.Tooltip("concurrency:Q", title="concurrency"),
@@ -67,23 +188,41 @@ def _metric_lines(comp: Comparison, metric: str, title: str | None = None) -> al
         ],
     )
     return (base.mark_line(strokeWidth=2) + base.mark_point(filled=True, size=60)).properties(
-        width=WIDTH, height=HEIGHT, title=title or info.label
+        width=width or WIDTH, height=height or HEIGHT, title=title or info.label
     )
 
 
-def throughput_chart(comp: Comparison) -> alt.Chart:
-    """Aggregate output tok/s against concurrency, one line per arm."""
-    return _metric_lines(comp, "output_tok_s", "Aggregate output throughput")
+Arms = Iterable[str] | None
+Levels = Iterable[int] | None
+Range = tuple[int | None, int | None] | None
+Colours = Mapping[str, str] | None
 
 
-def user_speed_chart(comp: Comparison) -> alt.Chart:
+def throughput_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, concurrency: Range = None,
+                     colours: Colours = None, width: int | None = None, height: int | None = None) -> alt.LayerChart:
+    """Aggregate output tok/s against concurrency, one line per arm (keyword arguments: module doc)."""
+    v = _view(comp, arms, levels, concurrency, colours)
+    return _metric_lines(v, "output_tok_s", "Aggregate output throughput", width, height)
+
+
+def user_speed_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, concurrency: Range = None,
+                     colours: Colours = None, width: int | None = None, height: int | None = None) -> alt.LayerChart:
     """Per-user speed (1/TPOT when measured, else the published per-request tok/s) against concurrency."""
-    return _metric_lines(comp, comp.user_metric, metric_info(comp.user_metric).label)
+    v = _view(comp, arms, levels, concurrency, colours)
+    return _metric_lines(v, comp.user_metric, metric_info(comp.user_metric).label, width, height)
 
 
-def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None) -> alt.HConcatChart:
-    """Δ% against the baseline per concurrency, one panel per metric: zero rule, intervals, crossover."""
+def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms: Arms = None, levels: Levels = None,
+                concurrency: Range = None, colours: Colours = None, width: int | None = None,
+                height: int | None = None) -> alt.HConcatChart:
+    """Δ% against the baseline per concurrency, one panel per metric: zero rule, intervals, crossover.
+
+    ``width``/``height`` size each panel (default: two panels fill a 1400 px page).
+    """
+    v = _view(comp, arms, levels, concurrency, colours)
+    comp = v.comp
     metrics = list(metrics or ["output_tok_s", comp.user_metric])
+    width = width or (PANEL_WIDTH if len(metrics) > 1 else WIDTH)
     panels = []
     for metric in metrics:
         info = metric_info(metric)
@@ -103,7 +242,7 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None) -> alt.H
         base = alt.Chart(d).encode(
             x=concurrency_x(comp),
             y=alt.Y("delta_pct:Q", title="Δ% vs baseline"),
-            color=alt.Color("arm_label:N", title="Arm", scale=arm_colours(comp, spec_only=True), legend=alt.Legend(orient="bottom")),
+            color=v.colour(spec_only=True),
             tooltip=tips,
         )
         layers = [
@@ -115,11 +254,11 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None) -> alt.H
         if len(ci):
             layers.append(alt.Chart(ci).mark_errorbar(ticks=True).encode(
                 x=concurrency_x(comp), y=alt.Y("ci_low_pct:Q", title="Δ% vs baseline"), y2="ci_high_pct:Q",
-                color=alt.Color("arm_label:N", scale=arm_colours(comp, spec_only=True)), tooltip=tips,
+                color=v.colour(spec_only=True), tooltip=tips,
             ))
         cx = _with_labels(comp, comp.crossovers[comp.crossovers["metric"] == metric])
         if len(cx):
-            cx = cx.assign(label=cx["crossover_concurrency"].map(lambda v: f"crossover ≈ {v:.0f}"))
+            cx = cx.assign(label=cx["crossover_concurrency"].map(lambda c: f"crossover ≈ {c:.0f}"))
             rule = alt.Chart(cx).encode(
                 x=alt.X("crossover_concurrency:Q", scale=log2_scale(comp)),
                 tooltip=[alt.Tooltip("arm_label:N", title="arm"),
@@ -129,12 +268,16 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None) -> alt.H
             layers.append(rule.mark_rule(strokeDash=[5, 4], color="#b91c1c"))
             layers.append(rule.mark_text(align="left", dx=4, dy=-6, color="#b91c1c").encode(
                 y=alt.value(12), text="label:N"))
-        panels.append(alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, title=f"Δ {info.label}"))
+        panels.append(alt.layer(*layers).properties(width=width, height=height or HEIGHT, title=f"Δ {info.label}"))
     return alt.hconcat(*panels).resolve_scale(y="independent")
 
 
-def latency_chart(comp: Comparison) -> alt.HConcatChart | None:
-    """TTFT and end-to-end latency p50 / p99 against concurrency; None without latency data."""
+def latency_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, concurrency: Range = None,
+                  colours: Colours = None, width: int | None = None,
+                  height: int | None = None) -> alt.HConcatChart | None:
+    """TTFT and end-to-end latency p50 / p99 against concurrency (one panel each); None without latency data."""
+    v = _view(comp, arms, levels, concurrency, colours)
+    comp = v.comp
     cols = [c for c in ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s") if c in comp.levels]
     if not cols or comp.levels[cols].isna().all().all():
         return None
@@ -150,86 +293,186 @@ def latency_chart(comp: Comparison) -> alt.HConcatChart | None:
         base = alt.Chart(part).encode(
             x=concurrency_x(comp),
             y=alt.Y("seconds:Q", title=f"{which} (s)"),
-            color=alt.Color("arm_label:N", title="Arm", scale=arm_colours(comp), legend=alt.Legend(orient="bottom")),
+            color=v.colour(),
             strokeDash=alt.StrokeDash("percentile:N", title="Percentile", sort=["p50", "p99"]),
             tooltip=[alt.Tooltip("arm_label:N", title="arm"), alt.Tooltip("concurrency:Q"),
                      alt.Tooltip("percentile:N"), alt.Tooltip("seconds:Q", format=".3f", title=f"{which} (s)")],
         )
         panels.append((base.mark_line(strokeWidth=2) + base.mark_point(filled=True, size=40))
-                      .properties(width=WIDTH, height=HEIGHT, title=f"{which}, p50 and p99"))
+                      .properties(width=width or PANEL_WIDTH, height=height or HEIGHT, title=f"{which}, p50 and p99"))
     return alt.hconcat(*panels).resolve_scale(y="independent")
 
 
-def pareto_chart(comp: Comparison) -> alt.LayerChart:
-    """Throughput against interactivity: aggregate tok/s vs per-user speed, points labelled by concurrency."""
+#: label placements tried in turn for each Pareto point: (dx, dy) in px from the point, text alignment
+_LABEL_SPOTS = ((9, -8, "left"), (9, 10, "left"), (-9, -8, "right"), (-9, 10, "right"),
+                (0, -13, "center"), (0, 17, "center"), (16, 0, "left"), (-16, 0, "right"))
+
+
+def place_labels(points: pd.DataFrame, x: str, y: str, text: str, *, width: int, height: int,
+                 x_domain: tuple[float, float], y_domain: tuple[float, float],
+                 lines: Sequence[Sequence[tuple[float, float]]] = (), font_px: float = 10.0) -> pd.DataFrame:
+    """Greedy label placement on linear axes: each label takes the first spot of :data:`_LABEL_SPOTS`
+    whose box (≈0.6 × font_px per character wide, font_px + 2 tall, in px) overlaps no placed label,
+    no point (a 12 px square) and no drawn line (``lines``: polylines in data units); if none is
+    free, the least-crowded one.
+
+    Returns ``points`` with ``label_x``/``label_y`` (data units, where the text anchors) and
+    ``label_align`` (left | right | center).
+    """
+    (x0, x1), (y0, y1) = x_domain, y_domain
+    sx = width / ((x1 - x0) or 1.0)
+    sy = height / ((y1 - y0) or 1.0)
+    px = [((r[x] - x0) * sx, (y1 - r[y]) * sy) for _, r in points.iterrows()]
+    boxes: list[tuple[float, float, float, float]] = [(cx - 6, cy - 6, cx + 6, cy + 6) for cx, cy in px]
+    for line in lines:  # a line is a chain of small squares, one every ~4 px along it
+        pts = [((a - x0) * sx, (y1 - b) * sy) for a, b in line]
+        for (ax, ay), (bx, by) in zip(pts, pts[1:]):
+            steps = max(1, int(math.hypot(bx - ax, by - ay) / 4))
+            boxes += [(ax + (bx - ax) * k / steps - 1.5, ay + (by - ay) * k / steps - 1.5,
+                       ax + (bx - ax) * k / steps + 1.5, ay + (by - ay) * k / steps + 1.5) for k in range(steps + 1)]
+
+    def overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+        w = min(a[2], b[2]) - max(a[0], b[0])
+        h = min(a[3], b[3]) - max(a[1], b[1])
+        return w * h if w > 0 and h > 0 else 0.0
+
+    out = points.copy()
+    lx, ly, al = [], [], []
+    for (cx, cy), (_, row) in zip(px, points.iterrows()):
+        w, h = 0.6 * font_px * len(str(row[text])), font_px + 2
+        best, best_cost = None, math.inf
+        for dx, dy, align in _LABEL_SPOTS:
+            left = cx + dx - (w if align == "right" else w / 2 if align == "center" else 0)
+            box = (left, cy + dy - h / 2, left + w, cy + dy + h / 2)
+            outside = box[0] < 0 or box[2] > width or box[1] < 0 or box[3] > height
+            cost = sum(overlap(box, b) for b in boxes) + (1e3 if outside else 0)
+            if cost < best_cost:
+                best, best_cost = (dx, dy, align, box), cost
+            if cost == 0:
+                break
+        assert best is not None
+        dx, dy, align, box = best
+        boxes.append(box)
+        lx.append(x0 + (cx + dx) / sx)
+        ly.append(y1 - (cy + dy) / sy)
+        al.append(align)
+    return out.assign(label_x=lx, label_y=ly, label_align=al)
+
+
+def _padded(values: pd.Series, pad: float = 0.08) -> tuple[float, float]:
+    lo, hi = float(values.min()), float(values.max())
+    span = (hi - lo) or max(abs(hi), 1.0)
+    return lo - pad * span, hi + pad * span
+
+
+def pareto_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, concurrency: Range = None,
+                 colours: Colours = None, width: int | None = None, height: int | None = None) -> alt.LayerChart:
+    """Throughput against interactivity: aggregate tok/s vs per-user speed, points labelled ``C=<concurrency>``.
+
+    Labels are placed so they do not overlap each other or the points (:func:`place_labels`), for
+    the chart's own size; after ``.properties(width=...)`` they keep their data positions.
+    """
+    v = _view(comp, arms, levels, concurrency, colours)
+    comp = v.comp
+    width, height = width or WIDTH, height or HEIGHT + 120
     um = comp.user_metric
     uinfo = metric_info(um)
     data = _with_labels(comp, comp.pareto.dropna(subset=[um, "output_tok_s"]))
     data["frontier"] = data["on_frontier"].map({True: "on the frontier", False: "dominated"})
+    data["label"] = data["concurrency"].map(lambda c: f"C={int(c)}")
+    xd, yd = _padded(data[um]), _padded(data["output_tok_s"])
+    frontier_line = [tuple(p) for p in data[data["on_frontier"]].sort_values(um)[[um, "output_tok_s"]].to_numpy()]
+    data = place_labels(data.sort_values(["concurrency", "arm"]), um, "output_tok_s", "label",
+                        width=width, height=height, x_domain=xd, y_domain=yd, lines=[frontier_line])
+    x_scale = alt.Scale(domain=list(xd), nice=False, zero=False)
+    y_scale = alt.Scale(domain=list(yd), nice=False, zero=False)
+    tips = [alt.Tooltip("arm_label:N", title="arm"), alt.Tooltip("concurrency:Q"),
+            alt.Tooltip("output_tok_s:Q", title="aggregate (tok/s)", format=",.0f"),
+            alt.Tooltip(f"{um}:Q", title=f"per-user ({uinfo.unit})", format=",.1f"),
+            alt.Tooltip("frontier:N", title="Pareto")]
     base = alt.Chart(data).encode(
-        x=alt.X(f"{um}:Q", title=f"{uinfo.label} ({uinfo.unit}) — interactivity", scale=alt.Scale(zero=False)),
-        y=alt.Y("output_tok_s:Q", title="Aggregate output throughput (tok/s)", scale=alt.Scale(zero=False)),
-        color=alt.Color("arm_label:N", title="Arm", scale=arm_colours(comp), legend=alt.Legend(orient="bottom")),
-        tooltip=[alt.Tooltip("arm_label:N", title="arm"), alt.Tooltip("concurrency:Q"),
-                 alt.Tooltip("output_tok_s:Q", title="aggregate (tok/s)", format=",.0f"),
-                 alt.Tooltip(f"{um}:Q", title=f"per-user ({uinfo.unit})", format=",.1f"),
-                 alt.Tooltip("frontier:N", title="Pareto")],
+        x=alt.X(f"{um}:Q", title=f"{uinfo.label} ({uinfo.unit}) — interactivity", scale=x_scale),
+        y=alt.Y("output_tok_s:Q", title="Aggregate output throughput (tok/s)", scale=y_scale),
+        color=v.colour(), tooltip=tips,
     )
     frontier = data[data["on_frontier"]].sort_values(um)
     line = alt.Chart(frontier).mark_line(color="black", strokeDash=[2, 3], opacity=0.6).encode(
-        x=f"{um}:Q", y="output_tok_s:Q", order=f"{um}:Q")
+        x=alt.X(f"{um}:Q", scale=x_scale), y=alt.Y("output_tok_s:Q", scale=y_scale), order=f"{um}:Q")
     points = base.mark_point(size=80, filled=True).encode(
         shape=alt.Shape("frontier:N", title="Pareto", scale=alt.Scale(domain=["on the frontier", "dominated"], range=["circle", "triangle"])))
-    labels = base.mark_text(dx=9, dy=-7, fontSize=10).encode(text="concurrency:Q")
-    return alt.layer(line, points, labels).properties(
-        width=WIDTH + 100, height=HEIGHT + 60, title="Throughput vs interactivity (labels: concurrency)")
+    labels = [
+        alt.Chart(data[data["label_align"] == align]).mark_text(align=align, baseline="middle", fontSize=10).encode(
+            x=alt.X("label_x:Q", scale=x_scale), y=alt.Y("label_y:Q", scale=y_scale), text="label:N",
+            color=v.colour(legend=False), tooltip=tips)
+        for align in ("left", "right", "center") if (data["label_align"] == align).any()
+    ]
+    return alt.layer(line, points, *labels).properties(
+        width=width, height=height, title="Throughput vs interactivity (labels: concurrency)")
 
 
-def concurrency_chart(comp: Comparison) -> alt.LayerChart:
+def concurrency_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, concurrency: Range = None,
+                      colours: Colours = None, width: int | None = None,
+                      height: int | None = None) -> alt.LayerChart:
     """Diagnostics: requests actually served at once vs offered concurrency, with y = x and each arm's cap."""
+    v = _view(comp, arms, levels, concurrency, colours)
+    comp = v.comp
     lv = _with_labels(comp, comp.levels)
     measured = "decoding_concurrency" in lv and lv["decoding_concurrency"].notna().any()
     col = "decoding_concurrency" if measured else "concurrency_estimate"
     title = ("Decoding concurrency (Σ decode time ÷ window)" if measured
              else "Estimated effective concurrency (aggregate ÷ per-request tok/s)")
     data = lv[["arm_label", "concurrency", col]].dropna().rename(columns={col: "served"})
-    levels = _levels(comp)
-    ident = alt.Chart(pd.DataFrame({"concurrency": levels, "served": levels})).mark_line(
+    shown = _levels(comp)
+    ident = alt.Chart(pd.DataFrame({"concurrency": shown, "served": shown})).mark_line(
         color="#9ca3af", strokeDash=[4, 4]).encode(x=concurrency_x(comp, "Offered concurrency (log2)"), y="served:Q",
                                                    tooltip=[alt.Tooltip("concurrency:Q", title="served = offered")])
     base = alt.Chart(data).encode(
         x=concurrency_x(comp, "Offered concurrency (log2)"),
         y=alt.Y("served:Q", title=title, scale=alt.Scale(type="log", base=2)),
-        color=alt.Color("arm_label:N", title="Arm", scale=arm_colours(comp), legend=alt.Legend(orient="bottom")),
+        color=v.colour(),
         tooltip=[alt.Tooltip("arm_label:N", title="arm"), alt.Tooltip("concurrency:Q", title="offered"),
                  alt.Tooltip("served:Q", title="served at once", format=".1f")],
     )
     layers = [ident, base.mark_line(strokeWidth=2), base.mark_point(filled=True, size=60)]
     caps = pd.DataFrame([{"arm_label": comp.labels[a], "cap": c, "text": f"{comp.labels[a]} cap {c}"}
-                         for a, c in comp.caps.items() if c])
+                         for a, c in comp.caps.items() if c and a in comp.arms])
     if len(caps):
-        rule = alt.Chart(caps).encode(y="cap:Q", color=alt.Color("arm_label:N", scale=arm_colours(comp)),
+        rule = alt.Chart(caps).encode(y="cap:Q", color=v.colour(),
                                       tooltip=[alt.Tooltip("text:N", title="max_running_requests")])
         layers += [rule.mark_rule(strokeDash=[6, 3]), rule.mark_text(align="left", x=4, dy=-6).encode(text="text:N")]
-    return alt.layer(*layers).properties(width=WIDTH, height=HEIGHT, title="Requests served at once vs offered")
+    return alt.layer(*layers).properties(width=width or WIDTH, height=height or HEIGHT,
+                                         title="Requests served at once vs offered")
 
 
-def acceptance_chart(comp: Comparison) -> alt.LayerChart | None:
+def _optional_lines(comp: Comparison, metric: str, title: str, arms: Arms, levels: Levels, concurrency: Range,
+                    colours: Colours, width: int | None, height: int | None,
+                    present: bool) -> alt.LayerChart | None:
+    if not present:
+        return None
+    return _metric_lines(_view(comp, arms, levels, concurrency, colours), metric, title, width, height)
+
+
+def acceptance_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, concurrency: Range = None,
+                     colours: Colours = None, width: int | None = None,
+                     height: int | None = None) -> alt.LayerChart | None:
     """Server-side acceptance length per level for speculative arms; None when not measured."""
-    if "spec_accept_length" not in comp.levels or comp.levels["spec_accept_length"].isna().all():
-        return None
-    return _metric_lines(comp, "spec_accept_length", "Acceptance length under load")
+    present = "spec_accept_length" in comp.levels and comp.levels["spec_accept_length"].notna().any()
+    return _optional_lines(comp, "spec_accept_length", "Acceptance length under load", arms, levels, concurrency,
+                           colours, width, height, bool(present))
 
 
-def error_chart(comp: Comparison) -> alt.LayerChart | None:
+def error_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, concurrency: Range = None,
+                colours: Colours = None, width: int | None = None, height: int | None = None) -> alt.LayerChart | None:
     """Error rate per level; None when no errors were recorded."""
-    if "error_rate" not in comp.levels or not (comp.levels["error_rate"].fillna(0) > 0).any():
-        return None
-    return _metric_lines(comp, "error_rate", "Error rate")
+    present = "error_rate" in comp.levels and (comp.levels["error_rate"].fillna(0) > 0).any()
+    return _optional_lines(comp, "error_rate", "Error rate", arms, levels, concurrency, colours, width, height,
+                           bool(present))
 
 
-def tokens_per_chunk_chart(comp: Comparison) -> alt.LayerChart | None:
+def tokens_per_chunk_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, concurrency: Range = None,
+                           colours: Colours = None, width: int | None = None,
+                           height: int | None = None) -> alt.LayerChart | None:
     """Tokens per streamed chunk (> 1 under speculation); None when not measured."""
-    if "tokens_per_chunk_mean" not in comp.levels or comp.levels["tokens_per_chunk_mean"].isna().all():
-        return None
-    return _metric_lines(comp, "tokens_per_chunk_mean", "Tokens per streamed chunk")
+    present = "tokens_per_chunk_mean" in comp.levels and comp.levels["tokens_per_chunk_mean"].notna().any()
+    return _optional_lines(comp, "tokens_per_chunk_mean", "Tokens per streamed chunk", arms, levels, concurrency,
+                           colours, width, height, bool(present))

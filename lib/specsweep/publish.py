@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from specsweep.report import REPO_ROOT, build_report
+from specsweep.report import REPO_ROOT, build_report, execute_notebook
 
 SWEEP_NOTEBOOK = REPO_ROOT / "notebooks" / "sweep.ipynb"
 
@@ -54,9 +54,11 @@ PUBLISHED: tuple[Published, ...] = (
 
 
 def run_sweeps(pub: Published, build_dir: Path) -> None:
-    """Run ``notebooks/sweep.ipynb`` once per arm into a fresh study folder."""
-    import papermill as pm
+    """Run ``notebooks/sweep.ipynb`` once per arm into a fresh study folder.
 
+    The kernel's output streams to this terminal as it runs: the sweep's own lines (server,
+    each level's tok/s, saved) and its per-level tqdm bar with live tok/s.
+    """
     study = REPO_ROOT / pub.result_sets[0]
     if study.exists():
         shutil.rmtree(study)
@@ -64,9 +66,11 @@ def run_sweeps(pub: Published, build_dir: Path) -> None:
     for arm, params in pub.sweeps:
         t0 = time.perf_counter()
         out = build_dir / f"{pub.name}-sweep-{arm}.ipynb"
-        pm.execute_notebook(str(SWEEP_NOTEBOOK), str(out), parameters={"arm": arm, "out_dir": str(study), **params},
-                            cwd=str(REPO_ROOT), kernel_name="python3", progress_bar=False)
-        print(f"  swept arm {arm} ({time.perf_counter() - t0:.0f} s; executed notebook {out.relative_to(REPO_ROOT)})")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        print(f"  sweeping arm {arm} with notebooks/sweep.ipynb:", flush=True)
+        execute_notebook(SWEEP_NOTEBOOK, out, {"arm": arm, "out_dir": str(study), **params}, stream=True)
+        shown = out.relative_to(REPO_ROOT) if out.is_relative_to(REPO_ROOT) else out
+        print(f"  swept arm {arm} ({time.perf_counter() - t0:.0f} s; executed notebook {shown})", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,18 +1,20 @@
 """The report: offline chart rendering, the notebook's text blocks, and HTML export.
 
 ``python -m specsweep.report --result-set DIR [--result-set DIR ...] --name NAME`` runs
-``notebooks/report.ipynb`` through papermill and exports ``reports/NAME.html`` with nbconvert:
+``notebooks/report.ipynb`` through papermill and exports ``./reports/NAME.html`` with nbconvert:
 no code cells, no CDN scripts (the Vega bundle that ships with vl-convert is inlined once), so
 the page opens with no network and its charts keep their tooltips.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
+import itertools
 import json
 import math
+import re
+import shlex
 import sys
-import uuid
-from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -21,7 +23,7 @@ import pandas as pd
 
 from specsweep import __version__
 from specsweep.compare import Comparison
-from specsweep.markup import markdown, script_json
+from specsweep.markup import markdown, md_text, script_json
 from specsweep.metrics import METRICS, metric_info
 from specsweep.recommend import Recommendation
 
@@ -41,11 +43,21 @@ def vega_bundle() -> str:
     return vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
 
 
+_CHART_SEQ = itertools.count()
+
+
 def _render(spec: dict[str, Any], **meta: Any) -> dict[str, str]:
-    div = "vl-" + uuid.uuid4().hex
+    """Altair renderer: a ``<div>`` and a ``<script>`` that embeds ``spec`` with the inlined bundle.
+
+    The element id comes from the chart's position in the kernel session and its spec, never
+    from randomness, so building the same report twice gives byte-identical HTML.
+    """
+    spec_json = script_json(spec, sort_keys=True)
+    digest = hashlib.sha256(f"{next(_CHART_SEQ)}:{spec_json}".encode()).hexdigest()[:16]
+    div = "vl-" + digest
     options = script_json(meta.get("embed_options") or {"actions": False})
     return {"text/html": (
-        f'<div id="{div}" class="specsweep-chart"></div><script>vegaEmbed("#{div}", {script_json(spec)}, {options})'
+        f'<div id="{div}" class="specsweep-chart"></div><script>vegaEmbed("#{div}", {spec_json}, {options})'
         f'.catch(e => {{ document.getElementById("{div}").innerText = "chart failed: " + e; }});</script>'
     )}
 
@@ -73,14 +85,47 @@ def setup_notebook() -> None:
     pd.set_option("display.max_columns", 60)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_colwidth", None)
-    pd.set_option("display.float_format", lambda v: f"{v:,.4g}")
+    pd.set_option("display.float_format", human_number)
+
+
+def human_number(value: Any, significant: int = 4) -> str:
+    """A number as people read it: thousands separators, no exponent, about ``significant`` digits.
+
+    ``16380.2`` → ``16,380``; ``1.63812`` → ``1.638``; ``0.012345`` → ``0.01235``; ``48.0`` → ``48``;
+    NaN/None → ``—``. Values of 10^(significant−1) and more show as whole numbers; at most 6 decimals.
+    """
+    if value is None or isinstance(value, bool):
+        return "—" if value is None else str(value)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isnan(v):
+        return "—"
+    if math.isinf(v):
+        return "∞" if v > 0 else "−∞"
+    if v == 0:
+        return "0"
+    decimals = min(6, max(0, significant - 1 - math.floor(math.log10(abs(v)))))
+    text = f"{v:,.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
 
 
 def table(frame: pd.DataFrame, *, index: bool = False) -> Any:
-    """A frame as an HTML table for the report (no row numbers unless ``index``)."""
+    """A frame as an HTML table for the report (no row numbers unless ``index``).
+
+    Numbers are formatted for people (:func:`human_number`); every cell, header and index label is
+    HTML-escaped (``to_html(escape=True)``), so strings from result sets or servers stay text.
+    """
     from IPython.display import HTML
 
-    return HTML(frame.to_html(index=index, na_rep="—", border=0, float_format=lambda v: f"{v:,.4g}"))
+    shown = frame.copy()
+    for col in shown.columns:
+        if pd.api.types.is_numeric_dtype(shown[col]) and not pd.api.types.is_bool_dtype(shown[col]):
+            shown[col] = shown[col].map(human_number)
+    return HTML(shown.to_html(index=index, na_rep="—", border=0, escape=True))
 
 
 # ---------------------------------------------------------------------------- text for notebook
@@ -331,27 +376,166 @@ def definitions_markdown(comp: Comparison) -> str:
     return "\n".join(lines)
 
 
-def reproduce_markdown(parameters: dict[str, Any]) -> str:
-    """How to rebuild this report (its parameters as a papermill command)."""
-    import yaml
+def repo_relative(path: str | Path) -> str:
+    """``path`` as a command run from the repository root should spell it.
 
-    params = yaml.safe_dump({k: v for k, v in parameters.items()}, default_flow_style=True, width=10_000).strip()
-    sets = " ".join(f"--result-set {p}" for p in parameters.get("result_sets", []))
+    Inside the checkout: relative to its root (``data/runs/x``), so no path of the machine that
+    built the report appears on the page. Outside it: absolute, the only spelling that works.
+    """
+    p = Path(path)
+    absolute = p if p.is_absolute() else (Path.cwd() / p)
+    absolute = Path(*absolute.parts)  # normalise
+    try:
+        return absolute.resolve().relative_to(REPO_ROOT).as_posix() or "."
+    except ValueError:
+        return str(absolute.resolve())
+
+
+def _code_block(lines: Sequence[str], lang: str = "sh") -> list[str]:
+    """A fenced code block whose fence no backtick run inside it can close."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + lang, *lines, fence]
+
+
+def report_command(parameters: dict[str, Any]) -> list[str]:
+    """The argv of ``python -m specsweep.report`` that rebuilds a report from its notebook parameters.
+
+    Paths are repository-relative where they can be (:func:`repo_relative`); the interpreter is the
+    checkout's ``.venv/bin/python`` (``make setup``).
+    """
+    argv = [".venv/bin/python", "-m", "specsweep.report"]
+    for path in parameters.get("result_sets") or []:
+        argv += ["--result-set", repo_relative(path)]
+    argv += ["--name", str(parameters.get("output_name") or "report")]
+    if parameters.get("baseline") not in (None, "baseline"):
+        argv += ["--baseline", str(parameters["baseline"])]
+    if parameters.get("title"):
+        argv += ["--title", str(parameters["title"])]
+    if parameters.get("profiles") is not None:
+        argv += ["--profiles", json.dumps(parameters["profiles"], ensure_ascii=False)]
+    if parameters.get("allow_workload_mismatch"):
+        argv.append("--allow-workload-mismatch")
+    return argv
+
+
+def papermill_command(parameters: dict[str, Any], output: str = "out.ipynb") -> list[str]:
+    """The argv of the papermill command that runs ``notebooks/report.ipynb`` with these parameters.
+
+    They travel as one YAML document (``-y``) written as JSON (which is YAML), so ``yaml.safe_load``
+    reads back exactly ``parameters`` (with paths made repository-relative).
+    """
+    params = dict(parameters)
+    if params.get("result_sets") is not None:
+        params["result_sets"] = [repo_relative(p) for p in params["result_sets"]]
+    text = json.dumps(params, ensure_ascii=False)
+    return [".venv/bin/papermill", "notebooks/report.ipynb", output, "-y", text]
+
+
+def shell_line(argv: Sequence[str]) -> str:
+    """``argv`` as one POSIX shell command line, every word quoted where it needs it."""
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def _same_for_all(values: dict[str, Any], rule: Any) -> Any:
+    """A per-level setting as the notebook parameter that produced it: one integer, or None for auto/mixed."""
+    if rule == "auto" or not values:
+        return None
+    distinct = set(values.values())
+    return distinct.pop() if len(distinct) == 1 else None
+
+
+def sweep_parameters(meta: dict[str, Any], out_dir: str) -> dict[str, Any] | None:
+    """The ``notebooks/sweep.ipynb`` parameters that measure this arm again, from its ``meta.json``;
+    None for published reference data (measured outside specsweep) or a prompt file of unknown
+    path. Only what differs from the notebook's defaults, plus arm, label, levels and workload
+    lengths; per-level warm-up counts are left to the notebook's rule."""
+    if meta.get("kind") != "run":
+        return None
+    sweep, workload = meta.get("sweep") or {}, meta.get("workload") or {}
+    params: dict[str, Any] = {"arm": meta.get("arm")}
+    if meta.get("label") and meta.get("label") != meta.get("arm"):
+        params["label"] = meta["label"]
+    embedded = meta.get("embedded_server")
+    if embedded:
+        params.update(embedded_profile=embedded.get("profile"), embedded_spec=embedded.get("spec"))
+        if embedded.get("args"):
+            params["embedded_args"] = list(embedded["args"])
+    else:
+        params["endpoint"] = meta.get("endpoint")
+        if meta.get("model"):
+            params["model"] = meta["model"]
+    params.update(concurrency=list(sweep.get("concurrency") or []), input_tokens=workload.get("input_tokens"),
+                  output_tokens=workload.get("output_tokens"))
+    if workload.get("kind") not in (None, "random-ids"):
+        if not workload.get("path"):
+            return None  # a prompt file whose path was not recorded: no command can name it
+        params["workload"] = repo_relative(workload["path"])
+    fixed = _same_for_all(sweep.get("requests_per_level") or {}, sweep.get("requests_per_level_rule"))
+    if fixed is not None:
+        params["requests_per_level"] = fixed
+    for key, default in (("api", "auto"), ("repeats", 1), ("request_timeout_s", 600.0), ("seed", 0),
+                         ("temperature", 0.0), ("client_workers", 1)):
+        if sweep.get(key) is not None and sweep.get(key) != default:
+            params[key] = sweep[key]
+    params["out_dir"] = out_dir
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def sweep_command(params: dict[str, Any]) -> list[str]:
+    """The argv of the papermill command that runs ``notebooks/sweep.ipynb`` with ``params`` (one ``-y``
+    JSON document, which YAML reads back exactly), its progress streamed to the terminal."""
+    return [".venv/bin/papermill", "notebooks/sweep.ipynb", f"out-{params.get('arm', 'arm')}.ipynb",
+            "--stdout-file", "/dev/stdout", "--stderr-file", "/dev/stderr",
+            "-y", json.dumps(params, ensure_ascii=False)]
+
+
+def _remeasure_lines(parameters: dict[str, Any]) -> list[str]:
+    from specsweep.store import find_result_sets, load_result_set
+
+    commands, reference = [], []
+    for given in parameters.get("result_sets") or []:
+        for folder in find_result_sets(given):
+            rs = load_result_set(folder)
+            params = sweep_parameters(rs.meta, repo_relative(Path(folder).absolute().parent))
+            if params is None:
+                reference.append(str(rs.meta.get("label") or rs.arm))
+            else:
+                commands.append(shell_line(sweep_command(params)))
+    lines: list[str] = []
+    if commands:
+        lines += ["", "Measure the arms again (one sweep per arm; the embedded server needs nothing else, "
+                  "another server must be running at its endpoint):", "", *_code_block(commands)]
+    if reference:
+        lines += ["", "Published reference data (" + ", ".join(md_text(r) for r in reference)
+                  + ") was measured outside specsweep; its source is in the Setup table."]
+    return lines
+
+
+def reproduce_markdown(parameters: dict[str, Any]) -> str:
+    """How to rebuild this report: commands to paste into a shell at the repository root.
+
+    No build time or machine path appears (the page is byte-identical when rebuilt from the same
+    data and code); every word is shell-quoted, so titles with quotes or ``$`` survive. Arms that
+    specsweep measured get the sweep command that measures them again.
+    """
     return "\n".join([
-        f"Built {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by specsweep {__version__}.",
+        f"Built by specsweep {__version__}. Rebuild it from the repository root, after `make setup`:",
         "",
-        "Rebuild this report (from the repository root, after `make setup`):",
+        *_code_block([shell_line(report_command(parameters))]),
         "",
-        "```sh",
-        f".venv/bin/python -m specsweep.report {sets} --baseline {parameters.get('baseline')} --name {parameters.get('output_name')}",
-        "```",
+        "or run the notebook yourself (then open `out.ipynb` in JupyterLab):",
         "",
-        "or run the notebook yourself and export it:",
-        "",
-        "```sh",
-        f".venv/bin/papermill notebooks/report.ipynb out.ipynb -y '{params}'",
-        "```",
+        *_code_block([shell_line(papermill_command(parameters))]),
+        *_remeasure_lines(parameters),
     ])
+
+
+def show(chart: Any, missing: str) -> None:
+    """Display a chart, or a short note saying why there is none."""
+    from IPython.display import display
+
+    display(chart if chart is not None else markdown(f"*{missing}*"))
 
 
 # ---------------------------------------------------------------------------------- building
@@ -362,12 +546,52 @@ def template_dir() -> Path:
     return Path(str(resources.files("specsweep") / "templates"))
 
 
+def kernel_manager_class() -> type:
+    """The kernel manager papermill should use: one that does not print ipykernel's TCP warning.
+
+    ipykernel warns "Kernel is running over TCP without encryption" on stderr whenever the
+    manager does not provision CurveZMQ keys; jupyter_client provisions them with
+    ``transport_encryption="auto"`` when pyzmq has Curve (it does in the wheels). Without Curve,
+    or with a jupyter_client too old to know the setting, the default manager is returned.
+    """
+    import zmq
+    from jupyter_client import AsyncKernelManager
+
+    if not zmq.has("curve") or "transport_encryption" not in AsyncKernelManager.class_trait_names():
+        return AsyncKernelManager
+
+    class EncryptedKernelManager(AsyncKernelManager):  # type: ignore[misc,valid-type]
+        """AsyncKernelManager with CurveZMQ transport encryption provisioned when the kernel supports it."""
+
+        def __init__(self, **kwargs: Any) -> None:
+            kwargs.setdefault("transport_encryption", "auto")
+            super().__init__(**kwargs)
+
+    return EncryptedKernelManager
+
+
+def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], *, stream: bool = False) -> Any:
+    """Run ``notebook`` with papermill in the repository root; ``stream`` copies the kernel's
+    stdout/stderr (progress bars included) to this process's terminal as it runs."""
+    import papermill as pm
+
+    extra: dict[str, Any] = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if stream else {}
+    return pm.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(REPO_ROOT),
+                               kernel_name="python3", progress_bar=False, log_output=False,
+                               kernel_manager_class=kernel_manager_class(), **extra)
+
+
 def export_html(notebook: Path | Any, html_path: Path) -> Path:
-    """Export an executed notebook to self-contained HTML: no code, no stderr, no CDN scripts."""
+    """Export an executed notebook to self-contained HTML: no code, no stderr, no CDN scripts.
+
+    Papermill's injected-parameters cell (no outputs, a random cell id) is dropped, so the same
+    notebook outputs always give the same bytes.
+    """
     import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(notebook), as_version=4) if isinstance(notebook, (str, Path)) else notebook
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in (c.get("metadata", {}).get("tags") or [])]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.get("outputs", []) if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
@@ -393,19 +617,18 @@ def build_report(
 ) -> Path:
     """Run the report notebook with these parameters and export ``<out_dir>/<name>.html``.
 
-    The executed notebook is kept beside it in ``<out_dir>/_build/<name>.ipynb`` for inspection.
+    Relative ``result_sets`` and ``out_dir`` are taken relative to the current directory. The
+    executed notebook is kept beside the page in ``<out_dir>/_build/<name>.ipynb`` for inspection.
     """
-    import papermill as pm
-
     if not name or any(ch in name for ch in "/\\") or name.startswith("."):
         raise ValueError(f"report name {name!r} must be a plain file name (no slashes, not hidden)")
     if not notebook.is_file():
         raise FileNotFoundError(f"{notebook}: report notebook not found; run from a specsweep checkout")
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).absolute()
     executed = out_dir / "_build" / f"{name}.ipynb"
     executed.parent.mkdir(parents=True, exist_ok=True)
     params: dict[str, Any] = {
-        "result_sets": [str(p) for p in result_sets],
+        "result_sets": [str(Path(p).absolute()) for p in result_sets],
         "baseline": baseline,
         "output_name": name,
         "allow_workload_mismatch": allow_workload_mismatch,
@@ -414,23 +637,39 @@ def build_report(
         params["title"] = title
     if profiles is not None:
         params["profiles"] = profiles
-    pm.execute_notebook(str(notebook), str(executed), parameters=params, cwd=str(REPO_ROOT),
-                        kernel_name="python3", progress_bar=False, log_output=False)
+    execute_notebook(notebook, executed, params)
     return export_html(executed, out_dir / f"{name}.html")
 
 
+def _profiles_arg(text: str) -> list[dict[str, Any]]:
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise argparse.ArgumentTypeError(f"not valid YAML ({exc}); give a list such as "
+                                         "'[{name: Chat, objective: latency}]'") from exc
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise argparse.ArgumentTypeError("must be a YAML list of profiles, e.g. '[{name: Chat, objective: latency}]'")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m specsweep.report``: build one report; relative paths are relative to the current directory."""
     parser = argparse.ArgumentParser(prog="python -m specsweep.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--result-set", action="append", required=True, dest="result_sets",
-                        help="result-set or study folder (repeatable)")
-    parser.add_argument("--name", required=True, help="report name: writes reports/NAME.html")
+                        help="result-set or study folder (repeatable; relative to the current directory)")
+    parser.add_argument("--name", required=True, help="report name: writes OUT_DIR/NAME.html")
     parser.add_argument("--baseline", default="baseline", help="arm name of the baseline (default: baseline)")
-    parser.add_argument("--title", default=None)
-    parser.add_argument("--out-dir", default=str(REPO_ROOT / "reports"))
+    parser.add_argument("--title", default=None, help="report title (default: the notebook's)")
+    parser.add_argument("--profiles", type=_profiles_arg, default=None,
+                        help="workload profiles as a YAML list (default: the built-in three); see README")
+    parser.add_argument("--out-dir", default="reports", help="where NAME.html goes (default: ./reports)")
     parser.add_argument("--allow-workload-mismatch", action="store_true")
     args = parser.parse_args(argv)
     path = build_report(args.result_sets, args.name, baseline=args.baseline, title=args.title,
-                        allow_workload_mismatch=args.allow_workload_mismatch, out_dir=args.out_dir)
+                        profiles=args.profiles, allow_workload_mismatch=args.allow_workload_mismatch,
+                        out_dir=args.out_dir)
     print(f"wrote {path}")
     return 0
 
@@ -438,9 +677,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-def show(chart: Any, missing: str) -> None:
-    """Display a chart, or a short note saying why there is none."""
-    from IPython.display import display
-
-    display(chart if chart is not None else markdown(f"*{missing}*"))

@@ -1,0 +1,190 @@
+"""Building reports: the page's Reproduce commands run as printed, the same inputs give the same
+bytes, the CLI takes paths relative to the current directory, and the build is quiet (issue 8,
+items 15 and 18)."""
+from __future__ import annotations
+
+import html as htmllib
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import ROOT, SEED, write_measured
+from specsweep.report import build_report, human_number
+
+# quotes of both kinds, $, backticks and a YAML-special colon: each broke or would break a naive command
+TITLE = "It's \"MTP\": $HOME `uname` & <b>C=128</b> ```"
+PROFILES = [{"name": "Chat: it's fast", "objective": "latency", "concurrency_max": 64}]
+
+
+def code_blocks(page: str) -> list[str]:
+    """The text of every ``<pre><code class="language-sh">`` block, as a reader would copy it."""
+    return [htmllib.unescape(b).strip() for b in re.findall(r'<code class="language-sh">(.*?)</code>', page, re.S)]
+
+
+@pytest.fixture(scope="module")
+def seed_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("built")
+    return build_report([SEED], "repro", title=TITLE, profiles=PROFILES, out_dir=out)
+
+
+def test_reproduce_section_has_no_machine_paths(seed_build: Path) -> None:
+    page = seed_build.read_text()
+    blocks = code_blocks(page)
+    assert len(blocks) == 2, blocks
+    for block in blocks:
+        assert str(ROOT) not in block and str(seed_build.parent) not in block, block
+        assert "data/reference/seed-qwen3.5-122b-a10b" in block
+        assert not re.search(r"(^|\s|')/(work|home|tmp|root|Users)/", block), block
+    assert "Built " not in page or "UTC" not in page.split("Reproduce")[-1]  # no build time on the page
+
+
+def test_report_command_runs_as_printed_and_rebuilds_the_same_page(seed_build: Path, tmp_path: Path) -> None:
+    """Paste the first command into bash at the repository root (with this interpreter standing in
+    for ``.venv/bin/python`` and a temporary --out-dir); the page it writes equals the original."""
+    command = code_blocks(seed_build.read_text())[0]
+    assert command.startswith(".venv/bin/python -m specsweep.report ")
+    assert subprocess.run(["bash", "-n", "-c", command]).returncode == 0
+    runnable = shlex.quote(sys.executable) + command.removeprefix(".venv/bin/python") + " --out-dir " + shlex.quote(str(tmp_path))
+    done = subprocess.run(["bash", "-c", runnable], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rebuilt = tmp_path / "repro.html"
+    assert rebuilt.read_bytes() == seed_build.read_bytes(), "the Reproduce command built a different page"
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", rebuilt.read_text()))
+    assert "Chat: it" in text  # the custom profile travelled through the command
+
+
+def test_papermill_command_is_valid_shell_and_yaml_and_runs(seed_build: Path, tmp_path: Path) -> None:
+    import papermill as pm
+
+    command = code_blocks(seed_build.read_text())[1]
+    assert subprocess.run(["bash", "-n", "-c", command]).returncode == 0
+    argv = shlex.split(command)
+    assert argv[:4] == [".venv/bin/papermill", "notebooks/report.ipynb", "out.ipynb", "-y"]
+    params = yaml.safe_load(argv[4])
+    assert params["title"] == TITLE and params["profiles"] == PROFILES
+    assert params["result_sets"] == ["data/reference/seed-qwen3.5-122b-a10b"]
+    declared = set(pm.inspect_notebook(str(ROOT / "notebooks" / "report.ipynb")))
+    assert set(params) <= declared, set(params) - declared
+    out = tmp_path / "out.ipynb"
+    runnable = f"{shlex.quote(sys.executable)} -m papermill notebooks/report.ipynb {shlex.quote(str(out))} " \
+               + " ".join(shlex.quote(a) for a in argv[3:]) + " --no-progress-bar"
+    done = subprocess.run(["bash", "-c", runnable], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(out.read_text())["metadata"]["papermill"]["parameters"]["title"] == TITLE
+
+
+def test_cli_takes_paths_relative_to_the_current_directory(tmp_path: Path) -> None:
+    """``--result-set mine/seed`` from another directory means ./mine/seed, not <repo>/mine/seed."""
+    shutil.copytree(SEED, tmp_path / "mine" / "seed")
+    done = subprocess.run([sys.executable, "-m", "specsweep.report", "--result-set", "mine/seed", "--name", "cwd",
+                           "--out-dir", "pages"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "pages" / "cwd.html").is_file()
+    assert not (ROOT / "pages").exists()
+
+
+def test_same_inputs_give_byte_identical_html_and_no_tcp_warning(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """A measured study (8 charts) built twice: same bytes; no kernel transport warning on the terminal."""
+    lv = {c: {"tokens": 40, "step_s": 0.02, "ttft_s": 0.05, "jitter": 0.05} for c in (1, 4, 16)}
+    write_measured(tmp_path / "study" / "baseline", "baseline", lv, repeats=2)
+    write_measured(tmp_path / "study" / "spec", "spec", {c: {**v, "tokens_per_chunk": 2} for c, v in lv.items()},
+                   repeats=2)
+    first = build_report([tmp_path / "study"], "twice", out_dir=tmp_path / "a")
+    second = build_report([tmp_path / "study"], "twice", out_dir=tmp_path / "b")
+    captured = capfd.readouterr()
+    assert first.read_bytes() == second.read_bytes()
+    assert len(re.findall(r'class="specsweep-chart"', first.read_text())) >= 6
+    assert "without encryption" not in captured.err + captured.out
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    (16380.2, "16,380"), (1.63812, "1.638"), (0.012345, "0.01235"), (48.0, "48"), (0.0, "0"),
+    (1234567.8, "1,234,568"), (-12.34, "-12.34"), (float("nan"), "—"), (None, "—"), (3, "3"),
+])
+def test_human_number(value: object, shown: str) -> None:
+    assert human_number(value) == shown
+
+
+def test_table_formats_numbers_for_people_and_escapes_text() -> None:
+    import pandas as pd
+
+    from specsweep.report import table
+
+    shown = table(pd.DataFrame({"arm <b>x</b>": ["<b>mtp</b>", "base"], "output_tok_s": [16380.24, 0.5],
+                                "concurrency": [128, 4096]})).data
+    assert "16,380" in shown and "4,096" in shown and "e+" not in shown
+    assert "<b>" not in shown and "&lt;b&gt;mtp&lt;/b&gt;" in shown and "arm &lt;b&gt;x" in shown
+
+
+def test_data_table_has_no_exponents(seed_build: Path) -> None:
+    page = seed_build.read_text()
+    full = page.split("Full data")[1].split("Definitions")[0]
+    cells = re.findall(r"<td>(.*?)</td>", full)
+    assert cells and not [c for c in cells if re.search(r"\de[+-]\d", c)]
+    assert "1,635" in cells or "2,800" in cells  # thousands separators on aggregate tok/s
+
+
+def test_sweep_commands_on_the_page_measure_the_arms_again(tmp_path: Path) -> None:
+    """A study swept by specsweep (embedded tiny server): the page prints one sweep command per arm;
+    each is valid shell with valid notebook parameters, and the baseline's runs as printed."""
+    import papermill as pm
+
+    from specsweep.config import parse_config
+    from specsweep.store import find_result_sets
+    from specsweep.sweep import run_sweep
+
+    study = tmp_path / "study"
+    small = {"embedded_profile": "tiny", "concurrency": [1, 2], "input_tokens": 32, "output_tokens": 24,
+             "out_dir": str(study)}
+    run_sweep({"arm": "baseline", **small}, progress=False, log=lambda _: None)
+    run_sweep({"arm": "mtp", "label": "MTP: it's \"fast\"", "embedded_args": ["--max-running-requests", "2"], **small},
+              progress=False, log=lambda _: None)
+    page = build_report([study], "swept", out_dir=tmp_path / "out").read_text()
+    blocks = code_blocks(page)
+    assert len(blocks) == 3, blocks
+    lines = blocks[2].splitlines()
+    assert len(lines) == 2
+    declared = set(pm.inspect_notebook(str(ROOT / "notebooks" / "sweep.ipynb")))
+    for line in lines:
+        assert subprocess.run(["bash", "-n", "-c", line]).returncode == 0, line
+        argv = shlex.split(line)
+        params = yaml.safe_load(argv[argv.index("-y") + 1])
+        assert set(params) <= declared, set(params) - declared
+        parse_config(params)  # the sweep's own validation accepts them
+        assert params["out_dir"] == str(study) and params["concurrency"] == [1, 2]
+    mtp = yaml.safe_load(shlex.split(lines[1])[-1])
+    assert mtp["label"] == "MTP: it's \"fast\"" and mtp["embedded_args"] == ["--max-running-requests", "2"]
+    assert mtp["embedded_spec"] == "mtp" and mtp["output_tokens"] == 24
+    argv = shlex.split(lines[0])
+    assert argv[:3] == [".venv/bin/papermill", "notebooks/sweep.ipynb", "out-baseline.ipynb"]
+    argv[:3] = [sys.executable, "-m", "papermill", "notebooks/sweep.ipynb", str(tmp_path / "out-baseline.ipynb")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "C=2 repeat 0:" in done.stdout  # progress reaches the terminal
+    assert len(find_result_sets(study)) == 3
+
+
+def test_sweep_parameters_from_meta() -> None:
+    """A remote arm with a prompt file and fixed requests per level: the command names the file
+    relative to the repository, the endpoint and model; reference data and unknown files get none."""
+    from specsweep.config import parse_config
+    from specsweep.report import sweep_parameters
+
+    meta = {"kind": "run", "arm": "mtp", "label": "MTP", "endpoint": "http://gpu-host:30000", "model": "qwen",
+            "sweep": {"concurrency": [1, 8], "requests_per_level": {"1": 16, "8": 16},
+                      "requests_per_level_rule": "fixed", "repeats": 3, "seed": 7},
+            "workload": {"kind": "prompt-file", "path": str(ROOT / "tests" / "prompts.jsonl"), "output_tokens": 128}}
+    params = sweep_parameters(meta, "data/runs/study")
+    assert params == {"arm": "mtp", "label": "MTP", "endpoint": "http://gpu-host:30000", "model": "qwen",
+                      "concurrency": [1, 8], "output_tokens": 128, "workload": "tests/prompts.jsonl",
+                      "requests_per_level": 16, "repeats": 3, "seed": 7, "out_dir": "data/runs/study"}
+    parse_config(params)
+    assert sweep_parameters({**meta, "workload": {"kind": "prompt-file"}}, "x") is None
+    assert sweep_parameters({**meta, "kind": "reference"}, "x") is None

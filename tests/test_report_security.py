@@ -1,0 +1,130 @@
+"""Untrusted strings stay inert in the published report (issue 8, item 1).
+
+Every string a result set, a server or a user can put on the page — arm names, labels,
+descriptions, model and server names, hardware, sources, notes, metric notes, error texts, the
+title, profile names and descriptions — holds a script-injection payload. The page must show
+them as text: no payload appears unescaped in the HTML, no script runs in headless Chromium,
+and every chart still renders (a ``</script>`` in a label used to break all of them).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from helpers import base_meta, synthetic_records
+from specsweep.metrics import level_metrics, requests_frame
+from specsweep.records import RequestRecord
+from specsweep.report import build_report
+from specsweep.store import append_level
+from test_report_browser import hover_in_chromium
+
+SCRIPT = "<script>window.__pwned=1</script>"
+IMG = '"><img src=x onerror="window.__pwned=1">'
+CLOSE = "</script><script>window.__pwned=1</script>"
+COMMENT = "<!--pwn"
+SVG = "<svg onload=window.__pwned=1>"
+PAYLOADS = (SCRIPT, IMG, CLOSE, COMMENT, SVG)
+
+
+def mixed(i: int) -> str:
+    """A different mix of payloads for the i-th field (labels must differ between arms)."""
+    return f"x{i} " + " ".join(PAYLOADS[(i + k) % len(PAYLOADS)] for k in range(len(PAYLOADS)))
+
+
+def write_payload_set(folder: Path, arm: str, i: int, tokens_per_chunk: int) -> Path:
+    """A measured result set (real metrics and store code) whose every string field is a payload,
+    with one failed request per level carrying a payload as its error text."""
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = base_meta(
+        arm, kind="run", level_only=False, run_id=f"run-{mixed(i)}", label=mixed(i + 1),
+        description=mixed(i + 2), model=mixed(i + 3), api=mixed(i + 4), endpoint=mixed(i + 5),
+        server={"name": mixed(i + 6), "version": mixed(i + 7), "max_running_requests": 8},
+        hardware={"gpu_model": mixed(i + 8), "gpus": 2, mixed(i + 9): mixed(i + 10)},
+        source={"citation": mixed(i + 11)}, tool={"name": mixed(i + 12), "version": mixed(i + 13)},
+        started_utc=mixed(i + 14), notes=[mixed(i + 15)], warnings=[mixed(i + 16)],
+        metric_definitions={"output_tok_s": mixed(i + 17)},
+    )
+    meta["sweep"] = {"concurrency": [1, 4, 16], "repeats": 1}
+    for c in (1, 4, 16):
+        recs = synthetic_records(max(2 * c, 8), c, tokens=40, step_s=0.02 / tokens_per_chunk, ttft_s=0.05,
+                                 tokens_per_chunk=tokens_per_chunk, jitter=0.05)
+        recs.append(RequestRecord(t_sent=0.0, t_end=0.01, http_status=500, error=mixed(i + 18)))
+        req = requests_frame(recs, t0=0.0, run_id=meta["run_id"], arm=arm, concurrency=c, repeat=0)
+        lv = level_metrics(req, c)
+        lv.update(run_id=meta["run_id"], arm=arm, concurrency=c, repeat=0)
+        append_level(folder, pd.DataFrame([lv]), req)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def payload_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("xss")
+    baseline = SCRIPT + " base"
+    write_payload_set(tmp / "study" / "a", baseline, 0, 1)
+    write_payload_set(tmp / "study" / "b", IMG + " spec", 1, 2)
+    profiles = [{"name": mixed(30), "objective": "latency", "description": mixed(31)},
+                {"name": mixed(32), "objective": "throughput", "description": mixed(33)}]
+    return build_report([tmp / "study"], "xss", baseline=baseline, title=mixed(34), profiles=profiles,
+                        out_dir=tmp / "out")
+
+
+def test_payload_result_sets_carry_the_payloads(payload_html: Path) -> None:
+    """The test is only meaningful if the payloads reach the page (as text)."""
+    import nbformat
+
+    nb = nbformat.read(str(payload_html.parent / "_build" / "xss.ipynb"), as_version=4)
+    outputs = json.dumps([c.get("outputs", []) for c in nb.cells])
+    for field in ("x1 ", "x2 ", "x3 ", "x6 ", "x7 ", "x8 ", "x11 ", "x30 ", "x31 ", "x34 "):
+        assert field in outputs, f"field {field!r} never reached the page; the test would prove nothing"
+
+
+def test_no_payload_is_unescaped_in_the_html(payload_html: Path) -> None:
+    html = payload_html.read_text()
+    for payload in PAYLOADS:
+        assert payload not in html, f"{payload!r} appears unescaped"
+    assert not re.search(r"<(img|svg)\b[^>]*\bon\w+\s*=", html, re.I), "a raw tag with an event handler"
+    # the only <script> elements are the page's own: the chart bundle and one per chart
+    charts = len(re.findall(r'class="specsweep-chart"', html))
+    assert charts >= 6
+    assert len(re.findall(r"<script\b", html, re.I)) == charts + 1  # the Vega bundle, then one per chart
+    assert html.count("</script>") == len(re.findall(r"<script\b", html, re.I))
+
+
+@pytest.mark.browser
+def test_no_script_runs_and_every_chart_renders(payload_html: Path) -> None:
+    """Open the page in headless Chromium with no network, hover every point (tooltips show labels)."""
+    result = hover_in_chromium(payload_html, "--all", timeout_s=180)
+    assert result["pwned"] is None, f"a payload ran: window.__pwned = {result['pwned']!r}"
+    assert result["charts"] >= 6 and result["views"] == result["charts"], result
+    assert result["failed"] == 0, result
+    assert result["hovered"] >= 10 and result["tooltips"] >= 1, result
+    assert SCRIPT in result["text"] and IMG in result["text"], "the payloads should show as text"
+
+
+def test_sweep_notebook_output_shows_server_and_user_strings_as_text(tmp_path: Path) -> None:
+    """The sweep notebook run against a real (embedded) server whose model name is a payload, with
+    a payload label: its outputs, and their HTML export, carry no payload unescaped."""
+    import nbformat
+
+    from specsweep.report import REPO_ROOT, execute_notebook, export_html
+
+    out = tmp_path / "sweep.ipynb"
+    execute_notebook(REPO_ROOT / "notebooks" / "sweep.ipynb", out, {
+        "arm": "baseline", "label": mixed(40), "out_dir": str(tmp_path / "runs"), "embedded_profile": "tiny",
+        "concurrency": [1, 2], "input_tokens": 32, "output_tokens": 16,
+        "embedded_args": ["--served-model-name", mixed(41)],
+    })
+    nb = nbformat.read(str(out), as_version=4)
+    rich = [o["data"][kind] for c in nb.cells for o in c.get("outputs", []) for kind in ("text/html", "text/markdown")
+            if kind in o.get("data", {})]
+    shown = "".join(rich[1:])  # [0] is the chart bundle
+    assert "x41" in shown, "the server's model name never reached the output; the test would prove nothing"
+    page = export_html(out, tmp_path / "sweep.html").read_text()
+    for payload in PAYLOADS:
+        assert payload not in shown, f"{payload!r} unescaped in the notebook's outputs"
+        assert payload not in page, f"{payload!r} unescaped in the exported page"
