@@ -578,6 +578,26 @@ _VLLM_SPEC_KEYS = {
 }
 
 
+def _llamacpp_timings(timings: Mapping[str, Any], server: dict[str, float]) -> None:
+    """llama.cpp's final-chunk ``timings``: draft counts → per-request speculation figures.
+
+    ``draft_n`` tokens were drafted and ``draft_n_accepted`` kept; every target forward yields one
+    token of its own plus the drafts it accepted, so the request took ``predicted_n −
+    draft_n_accepted`` target steps (its first token, from the prompt pass, included, as SGLang's
+    ``spec_verify_ct`` does) and its acceptance length is ``predicted_n / steps``.
+    """
+    drafted, accepted, predicted = (_num(timings.get(k)) for k in ("draft_n", "draft_n_accepted", "predicted_n"))
+    if drafted is None or accepted is None:
+        return
+    server["spec_draft_tokens"] = drafted
+    server["spec_accepted_tokens"] = accepted
+    if drafted > 0:
+        server["spec_draft_acceptance_rate"] = accepted / drafted
+    if predicted is not None and predicted > accepted:
+        server["spec_verify_ct"] = predicted - accepted
+        server["spec_accept_length"] = predicted / (predicted - accepted)
+
+
 #: SGLang chunks larger than this (bytes) are read without parsing their text (see _sglang_meta)
 _SGLANG_FAST_BYTES = 4096
 _META_KEY = b'"meta_info":'
@@ -612,7 +632,10 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     chunks carrying ≥ 1 token are timed (so the chat role chunk and usage-only chunks never count).
     When counts arrive only at the end, chunk times are those of content chunks and
     ``chunk_tokens`` is None; when no count arrives at all, ``output_tokens`` is the number of
-    content chunks with ``token_source="chunks"``.
+    content chunks with ``token_source="chunks"`` and the text is kept in ``output_text`` (for
+    ``probe.TokenCounter``). llama.cpp's final ``timings`` (``draft_n``, ``draft_n_accepted``)
+    become ``server["spec_draft_tokens"]``, ``["spec_accepted_tokens"]``, ``["spec_verify_ct"]``
+    and ``["spec_accept_length"]``.
     """
     _check_flavour(flavour)
     rec = RequestRecord(t_sent=raw.t_sent, t_end=raw.t_end, http_status=raw.http_status)
@@ -732,6 +755,9 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
                         v = _num(spec.get(k))
                         if v is not None:
                             server[name] = v
+            timings = obj.get("timings")
+            if isinstance(timings, dict):
+                _llamacpp_timings(timings, server)
             choices = obj.get("choices")
             if choices:
                 ch = choices[0]
@@ -800,6 +826,8 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     if digest_ok:
         rec.output_digest = hashlib.blake2b(full.encode("utf-8", "surrogatepass"),
                                             digest_size=_DIGEST_BYTES).hexdigest()
+        if rec.token_source == "chunks":
+            rec.output_text = full  # to be counted with the server's tokenizer
     rec.prompt_tokens = prompt_tokens
     rec.finish_reason = finish
     rec.server = server

@@ -30,9 +30,10 @@ from specsweep import provenance
 from specsweep.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
 from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.metrics import level_metrics, requests_frame
-from specsweep.probe import MetricsPoller, ProbeError, ServerProbe, acceptance_from_counters, probe
+from specsweep.probe import (MetricsPoller, ProbeError, ServerProbe, TokenCounter, acceptance_from_counters, probe,
+                             spec_level_figures)
 from specsweep.store import SCHEMA_VERSION, append_level, finished_levels, load_result_set, write_meta
-from specsweep.workload import Workload, make_workload, random_ids
+from specsweep.workload import Workload, check_vocabulary, explain_rejection, make_workload, warmup_workload
 
 WARMUP_INDEX_BASE = 1_000_000_000
 #: meta.json fields that must match for a run to be resumed
@@ -119,6 +120,7 @@ def server_figures(
         if acc is not None:
             out["spec_accept_length"] = acc
             out["spec_accept_length_source"] = "/metrics counter deltas"
+    out.update(spec_level_figures(before, after))
     for key in ("generation_tokens", "requests"):
         if key in before and key in after:
             out[f"server_{key}_delta"] = after[key] - before[key]
@@ -217,8 +219,28 @@ def _endpoint(cfg: SweepConfig, log: Callable[[str], None]) -> Iterator[tuple[st
         yield server.url, {"profile": cfg.embedded_profile, "spec": spec, "args": args}
 
 
-def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: SweepConfig) -> list[str]:
-    """One request through the chosen flavour; raise on failure, warn on short output or no counts."""
+def check_prompts_fit(workload: Workload, info: ServerProbe) -> None:
+    """Refuse, before any request, a workload of token IDs the server's model does not have."""
+    try:
+        check_vocabulary(workload, info.vocab_size, info.flavour, f"{info.base_url}{info.vocab_source or ''}")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def count_tokens(records: list[Any], counter: TokenCounter | None) -> None:
+    """Give records the server gave no counts for the count of the server's tokenizer (in place)."""
+    if counter is not None and counter.available:
+        counter.recount(records)
+
+
+def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: SweepConfig,
+              counter: TokenCounter | None = None) -> list[str]:
+    """One request through the chosen flavour; raise on failure, warn on short output or no counts.
+
+    ``workload``: the preflight/warm-up prompts (:func:`~specsweep.workload.warmup_workload`), of
+    the measured workload's kind. ``counter``: counts tokens with the server's ``/tokenize`` when
+    the server reports none.
+    """
     tokens = min(workload.output_tokens, 32)
     body = workload.bodies(info.flavour, [WARMUP_INDEX_BASE * 2], model=info.model, temperature=cfg.temperature,
                            output_tokens=tokens)
@@ -229,13 +251,20 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
         if rec is not None and not rec.error:
             break
     if rec is None or rec.error:
-        why = rec.error if rec else "no response"
+        why = explain_rejection(rec.error, workload, info.flavour, info.vocab_size) if rec and rec.error else "no response"
         raise ProbeError(f"preflight request to {info.base_url} ({info.flavour}, model {info.model!r}) failed: {why}. "
                          f"The server offers: {', '.join(info.flavours)}; models: {', '.join(info.models) or 'unknown'}")
     warnings = []
-    if rec.token_source == "chunks":
-        warnings.append("The server reports no token counts (no usage / meta_info), so tokens are counted from "
-                        "chunks: a lower bound under speculative decoding, where one chunk carries several tokens.")
+    count_tokens([rec], counter)
+    if rec.token_source == "tokenize":
+        warnings.append("The server reports no token counts (no usage / meta_info), so output tokens are counted "
+                        "from the returned text with the server's own tokenizer (POST /tokenize; token_source "
+                        "'tokenize').")
+    elif rec.token_source == "chunks":
+        why = f" and {counter.why}" if counter is not None and counter.why else ""
+        warnings.append("The server reports no token counts (no usage / meta_info)" + why + ", so tokens are "
+                        "counted from chunks: a lower bound under speculative decoding, where one chunk carries "
+                        "several tokens.")
     if rec.output_tokens is not None and rec.output_tokens < tokens:
         warnings.append(f"The server returned {int(rec.output_tokens)} of {tokens} requested tokens with ignore_eos "
                         "set: it may not honour ignore_eos, so output lengths (and work per request) can differ "
@@ -300,7 +329,7 @@ def _open_run(cfg: SweepConfig, info: ServerProbe, workload: Workload, sweep_par
 
 def _workload_warnings(cfg: SweepConfig, workload: Workload) -> list[str]:
     needed = sum(cfg.requests_for(c) for c, _ in cfg.plan())
-    if workload.kind != "random-ids" and len(workload.prompts) < needed:
+    if workload.kind == "prompt-file" and len(workload.prompts) < needed:
         return [f"The prompt file has {len(workload.prompts)} prompts but the sweep sends {needed} measured requests, "
                 "so prompts repeat across levels and a server's prefix cache can serve the repeats (shorter TTFT)."]
     return []
@@ -318,8 +347,8 @@ def run_sweep(
     output_tokens = cfg.resolved_output_tokens()
     workload = make_workload(cfg.workload, cfg.input_tokens, output_tokens, cfg.seed)
     # warm-up and preflight prompts never overlap measured ones (a prefix cache would flatter them):
-    # random IDs from their own index range, whatever the measured workload
-    warm_workload = random_ids(cfg.input_tokens, output_tokens, cfg.seed)
+    # prompts of the measured workload's kind from their own index range (never IDs it does not use)
+    warm_workload = warmup_workload(workload)
     sweep_params = {
         "concurrency": cfg.concurrency, "repeats": cfg.repeats,
         "requests_per_level": {str(c): cfg.requests_for(c) for c in cfg.concurrency},
@@ -331,6 +360,7 @@ def run_sweep(
     }
     with _endpoint(cfg, log) as (url, embedded):
         info = probe(url, cfg.api, cfg.model)
+        check_prompts_fit(workload, info)
         log(f"{info.base_url}: {info.server}{' (simulated)' if info.simulated else ''}, API {info.flavour}, "
             f"model {info.model}, max_running_requests {info.server_info.get('max_running_requests', 'unknown')}, "
             f"speculative {info.server_info.get('speculative_algorithm') or 'off/unknown'}")
@@ -346,12 +376,13 @@ def run_sweep(
         write_meta(run_dir, meta)
         offsets = _prompt_offsets(cfg)
         poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
+        counter = TokenCounter(info.base_url, info.server, info.model)
         current: tuple[int, int] | None = None
         try:
             with LoadGenerator(info.base_url, info.flavour, max_concurrency=max(cfg.concurrency),
                                workers=cfg.client_workers, timeout_s=cfg.request_timeout_s,
                                read_timeout_s=cfg.request_timeout_s) as gen:
-                for w in preflight(gen, info, warm_workload, cfg) + _workload_warnings(cfg, workload):
+                for w in preflight(gen, info, warm_workload, cfg, counter) + _workload_warnings(cfg, workload):
                     warn(w)
                 for c, r in cfg.plan():
                     if (c, r) in done:
@@ -388,6 +419,7 @@ def run_sweep(
                     if result.stopped:
                         raise KeyboardInterrupt
                     after = poller.snapshot() if poller else {}
+                    count_tokens(result.records, counter)
                     level, req, srv = summarise_level(
                         result, cfg=cfg, run_id=run_id, concurrency=c, repeat=r, prompt_offset=offsets[(c, r)],
                         requested_tokens=output_tokens, server=info.server, samples=samples, before=before,
@@ -418,6 +450,7 @@ def run_sweep(
         finally:
             if poller:
                 poller.close()
+            counter.close()
         meta["complete"] = True
         meta["finished_utc"] = provenance.utc_now()
         meta.pop("interrupted", None)
