@@ -589,6 +589,8 @@ class Handlers:
                                  "stream_options.continuous_usage_stats")
         if self.state.vllm:  # vLLM: include_continuous_usage = include_usage and continuous
             continuous = continuous and include_usage
+        if self.state.llamacpp:  # llama.cpp sends usage on the final chunk only
+            continuous = False
         extra = {"include_usage": include_usage, "continuous_usage": continuous}
         return gen, extra
 
