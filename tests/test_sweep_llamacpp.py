@@ -93,3 +93,13 @@ def test_llamacpp_acceptance_from_timings_and_per_position(tmp_path: Path,
     assert server["name"] == "llamacpp" and server["parallel_slots"] == 4 and server["draft_max"] == 3
     assert server["speculative_algorithm"] == "draft"
     assert lv["server_running_max"].max() <= 4
+
+
+def test_vllm_acceptance_per_draft_position(tmp_path: Path, refserver_factory: Callable[..., RefServer]) -> None:
+    srv = refserver_factory("mtp", ["--api-surface", "vllm"])
+    res = run_sweep(small(tmp_path, srv.url, arm="mtp", output_tokens=60), progress=False, log=quiet)
+    lv = load_result_set(res.run_dir).levels
+    rates = lv[[f"spec_accept_rate_pos_{i}" for i in range(3)]]
+    # vllm:spec_decode_num_accepted_tokens_per_pos: 1 + Σ rates is the counters' acceptance length
+    assert (1 + rates.sum(axis=1)).to_numpy() == pytest.approx(lv["spec_accept_length"].to_numpy())
+    assert lv["spec_draft_acceptance_rate"].between(0.0, 1.0).all()

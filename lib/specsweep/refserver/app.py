@@ -152,25 +152,21 @@ class ServerState:
         spec_name = "mtp" if cfg.spec else "off"
         self.emit_log = EmitLog() if options.emit_log_path else None
         self.metrics: ServerMetrics | VllmMetrics | LlamacppMetrics
-        if self.llamacpp:
-            self.version = f"llama.cpp {LLAMACPP_BUILD} (specsweep refserver {REFSERVER_VERSION}, simulated)"
-            llama_metrics = LlamacppMetrics(cfg.num_steps if cfg.spec else None)
-            self.metrics = llama_metrics
-            self.engine = Engine(cfg, metrics=None,
-                                 decode_log_interval=options.decode_log_interval,
-                                 spin_s=options.timer_spin_ms / 1e3, emit_log=self.emit_log,
-                                 gate_s=options.gate_ms / 1e3, observer=llama_metrics.observe_step)
-            llama_metrics.attach(self.engine.core)
-        elif self.vllm:
-            self.version = vllm_version_string()
-            vllm_metrics = VllmMetrics(self.model_name, profile=cfg.profile.name, spec=spec_name,
+        if self.vllm:  # vLLM and llama.cpp: metrics observe the engine's steps, gauges read it live
+            observed: VllmMetrics | LlamacppMetrics
+            if self.llamacpp:
+                self.version = f"llama.cpp {LLAMACPP_BUILD} (specsweep refserver {REFSERVER_VERSION}, simulated)"
+                observed = LlamacppMetrics(cfg.num_steps if cfg.spec else None)
+            else:
+                self.version = vllm_version_string()
+                observed = VllmMetrics(self.model_name, profile=cfg.profile.name, spec=spec_name,
                                        version=self.version, num_steps=cfg.num_steps)
-            self.metrics = vllm_metrics
+            self.metrics = observed
             self.engine = Engine(cfg, metrics=None,
                                  decode_log_interval=options.decode_log_interval,
                                  spin_s=options.timer_spin_ms / 1e3, emit_log=self.emit_log,
-                                 gate_s=options.gate_ms / 1e3, observer=vllm_metrics.observe_step)
-            vllm_metrics.attach(self.engine.core)
+                                 gate_s=options.gate_ms / 1e3, observer=observed.observe_step)
+            observed.attach(self.engine.core)
         else:
             self.version = f"{SGLANG_VERSION} (specsweep refserver {REFSERVER_VERSION}, simulated)"
             sglang_metrics = ServerMetrics(

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .model import EngineCore, SimRequest
 
 __all__ = ["LLAMACPP_BUILD", "LlamacppHandlers", "LlamacppMetrics", "add_llamacpp_routes",
-           "llamacpp_error", "timings"]
+           "llamacpp_error"]
 
 #: the llama.cpp build whose API is simulated (``build_info``, ``system_fingerprint``)
 LLAMACPP_BUILD = "b6500"
@@ -215,16 +215,6 @@ class LlamacppHandlers:
             words = content.split()
             return _json({"tokens": [{"id": t, "piece": (" " + w)} for t, w in zip(ids, words)]})
         return _json({"tokens": ids})
-
-
-def timings(prompt_tokens: int, req: SimRequest, draft_tokens_per_step: int | None) -> dict[str, Any]:
-    """The ``timings`` object of a request's final chunk (counts; times from the simulation)."""
-    n = req.generated
-    out: dict[str, Any] = {"cache_n": 0, "prompt_n": prompt_tokens, "predicted_n": n}
-    if draft_tokens_per_step and req.verify_ct > 0:
-        out["draft_n"] = req.verify_ct * draft_tokens_per_step
-        out["draft_n_accepted"] = req.correct_drafts
-    return out
 
 
 def add_llamacpp_routes(app: web.Application, state: ServerState) -> None:
