@@ -111,3 +111,10 @@ def test_vocabulary_check_and_rejection_explained(tmp_path: Path) -> None:
     assert explain_rejection("HTTP 500: boom", ids, "sglang") == "HTTP 500: boom"
     text = make_workload("random-text", 16, 8, 0)
     assert explain_rejection("HTTP 400: Prompt contains invalid tokens", text, "sglang").endswith("tokens")
+
+
+def test_unrelated_400s_are_not_blamed_on_the_vocabulary() -> None:
+    from specsweep.workload import explain_rejection
+
+    err = "HTTP 400: max_tokens must be >= 1, got 0"
+    assert explain_rejection(err, random_ids(16, 8), "openai-completions") == err

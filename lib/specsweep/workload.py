@@ -188,7 +188,8 @@ def _typical_length(workload: Workload) -> int:
     return max(1, int(np.median(sizes))) if sizes else 16
 
 
-_VOCAB_WORDS = ("invalid tokens", "out of vocabulary", "vocab size", "vocab_size", "vocabulary")
+#: phrases of the real servers' out-of-vocabulary errors (llama.cpp, vLLM, SGLang) and kin
+_VOCAB_WORDS = ("invalid token", "out of vocabulary", "vocab size", "vocab_size", "vocabulary")
 
 
 def explain_rejection(error: str, workload: Workload, flavour: Flavour, vocab_size: int | None = None) -> str:
@@ -197,7 +198,7 @@ def explain_rejection(error: str, workload: Workload, flavour: Flavour, vocab_si
     if span is None or flavour == "openai-chat":
         return error
     low = error.lower()
-    if not (any(w in low for w in _VOCAB_WORDS) or (low.startswith("http 400") and "token" in low)):
+    if not any(w in low for w in _VOCAB_WORDS):
         return error
     known = f" (it has {vocab_size:,})" if vocab_size else ""
     return (f"{error} — the server rejected the prompt's token IDs, which go up to {span[1] - 1}: the model's "
