@@ -114,7 +114,7 @@ class ServerProbe:
         for key in ("max_running_requests", "speculative_algorithm", "speculative_num_steps",
                     "speculative_eagle_topk", "speculative_num_draft_tokens", "mem_fraction_static",
                     "max_total_num_tokens", "tp_size", "context_length", "draft_max", "draft_min",
-                    "draft_p_min", "parallel_slots"):
+                    "draft_p_min", "speculative_types", "parallel_slots"):
             if key in info:
                 out[key] = info[key]
         if self.vocab_size is not None:
@@ -150,9 +150,12 @@ def llamacpp_settings(props: dict[str, Any], slots: Any = None) -> dict[str, Any
 
     Keeps ``PROPS_KEYS`` and adds: ``parallel_slots`` and ``max_running_requests`` (``total_slots``,
     llama-server's ``--parallel``), ``context_length`` (``default_generation_settings.n_ctx``, per
-    slot), the draft limits ``draft_max`` / ``draft_min`` / ``draft_p_min`` (``params.speculative.*``)
-    and ``speculative_algorithm`` ``"draft"`` when ``/slots`` says a slot speculates (None when it
-    says none does; absent when ``/slots`` is off). llama.cpp's ``/props`` names no draft model.
+    slot), the draft limits ``draft_max`` / ``draft_min`` / ``draft_p_min`` where ``params`` has
+    ``speculative.n_max`` / ``n_min`` / ``p_min`` (older builds), ``speculative_types`` where it
+    has ``speculative.types`` (newer builds: ``"none"``, ``"draft-simple"``, ``"ngram-mod"``, …),
+    and ``speculative_algorithm``: the types when they are not ``"none"`` (None when they are),
+    else ``"draft"`` / None from ``/slots``' per-slot ``speculative`` (absent when neither says).
+    llama.cpp's ``/props`` names no draft model file.
     """
     out: dict[str, Any] = {k: props[k] for k in PROPS_KEYS if k in props}
     if isinstance(props.get("total_slots"), int):
@@ -166,7 +169,12 @@ def llamacpp_settings(props: dict[str, Any], slots: Any = None) -> dict[str, Any
                          ("speculative.p_min", "draft_p_min")):
             if isinstance(params.get(src), (int, float)) and not isinstance(params.get(src), bool):
                 out[dst] = params[src]
-    if isinstance(slots, list) and slots and all(isinstance(x, dict) for x in slots):
+        if isinstance(params.get("speculative.types"), str):
+            out["speculative_types"] = params["speculative.types"]
+    types = out.get("speculative_types")
+    if types:
+        out["speculative_algorithm"] = None if types == "none" else types
+    elif isinstance(slots, list) and slots and all(isinstance(x, dict) for x in slots):
         spec = any(bool(x.get("speculative")) for x in slots)
         out["speculative_algorithm"] = "draft" if spec else None
     return out
