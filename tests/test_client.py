@@ -389,3 +389,36 @@ def test_llamacpp_final_timings_give_per_request_acceptance() -> None:
     plain = dict(final, timings={"prompt_n": 4, "predicted_n": 665})
     rec = parse_exchange("openai-chat", _raw(_events(_sse(content(" a"), plain))))
     assert "spec_accept_length" not in rec.server and "spec_draft_tokens" not in rec.server
+
+
+def test_a_server_that_closes_kept_alive_connections_after_each_stream() -> None:
+    """llama-server advertises ``Keep-Alive`` but closes the connection after a streamed response;
+    reusing it failed every other request with 'Can not write request body'."""
+    body = _sse(_cmpl(" a", 1), _cmpl(" b", 2, "length"))
+    served: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # headers; the small JSON body follows
+        served.append(1)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nKeep-Alive: timeout=5, max=100\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        await writer.drain()
+        await asyncio.sleep(0.02)
+        writer.close()  # ... and closes the connection anyway, without reading the next request
+
+    async def main() -> list[Any]:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = C.make_client(f"http://127.0.0.1:{port}", 1)
+        try:
+            out = []
+            for _ in range(4):
+                out.append(await C.fetch(client, "openai-completions", {"prompt": "x", "max_tokens": 2}))
+            return out
+        finally:
+            await client.aclose()
+            server.close()
+
+    recs = asyncio.run(main())
+    assert [r.error for r in recs] == [None] * 4 and all(r.output_tokens == 2 for r in recs)
+    assert len(served) == 4  # each request reached the server exactly once

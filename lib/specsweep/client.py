@@ -242,6 +242,12 @@ class _AiohttpStream(httpx.AsyncByteStream):
             self._resp.close()  # unread body: drop the connection
 
 
+async def _on_reuse(session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
+    """aiohttp trace hook: the request went out on a pooled (kept-alive) connection."""
+    if isinstance(ctx.trace_request_ctx, dict):
+        ctx.trace_request_ctx["reused"] = True
+
+
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """An ``httpx`` transport that sends requests with one ``aiohttp.ClientSession`` (HTTP/1.1).
 
@@ -280,8 +286,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             ssl_arg: bool | ssl.SSLContext = self._verify if isinstance(self._verify, ssl.SSLContext) else bool(self._verify)
             connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, ssl=ssl_arg,
                                              keepalive_timeout=self._keepalive_s, ttl_dns_cache=300)
+            trace = aiohttp.TraceConfig()
+            trace.on_connection_reuseconn.append(_on_reuse)
             self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, trust_env=False,
+                connector=connector, auto_decompress=False, trust_env=False, trace_configs=[trace],
                 cookie_jar=aiohttp.DummyCookieJar(), read_bufsize=self._read_bufsize,
                 timeout=aiohttp.ClientTimeout(total=None), skip_auto_headers=("User-Agent",),
             )
@@ -296,14 +304,25 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             data: bytes | None = request.content or None
         except httpx.RequestNotRead:  # a streamed request body: read it (we only send small JSON)
             data = await request.aread() or None
-        try:
-            resp = await session.request(request.method, str(request.url), data=data,
-                                         headers=self._headers(request),
-                                         allow_redirects=False, timeout=timeout)
-        except aiohttp.ClientError as exc:
-            raise _map_aiohttp_error(exc) from exc
-        except asyncio.TimeoutError as exc:
-            raise _map_aiohttp_error(exc) from exc
+        for attempt in (1, 2):
+            state: dict[str, bool] = {}
+            try:
+                resp = await session.request(request.method, str(request.url), data=data,
+                                             headers=self._headers(request),
+                                             allow_redirects=False, timeout=timeout, trace_request_ctx=state)
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # a kept-alive connection the server had closed after its last response although it
+                # advertised keep-alive (llama.cpp's llama-server does so after every stream): no
+                # response came, the server never handled the request — send it once more on a fresh
+                # connection (the stale keep-alive race every HTTP client meets)
+                if attempt == 1 and state.get("reused"):
+                    continue
+                raise _map_aiohttp_error(exc) from exc
+            except aiohttp.ClientError as exc:
+                raise _map_aiohttp_error(exc) from exc
+            except asyncio.TimeoutError as exc:
+                raise _map_aiohttp_error(exc) from exc
         ext: dict[str, Any] = {"http_version": b"HTTP/1.1"}
         if resp.reason:
             ext["reason_phrase"] = resp.reason.encode("latin-1", "replace")
