@@ -77,11 +77,16 @@ def test_llamacpp_settings_without_slots_endpoint() -> None:
     assert llamacpp_settings(props, no_spec)["speculative_algorithm"] is None
     # newer builds say the speculative types in /props instead of the draft limits
     params = props["default_generation_settings"]["params"]
-    for types, algo in (("ngram-mod", "ngram-mod"), ("none", None), ("draft-simple", "draft-simple")):
-        newer = {**props, "default_generation_settings": {"n_ctx": 4096, "params": {
+    speculating = [{"id": 0, "n_ctx": 2048, "speculative": True, "is_processing": False}]  # a real b1-0c1e570 /slots
+    for types, slots, algo in (("ngram-mod", None, "ngram-mod"), ("ngram-mod", speculating, "ngram-mod"),
+                               ("none", speculating, "draft"), ("none", no_spec, None)):
+        newer = {**props, "default_generation_settings": {"n_ctx": 2048, "params": {
             k: v for k, v in {**params, "speculative.types": types}.items() if not k.startswith("speculative.n_")}}}
-        out = llamacpp_settings(newer, None)
+        out = llamacpp_settings(newer, slots)
         assert out["speculative_types"] == types and out["speculative_algorithm"] == algo and "draft_max" not in out
+    # a real llama-server with --spec-type draft-simple says "none" in /props: without /slots, unknown
+    newer = {**props, "default_generation_settings": {"n_ctx": 2048, "params": {"speculative.types": "none"}}}
+    assert "speculative_algorithm" not in llamacpp_settings(newer, None)
     assert llamacpp_settings({"total_slots": "x"}, None) == {"total_slots": "x"}  # odd bodies: no crash
 
 
@@ -109,7 +114,7 @@ def test_reference_llamacpp_surface_probes_like_the_recording(
     info = probe(srv.url)
     assert info.server == "llamacpp" and info.simulated is True and info.vocab_size == 1403
     snap = info.snapshot()
-    assert snap["parallel_slots"] == 4 and snap["speculative_algorithm"] == "draft-simple"
+    assert snap["parallel_slots"] == 4 and snap["speculative_algorithm"] == "draft"
     assert snap["draft_max"] == 3 and snap["context_length"] == 32768
     base = refserver_factory("off", ["--api-surface", "llamacpp"])
     assert probe(base.url).snapshot()["speculative_algorithm"] is None

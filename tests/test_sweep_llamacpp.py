@@ -91,7 +91,7 @@ def test_llamacpp_acceptance_from_timings_and_per_position(tmp_path: Path,
     assert (pos.diff(axis=1).iloc[:, 1:] <= 1e-9).all().all()  # a later draft token is accepted no more often
     server = res.meta["server"]
     assert server["name"] == "llamacpp" and server["parallel_slots"] == 4 and server["draft_max"] == 3
-    assert server["speculative_algorithm"] == "draft-simple"
+    assert server["speculative_algorithm"] == "draft"
     assert lv["server_running_max"].max() <= 4
 
 

@@ -153,8 +153,11 @@ def llamacpp_settings(props: dict[str, Any], slots: Any = None) -> dict[str, Any
     slot), the draft limits ``draft_max`` / ``draft_min`` / ``draft_p_min`` where ``params`` has
     ``speculative.n_max`` / ``n_min`` / ``p_min`` (older builds), ``speculative_types`` where it
     has ``speculative.types`` (newer builds: ``"none"``, ``"draft-simple"``, ``"ngram-mod"``, …),
-    and ``speculative_algorithm``: the types when they are not ``"none"`` (None when they are),
-    else ``"draft"`` / None from ``/slots``' per-slot ``speculative`` (absent when neither says).
+    and ``speculative_algorithm`` from ``/slots`` (whose per-slot ``speculative`` is what the server
+    does): the types when a slot speculates and they name one (else ``"draft"``), None when no slot
+    speculates; without ``/slots`` (``--no-slots``) only types other than ``"none"`` count — a real
+    llama-server started with ``--spec-type draft-simple`` still reports ``"none"`` there (the
+    per-request default), so ``"none"`` alone proves nothing and the key stays absent (unknown).
     llama.cpp's ``/props`` names no draft model file.
     """
     out: dict[str, Any] = {k: props[k] for k in PROPS_KEYS if k in props}
@@ -172,11 +175,12 @@ def llamacpp_settings(props: dict[str, Any], slots: Any = None) -> dict[str, Any
         if isinstance(params.get("speculative.types"), str):
             out["speculative_types"] = params["speculative.types"]
     types = out.get("speculative_types")
-    if types:
-        out["speculative_algorithm"] = None if types == "none" else types
-    elif isinstance(slots, list) and slots and all(isinstance(x, dict) for x in slots):
+    named = types if isinstance(types, str) and types not in ("", "none") else None
+    if isinstance(slots, list) and slots and all(isinstance(x, dict) for x in slots):
         spec = any(bool(x.get("speculative")) for x in slots)
-        out["speculative_algorithm"] = "draft" if spec else None
+        out["speculative_algorithm"] = (named or "draft") if spec else None
+    elif named:
+        out["speculative_algorithm"] = named
     return out
 
 

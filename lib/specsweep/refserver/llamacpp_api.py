@@ -4,7 +4,8 @@ Shapes follow llama.cpp's ``tools/server`` (``server-context.cpp``, ``server-tas
 
 * ``GET /props`` → ``default_generation_settings`` (``n_ctx`` per slot and ``params`` with the
   draft limits ``speculative.n_max`` / ``speculative.n_min`` / ``speculative.p_min`` of older
-  builds and the ``speculative.types`` of newer ones — real builds carry one or the other),
+  builds and the ``speculative.types`` of newer ones — real builds carry one or the other; a real
+  build started with ``--spec-type draft-simple`` still says ``"none"`` there, as here),
   ``total_slots`` (``--parallel``), ``model_alias``, ``model_path``, ``modalities``,
   ``endpoint_slots`` / ``endpoint_props`` / ``endpoint_metrics``, ``chat_template``,
   ``bos_token``, ``eos_token``, ``build_info``. llama.cpp's ``/props`` does not name a draft
@@ -161,7 +162,7 @@ class LlamacppHandlers:
             "n_predict": -1, "seed": st.options.seed, "temperature": 0.8, "top_k": 40, "top_p": 0.95,
             "ignore_eos": False, "stream": True,
             "speculative.n_max": n_max, "speculative.n_min": 0, "speculative.p_min": 0.75,
-            "speculative.types": "draft-simple" if cfg.spec else "none",
+            "speculative.types": "none",  # the per-request default: "none" even when the server drafts
         }
         return _json({
             "default_generation_settings": {"params": params, "n_ctx": self._slot_ctx()},
