@@ -603,11 +603,15 @@ def _llamacpp_timings(timings: Mapping[str, Any], server: dict[str, float]) -> N
     ``draft_n`` tokens were drafted and ``draft_n_accepted`` kept; every target forward yields one
     token of its own plus the drafts it accepted, so the request took ``predicted_n −
     draft_n_accepted`` target steps (its first token, from the prompt pass, included, as SGLang's
-    ``spec_verify_ct`` does) and its acceptance length is ``predicted_n / steps``.
+    ``spec_verify_ct`` does) and its acceptance length is ``predicted_n / steps``. A request that
+    drafted nothing has no draft counts (``timings_predicted_n`` only); ``metrics.requests_frame``
+    counts it as 0 drafted when others of its level drafted.
     """
     drafted, accepted, predicted = (_num(timings.get(k)) for k in ("draft_n", "draft_n_accepted", "predicted_n"))
+    if predicted is not None:
+        server["timings_predicted_n"] = predicted
     if drafted is None or accepted is None:
-        return
+        return  # llama.cpp leaves the draft counts out of a request that drafted nothing
     server["spec_draft_tokens"] = drafted
     server["spec_accepted_tokens"] = accepted
     if drafted > 0:

@@ -223,6 +223,11 @@ def requests_frame(
     relative to ``t0``) and ``chunk_tokens`` (tokens per chunk, empty when the server gave none).
     """
     rows = []
+    records = list(records)
+    # llama.cpp's timings leave the draft counts out of a request that drafted nothing: when others
+    # of the level drafted (the server speculates), such a request drafted 0 and took one target
+    # step per token — leaving it out would flatter the level's acceptance
+    drafting = any("spec_draft_tokens" in rec.server for rec in records)
     for i, rec in enumerate(records):
         m = request_metrics(rec)
         index = request_indices[i] if request_indices is not None else first_index + i
@@ -260,6 +265,10 @@ def requests_frame(
             "spec_draft_tokens": rec.server.get("spec_draft_tokens"),
             "spec_accepted_tokens": rec.server.get("spec_accepted_tokens"),
         }
+        if drafting and "timings_predicted_n" in rec.server and "spec_draft_tokens" not in rec.server:
+            n = rec.server["timings_predicted_n"]
+            row.update(spec_draft_tokens=0.0, spec_accepted_tokens=0.0, spec_verify_ct=n,
+                       spec_accept_length=1.0 if n > 0 else None)
         if keep_chunks:
             row["chunk_t_s"] = [t - t0 for t in rec.chunk_times]
             row["chunk_tokens"] = list(rec.chunk_tokens) if rec.chunk_tokens is not None else []
