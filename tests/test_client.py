@@ -409,16 +409,20 @@ def test_a_server_that_closes_kept_alive_connections_after_each_stream() -> None
     async def main() -> list[Any]:
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        client = C.make_client(f"http://127.0.0.1:{port}", 1)
+        client = C.make_client(f"http://127.0.0.1:{port}", 3)
         try:
             out = []
             for _ in range(4):
                 out.append(await C.fetch(client, "openai-completions", {"prompt": "x", "max_tokens": 2}))
+            # three at once, then three more: the pool holds three stale connections
+            for _ in range(2):
+                out += await asyncio.gather(*(C.fetch(client, "openai-completions", {"prompt": "x", "max_tokens": 2})
+                                              for _ in range(3)))
             return out
         finally:
             await client.aclose()
             server.close()
 
     recs = asyncio.run(main())
-    assert [r.error for r in recs] == [None] * 4 and all(r.output_tokens == 2 for r in recs)
-    assert len(served) == 4  # each request reached the server exactly once
+    assert [r.error for r in recs] == [None] * 10 and all(r.output_tokens == 2 for r in recs)
+    assert len(served) == 10  # each request reached the server exactly once

@@ -304,7 +304,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             data: bytes | None = request.content or None
         except httpx.RequestNotRead:  # a streamed request body: read it (we only send small JSON)
             data = await request.aread() or None
-        for attempt in (1, 2):
+        # every pooled connection may be stale: retry on each one at most once, then on a fresh one
+        attempts = self._limit + 1
+        for attempt in range(1, attempts + 1):
             state: dict[str, bool] = {}
             try:
                 resp = await session.request(request.method, str(request.url), data=data,
@@ -316,7 +318,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 # advertised keep-alive (llama.cpp's llama-server does so after every stream): no
                 # response came, the server never handled the request — send it once more on a fresh
                 # connection (the stale keep-alive race every HTTP client meets)
-                if attempt == 1 and state.get("reused"):
+                if attempt < attempts and state.get("reused"):
                     continue
                 raise _map_aiohttp_error(exc) from exc
             except aiohttp.ClientError as exc:
