@@ -142,3 +142,47 @@ def test_token_counter_without_tokenize_gives_up_once(recorded_llamacpp: str) ->
     assert counter.recount([rec]) == 0 and rec.token_source == "chunks" and rec.output_tokens == 2
     assert counter.available is False and "/tokenize" in (counter.why or "")
     counter.close()
+
+
+REAL = FIXTURES / "real-b1-0c1e570"
+
+
+@pytest.fixture
+def real_llamacpp() -> Iterator[str]:
+    """A socket answering with bodies recorded from a real llama-server (see its README)."""
+    js = "application/json; charset=utf-8"
+    srv, url = _fixture_server({
+        "/props": (200, js, (REAL / "props.json").read_bytes()),
+        "/slots": (200, js, (REAL / "slots.json").read_bytes()),
+        "/v1/models": (200, js, (REAL / "models.json").read_bytes()),
+        "/metrics": (200, "text/plain; version=0.0.4", (REAL / "metrics.txt").read_bytes()),
+    })
+    yield url
+    srv.shutdown()
+
+
+def test_real_llama_server_recording(real_llamacpp: str) -> None:
+    from specsweep.client import RawExchange, error_message_from_body, parse_exchange
+    from specsweep.workload import explain_rejection, random_ids
+
+    info = probe(real_llamacpp)
+    snap = info.snapshot()
+    assert info.server == "llamacpp" and info.vocab_size == 1403 and snap["version"] == "b1-0c1e570"
+    assert snap["parallel_slots"] == 2 and snap["context_length"] == 2048
+    # /props says speculative.types "none" although the server drafts; /slots says it does
+    assert snap["speculative_types"] == "none" and snap["speculative_algorithm"] == "draft"
+    c = counters(parse_metrics((REAL / "metrics.txt").read_text()), "llamacpp")
+    assert (c["spec_drafts"], c["spec_draft_tokens"], c["spec_accepted_tokens"]) == (22, 82, 0)
+    assert acceptance_from_counters({k: 0.0 for k in c}, c, "llamacpp") == 1.0
+    # the streamed response: usage and timings on the last content chunk
+    raw = (REAL / "completions-stream.txt").read_bytes()
+    rec = parse_exchange("openai-completions", RawExchange(t_sent=0.0, t_end=1.0, http_status=200,
+                                                           content_type="text/event-stream", reads=[raw], times=[0.5]))
+    assert rec.error is None and rec.output_tokens == 24 and rec.token_source == "usage"
+    assert rec.server["spec_draft_tokens"] == 82 and rec.server["spec_accepted_tokens"] == 0
+    assert rec.server["spec_accept_length"] == 1.0
+    # the rejection of out-of-vocabulary IDs, and the cause named
+    msg = "HTTP 400: " + error_message_from_body((REAL / "out-of-vocab.json").read_bytes())
+    assert msg == "HTTP 400: Prompt contains invalid tokens"
+    assert "vocabulary is probably smaller (it has 1,403)" in explain_rejection(msg, random_ids(8, 8), "sglang", 1403)
+    assert len(json.loads((REAL / "tokenize.json").read_text())["tokens"]) == 9
