@@ -360,3 +360,69 @@ def test_usage_on_some_content_chunks_only_keeps_ttft_on_the_first() -> None:
     rec = parse_exchange("openai-completions", raw)
     assert rec.chunk_times == [1.0, 1.2, 1.3] and rec.chunk_tokens is None
     assert rec.output_tokens == 4 and rec.token_source == "usage" and rec.error is None
+
+
+def test_no_counts_keeps_the_text_for_the_tokenizer() -> None:
+    stream = _sse(_cmpl(" a b", None), _cmpl(" c", None, "length"))
+    rec = parse_exchange("openai-completions", _raw(_events(stream)))
+    assert rec.token_source == "chunks" and rec.output_text == " a b c"
+    counted = parse_exchange("openai-completions", _raw(_events(_sse(_cmpl(" a", 1), _cmpl(" b", 2, "length")))))
+    assert counted.token_source == "usage" and counted.output_text is None  # not kept when not needed
+
+
+def test_llamacpp_final_timings_give_per_request_acceptance() -> None:
+    # a real llama-server's last chunk: usage and timings with draft counts, no choices
+    final = {"choices": [], "created": 1, "id": "chatcmpl-x", "model": "m.gguf", "object": "chat.completion.chunk",
+             "usage": {"completion_tokens": 665, "prompt_tokens": 808, "total_tokens": 1473},
+             "timings": {"cache_n": 804, "prompt_n": 4, "prompt_ms": 128.3, "predicted_n": 665,
+                         "predicted_ms": 20629.2, "draft_n": 604, "draft_n_accepted": 515}}
+    def content(t: str) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": None}], "object": "chat.completion.chunk"}
+    stream = _sse(content(" a"), content(" b"), final)
+    rec = parse_exchange("openai-chat", _raw(_events(stream)))
+    assert rec.output_tokens == 665 and rec.token_source == "usage"
+    assert rec.server["spec_draft_tokens"] == 604 and rec.server["spec_accepted_tokens"] == 515
+    assert rec.server["spec_verify_ct"] == 665 - 515
+    assert rec.server["spec_accept_length"] == pytest.approx(665 / 150)
+    assert rec.server["spec_draft_acceptance_rate"] == pytest.approx(515 / 604)
+    # no draft counts (baseline llama-server): nothing invented
+    plain = dict(final, timings={"prompt_n": 4, "predicted_n": 665})
+    rec = parse_exchange("openai-chat", _raw(_events(_sse(content(" a"), plain))))
+    assert "spec_accept_length" not in rec.server and "spec_draft_tokens" not in rec.server
+
+
+def test_a_server_that_closes_kept_alive_connections_after_each_stream() -> None:
+    """llama-server advertises ``Keep-Alive`` but closes the connection after a streamed response;
+    reusing it failed every other request with 'Can not write request body'."""
+    body = _sse(_cmpl(" a", 1), _cmpl(" b", 2, "length"))
+    served: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # headers; the small JSON body follows
+        served.append(1)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nKeep-Alive: timeout=5, max=100\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+        await writer.drain()
+        await asyncio.sleep(0.02)
+        writer.close()  # ... and closes the connection anyway, without reading the next request
+
+    async def main() -> list[Any]:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = C.make_client(f"http://127.0.0.1:{port}", 3)
+        try:
+            out = []
+            for _ in range(4):
+                out.append(await C.fetch(client, "openai-completions", {"prompt": "x", "max_tokens": 2}))
+            # three at once, then three more: the pool holds three stale connections
+            for _ in range(2):
+                out += await asyncio.gather(*(C.fetch(client, "openai-completions", {"prompt": "x", "max_tokens": 2})
+                                              for _ in range(3)))
+            return out
+        finally:
+            await client.aclose()
+            server.close()
+
+    recs = asyncio.run(main())
+    assert [r.error for r in recs] == [None] * 10 and all(r.output_tokens == 2 for r in recs)
+    assert len(served) == 10  # each request reached the server exactly once

@@ -100,3 +100,26 @@ def test_tpot_is_undefined_when_all_tokens_came_in_one_chunk() -> None:
     m = request_metrics(rec(0.0, [0.5], [6]))
     assert m.ttft_s == m.e2e_s == pytest.approx(0.5)
     assert math.isnan(m.tpot_s) and math.isnan(m.user_tok_s)
+
+
+def test_llamacpp_requests_that_drafted_nothing_count_as_zero_drafts() -> None:
+    """llama.cpp omits draft_n from a request that drafted nothing; the level's acceptance must not
+    be computed over the drafting requests only."""
+    from specsweep.records import RequestRecord
+
+    def rec(server: dict[str, float]) -> RequestRecord:
+        return RequestRecord(t_sent=0.0, t_end=1.0, http_status=200, chunk_times=[0.1, 0.5], chunk_tokens=None,
+                             output_tokens=40, token_source="usage", server=server)
+
+    drafted = rec({"timings_predicted_n": 40, "spec_draft_tokens": 8, "spec_accepted_tokens": 2,
+                   "spec_verify_ct": 38, "spec_accept_length": 40 / 38})
+    idle = rec({"timings_predicted_n": 40})
+    frame = requests_frame([drafted, idle], t0=0.0, run_id="r", arm="a", concurrency=2, repeat=0)
+    assert frame["spec_verify_ct"].tolist() == [38.0, 40.0]
+    assert frame["spec_draft_tokens"].tolist() == [8.0, 0.0]
+    lv = level_metrics(frame, 2)
+    assert lv["spec_draft_acceptance_rate"] == 2 / 8
+    assert frame["output_tokens"].sum() / frame["spec_verify_ct"].sum() == 80 / 78  # not 40 / 38
+    # a baseline server (no request drafted) gets no speculation figures at all
+    base = requests_frame([idle, idle], t0=0.0, run_id="r", arm="a", concurrency=2, repeat=0)
+    assert base["spec_verify_ct"].isna().all() and "spec_draft_acceptance_rate" not in level_metrics(base, 2)

@@ -52,3 +52,69 @@ def test_make_workload_errors(tmp_path: Path) -> None:
         make_workload(str(tmp_path / "missing.jsonl"), 10, 10, 0)
     with pytest.raises(ValueError, match=r"input_tokens must be a whole number"):
         make_workload("random-ids", 0, 10, 0)
+
+
+def test_random_text_is_seeded_text_for_every_flavour() -> None:
+    from specsweep.workload import random_text
+
+    w = make_workload("random-text", 50, 20, 3)
+    assert w.kind == "random-text" and w == random_text(50, 20, 3)
+    for flavour in ("sglang", "openai-completions", "openai-chat"):
+        p = w.prompt(4, flavour)  # type: ignore[arg-type]
+        assert isinstance(p, str) and len(p.split()) == 50
+    assert w.prompt(4, "sglang") == make_workload("random-text", 50, 20, 3).prompt(4, "sglang")
+    assert w.prompt(5, "sglang") != w.prompt(4, "sglang")
+    body = w.bodies("sglang", [4], model=None, temperature=0.0)[0]
+    assert "text" in body and "input_ids" not in body
+    assert w.describe()["kind"] == "random-text" and "id_range" not in w.describe()
+
+
+def test_warmup_prompts_are_of_the_measured_kind(tmp_path: Path) -> None:
+    from specsweep.workload import prompt_ids_range, warmup_workload
+
+    # a text workload warms up with text: no token IDs a small-vocabulary model may lack
+    text_file = tmp_path / "t.txt"
+    text_file.write_text("one two three four\nfive six seven eight nine ten\n")
+    for w in (make_workload("random-text", 32, 8, 0), prompt_file(text_file, 8)):
+        warm = warmup_workload(w)
+        assert prompt_ids_range(warm) is None
+        assert all(isinstance(warm.prompt(10**9 + i, "openai-completions"), str) for i in range(3))
+    # an ID file warms up with IDs from the span the file itself uses
+    ids_file = tmp_path / "i.jsonl"
+    ids_file.write_text('{"input_ids": [5, 9, 12]}\n{"input_ids": [7, 40]}\n')
+    warm = warmup_workload(prompt_file(ids_file, 8))
+    assert warm.id_range == (5, 41)
+    assert all(5 <= t < 41 for t in warm.prompt(10**9, "sglang"))  # type: ignore[union-attr]
+    # random IDs warm up with the same range
+    assert warmup_workload(random_ids(16, 8, 1, (100, 200))).id_range == (100, 200)
+
+
+def test_vocabulary_check_and_rejection_explained(tmp_path: Path) -> None:
+    from specsweep.workload import check_vocabulary, explain_rejection
+
+    ids = random_ids(16, 8)
+    with pytest.raises(ValueError, match=r"parameter 'workload'.*1,403 token IDs.*\[1000, 30000\).*random-text"):
+        check_vocabulary(ids, 1403, "openai-completions")
+    check_vocabulary(ids, 32000, "openai-completions")  # fits
+    check_vocabulary(ids, None, "openai-completions")  # unknown: nothing to check
+    check_vocabulary(ids, 1403, "openai-chat")  # chat sends text
+    check_vocabulary(make_workload("random-text", 16, 8, 0), 10, "sglang")
+    f = tmp_path / "i.jsonl"
+    f.write_text('{"input_ids": [5, 2000]}\n')
+    with pytest.raises(ValueError, match=r"token IDs up to 2000"):
+        check_vocabulary(prompt_file(f, 8), 1403, "sglang")
+    msg = explain_rejection("HTTP 400: Prompt contains invalid tokens", ids, "openai-completions", 1403)
+    assert "go up to 29999" in msg and "random-text" in msg and "1,403" in msg
+    assert explain_rejection("HTTP 400: Token id 29000 is out of vocabulary", ids, "sglang") != \
+        "HTTP 400: Token id 29000 is out of vocabulary"
+    # unrelated errors and text workloads are left alone
+    assert explain_rejection("HTTP 500: boom", ids, "sglang") == "HTTP 500: boom"
+    text = make_workload("random-text", 16, 8, 0)
+    assert explain_rejection("HTTP 400: Prompt contains invalid tokens", text, "sglang").endswith("tokens")
+
+
+def test_unrelated_400s_are_not_blamed_on_the_vocabulary() -> None:
+    from specsweep.workload import explain_rejection
+
+    err = "HTTP 400: max_tokens must be >= 1, got 0"
+    assert explain_rejection(err, random_ids(16, 8), "openai-completions") == err

@@ -242,6 +242,12 @@ class _AiohttpStream(httpx.AsyncByteStream):
             self._resp.close()  # unread body: drop the connection
 
 
+async def _on_reuse(session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
+    """aiohttp trace hook: the request went out on a pooled (kept-alive) connection."""
+    if isinstance(ctx.trace_request_ctx, dict):
+        ctx.trace_request_ctx["reused"] = True
+
+
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """An ``httpx`` transport that sends requests with one ``aiohttp.ClientSession`` (HTTP/1.1).
 
@@ -280,8 +286,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             ssl_arg: bool | ssl.SSLContext = self._verify if isinstance(self._verify, ssl.SSLContext) else bool(self._verify)
             connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=0, ssl=ssl_arg,
                                              keepalive_timeout=self._keepalive_s, ttl_dns_cache=300)
+            trace = aiohttp.TraceConfig()
+            trace.on_connection_reuseconn.append(_on_reuse)
             self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False, trust_env=False,
+                connector=connector, auto_decompress=False, trust_env=False, trace_configs=[trace],
                 cookie_jar=aiohttp.DummyCookieJar(), read_bufsize=self._read_bufsize,
                 timeout=aiohttp.ClientTimeout(total=None), skip_auto_headers=("User-Agent",),
             )
@@ -296,14 +304,27 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             data: bytes | None = request.content or None
         except httpx.RequestNotRead:  # a streamed request body: read it (we only send small JSON)
             data = await request.aread() or None
-        try:
-            resp = await session.request(request.method, str(request.url), data=data,
-                                         headers=self._headers(request),
-                                         allow_redirects=False, timeout=timeout)
-        except aiohttp.ClientError as exc:
-            raise _map_aiohttp_error(exc) from exc
-        except asyncio.TimeoutError as exc:
-            raise _map_aiohttp_error(exc) from exc
+        # every pooled connection may be stale: retry on each one at most once, then on a fresh one
+        attempts = self._limit + 1
+        for attempt in range(1, attempts + 1):
+            state: dict[str, bool] = {}
+            try:
+                resp = await session.request(request.method, str(request.url), data=data,
+                                             headers=self._headers(request),
+                                             allow_redirects=False, timeout=timeout, trace_request_ctx=state)
+                break
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                # a kept-alive connection the server had closed after its last response although it
+                # advertised keep-alive (llama.cpp's llama-server does so after every stream): no
+                # response came, the server never handled the request — send it once more on a fresh
+                # connection (the stale keep-alive race every HTTP client meets)
+                if attempt < attempts and state.get("reused"):
+                    continue
+                raise _map_aiohttp_error(exc) from exc
+            except aiohttp.ClientError as exc:
+                raise _map_aiohttp_error(exc) from exc
+            except asyncio.TimeoutError as exc:
+                raise _map_aiohttp_error(exc) from exc
         ext: dict[str, Any] = {"http_version": b"HTTP/1.1"}
         if resp.reason:
             ext["reason_phrase"] = resp.reason.encode("latin-1", "replace")
@@ -578,6 +599,30 @@ _VLLM_SPEC_KEYS = {
 }
 
 
+def _llamacpp_timings(timings: Mapping[str, Any], server: dict[str, float]) -> None:
+    """llama.cpp's final-chunk ``timings``: draft counts → per-request speculation figures.
+
+    ``draft_n`` tokens were drafted and ``draft_n_accepted`` kept; every target forward yields one
+    token of its own plus the drafts it accepted, so the request took ``predicted_n −
+    draft_n_accepted`` target steps (its first token, from the prompt pass, included, as SGLang's
+    ``spec_verify_ct`` does) and its acceptance length is ``predicted_n / steps``. A request that
+    drafted nothing has no draft counts (``timings_predicted_n`` only); ``metrics.requests_frame``
+    counts it as 0 drafted when others of its level drafted.
+    """
+    drafted, accepted, predicted = (_num(timings.get(k)) for k in ("draft_n", "draft_n_accepted", "predicted_n"))
+    if predicted is not None:
+        server["timings_predicted_n"] = predicted
+    if drafted is None or accepted is None:
+        return  # llama.cpp leaves the draft counts out of a request that drafted nothing
+    server["spec_draft_tokens"] = drafted
+    server["spec_accepted_tokens"] = accepted
+    if drafted > 0:
+        server["spec_draft_acceptance_rate"] = accepted / drafted
+    if predicted is not None and predicted > accepted:
+        server["spec_verify_ct"] = predicted - accepted
+        server["spec_accept_length"] = predicted / (predicted - accepted)
+
+
 #: SGLang chunks larger than this (bytes) are read without parsing their text (see _sglang_meta)
 _SGLANG_FAST_BYTES = 4096
 _META_KEY = b'"meta_info":'
@@ -612,7 +657,10 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     chunks carrying ≥ 1 token are timed (so the chat role chunk and usage-only chunks never count).
     When counts arrive only at the end, chunk times are those of content chunks and
     ``chunk_tokens`` is None; when no count arrives at all, ``output_tokens`` is the number of
-    content chunks with ``token_source="chunks"``.
+    content chunks with ``token_source="chunks"`` and the text is kept in ``output_text`` (for
+    ``probe.TokenCounter``). llama.cpp's final ``timings`` (``draft_n``, ``draft_n_accepted``)
+    become ``server["spec_draft_tokens"]``, ``["spec_accepted_tokens"]``, ``["spec_verify_ct"]``
+    and ``["spec_accept_length"]``.
     """
     _check_flavour(flavour)
     rec = RequestRecord(t_sent=raw.t_sent, t_end=raw.t_end, http_status=raw.http_status)
@@ -732,6 +780,9 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
                         v = _num(spec.get(k))
                         if v is not None:
                             server[name] = v
+            timings = obj.get("timings")
+            if isinstance(timings, dict):
+                _llamacpp_timings(timings, server)
             choices = obj.get("choices")
             if choices:
                 ch = choices[0]
@@ -800,6 +851,8 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     if digest_ok:
         rec.output_digest = hashlib.blake2b(full.encode("utf-8", "surrogatepass"),
                                             digest_size=_DIGEST_BYTES).hexdigest()
+        if rec.token_source == "chunks":
+            rec.output_text = full  # to be counted with the server's tokenizer
     rec.prompt_tokens = prompt_tokens
     rec.finish_reason = finish
     rec.server = server

@@ -223,6 +223,11 @@ def requests_frame(
     relative to ``t0``) and ``chunk_tokens`` (tokens per chunk, empty when the server gave none).
     """
     rows = []
+    records = list(records)
+    # llama.cpp's timings leave the draft counts out of a request that drafted nothing: when others
+    # of the level drafted (the server speculates), such a request drafted 0 and took one target
+    # step per token — leaving it out would flatter the level's acceptance
+    drafting = any("spec_draft_tokens" in rec.server for rec in records)
     for i, rec in enumerate(records):
         m = request_metrics(rec)
         index = request_indices[i] if request_indices is not None else first_index + i
@@ -257,7 +262,13 @@ def requests_frame(
             "server_e2e_latency_s": rec.server.get("e2e_latency_s"),
             "spec_accept_length": rec.server.get("spec_accept_length"),
             "spec_verify_ct": rec.server.get("spec_verify_ct"),
+            "spec_draft_tokens": rec.server.get("spec_draft_tokens"),
+            "spec_accepted_tokens": rec.server.get("spec_accepted_tokens"),
         }
+        if drafting and "timings_predicted_n" in rec.server and "spec_draft_tokens" not in rec.server:
+            n = rec.server["timings_predicted_n"]
+            row.update(spec_draft_tokens=0.0, spec_accepted_tokens=0.0, spec_verify_ct=n,
+                       spec_accept_length=1.0 if n > 0 else None)
         if keep_chunks:
             row["chunk_t_s"] = [t - t0 for t in rec.chunk_times]
             row["chunk_tokens"] = list(rec.chunk_tokens) if rec.chunk_tokens is not None else []
@@ -266,7 +277,7 @@ def requests_frame(
     if frame.empty:
         return frame
     for col in ("output_tokens", "prompt_tokens", "http_status", "server_e2e_latency_s",
-                "spec_accept_length", "spec_verify_ct"):
+                "spec_accept_length", "spec_verify_ct", "spec_draft_tokens", "spec_accepted_tokens"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
     for col in ("token_source", "finish_reason", "error", "output_digest"):
         frame[col] = frame[col].astype("string")
@@ -383,4 +394,7 @@ def level_metrics(requests: pd.DataFrame, concurrency: int) -> dict[str, float]:
     out["decoding_concurrency"] = float(decoding) / window if window > 0 else math.nan
     sources = set(ok["token_source"].dropna().astype(str))
     out["token_source"] = sources.pop() if len(sources) == 1 else ("mixed" if sources else None)  # type: ignore[assignment]
+    if "spec_draft_tokens" in ok.columns and ok["spec_draft_tokens"].notna().any():
+        drafted = float(ok["spec_draft_tokens"].sum())  # llama.cpp timings: Σ accepted / Σ drafted
+        out["spec_draft_acceptance_rate"] = float(ok["spec_accepted_tokens"].sum()) / drafted if drafted else math.nan
     return out

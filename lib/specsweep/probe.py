@@ -3,8 +3,20 @@
 
 Detection (facts in the design notes' server-API reference): SGLang answers ``/server_info`` (or
 the older ``/get_server_info``) and has no ``/version``; vLLM answers ``/version`` and
-``/v1/models`` with ``owned_by: "vllm"``; any other OpenAI-compatible server answers
-``/v1/models``. ``api="auto"`` picks ``sglang`` on SGLang and ``openai-completions`` elsewhere.
+``/v1/models`` with ``owned_by: "vllm"``; llama.cpp's ``llama-server`` answers ``/props`` with
+``default_generation_settings`` and ``total_slots`` (and ``/v1/models`` with ``owned_by:
+"llamacpp"``); any other OpenAI-compatible server answers ``/v1/models``. ``api="auto"`` picks
+``sglang`` on SGLang and ``openai-completions`` elsewhere.
+
+Vocabulary: where a server says how many token IDs its model has (llama.cpp: ``/v1/models``
+``data[].meta.n_vocab``; any server whose ``/v1/models`` entry carries ``meta.n_vocab`` or
+``vocab_size``), ``ServerProbe.vocab_size`` holds it, so random token-ID prompts can be checked
+against it before anything is sent. SGLang and vLLM do not publish it (None).
+
+Token counting without usage: :class:`TokenCounter` counts the tokens of returned text with the
+server's own ``POST /tokenize`` (SGLang and vLLM: ``{"model", "prompt", "add_special_tokens"}`` →
+``{"tokens", "count", "max_model_len"}``; llama.cpp: ``{"content", "add_special"}`` →
+``{"tokens"}``).
 A one-request preflight through the chosen flavour then proves the route, the model name and
 the credentials before any level runs, and checks that the server honours ``ignore_eos``.
 
@@ -32,22 +44,40 @@ SERVER_INFO_KEYS = (
 )  # never launch_command or api_key: a server's command line can carry its API key
 INTERNAL_STATE_KEYS = ("effective_max_running_requests_per_dp", "avg_spec_accept_length", "memory_usage")
 
+#: /props keys kept (llama.cpp); ``default_generation_settings`` is flattened to n_ctx and the
+#: draft limits ``speculative.*``
+PROPS_KEYS = ("total_slots", "model_alias", "model_path", "build_info", "endpoint_slots", "endpoint_metrics")
+
 #: polled gauges: the metric names of each server family, and how to combine label sets (ranks)
 GAUGES: dict[str, dict[str, tuple[str, str]]] = {
-    "running_requests": {"sglang": ("sglang:num_running_reqs", "sum"), "vllm": ("vllm:num_requests_running", "sum")},
-    "queued_requests": {"sglang": ("sglang:num_queue_reqs", "sum"), "vllm": ("vllm:num_requests_waiting", "sum")},
+    "running_requests": {"sglang": ("sglang:num_running_reqs", "sum"), "vllm": ("vllm:num_requests_running", "sum"),
+                         "llamacpp": ("llamacpp:requests_processing", "sum")},
+    "queued_requests": {"sglang": ("sglang:num_queue_reqs", "sum"), "vllm": ("vllm:num_requests_waiting", "sum"),
+                        "llamacpp": ("llamacpp:requests_deferred", "sum")},
     "kv_usage": {"sglang": ("sglang:token_usage", "max"), "vllm": ("vllm:kv_cache_usage_perc", "max")},
     "gen_throughput_tok_s": {"sglang": ("sglang:gen_throughput", "sum")},
     "spec_accept_length_gauge": {"sglang": ("sglang:spec_accept_length", "max")},
 }
 #: counters whose deltas over a level are recorded
 COUNTERS: dict[str, dict[str, str]] = {
-    "generation_tokens": {"sglang": "sglang:generation_tokens_total", "vllm": "vllm:generation_tokens_total"},
-    "prompt_tokens": {"sglang": "sglang:prompt_tokens_total", "vllm": "vllm:prompt_tokens_total"},
+    "generation_tokens": {"sglang": "sglang:generation_tokens_total", "vllm": "vllm:generation_tokens_total",
+                          "llamacpp": "llamacpp:tokens_predicted_total"},
+    "prompt_tokens": {"sglang": "sglang:prompt_tokens_total", "vllm": "vllm:prompt_tokens_total",
+                      "llamacpp": "llamacpp:prompt_tokens_total"},
     "requests": {"sglang": "sglang:num_requests_total", "vllm": "vllm:request_success_total"},
+    "decode_calls": {"llamacpp": "llamacpp:n_decode_total"},
     "spec_verify_calls": {"sglang": "sglang:spec_verify_calls_total"},
-    "spec_drafts": {"vllm": "vllm:spec_decode_num_drafts_total"},
-    "spec_accepted_tokens": {"vllm": "vllm:spec_decode_num_accepted_tokens_total"},
+    "spec_drafts": {"vllm": "vllm:spec_decode_num_drafts_total", "llamacpp": "llamacpp:spec_decode_num_drafts_total"},
+    "spec_draft_tokens": {"vllm": "vllm:spec_decode_num_draft_tokens_total",
+                          "llamacpp": "llamacpp:spec_decode_num_draft_tokens_total"},
+    "spec_accepted_tokens": {"vllm": "vllm:spec_decode_num_accepted_tokens_total",
+                             "llamacpp": "llamacpp:spec_decode_num_accepted_tokens_total"},
+}
+#: counters of accepted tokens per draft position (label ``position``); recorded as
+#: ``spec_accepted_pos_<i>`` in :func:`counters`
+PER_POSITION: dict[str, str] = {
+    "vllm": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    "llamacpp": "llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
 }
 
 
@@ -60,7 +90,7 @@ class ServerProbe:
     """What the probe found (meta.json keeps it as the server snapshot)."""
 
     base_url: str
-    server: str  # "sglang" | "vllm" | "openai-compatible"
+    server: str  # "sglang" | "vllm" | "llamacpp" | "openai-compatible"
     flavour: Flavour
     flavours: list[Flavour]
     model: str | None
@@ -69,6 +99,10 @@ class ServerProbe:
     version: str | None = None
     metrics: bool = False
     simulated: bool = False
+    #: token IDs the model has (0 .. vocab_size-1) where the server says so, else None
+    vocab_size: int | None = None
+    #: where vocab_size came from, e.g. "/v1/models meta.n_vocab"
+    vocab_source: str | None = None
 
     def snapshot(self) -> dict[str, Any]:
         """The ``server`` record of meta.json (trimmed, no credentials)."""
@@ -79,9 +113,13 @@ class ServerProbe:
         }
         for key in ("max_running_requests", "speculative_algorithm", "speculative_num_steps",
                     "speculative_eagle_topk", "speculative_num_draft_tokens", "mem_fraction_static",
-                    "max_total_num_tokens", "tp_size"):
+                    "max_total_num_tokens", "tp_size", "context_length", "draft_max", "draft_min",
+                    "draft_p_min", "speculative_types", "parallel_slots"):
             if key in info:
                 out[key] = info[key]
+        if self.vocab_size is not None:
+            out["vocab_size"] = self.vocab_size
+            out["vocab_source"] = self.vocab_source
         if info:
             out["server_info"] = info
         return out
@@ -105,6 +143,59 @@ def _trim_server_info(info: dict[str, Any]) -> dict[str, Any]:
     if isinstance(states, list) and states and isinstance(states[0], dict):
         out["internal_states"] = [{k: states[0][k] for k in INTERNAL_STATE_KEYS if k in states[0]}]
     return out
+
+
+def llamacpp_settings(props: dict[str, Any], slots: Any = None) -> dict[str, Any]:
+    """The server snapshot of a llama.cpp ``/props`` body (and ``/slots``, when it answered).
+
+    Keeps ``PROPS_KEYS`` and adds: ``parallel_slots`` and ``max_running_requests`` (``total_slots``,
+    llama-server's ``--parallel``), ``context_length`` (``default_generation_settings.n_ctx``, per
+    slot), the draft limits ``draft_max`` / ``draft_min`` / ``draft_p_min`` where ``params`` has
+    ``speculative.n_max`` / ``n_min`` / ``p_min`` (older builds), ``speculative_types`` where it
+    has ``speculative.types`` (newer builds: ``"none"``, ``"draft-simple"``, ``"ngram-mod"``, …),
+    and ``speculative_algorithm`` from ``/slots`` (whose per-slot ``speculative`` is what the server
+    does): the types when a slot speculates and they name one (else ``"draft"``), None when no slot
+    speculates; without ``/slots`` (``--no-slots``) only types other than ``"none"`` count — a real
+    llama-server started with ``--spec-type draft-simple`` still reports ``"none"`` there (the
+    per-request default), so ``"none"`` alone proves nothing and the key stays absent (unknown).
+    llama.cpp's ``/props`` names no draft model file.
+    """
+    out: dict[str, Any] = {k: props[k] for k in PROPS_KEYS if k in props}
+    if isinstance(props.get("total_slots"), int):
+        out["parallel_slots"] = out["max_running_requests"] = props["total_slots"]
+    dgs = props.get("default_generation_settings")
+    if isinstance(dgs, dict):
+        if isinstance(dgs.get("n_ctx"), int):
+            out["context_length"] = dgs["n_ctx"]
+        params = dgs.get("params") if isinstance(dgs.get("params"), dict) else dgs
+        for src, dst in (("speculative.n_max", "draft_max"), ("speculative.n_min", "draft_min"),
+                         ("speculative.p_min", "draft_p_min")):
+            if isinstance(params.get(src), (int, float)) and not isinstance(params.get(src), bool):
+                out[dst] = params[src]
+        if isinstance(params.get("speculative.types"), str):
+            out["speculative_types"] = params["speculative.types"]
+    types = out.get("speculative_types")
+    named = types if isinstance(types, str) and types not in ("", "none") else None
+    if isinstance(slots, list) and slots and all(isinstance(x, dict) for x in slots):
+        spec = any(bool(x.get("speculative")) for x in slots)
+        out["speculative_algorithm"] = (named or "draft") if spec else None
+    elif named:
+        out["speculative_algorithm"] = named
+    return out
+
+
+def vocab_of_models(body: Any) -> int | None:
+    """Vocabulary size from a ``/v1/models`` body (``data[0].meta.n_vocab`` or ``vocab_size``)."""
+    if not isinstance(body, dict):
+        return None
+    for entry in body.get("data") or []:
+        if not isinstance(entry, dict):
+            continue
+        meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+        for value in (meta.get("n_vocab"), meta.get("vocab_size"), entry.get("vocab_size")):
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
 
 
 def _get_json(client: httpx.Client, path: str) -> tuple[int | None, Any, str | None]:
@@ -144,19 +235,37 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
             # SGLang has no /version; vLLM has it (and /server_info too in its dev mode)
             version = str(body["version"])
             server = "vllm"
+        props: dict[str, Any] = {}
+        if server == "openai-compatible":
+            status, body, err = _get_json(client, "/props")
+            tried.append(f"GET /props → {err or status}")
+            if status == 200 and isinstance(body, dict) and (
+                    "default_generation_settings" in body or "total_slots" in body):
+                server, props = "llamacpp", body
         status, body, err = _get_json(client, "/v1/models")
         tried.append(f"GET /v1/models → {err or status}")
         models: list[str] = []
         owned = None
+        vocab_size = None
         if status == 200 and isinstance(body, dict):
             data = body.get("data") or []
             models = [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id")]
             owned = next((m.get("owned_by") for m in data if isinstance(m, dict)), None)
             if owned == "vllm":
                 server = "vllm"
+            elif owned == "llamacpp" and server == "openai-compatible":
+                server = "llamacpp"
+            vocab_size = vocab_of_models(body)
         if status in (401, 403):
             raise ProbeError(f"{base}/v1/models answered {status}: the server wants credentials; set the API key "
                              "in the SPECSWEEP_API_KEY environment variable")
+        if server == "llamacpp":
+            slots = None
+            if props:
+                status, slots, _ = _get_json(client, "/slots")
+                if status != 200:
+                    slots = None
+            info = llamacpp_settings(props, slots)
         if not info and not models and version is None:
             raise ProbeError(f"cannot reach an inference server at {base}: tried " + "; ".join(tried)
                              + ". Is the server running, listening on that host and port, and reachable from here?")
@@ -164,7 +273,7 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
             metrics = client.get("/metrics").status_code == 200
         except httpx.HTTPError:
             metrics = False
-    if server != "sglang":
+    if server not in ("sglang", "llamacpp"):
         info = {}  # a vLLM dev-mode /server_info is not SGLang's; keep only what vLLM reports
     flavours: list[Flavour] = (["sglang", "openai-completions", "openai-chat"] if server == "sglang"
                                else ["openai-completions", "openai-chat"])
@@ -183,10 +292,14 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
                              "(set model to one of them, or 'auto')")
         chosen = model
     version = version or (str(info["version"]) if "version" in info else None)
+    if server == "llamacpp":
+        version = version or (str(info["build_info"]) if "build_info" in info else None)
     simulated = bool(info.get("simulated")) or "simulated" in str(version or "")
+    trimmed = info if server == "llamacpp" else _trim_server_info(info)
     return ServerProbe(base_url=base, server=server, flavour=flavour, flavours=flavours,
-                       model=str(chosen) if chosen else None, models=models, server_info=_trim_server_info(info),
-                       version=version, metrics=metrics, simulated=simulated)
+                       model=str(chosen) if chosen else None, models=models, server_info=trimmed,
+                       version=version, metrics=metrics, simulated=simulated, vocab_size=vocab_size,
+                       vocab_source="/v1/models meta.n_vocab" if vocab_size is not None else None)
 
 
 # ------------------------------------------------------------------------------------- /metrics
@@ -233,6 +346,13 @@ def counters(samples: list[tuple[str, dict[str, str], float]], server: str) -> d
             value = select(samples, per_server[server])
             if value is not None:
                 out[key] = value
+    if server in PER_POSITION:
+        name = PER_POSITION[server]
+        for n, labels, value in samples:
+            pos = labels.get("position")
+            if n == name and pos is not None and pos.isdigit():
+                key = f"spec_accepted_pos_{int(pos)}"
+                out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -250,14 +370,15 @@ def scrape(client: httpx.Client) -> list[tuple[str, dict[str, str], float]] | No
 def acceptance_from_counters(before: dict[str, float], after: dict[str, float], server: str) -> float | None:
     """Acceptance length over a level from counter deltas (tokens per verify step incl. bonus).
 
-    vLLM: 1 + Δaccepted / Δdrafts. SGLang: Δgeneration tokens / Δverify calls.
+    vLLM and llama.cpp: 1 + Δaccepted / Δdrafts (llama.cpp's ``spec_decode_num_drafts_total``
+    counts verification steps). SGLang: Δgeneration tokens / Δverify calls.
     """
     def delta(key: str) -> float | None:
         if key in before and key in after:
             return after[key] - before[key]
         return None
 
-    if server == "vllm":
+    if server in ("vllm", "llamacpp"):
         drafts, acc = delta("spec_drafts"), delta("spec_accepted_tokens")
         return 1.0 + acc / drafts if drafts and acc is not None else None
     verify, gen = delta("spec_verify_calls"), delta("generation_tokens")
@@ -306,4 +427,92 @@ class MetricsPoller:
 
     def close(self) -> None:
         self._stop.set()
+        self._client.close()
+
+
+def spec_level_figures(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Acceptance detail over a level from counter deltas, where the server has the counters.
+
+    ``spec_draft_acceptance_rate`` = Δaccepted tokens / Δdraft tokens (fraction of drafted tokens
+    kept); ``spec_accept_rate_pos_<i>`` = Δaccepted at draft position i / Δdrafts (verify steps):
+    the fraction of verify steps whose i-th draft token was accepted (vLLM and llama.cpp export
+    accepted tokens per position; position 0 is the first draft token). Empty when the counters
+    did not move.
+    """
+    out: dict[str, float] = {}
+
+    def delta(key: str) -> float | None:
+        return after[key] - before[key] if key in before and key in after else None
+
+    drafted, accepted, drafts = delta("spec_draft_tokens"), delta("spec_accepted_tokens"), delta("spec_drafts")
+    if drafted and accepted is not None:
+        out["spec_draft_acceptance_rate"] = accepted / drafted
+    if drafts:
+        for key in sorted(k for k in after if k.startswith("spec_accepted_pos_")):
+            d = delta(key)
+            if d is not None:
+                out["spec_accept_rate_pos_" + key.rsplit("_", 1)[1]] = d / drafts
+    return out
+
+
+class TokenCounter:
+    """Counts tokens of returned text with the server's ``POST /tokenize`` (see the module notes).
+
+    ``count(text)`` returns the number of tokens (special tokens not added), or None when the
+    server has no usable ``/tokenize``; after the first failure it is not asked again
+    (``available`` turns False and ``why`` says what happened).
+    """
+
+    def __init__(self, base_url: str, server: str, model: str | None, timeout_s: float = 30.0) -> None:
+        self.server = server
+        self.model = model
+        self.available = True
+        self.why: str | None = None
+        self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=auth_headers(), trust_env=False)
+
+    def _body(self, text: str) -> dict[str, Any]:
+        if self.server == "llamacpp":
+            return {"content": text, "add_special": False}
+        body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
+        if self.model:
+            body["model"] = self.model
+        return body
+
+    def count(self, text: str) -> int | None:
+        """Tokens in ``text`` by the server's tokenizer, or None (see ``why``)."""
+        if not self.available:
+            return None
+        try:
+            resp = self._client.post("/tokenize", json=self._body(text))
+            body = resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as exc:
+            self.available, self.why = False, f"POST /tokenize failed: {type(exc).__name__}: {exc}"
+            return None
+        tokens = body.get("tokens") if isinstance(body, dict) else None
+        if not isinstance(tokens, list):
+            self.available = False
+            self.why = f"POST /tokenize answered {resp.status_code} without a token list"
+            return None
+        return len(tokens)
+
+    def recount(self, records: Iterable[Any]) -> int:
+        """Set ``output_tokens`` of every record counted from chunks (``token_source="chunks"``)
+        that kept its text to the tokenizer's count, with ``token_source="tokenize"``.
+
+        Returns how many records were recounted; stops at the first failure (the rest keep their
+        chunk counts).
+        """
+        done = 0
+        for rec in records:
+            if rec.token_source != "chunks" or rec.output_text is None:
+                continue
+            n = self.count(rec.output_text)
+            if n is None:
+                break
+            rec.output_tokens = n
+            rec.token_source = "tokenize"
+            done += 1
+        return done
+
+    def close(self) -> None:
         self._client.close()

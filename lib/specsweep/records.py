@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-TokenSource = Literal["usage", "chunks"]
+TokenSource = Literal["usage", "tokenize", "chunks"]
 
 
 @dataclass(slots=True)
@@ -20,8 +20,9 @@ class RequestRecord:
     of those chunks carried (from the server's cumulative counts), or ``None`` when the server gave
     no per-chunk counts. ``output_tokens`` is the server's own count (``usage.completion_tokens``
     or SGLang ``meta_info.completion_tokens``) with ``token_source="usage"``; only when the server
-    gives none is it the number of token-carrying chunks, with ``token_source="chunks"``. It is
-    never the requested length.
+    gives none is it the number of token-carrying chunks, with ``token_source="chunks"``, until the
+    returned text (kept in ``output_text`` only in that case) is counted with the server's
+    tokenizer (``token_source="tokenize"``). It is never the requested length.
 
     A failed request keeps whatever arrived before the failure and says why in ``error``.
     """
@@ -40,6 +41,8 @@ class RequestRecord:
     #: per-request figures the server reported, e.g. ``e2e_latency_s``, ``spec_accept_length``,
     #: ``spec_verify_ct`` (SGLang final ``meta_info``)
     server: dict[str, float] = field(default_factory=dict)
+    #: the generated text, kept only when the server gave no token counts (for ``/tokenize``)
+    output_text: str | None = None
 
     @property
     def ok(self) -> bool:

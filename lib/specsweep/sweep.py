@@ -44,11 +44,12 @@ from specsweep import provenance
 from specsweep.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
 from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.metrics import level_metrics, requests_frame
-from specsweep.probe import MetricsPoller, ProbeError, ServerProbe, acceptance_from_counters, probe
+from specsweep.probe import (MetricsPoller, ProbeError, ServerProbe, TokenCounter, acceptance_from_counters, probe,
+                             spec_level_figures)
 from specsweep.redact import redact_exception, redact_text
 from specsweep.store import (SCHEMA_VERSION, SchemaError, append_level, finished_levels, live_levels, load_result_set,
                              lock_run, read_meta, write_meta)
-from specsweep.workload import Workload, make_workload, random_ids
+from specsweep.workload import Workload, check_vocabulary, explain_rejection, make_workload, warmup_workload
 
 WARMUP_INDEX_BASE = 1_000_000_000
 #: meta.json fields that must match for a run to be resumed (a changed timeout would change what counts as failed)
@@ -227,6 +228,7 @@ def server_figures(
         if acc is not None:
             out["spec_accept_length"] = acc
             out["spec_accept_length_source"] = "/metrics counter deltas"
+    out.update(spec_level_figures(before, after))
     for key in ("generation_tokens", "requests"):
         if key in before and key in after:
             out[f"server_{key}_delta"] = after[key] - before[key]
@@ -325,8 +327,28 @@ def _endpoint(cfg: SweepConfig, log: Callable[[str], None]) -> Iterator[tuple[st
         yield server.url, {"profile": cfg.embedded_profile, "spec": spec, "args": args}
 
 
-def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: SweepConfig) -> list[str]:
-    """One request through the chosen flavour; raise on failure, warn on short output or no counts."""
+def check_prompts_fit(workload: Workload, info: ServerProbe) -> None:
+    """Refuse, before any request, a workload of token IDs the server's model does not have."""
+    try:
+        check_vocabulary(workload, info.vocab_size, info.flavour, f"{info.base_url}{info.vocab_source or ''}")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def count_tokens(records: list[Any], counter: TokenCounter | None) -> None:
+    """Give records the server gave no counts for the count of the server's tokenizer (in place)."""
+    if counter is not None and counter.available:
+        counter.recount(records)
+
+
+def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: SweepConfig,
+              counter: TokenCounter | None = None) -> list[str]:
+    """One request through the chosen flavour; raise on failure, warn on short output or no counts.
+
+    ``workload``: the preflight/warm-up prompts (:func:`~specsweep.workload.warmup_workload`), of
+    the measured workload's kind. ``counter``: counts tokens with the server's ``/tokenize`` when
+    the server reports none.
+    """
     tokens = min(workload.output_tokens, 32)
     body = workload.bodies(info.flavour, [WARMUP_INDEX_BASE * 2], model=info.model, temperature=cfg.temperature,
                            output_tokens=tokens)
@@ -337,13 +359,20 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
         if rec is not None and not rec.error:
             break
     if rec is None or rec.error:
-        why = rec.error if rec else "no response"
+        why = explain_rejection(rec.error, workload, info.flavour, info.vocab_size) if rec and rec.error else "no response"
         raise ProbeError(f"preflight request to {info.base_url} ({info.flavour}, model {info.model!r}) failed: {why}. "
                          f"The server offers: {', '.join(info.flavours)}; models: {', '.join(info.models) or 'unknown'}")
     warnings = []
-    if rec.token_source == "chunks":
-        warnings.append("The server reports no token counts (no usage / meta_info), so tokens are counted from "
-                        "chunks: a lower bound under speculative decoding, where one chunk carries several tokens.")
+    count_tokens([rec], counter)
+    if rec.token_source == "tokenize":
+        warnings.append("The server reports no token counts (no usage / meta_info), so output tokens are counted "
+                        "from the returned text with the server's own tokenizer (POST /tokenize; token_source "
+                        "'tokenize').")
+    elif rec.token_source == "chunks":
+        why = f" and {counter.why}" if counter is not None and counter.why else ""
+        warnings.append("The server reports no token counts (no usage / meta_info)" + why + ", so tokens are "
+                        "counted from chunks: a lower bound under speculative decoding, where one chunk carries "
+                        "several tokens.")
     if rec.output_tokens is not None and rec.output_tokens < tokens:
         warnings.append(f"The server returned {int(rec.output_tokens)} of {tokens} requested tokens with ignore_eos "
                         "set: it may not honour ignore_eos, so output lengths (and work per request) can differ "
@@ -475,7 +504,7 @@ class _Evidence:
 
 def _workload_warnings(cfg: SweepConfig, workload: Workload) -> list[str]:
     needed = sum(cfg.requests_for(c) for c, _ in cfg.plan())
-    if workload.kind != "random-ids" and len(workload.prompts) < needed:
+    if workload.kind == "prompt-file" and len(workload.prompts) < needed:
         return [f"The prompt file has {len(workload.prompts)} prompts but the sweep sends {needed} measured requests, "
                 "so prompts repeat across levels and a server's prefix cache can serve the repeats (shorter TTFT)."]
     return []
@@ -531,8 +560,8 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
     output_tokens = cfg.resolved_output_tokens()
     workload = make_workload(cfg.workload, cfg.input_tokens, output_tokens, cfg.seed)
     # warm-up and preflight prompts never overlap measured ones (a prefix cache would flatter them):
-    # random IDs from their own index range, whatever the measured workload
-    warm_workload = random_ids(cfg.input_tokens, output_tokens, cfg.seed)
+    # prompts of the measured workload's kind from their own index range (never IDs it does not use)
+    warm_workload = warmup_workload(workload)
     sweep_params = _sweep_params(cfg)
     # everything that can be checked without a server is checked before one is contacted or started
     _check_out_dir(cfg)
@@ -544,6 +573,7 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
             resume = _prepare_resume(resume_dir, cfg, sweep_params, workload)
         url, embedded = stack.enter_context(_endpoint(cfg, log))
         info = probe(url, cfg.api, cfg.model)
+        check_prompts_fit(workload, info)
         log(f"{info.base_url}: {info.server}{' (simulated)' if info.simulated else ''}, API {info.flavour}, "
             f"model {info.model}, max_running_requests {info.server_info.get('max_running_requests', 'unknown')}, "
             f"speculative {info.server_info.get('speculative_algorithm') or 'off/unknown'}")
@@ -552,7 +582,9 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
         gen = stack.enter_context(LoadGenerator(info.base_url, info.flavour, max_concurrency=max(cfg.concurrency),
                                                 workers=cfg.client_workers, timeout_s=cfg.request_timeout_s,
                                                 read_timeout_s=cfg.request_timeout_s))
-        preflight_warnings = preflight(gen, info, warm_workload, cfg)
+        counter = TokenCounter(info.base_url, info.server, info.model)
+        stack.callback(counter.close)
+        preflight_warnings = preflight(gen, info, warm_workload, cfg, counter)
         if resume is None:
             run_dir, meta = _new_run(cfg, info, workload, sweep_params, embedded)
             stack.enter_context(lock_run(run_dir))
@@ -575,7 +607,8 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
         if not todo and meta.get("complete"):
             log(f"{run_dir}: every level is finished and the run is complete; nothing to measure")
         else:
-            _measure_levels(cfg, info, gen, workload, warm_workload, run_dir, meta, done, warn, stop, progress, log)
+            _measure_levels(cfg, info, gen, workload, warm_workload, run_dir, meta, done, warn, stop, progress, log,
+                            counter)
             meta["complete"] = True
             meta["finished_utc"] = provenance.utc_now()
             meta.pop("interrupted", None)
@@ -588,7 +621,7 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
 def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, workload: Workload,
                     warm_workload: Workload, run_dir: Path, meta: dict[str, Any], done: set[tuple[int, int]],
                     warn: Callable[[str], None], stop: threading.Event | None, progress: bool,
-                    log: Callable[[str], None]) -> None:
+                    log: Callable[[str], None], counter: TokenCounter | None = None) -> None:
     """Warm up and measure every level of the plan not in ``done``, saving each; on any exit, record why in meta.json."""
     output_tokens = workload.output_tokens
     run_id = meta["run_id"]
@@ -634,6 +667,7 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
             if result.stopped:
                 raise KeyboardInterrupt
             after = poller.snapshot() if poller else {}
+            count_tokens(result.records, counter)
             level, req, srv = summarise_level(
                 result, cfg=cfg, run_id=run_id, concurrency=c, repeat=r, prompt_offset=offsets[(c, r)],
                 requested_tokens=output_tokens, server=info.server, samples=samples, before=before,

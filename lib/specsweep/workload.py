@@ -1,4 +1,4 @@
-"""Prompts for a sweep: seeded random token IDs of fixed length, or a prompt file.
+"""Prompts for a sweep: seeded random token IDs or random text of fixed length, or a prompt file.
 
 Every arm of a study must see the same prompts in the same order, so prompt ``i`` depends only
 on (workload, i): random IDs come from ``numpy.random.default_rng([seed, i])``; a prompt file is
@@ -8,6 +8,18 @@ with ``ignore_eos`` (``client.build_body``), so arms do the same amount of work.
 Chat endpoints take no token IDs: with ``random-ids`` the ``openai-chat`` flavour sends the same
 IDs rendered as text (one word per ID from a fixed word list), so the prompt length in tokens is
 approximate there; the server's own ``prompt_tokens`` is recorded per request.
+
+``random-text`` prompts are ``input_tokens`` words drawn (seeded, like ``random-ids``) from a fixed
+list of common English words: valid for any tokenizer, whatever its vocabulary, at the price of a
+prompt length in tokens that is only approximate (most such words are one token in common
+tokenizers; the server's own ``prompt_tokens`` is recorded per request).
+
+Vocabulary: random IDs are drawn from ``id_range`` (default [1000, 30000)); a model whose
+vocabulary is smaller rejects them (llama.cpp: HTTP 400 "Prompt contains invalid tokens").
+:func:`check_vocabulary` refuses such a workload before anything is sent when the server says
+its vocabulary size, :func:`warmup_workload` gives preflight and warm-up requests prompts of the
+same kind as the measured ones (text for text, IDs only from a range the workload itself uses),
+and :func:`explain_rejection` names the likely cause when a server rejects token IDs.
 
 Prompt file (``workload="path/to/prompts.jsonl"``): JSON Lines, one prompt per line, each an
 object with ``"prompt"`` (text), ``"input_ids"`` (token IDs) or ``"messages"`` (chat messages);
@@ -26,6 +38,8 @@ import numpy as np
 from specsweep.client import Flavour, build_body
 
 RANDOM_IDS = "random-ids"
+RANDOM_TEXT = "random-text"
+PROMPT_FILE = "prompt-file"
 #: token IDs drawn from [low, high): above the special tokens of common tokenizers, below every
 #: common vocabulary size (Llama 3: 128k, Qwen: 151k, Mistral: 32k)
 DEFAULT_ID_RANGE = (1000, 30000)
@@ -42,7 +56,7 @@ Prompt = str | list[int] | list[dict[str, Any]]
 class Workload:
     """What every request of a sweep asks for (lengths in tokens)."""
 
-    kind: str  # "random-ids" or "prompt-file"
+    kind: str  # "random-ids", "random-text" or "prompt-file"
     input_tokens: int | None
     output_tokens: int
     seed: int = 0
@@ -65,6 +79,10 @@ class Workload:
             out["id_range"] = list(self.id_range)
             out["description"] = (f"{self.input_tokens} random token IDs in [{self.id_range[0]}, {self.id_range[1]}) "
                                   f"per prompt (numpy default_rng([seed, i])), {self.output_tokens} output tokens with ignore_eos")
+        elif self.kind == RANDOM_TEXT:
+            out["description"] = (f"{self.input_tokens} random words per prompt from a fixed list of "
+                                  f"{len(_WORDS)} common English words (numpy default_rng([seed, i])), about "
+                                  f"{self.input_tokens} tokens; {self.output_tokens} output tokens with ignore_eos")
         else:
             out["path"] = str(self.path)
             out["prompts"] = len(self.prompts)
@@ -74,11 +92,11 @@ class Workload:
 
     def prompt(self, i: int, flavour: Flavour) -> Prompt:
         """Prompt number ``i`` (0-based, any size) shaped for ``flavour``."""
-        if self.kind == RANDOM_IDS:
+        if self.kind in (RANDOM_IDS, RANDOM_TEXT):
             assert self.input_tokens is not None
             rng = np.random.default_rng([self.seed, i])
             ids = rng.integers(self.id_range[0], self.id_range[1], size=self.input_tokens).tolist()
-            if flavour == "openai-chat":
+            if flavour == "openai-chat" or self.kind == RANDOM_TEXT:
                 return " ".join(_WORDS[t % len(_WORDS)] for t in ids)
             return ids
         item = self.prompts[i % len(self.prompts)]
@@ -112,6 +130,82 @@ def random_ids(input_tokens: int, output_tokens: int, seed: int = 0,
     return Workload(RANDOM_IDS, input_tokens, output_tokens, seed=seed, id_range=(lo, hi))
 
 
+def random_text(input_tokens: int, output_tokens: int, seed: int = 0) -> Workload:
+    """Seeded random-word text prompts of about ``input_tokens`` tokens (valid for any tokenizer)."""
+    base = random_ids(input_tokens, output_tokens, seed)
+    return Workload(RANDOM_TEXT, base.input_tokens, base.output_tokens, seed=seed)
+
+
+def prompt_ids_range(workload: Workload) -> tuple[int, int] | None:
+    """[lowest, highest + 1) of the token IDs the workload sends on an ID-taking flavour, or None
+    when it sends text only."""
+    if workload.kind == RANDOM_IDS:
+        return workload.id_range
+    if workload.kind == RANDOM_TEXT:
+        return None
+    ids = [t for p in workload.prompts if isinstance(p, list) and p and isinstance(p[0], int) for t in p]
+    return (min(ids), max(ids) + 1) if ids else None
+
+
+def check_vocabulary(workload: Workload, vocab_size: int | None, flavour: Flavour, source: str = "the server") -> None:
+    """Refuse a workload whose token IDs the model does not have (``vocab_size``: IDs 0..N-1).
+
+    Raises ``ValueError`` naming the parameter and what to do; nothing happens when the vocabulary
+    is unknown (None), the flavour takes text only (chat), or the workload sends text.
+    """
+    if vocab_size is None or flavour == "openai-chat":
+        return
+    span = prompt_ids_range(workload)
+    if span is None or span[1] <= vocab_size:
+        return
+    where = (f"token IDs in [{span[0]}, {span[1]})" if workload.kind == RANDOM_IDS
+             else f"token IDs up to {span[1] - 1} in {workload.path}")
+    raise ValueError(f"parameter 'workload': the model's vocabulary has {vocab_size:,} token IDs ({source}), but the "
+                     f"workload sends {where}, which the server would reject (llama.cpp: 'Prompt contains invalid "
+                     "tokens'). Use workload='random-text' (valid for any tokenizer) or a prompt file of text or of "
+                     "IDs the model has.")
+
+
+def warmup_workload(workload: Workload) -> Workload:
+    """Prompts for preflight and warm-up requests: of the same kind as ``workload``'s (text for a
+    text workload, token IDs only from the range the workload itself sends), from their own index
+    range so no measured prompt is reused, and never IDs the measured prompts do not use."""
+    assert workload.output_tokens >= 1
+    length = workload.input_tokens or _typical_length(workload)
+    span = prompt_ids_range(workload)
+    if workload.kind == RANDOM_IDS:
+        return random_ids(length, workload.output_tokens, workload.seed, workload.id_range)
+    if span is not None:
+        return random_ids(length, workload.output_tokens, workload.seed, span)
+    return random_text(length, workload.output_tokens, workload.seed)
+
+
+def _typical_length(workload: Workload) -> int:
+    """Median prompt length of a prompt file, in tokens (IDs) or words (text), at least 1."""
+    sizes = [len(p) if isinstance(p, list) and p and isinstance(p[0], int) else
+             len(p.split()) if isinstance(p, str) else
+             sum(len(str(m.get("content", "")).split()) for m in p) for p in workload.prompts]  # type: ignore[union-attr]
+    return max(1, int(np.median(sizes))) if sizes else 16
+
+
+#: phrases of the real servers' out-of-vocabulary errors (llama.cpp, vLLM, SGLang) and kin
+_VOCAB_WORDS = ("invalid token", "out of vocabulary", "vocab size", "vocab_size", "vocabulary")
+
+
+def explain_rejection(error: str, workload: Workload, flavour: Flavour, vocab_size: int | None = None) -> str:
+    """``error`` with its likely cause named when a server rejected the token IDs a workload sends."""
+    span = prompt_ids_range(workload)
+    if span is None or flavour == "openai-chat":
+        return error
+    low = error.lower()
+    if not any(w in low for w in _VOCAB_WORDS):
+        return error
+    known = f" (it has {vocab_size:,})" if vocab_size else ""
+    return (f"{error} — the server rejected the prompt's token IDs, which go up to {span[1] - 1}: the model's "
+            f"vocabulary is probably smaller{known}. Use workload='random-text' (valid for any tokenizer) or a "
+            "prompt file of text.")
+
+
 def _parse_line(path: Path, n: int, line: str) -> Prompt:
     try:
         obj = json.loads(line)
@@ -138,8 +232,8 @@ def prompt_file(path: str | Path, output_tokens: int, input_tokens: int | None =
     """Prompts read from a JSON Lines (``.jsonl``) or text (one prompt per line) file."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"workload {str(path)!r}: no such prompt file; give 'random-ids' or the path of a "
-                         ".jsonl / .txt prompt file")
+        raise ValueError(f"workload {str(path)!r}: no such prompt file; give 'random-ids', 'random-text' or the "
+                         "path of a .jsonl / .txt prompt file")
     raw = path.read_bytes()
     try:
         lines = raw.decode("utf-8").splitlines()
@@ -154,12 +248,14 @@ def prompt_file(path: str | Path, output_tokens: int, input_tokens: int | None =
         raise ValueError(f"{path}: has no prompts")
     if isinstance(output_tokens, bool) or not isinstance(output_tokens, int) or output_tokens < 1:
         raise ValueError(f"output_tokens must be a whole number of tokens >= 1; got {output_tokens!r}")
-    return Workload("prompt-file", input_tokens, output_tokens, seed=seed, path=path.resolve(),
+    return Workload(PROMPT_FILE, input_tokens, output_tokens, seed=seed, path=path.resolve(),
                     dataset_digest="sha256:" + hashlib.sha256(raw).hexdigest(), prompts=tuple(prompts))
 
 
 def make_workload(workload: str, input_tokens: int, output_tokens: int, seed: int) -> Workload:
-    """The notebook's ``workload`` parameter: ``"random-ids"`` or a prompt-file path."""
+    """The notebook's ``workload`` parameter: ``"random-ids"``, ``"random-text"`` or a prompt-file path."""
     if workload == RANDOM_IDS:
         return random_ids(input_tokens, output_tokens, seed)
+    if workload == RANDOM_TEXT:
+        return random_text(input_tokens, output_tokens, seed)
     return prompt_file(workload, output_tokens, seed=seed)

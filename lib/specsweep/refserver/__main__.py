@@ -50,7 +50,7 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
   --fault-omit-usage        never send token counts (no usage, no meta_info token counts)
   --fault-echo-auth         injected errors quote the request's API key (as some servers do)
 
-API surfaces (--api-surface; the simulated engine is the same under both):
+API surfaces (--api-surface; the simulated engine is the same under all):
   sglang  SGLang 0.5.23: /generate, /server_info, /model_info, /health (a generation, >= 1 s),
           /v1/*, /metrics with sglang:* names; --spec mtp caps running requests at 48
   vllm    vLLM 0.33 OpenAI server: /v1/completions, /v1/chat/completions, /v1/models
@@ -59,6 +59,17 @@ API surfaces (--api-surface; the simulated engine is the same under both):
           /generate, /server_info, /model_info, /health_generate, /ready answer 404; usage on
           every chunk only with include_usage AND continuous_usage_stats; --spec mtp uses the
           non-speculative cap rule (vLLM does not lower --max-num-seqs for speculation)
+  llamacpp llama.cpp llama-server: /v1/completions, /v1/chat/completions (and without /v1),
+          /v1/models (owned_by "llamacpp", meta.n_vocab), /props (total_slots = the running cap,
+          n_ctx, speculative.n_max), /slots, /health ({"status":"ok"}), /tokenize ({"content"}),
+          /metrics with llamacpp:* names (spec_decode_num_drafts/_draft_tokens/_accepted_tokens,
+          per draft position); no per-chunk usage; the final chunk carries timings with
+          draft_n / draft_n_accepted; the cap rule is vLLM's (--max-running-requests plays -np)
+
+every surface rejects token-ID prompts holding an ID >= the profile's model.vocab_size with that
+server's 400 (SGLang "The input_ids [...] contains values greater than the vocab size (N).",
+vLLM "Token id X is out of vocabulary", llama.cpp "Prompt contains invalid tokens"), and offers
+POST /tokenize (one token per whitespace-separated word).
 
 The server is simulated: every response says so (X-Simulated header, "simulated": true,
 system_fingerprint "specsweep-refserver-simulated", a version ending in "(simulated)").
@@ -91,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m specsweep.refserver",
         usage="python -m specsweep.refserver --profile NAME [--spec off|mtp] "
               "[--max-running-requests N] [--host H] [--port P] [--seed S] [--set KEY=VALUE ...] "
-              "[--api-surface sglang|vllm] [options]",
+              "[--api-surface sglang|vllm|llamacpp] [options]",
         description="Simulated SGLang (or vLLM) inference server with continuous batching and "
                     "speculative decoding (specsweep's reference server). Prints "
                     f"'{READY_PREFIX}http://HOST:PORT' on stdout once ready.",
@@ -107,10 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-running-requests", type=_posint, metavar="N",
                    help="running-request cap (default: 48 with --spec mtp on the sglang surface, "
                         "else the profile's or SGLang's rule)")
-    p.add_argument("--api-surface", choices=("sglang", "vllm"), default="sglang",
-                   help="which server's API to present: sglang (default, SGLang 0.5.23) or vllm "
+    p.add_argument("--api-surface", choices=("sglang", "vllm", "llamacpp"), default="sglang",
+                   help="which server's API to present: sglang (default, SGLang 0.5.23), vllm "
                         "(vLLM 0.33 OpenAI server: /version, vllm:* metrics, no /generate or "
-                        "/server_info, no cap reset under --spec mtp); see below")
+                        "/server_info, no cap reset under --spec mtp) or llamacpp (llama-server: "
+                        "/props, /slots, llamacpp:* metrics, timings in the final chunk); see below")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=30000,
                    help="port (default 30000; 0 picks a free one, see the ready line)")

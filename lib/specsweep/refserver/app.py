@@ -49,6 +49,7 @@ from .faults import FaultConfig, FaultPlan
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from .model import ModelConfig, SimRequest, request_seed
 from .vllm_api import VLLM_VERSION, add_vllm_routes, vllm_version_string
+from .llamacpp_api import LLAMACPP_BUILD, LlamacppMetrics, add_llamacpp_routes, llamacpp_error
 from .vllm_metrics import VllmMetrics
 from .streaming import (
     ChatFormat,
@@ -64,6 +65,7 @@ from .tokens import (
     prompt_digest,
     render_output,
     text_prompt_tokens,
+    tokenize_text,
 )
 
 __all__ = ["API_SURFACES", "ServerOptions", "ServerState", "build_app", "SGLANG_VERSION",
@@ -73,8 +75,9 @@ __all__ = ["API_SURFACES", "ServerOptions", "ServerState", "build_app", "SGLANG_
 SGLANG_VERSION = "0.5.23"
 SERVER_HEADER = f"specsweep-refserver/{REFSERVER_VERSION} (simulated SGLang {SGLANG_VERSION})"
 VLLM_SERVER_HEADER = f"specsweep-refserver/{REFSERVER_VERSION} (simulated vLLM {VLLM_VERSION})"
+LLAMACPP_SERVER_HEADER = f"specsweep-refserver/{REFSERVER_VERSION} (simulated llama.cpp {LLAMACPP_BUILD})"
 #: the APIs the server can present (``--api-surface``)
-API_SURFACES = ("sglang", "vllm")
+API_SURFACES = ("sglang", "vllm", "llamacpp")
 
 #: SGLang 0.5.23 ``SamplingParams`` fields; any other key in ``sampling_params`` is a 400
 SAMPLING_PARAM_KEYS = (
@@ -107,7 +110,7 @@ class ServerOptions:
     launch_command: str = "python -m specsweep.refserver"
     profile_name: str = ""
     faults: FaultConfig = field(default_factory=FaultConfig)
-    #: which server's API to present: "sglang" or "vllm" (see the module docstring)
+    #: which server's API to present: "sglang", "vllm" or "llamacpp" (see the module docstring)
     api_surface: str = "sglang"
     #: injected errors quote the request's API key, as some servers do (tests of redaction)
     fault_echo_auth: bool = False
@@ -146,20 +149,28 @@ class ServerState:
         self.options = options
         self.profile = cfg.profile
         self.model_name = options.served_model_name or cfg.profile.model_name
-        self.vllm = options.api_surface == "vllm"
+        self.surface = options.api_surface
+        #: the OpenAI semantics of vLLM (strict model name, continuous usage only with include_usage)
+        self.vllm = options.api_surface in ("vllm", "llamacpp")
+        self.llamacpp = options.api_surface == "llamacpp"
         spec_name = "mtp" if cfg.spec else "off"
         self.emit_log = EmitLog() if options.emit_log_path else None
-        self.metrics: ServerMetrics | VllmMetrics
-        if self.vllm:
-            self.version = vllm_version_string()
-            vllm_metrics = VllmMetrics(self.model_name, profile=cfg.profile.name, spec=spec_name,
+        self.metrics: ServerMetrics | VllmMetrics | LlamacppMetrics
+        if self.vllm:  # vLLM and llama.cpp: metrics observe the engine's steps, gauges read it live
+            observed: VllmMetrics | LlamacppMetrics
+            if self.llamacpp:
+                self.version = f"llama.cpp {LLAMACPP_BUILD} (specsweep refserver {REFSERVER_VERSION}, simulated)"
+                observed = LlamacppMetrics(cfg.num_steps if cfg.spec else None)
+            else:
+                self.version = vllm_version_string()
+                observed = VllmMetrics(self.model_name, profile=cfg.profile.name, spec=spec_name,
                                        version=self.version, num_steps=cfg.num_steps)
-            self.metrics = vllm_metrics
+            self.metrics = observed
             self.engine = Engine(cfg, metrics=None,
                                  decode_log_interval=options.decode_log_interval,
                                  spin_s=options.timer_spin_ms / 1e3, emit_log=self.emit_log,
-                                 gate_s=options.gate_ms / 1e3, observer=vllm_metrics.observe_step)
-            vllm_metrics.attach(self.engine.core)
+                                 gate_s=options.gate_ms / 1e3, observer=observed.observe_step)
+            observed.attach(self.engine.core)
         else:
             self.version = f"{SGLANG_VERSION} (specsweep refserver {REFSERVER_VERSION}, simulated)"
             sglang_metrics = ServerMetrics(
@@ -329,6 +340,29 @@ def _token_ids(value: Any, name: str) -> list[int]:
     return value
 
 
+class VocabError(ApiError):
+    """A token-ID prompt holds an ID the model does not have (answered in each server's words)."""
+
+
+def check_vocab(ids: list[int], vocab_size: int, surface: str) -> None:
+    """Reject ``ids`` holding an ID >= ``vocab_size`` as the real server of ``surface`` does.
+
+    SGLang (``TokenizerManager._validate_input_ids_in_vocab``): 400 ``The input_ids [...] contains
+    values greater than the vocab size (N).``; vLLM (``InputProcessor._validate_model_input``):
+    400 ``Token id X is out of vocabulary``; llama.cpp (``server_tokens::validate``): 400
+    ``Prompt contains invalid tokens``.
+    """
+    top = max(ids)
+    if top < vocab_size:
+        return
+    if surface == "vllm":
+        raise VocabError(400, f"Token id {top} is out of vocabulary", type_="BadRequestError")
+    if surface == "llamacpp":
+        raise VocabError(400, "Prompt contains invalid tokens", type_="invalid_request_error")
+    raise VocabError(400, f"The input_ids {ids} contains values greater than the vocab size "
+                     f"({vocab_size}).", type_="BadRequestError")
+
+
 @dataclass(slots=True)
 class _Gen:
     """A parsed generation request."""
@@ -402,7 +436,7 @@ class Handlers:
                          prompt_tokens=gen.prompt_tokens, max_new_tokens=gen.max_new_tokens,
                          output=output,
                          spec_draft_tokens=st.cfg.num_draft_tokens if st.cfg.spec else None,
-                         omit_usage=fault.omit_usage, **ctx_extra)
+                         omit_usage=fault.omit_usage, timings=st.llamacpp, **ctx_extra)
         fmt: SGLangFormat | CompletionFormat | ChatFormat
         if kind == "sglang":
             fmt = SGLangFormat(ctx)
@@ -485,6 +519,7 @@ class Handlers:
                 raise ApiError(400, "Batch requests (a list of prompts) are not supported by the "
                                "simulated server; send one prompt per request.", param="input_ids")
             ids = _token_ids(ids, "input_ids")
+            check_vocab(ids, self.state.profile.model.vocab_size, self.state.surface)
             n = len(ids)
             digest = prompt_digest(ids)
         sp = body.get("sampling_params")
@@ -519,6 +554,8 @@ class Handlers:
     def _check_model(self, body: dict[str, Any]) -> None:
         """404 for a model that is not served (SGLang also takes ``"default"``; vLLM does not)."""
         model = body.get("model")
+        if self.state.llamacpp:
+            return  # llama-server serves one model and ignores the name
         accepted = (self.state.model_name,) if self.state.vllm else (self.state.model_name,
                                                                       "default")
         if model is not None and model not in accepted:
@@ -556,6 +593,8 @@ class Handlers:
                                  "stream_options.continuous_usage_stats")
         if self.state.vllm:  # vLLM: include_continuous_usage = include_usage and continuous
             continuous = continuous and include_usage
+        if self.state.llamacpp:  # llama.cpp sends usage on the final chunk only
+            continuous = False
         extra = {"include_usage": include_usage, "continuous_usage": continuous}
         return gen, extra
 
@@ -581,11 +620,16 @@ class Handlers:
                     raise ApiError(400, "Several prompts in one request are not supported by the "
                                    "simulated server.", param="prompt")
                 ids = _token_ids(prompt, "prompt")
+                check_vocab(ids, self.state.profile.model.vocab_size, self.state.surface)
                 n, digest = len(ids), prompt_digest(ids)
             else:
                 raise ApiError(400, "prompt must be a string or a list of token IDs", param="prompt")
             gen, extra = self._openai_common(body, n, digest, 16, chat=False)
             return await self._run(request, gen, arrival, "completions", extra)
+        except VocabError as exc:
+            if self.state.llamacpp:
+                return llamacpp_error(exc.status, exc.message)
+            return error_response(exc.status, exc.message, type_=exc.type, param=exc.param)
         except ApiError as exc:
             return error_response(exc.status, exc.message, type_=exc.type, param=exc.param)
 
@@ -655,6 +699,21 @@ class Handlers:
             await asyncio.sleep(remaining)
         return web.Response(status=200)
 
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """``POST /tokenize`` (SGLang and vLLM): ``{"model"?, "prompt": text, "add_special_tokens"?}``
+        → ``{"tokens": [ids], "count": n, "max_model_len": context}``."""
+        try:
+            body = await _json_body(request)
+            self._check_model(body)
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise ApiError(400, "prompt must be a string", param="prompt")
+        except ApiError as exc:
+            return error_response(exc.status, exc.message, type_=exc.type, param=exc.param)
+        ids = tokenize_text(prompt, self.state.profile.model.vocab_size)
+        body_out = {"tokens": ids, "count": len(ids), "max_model_len": self.state.cfg.context_length}
+        return web.Response(body=orjson.dumps(body_out), content_type="application/json")
+
     async def ready(self, request: web.Request) -> web.Response:
         """``GET /ready``: answers at once."""
         return web.Response(status=200)
@@ -687,14 +746,27 @@ async def _vllm_headers(request: web.Request, response: web.StreamResponse) -> N
     response.headers["X-Simulated"] = "true"
 
 
+async def _llamacpp_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = LLAMACPP_SERVER_HEADER
+    response.headers["X-Simulated"] = "true"
+
+
 def build_app(state: ServerState) -> web.Application:
     """The aiohttp application of ``state.options.api_surface``; the engine starts and stops
     with it."""
     app = web.Application(middlewares=[_fastapi_errors], client_max_size=64 * 2**20)
     h = Handlers(state)
-    if state.vllm:
+    if state.llamacpp:
+        for prefix in ("/v1", ""):
+            app.router.add_post(f"{prefix}/completions", h.completions)
+            app.router.add_post(f"{prefix}/chat/completions", h.chat)
+        add_llamacpp_routes(app, state)
+        app.router.add_get("/metrics", h.metrics)
+        app.on_response_prepare.append(_llamacpp_headers)
+    elif state.vllm:
         app.router.add_post("/v1/completions", h.completions)
         app.router.add_post("/v1/chat/completions", h.chat)
+        app.router.add_post("/tokenize", h.tokenize)
         add_vllm_routes(app, state)
         app.router.add_get("/metrics", h.metrics)
         app.on_response_prepare.append(_vllm_headers)
@@ -712,6 +784,7 @@ def build_app(state: ServerState) -> web.Application:
             app.router.add_get(path, h.health)
         app.router.add_get("/ready", h.ready)
         app.router.add_get("/metrics", h.metrics)
+        app.router.add_post("/tokenize", h.tokenize)
         app.on_response_prepare.append(_headers)
 
     async def _start(app: web.Application) -> None:

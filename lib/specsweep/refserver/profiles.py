@@ -76,6 +76,11 @@ class ModelTerms(_Section):
     kv_read_bytes_per_token: float = Field(
         ge=0, description="bytes of KV cache read per context token per forward, all ranks"
     )
+    vocab_size: int = Field(
+        default=32000, ge=16,
+        description="token IDs the model has (0 .. vocab_size-1); prompt IDs at or above it are "
+                    "rejected with the simulated server's error for an out-of-vocabulary token",
+    )
     routing_hot_fraction: float = Field(
         default=0.5, gt=0, lt=1, description="share of experts that are 'hot' (routing skew)"
     )

@@ -66,6 +66,19 @@ class ReqContext:
     include_usage: bool = False
     continuous_usage: bool = False
     omit_usage: bool = False
+    #: llama.cpp: the final chunk carries ``timings`` (prompt_n, predicted_n, draft_n, draft_n_accepted)
+    timings: bool = False
+
+    def timings_bytes(self, req: SimRequest) -> bytes:
+        """``,"timings":{...}`` for llama.cpp's final chunk (empty otherwise or without counts)."""
+        if not self.timings or self.omit_usage:
+            return b""
+        drafts = (self.spec_draft_tokens - 1) if self.spec_draft_tokens else None
+        out: dict[str, Any] = {"cache_n": 0, "prompt_n": self.prompt_tokens, "predicted_n": req.generated}
+        if drafts and req.verify_ct > 0:
+            out["draft_n"] = req.verify_ct * drafts
+            out["draft_n_accepted"] = req.correct_drafts
+        return b',"timings":' + _dumps(out)
 
     def finish_kind(self, req: SimRequest) -> str:
         """``length`` when the request produced max_new_tokens, else ``stop`` (EOS)."""
@@ -173,12 +186,19 @@ class _OpenAIFormat:
             return b'"length"', b"null"
         return b'"stop"', str(EOS_TOKEN_ID).encode()
 
-    def _usage_chunk(self, n: int, *, chat: bool) -> bytes:
-        """The final usage chunk (``choices: []``) when the client asked for usage."""
+    def _usage_chunk(self, n: int, *, chat: bool, req: SimRequest | None = None) -> bytes:
+        """The final usage chunk (``choices: []``) when the client asked for usage (with llama.cpp's
+        ``timings`` when ``req`` is given and the surface sends them)."""
         ctx = self.ctx
         if ctx.include_usage and not ctx.omit_usage:
-            return self._head + b'],"usage":' + _dumps(self._usage(n, chat=chat)) + b"}\n\n"
+            tail = ctx.timings_bytes(req) if req is not None else b""
+            return self._head + b'],"usage":' + _dumps(self._usage(n, chat=chat)) + tail + b"}\n\n"
         return b""
+
+    def _last_timings(self, req: SimRequest) -> bytes:
+        """llama.cpp's ``timings`` on the last content chunk when no usage chunk follows."""
+        ctx = self.ctx
+        return b"" if ctx.include_usage else ctx.timings_bytes(req)
 
 
 def _chunk_prefix(ctx: ReqContext, obj: str) -> bytes:
@@ -207,8 +227,8 @@ class CompletionFormat(_OpenAIFormat):
         """Last content chunk (with finish_reason), optional usage chunk, ``[DONE]``."""
         fin, matched = self._finish_bytes(req)
         last = b"".join((self._head, self._choice(self.ctx.output.text_slice(a, b), fin, matched),
-                         b'],"usage":', self._usage_field(b), b"}\n\n"))
-        return last + self._usage_chunk(b, chat=False) + DONE
+                         b'],"usage":', self._usage_field(b), self._last_timings(req), b"}\n\n"))
+        return last + self._usage_chunk(b, chat=False, req=req) + DONE
 
     def full_response(self, req: SimRequest) -> bytes:
         """Non-streaming body."""
@@ -256,10 +276,10 @@ class ChatFormat(_OpenAIFormat):
         """Last content chunk (with finish_reason), optional usage chunk, ``[DONE]``."""
         fin, matched = self._finish_bytes(req)
         last = b"".join((self._head, self._choice(self.ctx.output.text_slice(a, b), fin, matched),
-                         b'],"usage":', self._usage_field(b), b"}\n\n"))
+                         b'],"usage":', self._usage_field(b), self._last_timings(req), b"}\n\n"))
         if a == 0:
             last = self._role_chunk() + last
-        return last + self._usage_chunk(b, chat=True) + DONE
+        return last + self._usage_chunk(b, chat=True, req=req) + DONE
 
     def full_response(self, req: SimRequest) -> bytes:
         """Non-streaming body."""

@@ -42,6 +42,7 @@ __all__ = [
     "prompt_digest",
     "render_output",
     "text_prompt_tokens",
+    "tokenize_text",
 ]
 
 CHAT_MESSAGE_OVERHEAD = 4
@@ -190,3 +191,25 @@ def render_output(digest: int, n: int, nonce: int = 0) -> RenderedOutput:
     step = _ID_WIDTH + 1
     ids_end = [0, *range(_ID_WIDTH, step * n, step)]
     return RenderedOutput(n, idx, text, text_end, ids, ids_end)
+
+
+_WORD_INDEX: dict[str, int] = {w: i for i, w in enumerate(VOCAB)}
+
+
+def tokenize_text(text: str, vocab_size: int) -> list[int]:
+    """Token IDs of ``text`` under the simulated tokenizer: one per whitespace-separated word.
+
+    A word of the output vocabulary maps to ``VOCAB_ID_OFFSET + its index``, any other word to a
+    stable hash; both are taken modulo ``vocab_size`` so every ID is one the model has. The count
+    equals :func:`text_prompt_tokens` and, for generated text, the number of output tokens.
+    """
+    out = []
+    for word in text.split():
+        idx = _WORD_INDEX.get(word)
+        if idx is None:
+            tid = int.from_bytes(hashlib.blake2b(word.encode("utf-8", "surrogatepass"),
+                                                 digest_size=4).digest(), "little")
+        else:
+            tid = VOCAB_ID_OFFSET + idx
+        out.append(tid % vocab_size)
+    return out

@@ -1,0 +1,188 @@
+"""Probe: llama.cpp detected as its own flavour, its settings and vocabulary recorded, its metrics
+read — from recorded llama-server bodies served over a real socket, and against the reference
+server's llamacpp surface; /tokenize counting on every surface."""
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from specsweep.probe import (TokenCounter, acceptance_from_counters, counters, gauges, llamacpp_settings,
+                             parse_metrics, probe, spec_level_figures)
+from specsweep.records import RequestRecord
+from specsweep.refserver.launch import RefServer
+
+FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
+
+
+def _fixture_server(routes: dict[str, tuple[int, str, bytes]]) -> tuple[ThreadingHTTPServer, str]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            status, ctype, body = routes.get(self.path, (404, "application/json", b'{"error": "not found"}'))
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+
+
+@pytest.fixture
+def recorded_llamacpp() -> Iterator[str]:
+    """A socket answering with the recorded llama-server bodies of tests/fixtures/llamacpp."""
+    js = "application/json; charset=utf-8"
+    srv, url = _fixture_server({
+        "/props": (200, js, (FIXTURES / "props.json").read_bytes()),
+        "/slots": (200, js, (FIXTURES / "slots.json").read_bytes()),
+        "/v1/models": (200, js, (FIXTURES / "models.json").read_bytes()),
+        "/health": (200, js, b'{"status":"ok"}'),
+        "/metrics": (200, "text/plain; version=0.0.4", (FIXTURES / "metrics.txt").read_bytes()),
+    })
+    yield url
+    srv.shutdown()
+
+
+def test_recorded_llamacpp_is_its_own_flavour_with_its_settings(recorded_llamacpp: str) -> None:
+    info = probe(recorded_llamacpp)
+    assert info.server == "llamacpp" and info.flavour == "openai-completions"
+    assert info.flavours == ["openai-completions", "openai-chat"]
+    assert info.model == "tiny-stories" and info.metrics is True and info.simulated is False
+    assert info.vocab_size == 1403 and info.vocab_source == "/v1/models meta.n_vocab"
+    snap = info.snapshot()
+    assert snap["name"] == "llamacpp" and snap["version"] == "b6500-3f4e2c1"
+    assert snap["parallel_slots"] == snap["max_running_requests"] == 4
+    assert snap["context_length"] == 8192
+    assert (snap["draft_max"], snap["draft_min"], snap["draft_p_min"]) == (16, 0, 0.75)
+    assert snap["speculative_algorithm"] == "draft"  # /slots says the slots speculate
+    assert snap["vocab_size"] == 1403
+    assert snap["server_info"]["model_path"] == "/models/tiny-stories-1403.gguf"
+    assert "chat_template" not in snap["server_info"]  # trimmed to what is needed
+
+
+def test_llamacpp_settings_without_slots_endpoint() -> None:
+    props = json.loads((FIXTURES / "props.json").read_text())
+    out = llamacpp_settings(props, None)  # --no-slots: whether it speculates is unknown
+    assert "speculative_algorithm" not in out and out["draft_max"] == 16
+    no_spec = [{"id": 0, "speculative": False}]
+    assert llamacpp_settings(props, no_spec)["speculative_algorithm"] is None
+    # newer builds say the speculative types in /props instead of the draft limits
+    params = props["default_generation_settings"]["params"]
+    speculating = [{"id": 0, "n_ctx": 2048, "speculative": True, "is_processing": False}]  # a real b1-0c1e570 /slots
+    for types, slots, algo in (("ngram-mod", None, "ngram-mod"), ("ngram-mod", speculating, "ngram-mod"),
+                               ("none", speculating, "draft"), ("none", no_spec, None)):
+        newer = {**props, "default_generation_settings": {"n_ctx": 2048, "params": {
+            k: v for k, v in {**params, "speculative.types": types}.items() if not k.startswith("speculative.n_")}}}
+        out = llamacpp_settings(newer, slots)
+        assert out["speculative_types"] == types and out["speculative_algorithm"] == algo and "draft_max" not in out
+    # a real llama-server with --spec-type draft-simple says "none" in /props: without /slots, unknown
+    newer = {**props, "default_generation_settings": {"n_ctx": 2048, "params": {"speculative.types": "none"}}}
+    assert "speculative_algorithm" not in llamacpp_settings(newer, None)
+    assert llamacpp_settings({"total_slots": "x"}, None) == {"total_slots": "x"}  # odd bodies: no crash
+
+
+def test_recorded_llamacpp_metrics() -> None:
+    samples = parse_metrics((FIXTURES / "metrics.txt").read_text())
+    assert gauges(samples, "llamacpp") == {"running_requests": 3.0, "queued_requests": 2.0}
+    c = counters(samples, "llamacpp")
+    assert c["generation_tokens"] == 888 and c["prompt_tokens"] == 4242 and c["decode_calls"] == 111
+    assert (c["spec_drafts"], c["spec_draft_tokens"], c["spec_accepted_tokens"]) == (150, 600, 450)
+    assert [c[f"spec_accepted_pos_{i}"] for i in range(4)] == [140, 120, 100, 90]
+    zero = {k: 0.0 for k in c}
+    assert acceptance_from_counters(zero, c, "llamacpp") == pytest.approx(4.0)
+    fig = spec_level_figures(zero, c)
+    assert fig["spec_draft_acceptance_rate"] == pytest.approx(0.75)
+    assert [fig[f"spec_accept_rate_pos_{i}"] for i in range(4)] == pytest.approx([140 / 150, 0.8, 100 / 150, 0.6])
+    # 1 + Σ per-position rates is the acceptance length
+    assert 1 + sum(fig[f"spec_accept_rate_pos_{i}"] for i in range(4)) == pytest.approx(4.0)
+    assert spec_level_figures(c, c) == {}  # no movement, nothing claimed
+
+
+def test_reference_llamacpp_surface_probes_like_the_recording(
+        refserver_factory: Callable[..., RefServer]) -> None:
+    srv = refserver_factory("mtp", ["--api-surface", "llamacpp", "--set", "model.vocab_size=1403",
+                                    "--max-running-requests", "4"])
+    info = probe(srv.url)
+    assert info.server == "llamacpp" and info.simulated is True and info.vocab_size == 1403
+    snap = info.snapshot()
+    assert snap["parallel_slots"] == 4 and snap["speculative_algorithm"] == "draft"
+    assert snap["draft_max"] == 3 and snap["context_length"] == 32768
+    base = refserver_factory("off", ["--api-surface", "llamacpp"])
+    assert probe(base.url).snapshot()["speculative_algorithm"] is None
+
+
+@pytest.mark.parametrize("surface", ["sglang", "vllm", "llamacpp"])
+def test_token_counter_uses_each_servers_tokenize(refserver_factory: Callable[..., RefServer], surface: str) -> None:
+    srv = refserver_factory("off", ["--api-surface", surface])
+    info = probe(srv.url)
+    counter = TokenCounter(info.base_url, info.server, info.model)
+    try:
+        assert counter.count(" tas vir sel") == 3
+        recs = [RequestRecord(0.0, 1.0, output_tokens=1, token_source="chunks", output_text=" a b c d"),
+                RequestRecord(0.0, 1.0, output_tokens=7, token_source="usage")]
+        assert counter.recount(recs) == 1
+        assert (recs[0].output_tokens, recs[0].token_source) == (4, "tokenize")
+        assert (recs[1].output_tokens, recs[1].token_source) == (7, "usage")
+    finally:
+        counter.close()
+
+
+def test_token_counter_without_tokenize_gives_up_once(recorded_llamacpp: str) -> None:
+    counter = TokenCounter(recorded_llamacpp, "llamacpp", None)  # the recording has no /tokenize
+    rec = RequestRecord(0.0, 1.0, output_tokens=2, token_source="chunks", output_text=" a b c")
+    assert counter.recount([rec]) == 0 and rec.token_source == "chunks" and rec.output_tokens == 2
+    assert counter.available is False and "/tokenize" in (counter.why or "")
+    counter.close()
+
+
+REAL = FIXTURES / "real-b1-0c1e570"
+
+
+@pytest.fixture
+def real_llamacpp() -> Iterator[str]:
+    """A socket answering with bodies recorded from a real llama-server (see its README)."""
+    js = "application/json; charset=utf-8"
+    srv, url = _fixture_server({
+        "/props": (200, js, (REAL / "props.json").read_bytes()),
+        "/slots": (200, js, (REAL / "slots.json").read_bytes()),
+        "/v1/models": (200, js, (REAL / "models.json").read_bytes()),
+        "/metrics": (200, "text/plain; version=0.0.4", (REAL / "metrics.txt").read_bytes()),
+    })
+    yield url
+    srv.shutdown()
+
+
+def test_real_llama_server_recording(real_llamacpp: str) -> None:
+    from specsweep.client import RawExchange, error_message_from_body, parse_exchange
+    from specsweep.workload import explain_rejection, random_ids
+
+    info = probe(real_llamacpp)
+    snap = info.snapshot()
+    assert info.server == "llamacpp" and info.vocab_size == 1403 and snap["version"] == "b1-0c1e570"
+    assert snap["parallel_slots"] == 2 and snap["context_length"] == 2048
+    # /props says speculative.types "none" although the server drafts; /slots says it does
+    assert snap["speculative_types"] == "none" and snap["speculative_algorithm"] == "draft"
+    c = counters(parse_metrics((REAL / "metrics.txt").read_text()), "llamacpp")
+    assert (c["spec_drafts"], c["spec_draft_tokens"], c["spec_accepted_tokens"]) == (22, 82, 0)
+    assert acceptance_from_counters({k: 0.0 for k in c}, c, "llamacpp") == 1.0
+    # the streamed response: usage and timings on the last content chunk
+    raw = (REAL / "completions-stream.txt").read_bytes()
+    rec = parse_exchange("openai-completions", RawExchange(t_sent=0.0, t_end=1.0, http_status=200,
+                                                           content_type="text/event-stream", reads=[raw], times=[0.5]))
+    assert rec.error is None and rec.output_tokens == 24 and rec.token_source == "usage"
+    assert rec.server["spec_draft_tokens"] == 82 and rec.server["spec_accepted_tokens"] == 0
+    assert rec.server["spec_accept_length"] == 1.0
+    # the rejection of out-of-vocabulary IDs, and the cause named
+    msg = "HTTP 400: " + error_message_from_body((REAL / "out-of-vocab.json").read_bytes())
+    assert msg == "HTTP 400: Prompt contains invalid tokens"
+    assert "vocabulary is probably smaller (it has 1,403)" in explain_rejection(msg, random_ids(8, 8), "sglang", 1403)
+    assert len(json.loads((REAL / "tokenize.json").read_text())["tokens"]) == 9
