@@ -37,17 +37,19 @@ def _fixture_server(routes: dict[str, tuple[int, str, bytes]]) -> tuple[Threadin
     return srv, f"http://127.0.0.1:{srv.server_address[1]}"
 
 
+def _serve_recording(folder: Path) -> tuple[ThreadingHTTPServer, str]:
+    """A socket answering GET /props, /slots, /v1/models and /metrics with a folder's recorded bodies."""
+    js = "application/json; charset=utf-8"
+    routes = {f"/{name}": (200, js, (folder / f"{name}.json").read_bytes()) for name in ("props", "slots")}
+    routes["/v1/models"] = (200, js, (folder / "models.json").read_bytes())
+    routes["/metrics"] = (200, "text/plain; version=0.0.4", (folder / "metrics.txt").read_bytes())
+    return _fixture_server(routes)
+
+
 @pytest.fixture
 def recorded_llamacpp() -> Iterator[str]:
-    """A socket answering with the recorded llama-server bodies of tests/fixtures/llamacpp."""
-    js = "application/json; charset=utf-8"
-    srv, url = _fixture_server({
-        "/props": (200, js, (FIXTURES / "props.json").read_bytes()),
-        "/slots": (200, js, (FIXTURES / "slots.json").read_bytes()),
-        "/v1/models": (200, js, (FIXTURES / "models.json").read_bytes()),
-        "/health": (200, js, b'{"status":"ok"}'),
-        "/metrics": (200, "text/plain; version=0.0.4", (FIXTURES / "metrics.txt").read_bytes()),
-    })
+    """A socket answering with the llama-server bodies written for the tests (tests/fixtures/llamacpp)."""
+    srv, url = _serve_recording(FIXTURES)
     yield url
     srv.shutdown()
 
@@ -150,13 +152,7 @@ REAL = FIXTURES / "real-b1-0c1e570"
 @pytest.fixture
 def real_llamacpp() -> Iterator[str]:
     """A socket answering with bodies recorded from a real llama-server (see its README)."""
-    js = "application/json; charset=utf-8"
-    srv, url = _fixture_server({
-        "/props": (200, js, (REAL / "props.json").read_bytes()),
-        "/slots": (200, js, (REAL / "slots.json").read_bytes()),
-        "/v1/models": (200, js, (REAL / "models.json").read_bytes()),
-        "/metrics": (200, "text/plain; version=0.0.4", (REAL / "metrics.txt").read_bytes()),
-    })
+    srv, url = _serve_recording(REAL)
     yield url
     srv.shutdown()
 

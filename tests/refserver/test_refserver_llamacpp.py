@@ -83,10 +83,10 @@ def test_llamacpp_stream_has_final_timings_that_match_the_metrics(refserver_fact
                                              "stream": True, "stream_options": {"include_usage": True,
                                                                                 "continuous_usage_stats": True}})
     assert s.status == 200 and s.done
-    content = [c for c in s.chunks if c["choices"]]
+    *content, final = s.chunks
     assert all(c["usage"] is None for c in content)  # llama.cpp: no per-chunk usage
-    final = s.chunks[-1]
-    assert final["choices"] == [] and final["usage"]["completion_tokens"] == 60
+    # /v1/completions: usage and timings on the finishing chunk (as a real llama-server does)
+    assert final["choices"][0]["finish_reason"] == "length" and final["usage"]["completion_tokens"] == 60
     t = final["timings"]
     assert t["predicted_n"] == 60 and t["prompt_n"] == 3
     assert 0 <= t["draft_n_accepted"] <= t["draft_n"] and t["draft_n"] % 3 == 0
@@ -102,7 +102,11 @@ def test_llamacpp_stream_has_final_timings_that_match_the_metrics(refserver_fact
     per_pos = [v for n, labels, v in samples if n.endswith("per_pos_total")]
     assert len(per_pos) == 3 and sum(per_pos) == after["llamacpp:spec_decode_num_accepted_tokens_total"]
     assert "llamacpp:requests_processing" in after and "llamacpp:requests_deferred" in after
-    # without include_usage the timings ride on the last content chunk
+    # chat: a choices-less usage chunk carries the timings; without include_usage the last content chunk does
+    s = stream(srv.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+                                                  "ignore_eos": True, "stream": True,
+                                                  "stream_options": {"include_usage": True}})
+    assert s.chunks[-1]["choices"] == [] and s.chunks[-1]["timings"]["predicted_n"] == 8
     s = stream(srv.url + "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
                                                   "ignore_eos": True, "stream": True})
     assert s.chunks[-1]["choices"][0]["finish_reason"] == "length" and s.chunks[-1]["timings"]["predicted_n"] == 8

@@ -24,8 +24,10 @@ Shapes follow llama.cpp's ``tools/server`` (``server-context.cpp``, ``server-tas
   ``requests_processing``, ``requests_deferred``.
 * Streaming OpenAI responses carry no per-chunk usage (llama.cpp has no
   ``continuous_usage_stats``); the final chunk carries ``timings`` with ``prompt_n``,
-  ``predicted_n`` and, with speculation, ``draft_n`` / ``draft_n_accepted`` (with
-  ``include_usage`` it is the ``choices: []`` usage chunk; otherwise the last content chunk).
+  ``predicted_n`` and, with speculation, ``draft_n`` / ``draft_n_accepted`` (left out when the
+  request drafted nothing). With ``include_usage``, ``/v1/completions`` puts usage and timings on
+  the finishing chunk and chat on a ``choices: []`` usage chunk (as recorded from build
+  b1-0c1e570 and read in ``server-task.cpp``); without it, timings ride on the last content chunk.
 * A token-ID prompt holding an ID at or above ``n_vocab`` is a 400
   ``{"error": {"code": 400, "message": "Prompt contains invalid tokens", "type":
   "invalid_request_error"}}``.

@@ -226,7 +226,12 @@ class CompletionFormat(_OpenAIFormat):
     def final(self, a: int, b: int, req: SimRequest) -> bytes:
         """Last content chunk (with finish_reason), optional usage chunk, ``[DONE]``."""
         fin, matched = self._finish_bytes(req)
-        last = b"".join((self._head, self._choice(self.ctx.output.text_slice(a, b), fin, matched),
+        ctx = self.ctx
+        if ctx.timings and ctx.include_usage and not ctx.omit_usage:
+            # llama.cpp's /v1/completions: usage and timings ride on the finishing chunk itself
+            return b"".join((self._head, self._choice(ctx.output.text_slice(a, b), fin, matched), b'],"usage":',
+                             _dumps(self._usage(b, chat=False)), ctx.timings_bytes(req), b"}\n\n", DONE))
+        last = b"".join((self._head, self._choice(ctx.output.text_slice(a, b), fin, matched),
                          b'],"usage":', self._usage_field(b), self._last_timings(req), b"}\n\n"))
         return last + self._usage_chunk(b, chat=False, req=req) + DONE
 
