@@ -441,13 +441,14 @@ def read_records(path: str | os.PathLike[str], format: str = "auto", **kwargs: A
 
 
 def load_hf(dataset_id: str, split: str = "train", format: str = "auto", *, name: str | None = None,
-            revision: str | None = None, limit: int | None = None,
+            revision: str | None = None, limit: int | None = None, cache_dir: str | None = None,
             count_tokens: Callable[[str], int] | None = None, category: str | None = None,
             skip_invalid: bool = False) -> Dataset:
     """Read a Hugging Face dataset (needs the optional extra: ``pip install -e '.[datasets]'``).
 
     ``dataset_id``: a Hub id (``likaixin/InstructCoder``) or a local dataset folder; ``name`` its
-    configuration (SPEED-Bench: ``qualitative``); ``limit``: the first rows only. Works offline
+    configuration (SPEED-Bench: ``qualitative``); ``limit``: the first rows only; ``cache_dir``:
+    the library's cache folder (default its own, ``~/.cache/huggingface``). Works offline
     from the Hugging Face cache (``HF_HUB_OFFLINE=1``). Errors name ``hf:<id>:<split>`` and the
     row (counted from 1).
     """
@@ -460,7 +461,7 @@ def load_hf(dataset_id: str, split: str = "train", format: str = "auto", *, name
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise DatasetError(f"limit must be a whole number of rows >= 1, got {limit!r}")
     try:
-        ds = datasets.load_dataset(dataset_id, name, split=split, revision=revision)
+        ds = datasets.load_dataset(dataset_id, name, split=split, revision=revision, cache_dir=cache_dir)
     except Exception as exc:  # the library raises many kinds; say which dataset and what to check
         raise DatasetError(f"hf:{dataset_id}:{split}: could not load ({type(exc).__name__}: {exc}); check the "
                            "id, the configuration name= and split=, and network access or the local cache") from exc
