@@ -53,7 +53,7 @@ def test_sharegpt_invalid_records_name_file_and_line_or_are_skipped() -> None:
         ds.load(path)
     d = ds.load(path, skip_invalid=True)
     assert [r.prompt for r in d.records] == ["Is water wet?"]
-    assert len(d.skipped) == 2 and "sharegpt_bad.json:17 (record 3)" in d.skipped[1]
+    assert len(d.skipped) == 2 and "sharegpt_bad.json:16 (record 3)" in d.skipped[1]
     assert "'conversations' must be a non-empty list" in d.skipped[1]
     assert d.describe()["skipped"] == 2
 
