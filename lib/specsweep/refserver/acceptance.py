@@ -48,6 +48,8 @@ import math
 import random
 import re
 
+from .model import AcceptanceModel
+
 __all__ = [
     "CATEGORY_SHIFT",
     "P_MAX",
@@ -91,20 +93,11 @@ def repetitiveness(text: str, n: int = 3) -> float:
 
 
 def _expected_length(p: float, k: int) -> float:
-    return sum(p ** i for i in range(k + 1))
+    return AcceptanceModel.expected_length(p, k)
 
 
 def _solve_p(k: int, mean: float) -> float:
-    if mean >= k + 1:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(80):
-        mid = (lo + hi) / 2
-        if _expected_length(mid, k) < mean:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+    return AcceptanceModel.solve_p(k, mean)
 
 
 def _check(base_mean: float, k: int) -> None:
