@@ -292,3 +292,34 @@ def test_category_metrics_single_category_is_the_level() -> None:
     assert out["spec_accept_length"].iloc[0] == pytest.approx(26 / 13)
     no_verify = frame.drop(columns=["spec_verify_ct"])
     assert math.isnan(ds.category_metrics(no_verify)["spec_accept_length"].iloc[0])
+
+
+def test_load_spec_names_every_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    full = ds.load_spec("builtin")
+    assert full.records == ds.builtin_prompts() and full.digest and full.digest.startswith("sha256:")
+    some = ds.load_spec("builtin:code-edit, math")
+    assert set(some.categories()) == {"code-edit", "math"} and some.source == "builtin:code-edit,math"
+    assert ds.load_spec(f"sharegpt:{FIX / 'sharegpt.jsonl'}").format == "sharegpt"
+    assert ds.load_spec(f"spec-bench:{FIX / 'spec_bench.jsonl'}").format == "turns"
+    assert ds.load_spec(str(FIX / "instructcoder.jsonl")).format == "instructcoder"
+    with pytest.raises(DatasetError, match=r"mt_bench\.jsonl:1: 'instruction' must be non-empty text"):
+        ds.load_spec(f"instructcoder:{FIX / 'mt_bench.jsonl'}")
+    with pytest.raises(DatasetError, match=r"hf:<dataset id>\[:<split>\[:<config>\]\]"):
+        ds.load_spec("hf:a:b:c:d")
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    with pytest.raises(DatasetError, match=r"'nvidia/SPEED-Bench' needs the optional 'datasets' package"):
+        ds.load_spec("hf:nvidia/SPEED-Bench:test:qualitative")
+    with pytest.raises(DatasetError, match=r"workload '': give 'builtin'"):
+        ds.load_spec("")
+
+
+def test_category_metrics_groups_by_arm_concurrency_and_repeat() -> None:
+    one = _two_category_level()
+    other = one.copy()
+    other["arm"], other["repeat"] = "baseline", 1
+    recs = [PromptRecord("def f(): pass", "code-edit"), PromptRecord("A poem", "creative-writing")]
+    out = ds.category_metrics(ds.with_category(pd.concat([one, other], ignore_index=True), recs))
+    keys = list(zip(out["arm"], out["repeat"], out["category"]))
+    assert keys == [("baseline", 1, "code-edit"), ("baseline", 1, "creative-writing"),
+                    ("mtp", 0, "code-edit"), ("mtp", 0, "creative-writing")]
+    assert out["n_requests"].tolist() == [2.0] * 4

@@ -63,7 +63,9 @@ __all__ = [
     "detect_format",
     "estimate_tokens",
     "load",
+    "load_builtin",
     "load_hf",
+    "load_spec",
     "read_records",
     "records_from_rows",
     "with_category",
@@ -504,6 +506,48 @@ def builtin_prompts(categories: Sequence[str] | None = None) -> list[PromptRecor
         raise DatasetError(f"built-in prompt set has no category {', '.join(map(repr, unknown))}; it has "
                            f"{', '.join(sorted(known))}")
     return [r for r in records if r.category in set(categories)]
+
+
+def load_builtin(categories: Sequence[str] | None = None) -> Dataset:
+    """The built-in prompt set as a :class:`Dataset` (digest of the shipped file)."""
+    path = builtin_path()
+    records = builtin_prompts(categories)
+    label = "builtin" + (":" + ",".join(categories) if categories else "")
+    return Dataset(records, "prompts", label, "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest())
+
+
+def load_spec(spec: str, **kwargs: Any) -> Dataset:
+    """A prompt set named by one string (a ``workload`` value):
+
+    - ``builtin`` or ``builtin:code-edit,math``: the built-in set, or some of its categories;
+    - ``hf:<dataset id>[:<split>[:<config>]]``: a Hugging Face dataset (split ``train`` unless
+      given), e.g. ``hf:nvidia/SPEED-Bench:test:qualitative`` (needs the ``datasets`` extra);
+    - ``<format>:<path>``: a local file read as that format, e.g. ``sharegpt:chats.json``;
+    - ``<path>``: a local file, format detected.
+
+    ``kwargs`` go to :func:`load` / :func:`load_hf` (``count_tokens``, ``category``,
+    ``skip_invalid``; ``limit`` for ``hf:``).
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise DatasetError(f"workload {spec!r}: give 'builtin', 'hf:<id>[:<split>[:<config>]]', "
+                           "'<format>:<path>' or the path of a prompt file")
+    spec = spec.strip()
+    if spec == "builtin" or spec.startswith("builtin:"):
+        cats = [c.strip() for c in spec[len("builtin:"):].split(",") if c.strip()] if ":" in spec else None
+        return load_builtin(cats or None)
+    if spec.startswith("hf:"):
+        parts = spec[3:].split(":")
+        if not parts[0] or len(parts) > 3:
+            raise DatasetError(f"workload {spec!r}: write hf:<dataset id>[:<split>[:<config>]], e.g. "
+                               "hf:nvidia/SPEED-Bench:test:qualitative")
+        split = parts[1] if len(parts) > 1 and parts[1] else "train"
+        return load_hf(parts[0], split, kwargs.pop("format", "auto"), name=parts[2] if len(parts) > 2 else None,
+                       **kwargs)
+    head, sep, rest = spec.partition(":")
+    kwargs.pop("limit", None)
+    if sep and rest and (head.lower() in FORMATS or head.lower() in _ALIASES):
+        return load(rest, head, **kwargs)
+    return load(spec, kwargs.pop("format", "auto"), **kwargs)
 
 
 # ---------------------------------------------------------------------------------- categories
