@@ -44,6 +44,8 @@ def test_sharegpt_jsonl_user_assistant_roles_and_a_real_tokenizer() -> None:
     recs = ds.read_records(FIX / "sharegpt.jsonl", count_tokens=lambda text: len(text.split()))
     assert [r.prompt for r in recs] == ["Give me a word that rhymes with moon.", "Count from one to five."]
     assert [r.reference_output_tokens for r in recs] == [1, 5]  # the given counter, not the estimate
+    assert ds.load(FIX / "sharegpt.jsonl", count_tokens=len).reference_counter == "count_tokens"
+    assert ds.load(FIX / "mt_bench.jsonl").reference_counter == "none"
     assert [r.source.rsplit(":", 1)[1] for r in recs] == ["1", "3"]  # blank line 2 skipped, lines kept
 
 
@@ -55,7 +57,10 @@ def test_sharegpt_invalid_records_name_file_and_line_or_are_skipped() -> None:
     assert [r.prompt for r in d.records] == ["Is water wet?"]
     assert len(d.skipped) == 2 and "sharegpt_bad.json:16 (record 3)" in d.skipped[1]
     assert "'conversations' must be a non-empty list" in d.skipped[1]
-    assert d.describe()["skipped"] == 2
+    desc = d.describe()
+    assert desc["skipped"] == 2 and desc["with_reference_output_tokens"] == 1
+    assert desc["reference_counter"] == "estimate" and desc["categories"] == {"all": 1}
+    assert json.loads(json.dumps(desc)) == desc
 
 
 @pytest.mark.parametrize("name, categories", [
@@ -151,6 +156,13 @@ def test_explicit_format_validates_every_record(tmp_path: Path) -> None:
     latin.write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
     with pytest.raises(DatasetError, match=r"latin\.jsonl:2: not UTF-8"):
         ds.load(latin)
+    as_json = tmp_path / "lines.json"
+    as_json.write_bytes((FIX / "sharegpt.jsonl").read_bytes())
+    assert ds.load(as_json).records[1].source == f"{as_json}:3"  # JSON Lines under .json
+    scalar = tmp_path / "scalar.json"
+    scalar.write_text('\n"just text"\n')
+    with pytest.raises(DatasetError, match=r"scalar\.json:2: a \.json prompt set must be one JSON array"):
+        ds.load(scalar)
     with pytest.raises(DatasetError, match=r"unknown file type '\.csv'"):
         (tmp_path / "p.csv").write_text("prompt\nx\n")
         ds.load(tmp_path / "p.csv")

@@ -27,7 +27,8 @@ Formats (``format=`` names; ``"auto"`` detects from the first record's keys):
 ==================  ==========================================================================
 
 Files: ``.jsonl`` (one record a line; errors name the 1-based line), ``.json`` (one JSON array;
-errors name the record, counted from 1, and the line it starts on), ``.parquet`` (errors name
+errors name the record, counted from 1, and the line it starts on; a ``.json`` file that starts
+with ``{`` is read as JSON Lines), ``.parquet`` (errors name
 the row, counted from 1), ``.txt`` (``prompts`` only). Blank lines in JSON Lines are skipped.
 
 Reference output lengths are estimates where the format gives text, not a count: by default
@@ -120,6 +121,9 @@ class Dataset:
     source: str
     digest: str | None = None
     skipped: list[str] = field(default_factory=list)
+    #: how reference lengths were obtained: "given" (the file's own counts), "estimate" (about
+    #: 4 characters per token), "count_tokens" (the caller's counter) or "none"
+    reference_counter: str = "none"
 
     def categories(self) -> dict[str, int]:
         """Prompts per category, in first-seen order."""
@@ -133,7 +137,8 @@ class Dataset:
         refs = [r.reference_output_tokens for r in self.records if r.reference_output_tokens is not None]
         return {"format": self.format, "source": self.source, "dataset_digest": self.digest,
                 "prompts": len(self.records), "categories": self.categories(),
-                "reference_output_tokens": len(refs), "skipped": len(self.skipped)}
+                "with_reference_output_tokens": len(refs), "reference_counter": self.reference_counter,
+                "skipped": len(self.skipped)}
 
 
 def estimate_tokens(text: str) -> int:
@@ -355,7 +360,7 @@ def _json_array_rows(path: Path, text: str) -> Iterator[tuple[str, Any]]:
         i += 1
     if i >= n or text[i] != "[":
         raise DatasetError(f"{path}:{text.count(chr(10), 0, i) + 1}: a .json prompt set must be one JSON array "
-                           "of records; use .jsonl for one record a line")
+                           "of records (or JSON Lines: one object a line)")
     i += 1
     line, last = 1, 0
     k = 0
@@ -391,6 +396,14 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
         yield f"{path} (row {n})", {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()}
 
 
+def _reference_counter(fmt: str, records: list[PromptRecord], count_tokens: Callable[[str], int] | None) -> str:
+    if not any(r.reference_output_tokens is not None for r in records):
+        return "none"
+    if fmt == "prompts":
+        return "given"
+    return "count_tokens" if count_tokens is not None else "estimate"
+
+
 def load(path: str | os.PathLike[str], format: str = "auto", *, count_tokens: Callable[[str], int] | None = None,
          category: str | None = None, skip_invalid: bool = False) -> Dataset:
     """Read a prompt set from a local file (``.jsonl``, ``.json``, ``.parquet`` or ``.txt``).
@@ -423,7 +436,8 @@ def load(path: str | os.PathLike[str], format: str = "auto", *, count_tokens: Ca
                                    f"{format!r}; save the records as .jsonl")
             rows = ((f"{p}:{n}", line) for n, line in enumerate(text.splitlines(), 1) if line.strip())
         elif suffix == ".json":
-            rows = _json_array_rows(p, text)
+            # a .json file is usually one array; some sets ship JSON Lines under .json
+            rows = _jsonl_rows(p, text) if text.lstrip().startswith("{") else _json_array_rows(p, text)
         elif suffix == ".jsonl":
             rows = _jsonl_rows(p, text)
         else:
@@ -434,7 +448,8 @@ def load(path: str | os.PathLike[str], format: str = "auto", *, count_tokens: Ca
     if not records:
         why = f" ({len(skipped)} skipped as invalid; first: {skipped[0]})" if skipped else ""
         raise DatasetError(f"{p}: has no prompts{why}")
-    return Dataset(records, fmt, str(p.resolve()), digest, skipped)
+    return Dataset(records, fmt, str(p.resolve()), digest, skipped,
+                   _reference_counter(fmt, records, count_tokens))
 
 
 def read_records(path: str | os.PathLike[str], format: str = "auto", **kwargs: Any) -> list[PromptRecord]:
@@ -480,7 +495,8 @@ def load_hf(dataset_id: str, split: str = "train", format: str = "auto", *, name
     if not records:
         raise DatasetError(f"{label}: has no prompts")
     fingerprint = getattr(ds, "_fingerprint", None)
-    return Dataset(records, fmt, label, f"hf-fingerprint:{fingerprint}" if fingerprint else None, skipped)
+    return Dataset(records, fmt, label, f"hf-fingerprint:{fingerprint}" if fingerprint else None, skipped,
+                   _reference_counter(fmt, records, count_tokens))
 
 
 # ----------------------------------------------------------------------------------- built-in set
@@ -513,7 +529,8 @@ def load_builtin(categories: Sequence[str] | None = None) -> Dataset:
     path = builtin_path()
     records = builtin_prompts(categories)
     label = "builtin" + (":" + ",".join(categories) if categories else "")
-    return Dataset(records, "prompts", label, "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest())
+    return Dataset(records, "prompts", label, "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest(),
+                   reference_counter="given")
 
 
 def load_spec(spec: str, **kwargs: Any) -> Dataset:
