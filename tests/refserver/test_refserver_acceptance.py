@@ -98,3 +98,36 @@ def test_builtin_set_category_averages_follow_the_order_and_are_recognised() -> 
     assert acc.category_of_prompt("  " + first.replace("\n", "\n ") + "\n") == "code-edit"  # whitespace-insensitive
     assert acc.category_of_prompt("A prompt the built-in set does not have.") == "all"
     assert acc.category_of_prompt("") == "all"
+
+
+def test_category_acceptance_is_recovered_from_per_request_counts() -> None:
+    """Draw verify steps for every built-in prompt from the engine's AcceptanceModel at this
+    rule's mean (as the reference server will), record per-request tokens and verify counts like
+    SGLang's meta_info, and recover each category's mean with specsweep's per-category metrics:
+    within 5 % of the category's configured mean (seeded, so the check is exact to reproduce)."""
+    import random
+
+    from specsweep import datasets as ds
+    from specsweep.metrics import requests_frame
+    from specsweep.records import RequestRecord
+
+    recs = builtin_prompts()
+    k, base, steps = 3, 2.0, 40
+    rng = random.Random(7)
+    records, configured = [], {}
+    for i, r in enumerate(recs):
+        mean = acc.expected_accept_length(r.text(), r.category, base, k)
+        configured.setdefault(r.category, []).append(mean)
+        model = AcceptanceModel(k, mean)
+        tokens = sum(model.draw(rng) for _ in range(steps))
+        t0 = float(i)
+        records.append(RequestRecord(t_sent=t0, t_end=t0 + 1.0, http_status=200, chunk_times=[t0 + 0.1, t0 + 1.0],
+                                     chunk_tokens=[1, tokens - 1], output_tokens=tokens, token_source="usage",
+                                     server={"spec_verify_ct": steps}))
+    frame = requests_frame(records, t0=0.0, run_id="r", arm="mtp", concurrency=1, repeat=0)
+    out = ds.category_metrics(ds.with_category(frame, recs)).set_index("category")
+    for cat, means in configured.items():
+        expected = statistics.mean(means)
+        assert out.loc[cat, "spec_accept_length"] == pytest.approx(expected, rel=0.05), cat
+    got = [out.loc[c, "spec_accept_length"] for c in DOCUMENTED_ORDER]
+    assert got[0] > got[2] > got[-1]  # code edit above summarisation above creative writing
