@@ -23,7 +23,8 @@ Formats (``format=`` names; ``"auto"`` detects from the first record's keys):
                     Aliases: ``mt-bench``, ``spec-bench``, ``speed-bench``.
 ``instructcoder``   ``{"instruction", "input", "output"}``: the prompt is the instruction
                     followed by the code in ``input``; the reference is ``output``'s length.
-                    Category ``code-edit`` unless ``category=`` says otherwise.
+                    Category ``code-edit`` unless ``category=`` says otherwise (Alpaca-style
+                    instruction files have the same keys: pass ``category=`` for them).
 ==================  ==========================================================================
 
 Files: ``.jsonl`` (one record a line; errors name the 1-based line), ``.json`` (one JSON array;
