@@ -85,6 +85,7 @@ def test_llamacpp_acceptance_from_timings_and_per_position(tmp_path: Path,
     assert req["spec_draft_tokens"].notna().all() and (req["spec_accepted_tokens"] <= req["spec_draft_tokens"]).all()
     assert (req["spec_verify_ct"] == 60 - req["spec_accepted_tokens"]).all()
     assert lv["spec_accept_length"].between(1.5, 3.0).all()
+    assert lv["spec_accept_length_source"].str.startswith("per-request timings").all()
     assert lv["spec_draft_acceptance_rate"].between(0.0, 1.0).all()
     # per draft position, from /metrics counter deltas: 1 + Σ rates = tokens per verify step
     pos = lv[[f"spec_accept_rate_pos_{i}" for i in range(3)]]

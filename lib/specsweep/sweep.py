@@ -222,7 +222,9 @@ def server_figures(
     if "spec_verify_ct" in ok and ok["spec_verify_ct"].notna().any():
         part = ok[ok["spec_verify_ct"].notna() & (ok["spec_verify_ct"] > 0)]
         out["spec_accept_length"] = float(part["output_tokens"].sum() / part["spec_verify_ct"].sum())
-        out["spec_accept_length_source"] = "per-request meta_info (Σ completion tokens / Σ verify steps)"
+        out["spec_accept_length_source"] = (
+            "per-request timings (Σ completion tokens / Σ (predicted − accepted draft tokens))" if server == "llamacpp"
+            else "per-request meta_info (Σ completion tokens / Σ verify steps)")
     else:
         acc = acceptance_from_counters(before, after, server)
         if acc is not None:
