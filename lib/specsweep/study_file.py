@@ -341,25 +341,27 @@ def endpoint_of(url: str) -> str:
 
 
 def _line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the YAML node at a pydantic error location (the deepest one that exists)."""
+    """1-based line of the YAML node at a pydantic error location (the deepest one that exists).
+
+    An unknown key points at the key; a missing key at the key of the mapping that lacks it.
+    """
     if node is None:
         return None
+    line = node.start_mark.line + 1
     for depth, part in enumerate(loc):
         nxt = None
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 if key.value == str(part):
-                    nxt = value
-                    # an unknown key: point at the key itself
-                    if depth == len(loc) - 1:
-                        return key.start_mark.line + 1
+                    nxt, line = value, key.start_mark.line + 1
                     break
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
             nxt = node.value[part]
+            line = nxt.start_mark.line + 1
         if nxt is None:
-            continue  # a pydantic-only location step (a union member, a validator): stay here
+            continue  # a missing key, or a pydantic-only step (a union member): stay here
         node = nxt
-    return node.start_mark.line + 1
+    return line
 
 
 def parse_study(text: str, source: str = "<study>") -> Study:
@@ -368,10 +370,12 @@ def parse_study(text: str, source: str = "<study>") -> Study:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
+        mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise StudyError(f"{source}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc}); "
-                         "check indentation and quoting there") from exc
+        opened = (f", {exc.context} at line {context.line + 1}"  # type: ignore[attr-defined]
+                  if context is not None and getattr(exc, "context", None) else "")
+        raise StudyError(f"{source}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc}{opened}); "
+                         "check indentation, quoting and brackets there") from exc
     if not isinstance(raw, dict):
         raise StudyError(f"{source}: a study file is a mapping with title, arms, … (got {type(raw).__name__})")
     try:
