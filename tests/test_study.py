@@ -177,6 +177,8 @@ def test_redactor_hides_secret_values_and_url_credentials() -> None:
     redact = Redactor.for_arm(study.arms[0], {"SPECSWEEP_API_KEY": "env-key-4", "PATH": "/usr/bin"})
     text = redact("k3y-value-1 tok-value-2 tok-value-3 env-key-4 http://user:pw@host:1/x /usr/bin")
     assert text == "*** *** *** *** http://***:***@host:1/x /usr/bin"
+    shown = study.arms[0].describe()
+    assert "--api-key '***' '--hf-token=***'" in shown and "HF_TOKEN=*** A=b" in shown and "value" not in shown
 
 
 def test_flush_prefix_cache_uses_the_route_the_server_offers() -> None:
@@ -289,3 +291,10 @@ def test_a_study_end_to_end_with_a_failing_arm_then_resumed(tmp_path: Path) -> N
     status = json.loads((out / "study.json").read_text())
     assert status["missing_arms"] == ["broken"] and len(status["outcomes"]) == 8
     assert pd.read_parquet(out / "baseline" / "levels.parquet")["repeat"].tolist().count(1) == 2
+
+    # a changed study file is not resumed onto the old runs
+    doc["sweep"]["concurrency"] = [1]
+    doc["arms"][0]["serve"]["argv"] = [*SERVE_REFSERVER, "--seed", "3"]
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(StudyError, match=r"sweep.concurrency was \[1, 2\], now \[1\]; arm 'baseline' is defined differently"):
+        run_study(load_study(path), out_dir=out, resume=True, report=False, log=logged.append)

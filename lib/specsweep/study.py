@@ -57,7 +57,8 @@ import pandas as pd
 from specsweep import provenance
 from specsweep.report import REPO_ROOT, build_report
 from specsweep.store import atomic_write_bytes, load_result_set, write_frame, write_meta
-from specsweep.study_file import SECRET_NAME, Arm, Study, StudyError, endpoint_of, free_port, load_study
+from specsweep.study_file import (SECRET_NAME, Arm, Study, StudyError, endpoint_of, free_port, load_study,
+                                  secret_argv_values)
 
 SWEEP_NOTEBOOK = REPO_ROOT / "notebooks" / "sweep.ipynb"
 RUNS = "_runs"
@@ -84,12 +85,7 @@ class Redactor:
         secrets = [v for k, v in environ.items() if SECRET_NAME.search(k)]
         if arm.serve is not None:
             secrets += [v for k, v in arm.serve.env.items() if SECRET_NAME.search(k)]
-            argv = arm.serve.argv
-            for flag, value in zip(argv, argv[1:]):
-                if flag.startswith("-") and SECRET_NAME.search(flag.replace("-", "_")):
-                    secrets.append(value)
-            secrets += [a.split("=", 1)[1] for a in argv if a.startswith("-") and "=" in a
-                        and SECRET_NAME.search(a.split("=", 1)[0].replace("-", "_"))]
+            secrets += secret_argv_values(arm.serve.argv)
         return cls(secrets)
 
     def __call__(self, text: str) -> str:
@@ -332,7 +328,7 @@ def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int
     redact = Redactor.for_arm(arm)
     executed = folder / f"sweep-{stamp}.ipynb"
     server: ServerProcess | None = None
-    log(f"arm {arm.name} repeat {repeat}: {arm.describe()}")
+    log(redact(f"arm {arm.name} repeat {repeat}: {arm.describe()}"))
     try:
         if arm.kind == "serve":
             server = ServerProcess(arm, folder / f"server-{stamp}.log", redact)
@@ -443,7 +439,7 @@ def _write_status(path: Path, study: Study, outcomes: list[ArmOutcome], **extra:
     doc = {"study": study.name, "title": study.title, "file": str(study.path) if study.path else None,
            "baseline": study.baseline, "repeats": study.spec.repeats,
            "plan": [{"position": i, "repeat": r, "arm": a.name} for i, (r, a) in enumerate(study.plan(), 1)],
-           "outcomes": [asdict(o) for o in outcomes], **extra}
+           "fingerprint": study.fingerprint(), "outcomes": [asdict(o) for o in outcomes], **extra}
     atomic_write_bytes(path, (json.dumps(doc, indent=2) + "\n").encode())
 
 
@@ -511,6 +507,11 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
     if status.exists() and not resume:
         raise StudyError(f"{out} already holds a study (study.json); pass --resume (resume=True) to continue it, "
                          "or choose another --out-dir")
+    if status.exists():
+        problems = study.resume_conflicts(json.loads(status.read_text()).get("fingerprint", {}))
+        if problems:
+            raise StudyError(f"{status}: cannot resume with {study.path or 'this study'}: {'; '.join(problems)}. "
+                             "Restore the study file, rename the changed arm(s), or choose another --out-dir")
     out.mkdir(parents=True, exist_ok=True)
     plan = study.plan()
     log(f"study {study.name}: {len(study.arms)} arm(s) × {study.spec.repeats} repeat(s) = {len(plan)} sweep(s) → {out}")

@@ -39,7 +39,9 @@ Times are in seconds. Relative ``out_dir``/``report_dir`` are relative to the wo
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import re
 import shlex
 import socket
@@ -213,9 +215,29 @@ class Arm:
         s = self.serve
         assert s is not None
         env = " ".join(f"{k}={'***' if SECRET_NAME.search(k) else shlex.quote(v)}" for k, v in s.env.items())
-        return (f"{self.name}: serve {(env + ' ') if env else ''}{shlex.join(s.argv)}"
+        hidden = set(secret_argv_values(s.argv))
+
+        def mask(a: str) -> str:
+            if a in hidden:
+                return "***"
+            flag, _, value = a.partition("=")
+            return f"{flag}=***" if value and value in hidden else a
+
+        argv = shlex.join([mask(a) for a in s.argv])
+        return (f"{self.name}: serve {(env + ' ') if env else ''}{argv}"
                 f"{f' (cwd {s.cwd})' if s.cwd else ''}; ready when GET {s.ready_url} answers "
                 f"(≤ {s.start_timeout_s:g} s)")
+
+
+def secret_argv_values(argv: list[str]) -> list[str]:
+    """Values of secret-named flags in an argument list (``--api-key K``, ``--hf-token=T``)."""
+    out = []
+    for flag, value in zip(argv, argv[1:]):
+        if flag.startswith("-") and "=" not in flag and SECRET_NAME.search(flag.replace("-", "_")):
+            out.append(value)
+    out += [a.split("=", 1)[1] for a in argv
+            if a.startswith("-") and "=" in a and SECRET_NAME.search(a.split("=", 1)[0].replace("-", "_"))]
+    return out
 
 
 def _fill(value: Any, values: dict[str, Scalar], where: str) -> Any:
@@ -311,6 +333,29 @@ class Study:
             params.update(endpoint="", embedded_profile=arm.embedded.profile, embedded_spec=arm.embedded.spec,
                           embedded_args=list(arm.embedded.args))
         return params
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must not change when a study is resumed: the shared sweep parameters and a digest
+        of each arm's definition (a digest, so secrets in it are never written)."""
+        def digest(arm: Arm) -> str:
+            data = {"kind": arm.kind, "endpoint": arm.endpoint, "label": arm.label,
+                    "serve": arm.serve.model_dump() if arm.serve else None,
+                    "embedded": arm.embedded.model_dump() if arm.embedded else None}
+            return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+        return {"sweep": dict(self.spec.sweep), "arms": {a.name: digest(a) for a in self.arms}}
+
+    def resume_conflicts(self, old: dict[str, Any]) -> list[str]:
+        """Why a study recorded with fingerprint ``old`` cannot be resumed with this file (empty: it can)."""
+        new = self.fingerprint()
+        problems = []
+        for key in sorted(set(old.get("sweep", {})) | set(new["sweep"])):
+            if old.get("sweep", {}).get(key) != new["sweep"].get(key):
+                problems.append(f"sweep.{key} was {old.get('sweep', {}).get(key)!r}, now {new['sweep'].get(key)!r}")
+        for name, value in new["arms"].items():
+            if name in old.get("arms", {}) and old["arms"][name] != value:
+                problems.append(f"arm {name!r} is defined differently (server, arguments, environment or label)")
+        return problems
 
     def dry_run(self, out_dir: Path, report_dir: Path) -> str:
         """Every arm, command and sweep in run order, as text; starts nothing."""
