@@ -298,3 +298,41 @@ def test_a_study_end_to_end_with_a_failing_arm_then_resumed(tmp_path: Path) -> N
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(StudyError, match=r"sweep.concurrency was \[1, 2\], now \[1\]; arm 'baseline' is defined differently"):
         run_study(load_study(path), out_dir=out, resume=True, report=False, log=logged.append)
+
+
+CRASHING_SERVER = r'''
+import re, subprocess, sys, time, urllib.request
+port = sys.argv[1]
+child = subprocess.Popen([sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", port,
+                          "--health-delay-s", "0.2"])
+while child.poll() is None:
+    time.sleep(0.05)
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        continue
+    served = re.search(r"^sglang:num_requests_total\{[^}]*\} ([0-9.e+]+)", text, re.M)
+    if served and float(served.group(1)) >= 10:
+        print("simulated crash after", served.group(1), "requests", flush=True)
+        child.kill()
+        sys.exit(9)
+sys.exit(1)
+'''
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_mid_arm_is_reported_with_its_log(tmp_path: Path) -> None:
+    # a wrapper serves the reference server and kills it once it has served 10 requests: mid-sweep
+    script = tmp_path / "crashing_server.py"
+    script.write_text(CRASHING_SERVER)
+    study = parse_study(study_text(sweep={"concurrency": [1, 2, 4], "input_tokens": 32, "output_tokens": 16}, arms=[
+        {"name": "baseline", "serve": {"argv": [sys.executable, str(script), "{port}"],
+                                       "ready_url": "http://127.0.0.1:{port}/health", "start_timeout_s": 60}}]))
+    outcome = run_arm(study, study.arms[0], 0, tmp_path / "out", log=lambda s: None)
+    assert outcome.status == "failed"
+    assert "the server died mid-arm (status 9)" in outcome.error
+    assert "simulated crash after" in outcome.log_tail
+    # the incomplete run keeps what was measured, its notebook and the server log
+    run = Path(outcome.run_dir)
+    assert json.loads((run / "meta.json").read_text())["complete"] is False
+    assert (run / "sweep.ipynb").is_file() and "simulated crash" in (run / "server.log").read_text()
