@@ -275,6 +275,11 @@ def test_a_study_end_to_end_with_a_failing_arm_then_resumed(tmp_path: Path) -> N
     assert runs[0]["started_utc"] <= runs[1]["started_utc"]
     assert set(merged.requests["repeat"]) == {0, 1}
 
+    # the simulated speculation is lossless: every paired output identical, both repeats paired
+    agree = pd.read_csv(out / "agreement.csv")
+    assert sorted(agree["arm"].unique()) == ["mtp-steps1", "mtp-steps2"]
+    assert (agree["pairs"] == 8).all() and (agree["identical"] == 8).all() and not agree["flagged"].any()
+
     html = (reports / "t.html").read_text()
     flat = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
     assert "missing arm(s): broken" in flat
@@ -336,3 +341,24 @@ def test_a_server_that_dies_mid_arm_is_reported_with_its_log(tmp_path: Path) -> 
     run = Path(outcome.run_dir)
     assert json.loads((run / "meta.json").read_text())["complete"] is False
     assert (run / "sweep.ipynb").is_file() and "simulated crash" in (run / "server.log").read_text()
+
+
+def test_output_agreement_flags_a_server_that_changes_outputs(tmp_path: Path, refserver, refserver_mtp,  # noqa: ANN001
+                                                              refserver_factory) -> None:  # noqa: ANN001
+    from specsweep.agreement import agreement_markdown, output_agreement
+    from specsweep.sweep import run_sweep
+
+    # a speculative server that stops at its own EOS despite ignore_eos returns other text
+    diverging = refserver_factory("mtp", ["--disregard-ignore-eos"])
+    common = dict(concurrency=[1, 2], input_tokens=32, output_tokens=64, out_dir=str(tmp_path))
+    sets = [load_result_set(run_sweep(dict(endpoint=url, arm=arm, **common), progress=False, log=lambda s: None).run_dir)
+            for arm, url in (("baseline", refserver.url), ("mtp", refserver_mtp.url), ("mtp-diverging", diverging.url))]
+    table = output_agreement(sets, "baseline")
+    mtp = table[table["arm"] == "mtp"]
+    assert mtp["concurrency"].tolist() == [1, 2] and (mtp["pairs"] == 4).all()
+    assert (mtp["identical"] == mtp["pairs"]).all() and not mtp["flagged"].any()
+    bad = table[table["arm"] == "mtp-diverging"]
+    assert bad["flagged"].all() and (bad["identical_pct"] < 100).all()
+    text = agreement_markdown(table)
+    assert "*mtp*: identical to the baseline on all 8 paired prompts" in text
+    assert "⚠ *mtp-diverging*: outputs differ from the baseline at temperature 0" in text

@@ -21,7 +21,8 @@ A server that fails to start or dies mid-arm is recorded with the tail of its lo
 arms still run. Then each arm's repeats are merged into one result set (``repeat`` = the study's
 repeat; each level keeps its ``started_utc`` and ``meta.json`` lists the runs in time order) and
 ``notebooks/report.ipynb`` is exported to ``<report_dir>/<name>.html``; a missing arm is named in
-the report's title and in ``study.json``.
+the report's title and in ``study.json``. Output agreement with the baseline (identical outputs
+per level, :mod:`specsweep.agreement`) goes to ``<out_dir>/agreement.csv``.
 
 Folders::
 
@@ -55,6 +56,7 @@ import httpx
 import pandas as pd
 
 from specsweep import provenance
+from specsweep.agreement import output_agreement
 from specsweep.report import REPO_ROOT, build_report
 from specsweep.store import atomic_write_bytes, load_result_set, write_frame, write_meta
 from specsweep.study_file import (SECRET_NAME, Arm, Study, StudyError, endpoint_of, free_port, load_study,
@@ -422,6 +424,8 @@ class StudyResult:
     result_sets: list[Path] = field(default_factory=list)
     report: Path | None = None
     missing: list[str] = field(default_factory=list)
+    #: output agreement of each speculative arm with the baseline (see :mod:`specsweep.agreement`)
+    agreement: pd.DataFrame | None = None
 
     @property
     def ok(self) -> bool:
@@ -527,6 +531,12 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
             result.result_sets.append(merged)
     failed = [o for o in result.outcomes if o.status == "failed"]
     _write_status(status, study, result.outcomes, missing_arms=result.missing)
+    if result.result_sets:
+        result.agreement = output_agreement([load_result_set(p) for p in result.result_sets], study.baseline)
+        result.agreement.to_csv(out / "agreement.csv", index=False)
+        for row in result.agreement[result.agreement["flagged"]].itertuples():
+            log(f"⚠ arm {row.arm}, C={row.concurrency}: {row.identical} of {row.pairs} outputs identical to the "
+                "baseline at temperature 0 (see agreement.csv)")
     if report:
         if study.baseline in result.missing:
             log(f"no report: the baseline arm {study.baseline!r} has no complete run")
