@@ -362,3 +362,37 @@ def test_output_agreement_flags_a_server_that_changes_outputs(tmp_path: Path, re
     text = agreement_markdown(table)
     assert "*mtp*: identical to the baseline on all 8 paired prompts" in text
     assert "⚠ *mtp-diverging*: outputs differ from the baseline at temperature 0" in text
+
+
+@pytest.mark.slow
+def test_the_ray_backend_runs_arms_as_tasks_with_their_resources(tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray", reason="the ray backend is an optional extra: pip install -e '.[ray]'")
+    # the baseline's first attempt kills the Ray worker running it (a lost node); the retry serves
+    marker = tmp_path / "first-attempt-happened"
+    flaky = ("import os, signal, sys; port, marker = sys.argv[1], sys.argv[2]\n"
+             "if not os.path.exists(marker):\n    open(marker, 'w').close(); os.kill(os.getppid(), signal.SIGKILL)\n"
+             "else:\n    os.execv(sys.executable, [sys.executable, '-m', 'specsweep.refserver', '--profile', 'tiny', "
+             "'--port', port, '--health-delay-s', '0.2'])\n")
+    doc = yaml.safe_load(study_text())
+    doc["ray"] = {"max_retries": 1}
+    doc["arms"] = [{"name": "baseline", "resources": {"fake_gpu": 1}, "serve": {
+                        "argv": [sys.executable, "-c", flaky, "{port}", str(marker)],
+                        "ready_url": "http://127.0.0.1:{port}/health", "start_timeout_s": 60}},
+                   {"name": "mtp", "resources": {"fake_gpu": 1},
+                    "embedded": {"profile": "tiny", "spec": "mtp"}}]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    ray.init(num_cpus=2, resources={"fake_gpu": 2}, include_dashboard=False, log_to_driver=False)
+    try:
+        result = run_study(load_study(path), out_dir=tmp_path / "out", backend="ray", report=False, log=lambda s: None)
+    finally:
+        ray.shutdown()
+    assert [(o.arm, o.status) for o in result.outcomes] == [("baseline", "complete"), ("mtp", "complete")]
+    assert marker.exists()  # the first attempt did run and was lost
+    for outcome in result.outcomes:
+        run = Path(outcome.run_dir)
+        assert run.is_relative_to(tmp_path / "out") and (run / "sweep.ipynb").is_file()
+        assert json.loads((run / "meta.json").read_text())["complete"]
+    assert (Path(result.outcomes[0].run_dir) / "server.log").is_file()
+    assert sorted(p.name for p in result.result_sets) == ["baseline", "mtp"]
+    assert load_result_set(tmp_path / "out" / "mtp").meta["server"]["speculative_algorithm"]

@@ -501,12 +501,10 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
     reports = Path(report_dir) if report_dir else Path(study.spec.report_dir)
     result = StudyResult(study=study, out_dir=out)
     if backend not in ("local", "ray"):
-        raise StudyError(f"backend {backend!r}: use 'local' (or 'ray', not implemented yet)")
+        raise StudyError(f"backend {backend!r}: use 'local' (arms one after another here) or 'ray' (arms as Ray tasks)")
     if dry_run:
         log(study.dry_run(out, reports))
         return result
-    if backend == "ray":
-        raise StudyError("backend 'ray' is not implemented yet; use backend 'local' (arms run one after another)")
     status = out / "study.json"
     if status.exists() and not resume:
         raise StudyError(f"{out} already holds a study (study.json); pass --resume (resume=True) to continue it, "
@@ -519,10 +517,15 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
     out.mkdir(parents=True, exist_ok=True)
     plan = study.plan()
     log(f"study {study.name}: {len(study.arms)} arm(s) × {study.spec.repeats} repeat(s) = {len(plan)} sweep(s) → {out}")
-    for i, (repeat, arm) in enumerate(plan, 1):
-        log(f"[{i}/{len(plan)}] arm {arm.name}, repeat {repeat}")
-        result.outcomes.append(run_arm(study, arm, repeat, out, position=i, resume=resume, log=log))
-        _write_status(status, study, result.outcomes)
+    if backend == "ray":
+        from specsweep.study_ray import run_on_ray
+
+        result.outcomes = run_on_ray(study, out, resume=resume, log=log)
+    else:
+        for i, (repeat, arm) in enumerate(plan, 1):
+            log(f"[{i}/{len(plan)}] arm {arm.name}, repeat {repeat}")
+            result.outcomes.append(run_arm(study, arm, repeat, out, position=i, resume=resume, log=log))
+            _write_status(status, study, result.outcomes)
     for arm in study.arms:
         merged = assemble_arm(study, arm, out)
         if merged is None:
@@ -564,7 +567,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue a study: complete arms/repeats are not measured again")
     parser.add_argument("--dry-run", action="store_true", help="print every arm and command in run order; start nothing")
     parser.add_argument("--no-report", action="store_true", help="measure and merge only")
-    parser.add_argument("--backend", default="local", choices=["local", "ray"])
+    parser.add_argument("--backend", default="local", choices=["local", "ray"],
+                        help="local: arms one after another on this machine; ray: arms as Ray tasks (pip install -e '.[ray]')")
     args = parser.parse_args(argv)
     try:
         study = load_study(args.study)

@@ -26,6 +26,7 @@ into one report (DESIGN §10). Example (``data/studies/demo.yaml`` is a complete
       - name: sim
         embedded: {profile: tiny, spec: mtp, args: ["--max-running-requests", "128"]}  # (c)
       - name: "mtp-steps{steps}-cap{cap}"        # (d) a grid: one arm per combination
+        resources: {GPU: 4}                      # backend ray: what its task needs
         grid: {steps: [1, 3], cap: [48, 128]}
         embedded: {spec: mtp, args: [--speculative-num-steps, "{steps}", --max-running-requests, "{cap}"]}
 
@@ -34,6 +35,10 @@ picked when the arm starts; ``{key}`` of a grid is replaced in the arm's name, l
 string of its server description. Other braces (a JSON ``--speculative-config``) are left alone.
 A grid arm whose name has no placeholder gets ``-<key><value>`` appended per key
 (``mtp`` × {steps: [2], cap: [128]} → ``mtp-steps2-cap128``).
+
+``backend: ray`` (``python -m specsweep.study FILE --backend ray``) runs arms in parallel as Ray
+tasks, each with its ``resources``; the top-level ``ray: {address, max_retries}`` says where and how
+often an arm whose node was lost is re-run (:mod:`specsweep.study_ray`).
 
 Times are in seconds. Relative ``out_dir``/``report_dir`` are relative to the working directory.
 """
@@ -121,6 +126,16 @@ class ArmSpec(BaseModel):
     serve: ServeSpec | None = None
     embedded: EmbeddedSpec | None = None
     grid: dict[str, list[Scalar]] | None = None
+    resources: dict[str, float] = Field(default_factory=dict, description="backend ray: what the arm's task needs, "
+                                        "e.g. {GPU: 4} (CPU and GPU are Ray's own; others are custom resources)")
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in value.items() if v < 0}
+        if bad:
+            raise ValueError(f"resource amounts must be >= 0, got {bad}")
+        return value
 
     @field_validator("endpoint")
     @classmethod
@@ -155,6 +170,14 @@ class ArmSpec(BaseModel):
         return self
 
 
+class RayOptions(BaseModel):
+    """How the ``ray`` backend reaches its cluster and retries an arm whose node was lost."""
+
+    model_config = ConfigDict(extra="forbid")
+    address: str | None = Field(None, description="Ray cluster address (e.g. 'auto'); None: RAY_ADDRESS, else a local instance")
+    max_retries: int = Field(1, ge=0, description="re-runs of an arm whose worker or node died (a failed server is not retried)")
+
+
 class StudySpec(BaseModel):
     """A whole study file."""
 
@@ -167,6 +190,7 @@ class StudySpec(BaseModel):
     profiles: list[Profile] | None = None
     out_dir: str | None = None
     report_dir: str = "reports"
+    ray: RayOptions = Field(default_factory=RayOptions)
     arms: list[ArmSpec] = Field(min_length=1)
 
     @field_validator("name")
@@ -202,6 +226,7 @@ class Arm:
     serve: ServeSpec | None = None
     embedded: EmbeddedSpec | None = None
     grid_values: dict[str, Scalar] = field(default_factory=dict)
+    resources: dict[str, float] = field(default_factory=dict)
 
     def describe(self) -> str:
         """One line: the arm and how it is reached (the serve command with secret env values hidden)."""
@@ -272,12 +297,13 @@ def expand_arm(spec: ArmSpec) -> list[Arm]:
         name = _fill(spec.name, {k: _name_part(v) for k, v in values.items()}, "name")
         if keys and not used & set(keys):
             name += "".join(f"-{k}{_name_part(v)}" for k, v in values.items())
-        data = spec.model_dump(exclude={"name", "grid"}, exclude_none=True)
+        data = spec.model_dump(exclude={"name", "grid", "resources"}, exclude_none=True)
         data = _fill(data, values, spec.name)
         out.append(Arm(
             name=name, label=data.get("label"), kind=next(k for k in ("endpoint", "serve", "embedded") if k in data),
             endpoint=data.get("endpoint"), serve=ServeSpec(**data["serve"]) if "serve" in data else None,
-            embedded=EmbeddedSpec(**data["embedded"]) if "embedded" in data else None, grid_values=values))
+            embedded=EmbeddedSpec(**data["embedded"]) if "embedded" in data else None, grid_values=values,
+            resources=dict(spec.resources)))
     return out
 
 
