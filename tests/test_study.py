@@ -174,9 +174,10 @@ def test_redactor_hides_secret_values_and_url_credentials() -> None:
     study = parse_study(study_text(arms=[{"name": "baseline", "serve": {
         "argv": ["srv", "--api-key", "k3y-value-1", "--hf-token=tok-value-2"], "env": {"HF_TOKEN": "tok-value-3", "A": "b"},
         "ready_url": "http://h:1/health"}}]))
-    redact = Redactor.for_arm(study.arms[0], {"SPECSWEEP_API_KEY": "env-key-4", "PATH": "/usr/bin"})
-    text = redact("k3y-value-1 tok-value-2 tok-value-3 env-key-4 http://user:pw@host:1/x /usr/bin")
-    assert text == "*** *** *** *** http://***:***@host:1/x /usr/bin"
+    redact = Redactor.for_arm(study.arms[0], {"SPECSWEEP_API_KEY": "env-key-4", "PATH": "/usr/bin",
+                                              "TOKENIZERS_PARALLELISM": "false-ish", "MONKEY": "banana"})
+    text = redact("k3y-value-1 tok-value-2 tok-value-3 env-key-4 http://user:pw@host:1/x /usr/bin false-ish banana")
+    assert text == "*** *** *** *** http://***:***@host:1/x /usr/bin false-ish banana"
     shown = study.arms[0].describe()
     assert "--api-key '***' '--hf-token=***'" in shown and "HF_TOKEN=*** A=b" in shown and "value" not in shown
 

@@ -77,7 +77,8 @@ class Redactor:
     """Replaces secret values (API keys, tokens) with ``***`` in text before it is written."""
 
     def __init__(self, secrets: Sequence[str]) -> None:
-        self.secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+        # values shorter than 6 characters ('true', '1') would blank common words, and are no real secret
+        self.secrets = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
 
     @classmethod
     def for_arm(cls, arm: Arm, environ: dict[str, str] | None = None) -> "Redactor":
@@ -546,7 +547,8 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
         else:
             title = study.title
             if result.missing:
-                title += f" — missing arm(s): {', '.join(result.missing)} (no complete run; see {status})"
+                shown = os.path.relpath(status) if status.resolve().is_relative_to(Path.cwd()) else status
+                title += f" — missing arm(s): {', '.join(result.missing)} (no complete run; see {shown})"
             log(f"building the report {study.name} from {len(result.result_sets)} arm(s)")
             result.report = build_report(result.result_sets, study.name, baseline=study.baseline, title=title,
                                          profiles=[p.model_dump() for p in study.spec.profiles]

@@ -79,7 +79,9 @@ SWEEP_PARAMETERS: tuple[str, ...] = (
     "warmup_requests", "request_timeout_s", "seed", "temperature", "client_workers",
 )
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+#: names of variables and flags whose values are secrets (HF_TOKEN, SPECSWEEP_API_KEY, --api-key, …);
+#: whole words between '_' so TOKENIZERS_PARALLELISM is not one
+SECRET_NAME = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)($|_)", re.IGNORECASE)
 Scalar = str | int | float | bool
 
 
