@@ -397,3 +397,10 @@ def test_the_ray_backend_runs_arms_as_tasks_with_their_resources(tmp_path: Path)
     assert (Path(result.outcomes[0].run_dir) / "server.log").is_file()
     assert sorted(p.name for p in result.result_sets) == ["baseline", "mtp"]
     assert load_result_set(tmp_path / "out" / "mtp").meta["server"]["speculative_algorithm"]
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "data" / "studies").rglob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_study_file_validates(path: Path) -> None:
+    study = load_study(path)
+    assert study.baseline in {a.name for a in study.arms} and len(study.arms) >= 2
+    assert study.dry_run(Path("out"), Path("reports")).count(" repeat ") >= len(study.arms)
