@@ -23,7 +23,7 @@ import yaml
 
 from specsweep.report import REPO_ROOT
 from specsweep.store import load_result_set
-from specsweep.study import Redactor, flush_prefix_cache, main, run_arm, run_study
+from specsweep.study import Redactor, flush_prefix_cache, main, run_arm, run_order, run_study, study_markdown
 from specsweep.study_file import StudyError, load_study, parse_study
 
 SERVE_REFSERVER = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
@@ -280,6 +280,14 @@ def test_a_study_end_to_end_with_a_failing_arm_then_resumed(tmp_path: Path) -> N
     agree = pd.read_csv(out / "agreement.csv")
     assert sorted(agree["arm"].unique()) == ["mtp-steps1", "mtp-steps2"]
     assert (agree["pairs"] == 8).all() and (agree["identical"] == 8).all() and not agree["flagged"].any()
+
+    # what a report can say about the study (for report.ipynb): run order, missing arm, agreement
+    sets = [load_result_set(p) for p in result.result_sets]
+    order = run_order(sets)
+    assert list(zip(order["arm"], order["repeat"])) == [(o.arm, o.repeat) for o in result.outcomes if o.arm != "broken"]
+    text = study_markdown(sets, "baseline")
+    assert "**Missing arm(s): broken**" in text and "interleaved order" in text
+    assert "*mtp-steps2*: identical to the baseline on all 16 paired prompts" in text
 
     html = (reports / "t.html").read_text()
     flat = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))

@@ -56,9 +56,10 @@ import httpx
 import pandas as pd
 
 from specsweep import provenance
-from specsweep.agreement import output_agreement
+from specsweep.agreement import agreement_markdown, output_agreement
+from specsweep.markup import md_text
 from specsweep.report import REPO_ROOT, build_report
-from specsweep.store import atomic_write_bytes, load_result_set, write_frame, write_meta
+from specsweep.store import ResultSet, atomic_write_bytes, load_result_set, write_frame, write_meta
 from specsweep.study_file import (SECRET_NAME, Arm, Study, StudyError, endpoint_of, free_port, load_study,
                                   secret_argv_values)
 
@@ -448,7 +449,7 @@ def _write_status(path: Path, study: Study, outcomes: list[ArmOutcome], **extra:
     atomic_write_bytes(path, (json.dumps(doc, indent=2) + "\n").encode())
 
 
-def assemble_arm(study: Study, arm: Arm, out_dir: Path) -> Path | None:
+def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] = ()) -> Path | None:
     """Merge an arm's complete repeats into ``<out_dir>/<arm>/`` (repeat = the study's repeat index).
 
     Levels keep their ``started_utc`` and ``run_id``; ``meta.json`` gains ``study.runs`` (each
@@ -481,6 +482,7 @@ def assemble_arm(study: Study, arm: Arm, out_dir: Path) -> Path | None:
         "name": study.name, "title": study.title, "repeats": study.spec.repeats,
         "order": "forward on even repeats, reversed on odd ones",
         "missing_repeats": sorted(set(range(study.spec.repeats)) - set(found)),
+        "missing_arms": list(missing),
         "runs": sorted(({"repeat": r, "run_id": rs.run_id, "run_dir": str(found[r]), "position": order[(arm.name, r)],
                          "seed": rs.meta.get("workload", {}).get("seed"), "started_utc": rs.meta.get("started_utc"),
                          "finished_utc": rs.meta.get("finished_utc")} for r, rs in sets.items()),
@@ -488,6 +490,41 @@ def assemble_arm(study: Study, arm: Arm, out_dir: Path) -> Path | None:
     }
     write_meta(target, meta)
     return target
+
+
+def run_order(sets: Sequence[ResultSet]) -> pd.DataFrame:
+    """Every run of a study's result sets in time order: position, arm, repeat, seed, start and end (UTC).
+
+    Empty for result sets that were not measured by a study (no ``study`` block in meta.json).
+    """
+    rows = [{"#": run["position"], "arm": rs.arm, "repeat": run["repeat"], "prompt seed": run.get("seed"),
+             "started (UTC)": run.get("started_utc"), "finished (UTC)": run.get("finished_utc")}
+            for rs in sets for run in rs.meta.get("study", {}).get("runs", [])]
+    return pd.DataFrame(rows).sort_values("#").reset_index(drop=True) if rows else pd.DataFrame()
+
+
+def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str:
+    """What a report says about the study behind its result sets: missing arms, how the runs were
+    ordered, output agreement. Empty when no result set came from a study. Names are escaped."""
+    studies = [rs.meta["study"] for rs in sets if isinstance(rs.meta.get("study"), dict)]
+    if not studies:
+        return ""
+    info = studies[0]
+    lines = [f"These arms were measured by the study *{md_text(info.get('name'))}* with {info.get('repeats')} "
+             f"repeat(s), each repeat of each arm a separate run with its own prompt seed (shared by all arms), in "
+             f"an interleaved order ({md_text(info.get('order'))}) so that a slow drift of the machine weighs on "
+             "every arm alike."]
+    missing = sorted({m for s in studies for m in s.get("missing_arms", [])})
+    if missing:
+        lines.append(f"\n**Missing arm(s): {', '.join(md_text(m) for m in missing)}** — no complete run (the server "
+                     "failed to start or died; the study's `study.json` has the tail of its log).")
+    partial = [(rs.arm, rs.meta["study"]["missing_repeats"]) for rs in sets
+               if rs.meta.get("study", {}).get("missing_repeats")]
+    for arm, reps in partial:
+        lines.append(f"\n⚠ Arm *{md_text(arm)}* lacks repeat(s) {', '.join(map(str, reps))}.")
+    lines.append("\n**Output agreement with the baseline** (same prompts, temperature 0):\n")
+    lines.append(agreement_markdown(output_agreement(sets, baseline), baseline))
+    return "\n".join(lines)
 
 
 def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: str | Path | None = None,
@@ -527,11 +564,12 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
             log(f"[{i}/{len(plan)}] arm {arm.name}, repeat {repeat}")
             result.outcomes.append(run_arm(study, arm, repeat, out, position=i, resume=resume, log=log))
             _write_status(status, study, result.outcomes)
+    result.missing = [a.name for a in study.arms
+                      if all(complete_run(out, a.name, r) is None for r in range(study.spec.repeats))]
     for arm in study.arms:
-        merged = assemble_arm(study, arm, out)
-        if merged is None:
-            result.missing.append(arm.name)
-        else:
+        if arm.name not in result.missing:
+            merged = assemble_arm(study, arm, out, result.missing)
+            assert merged is not None
             result.result_sets.append(merged)
     failed = [o for o in result.outcomes if o.status == "failed"]
     _write_status(status, study, result.outcomes, missing_arms=result.missing)
