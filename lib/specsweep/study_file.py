@@ -267,7 +267,7 @@ def secret_argv_values(argv: list[str]) -> list[str]:
     return out
 
 
-def _fill(value: Any, values: dict[str, Scalar], where: str) -> Any:
+def _fill(value: Any, values: dict[str, Scalar]) -> Any:
     """Replace ``{key}`` grid placeholders in every string of ``value`` ({port} is kept for later)."""
     if isinstance(value, str):
         def one(match: re.Match[str]) -> str:
@@ -277,9 +277,9 @@ def _fill(value: Any, values: dict[str, Scalar], where: str) -> Any:
             return match.group(0)
         return PLACEHOLDER.sub(one, value)
     if isinstance(value, list):
-        return [_fill(v, values, where) for v in value]
+        return [_fill(v, values) for v in value]
     if isinstance(value, dict):
-        return {k: _fill(v, values, where) for k, v in value.items()}
+        return {k: _fill(v, values) for k, v in value.items()}
     return value
 
 
@@ -296,11 +296,11 @@ def expand_arm(spec: ArmSpec) -> list[Arm]:
     for combo in itertools.product(*(grid[k] for k in keys)) if keys else [()]:
         values = dict(zip(keys, combo))
         used = {m.group(1) for m in PLACEHOLDER.finditer(spec.name)}
-        name = _fill(spec.name, {k: _name_part(v) for k, v in values.items()}, "name")
+        name = _fill(spec.name, {k: _name_part(v) for k, v in values.items()})
         if keys and not used & set(keys):
             name += "".join(f"-{k}{_name_part(v)}" for k, v in values.items())
         data = spec.model_dump(exclude={"name", "grid", "resources"}, exclude_none=True)
-        data = _fill(data, values, spec.name)
+        data = _fill(data, values)
         out.append(Arm(
             name=name, label=data.get("label"), kind=next(k for k in ("endpoint", "serve", "embedded") if k in data),
             endpoint=data.get("endpoint"), serve=ServeSpec(**data["serve"]) if "serve" in data else None,
