@@ -555,15 +555,25 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
     out.mkdir(parents=True, exist_ok=True)
     plan = study.plan()
     log(f"study {study.name}: {len(study.arms)} arm(s) × {study.spec.repeats} repeat(s) = {len(plan)} sweep(s) → {out}")
-    if backend == "ray":
-        from specsweep.study_ray import run_on_ray
+    def done(outcome: ArmOutcome) -> None:
+        result.outcomes.append(outcome)
+        _write_status(status, study, sorted(result.outcomes, key=lambda o: o.position))
 
-        result.outcomes = run_on_ray(study, out, resume=resume, log=log)
-    else:
-        for i, (repeat, arm) in enumerate(plan, 1):
-            log(f"[{i}/{len(plan)}] arm {arm.name}, repeat {repeat}")
-            result.outcomes.append(run_arm(study, arm, repeat, out, position=i, resume=resume, log=log))
-            _write_status(status, study, result.outcomes)
+    try:
+        if backend == "ray":
+            from specsweep.study_ray import run_on_ray
+
+            run_on_ray(study, out, resume=resume, log=log, on_outcome=done)
+        else:
+            for i, (repeat, arm) in enumerate(plan, 1):
+                log(f"[{i}/{len(plan)}] arm {arm.name}, repeat {repeat}")
+                done(run_arm(study, arm, repeat, out, position=i, resume=resume, log=log))
+    except KeyboardInterrupt:
+        _write_status(status, study, sorted(result.outcomes, key=lambda o: o.position),
+                      interrupted=provenance.utc_now())
+        log(f"interrupted: finished arms are kept; continue with --resume (out_dir {out})")
+        raise
+    result.outcomes.sort(key=lambda o: o.position)
     result.missing = [a.name for a in study.arms
                       if all(complete_run(out, a.name, r) is None for r in range(study.spec.repeats))]
     for arm in study.arms:

@@ -61,8 +61,10 @@ def _task(study: Study, arm: Arm, repeat: int, position: int, resume: bool, prio
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def run_on_ray(study: Study, out_dir: Path, *, resume: bool, log: Callable[[str], None]) -> list[Any]:
-    """Run the study's plan as Ray tasks; return the outcomes in plan order (see the module doc)."""
+def run_on_ray(study: Study, out_dir: Path, *, resume: bool, log: Callable[[str], None],
+               on_outcome: Callable[[Any], None] = lambda outcome: None) -> list[Any]:
+    """Run the study's plan as Ray tasks; ``on_outcome`` sees each outcome as it arrives (its
+    folder already in ``out_dir``); returns the outcomes in plan order (see the module doc)."""
     try:
         import ray
     except ImportError as exc:
@@ -81,6 +83,7 @@ def run_on_ray(study: Study, out_dir: Path, *, resume: bool, log: Callable[[str]
             log(f"arm {arm.name} repeat {repeat}: already complete ({done}), not measured again")
             outcomes.append(ArmOutcome(arm=arm.name, repeat=repeat, position=position, status="skipped",
                                        run_dir=str(done)))
+            on_outcome(outcomes[-1])
             continue
         resources = dict(arm.resources)
         options = dict(num_cpus=resources.pop("CPU", 1), num_gpus=resources.pop("GPU", 0), resources=resources,
@@ -108,4 +111,5 @@ def run_on_ray(study: Study, out_dir: Path, *, resume: bool, log: Callable[[str]
             outcome = ArmOutcome(**data)
         log(f"arm {arm.name} repeat {repeat}: {outcome.status}" + (f" — {outcome.error}" if outcome.error else ""))
         outcomes.append(outcome)
+        on_outcome(outcome)
     return sorted(outcomes, key=lambda o: o.position)
