@@ -412,3 +412,23 @@ def test_every_shipped_study_file_validates(path: Path) -> None:
     study = load_study(path)
     assert study.baseline in {a.name for a in study.arms} and len(study.arms) >= 2
     assert study.dry_run(Path("out"), Path("reports")).count(" repeat ") >= len(study.arms)
+
+
+def test_fresh_starts_over_and_a_study_without_its_baseline_builds_no_report(tmp_path: Path) -> None:
+    study = parse_study(study_text(arms=[{"name": "baseline", "serve": {
+        "argv": [sys.executable, "-c", "print('no model here'); raise SystemExit(2)"],
+        "ready_url": "http://127.0.0.1:{port}/health"}}]))
+    logged: list[str] = []
+    first = run_study(study, out_dir=tmp_path, report_dir=tmp_path / "reports", log=logged.append)
+    assert [o.status for o in first.outcomes] == ["failed"] and first.report is None and first.missing == ["baseline"]
+    assert "no report: the baseline arm 'baseline' has no complete run" in logged
+    old_logs = list((tmp_path / "_runs").rglob("server-*.log"))
+    assert len(old_logs) == 1 and "no model here" in old_logs[0].read_text()
+    with pytest.raises(StudyError, match="fresh and resume contradict"):
+        run_study(study, out_dir=tmp_path, fresh=True, resume=True, log=logged.append)
+    stale = tmp_path / "_runs" / "baseline" / "r0" / "stale.txt"
+    stale.write_text("left by the first run")
+    again = run_study(study, out_dir=tmp_path, fresh=True, report=False, log=logged.append)
+    assert len(again.outcomes) == 1 and not stale.exists()
+    assert len(json.loads((tmp_path / "study.json").read_text())["outcomes"]) == 1
+    assert not (tmp_path / "reports").exists()

@@ -1,6 +1,6 @@
 """Run a study: every arm's server started, swept with ``notebooks/sweep.ipynb``, stopped; then the report.
 
-``python -m specsweep.study FILE [--out-dir D] [--report-dir R] [--resume] [--dry-run] [--no-report]``
+``python -m specsweep.study FILE [--out-dir D] [--report-dir R] [--resume | --fresh] [--dry-run] [--no-report]``
 (or ``notebooks/study.ipynb``) reads a study file (:mod:`specsweep.study_file`) and, for each
 (repeat, arm) in the study's interleaved order (forward on even repeats, reversed on odd ones):
 
@@ -32,7 +32,7 @@ Folders::
 
 ``--resume`` skips (arm, repeat) pairs whose run is complete (its ``meta.json``), continues an
 incomplete run from its finished levels, and retries failed ones. Without it an ``out_dir`` that
-already holds a study is refused.
+already holds a study is refused; ``--fresh`` deletes that study first (``make reports`` uses it).
 """
 from __future__ import annotations
 
@@ -529,11 +529,12 @@ def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str
 
 def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: str | Path | None = None,
               resume: bool = False, dry_run: bool = False, report: bool = True, backend: Backend = "local",
-              log: Callable[[str], None] = print) -> StudyResult:
+              fresh: bool = False, log: Callable[[str], None] = print) -> StudyResult:
     """Run every (repeat, arm) of ``study`` in its interleaved order, merge, and build the report.
 
     ``out_dir``: default the study's (``data/runs/studies/<name>``); ``report_dir``: default the
-    study's ``report_dir`` (``reports``). ``dry_run`` only logs the plan.
+    study's ``report_dir`` (``reports``). ``dry_run`` only logs the plan. ``fresh`` deletes the
+    study a previous run left in ``out_dir`` (its study.json, run and arm folders) and starts over.
     """
     out = Path(out_dir) if out_dir else study.default_out_dir()
     reports = Path(report_dir) if report_dir else Path(study.spec.report_dir)
@@ -544,6 +545,16 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
         log(study.dry_run(out, reports))
         return result
     status = out / "study.json"
+    if fresh and status.exists():
+        if resume:
+            raise StudyError("fresh and resume contradict each other: fresh starts over, resume continues")
+        old = json.loads(status.read_text())
+        for name in {o["arm"] for o in old.get("outcomes", [])} | {RUNS}:
+            if (out / name).is_dir():
+                shutil.rmtree(out / name)
+        status.unlink()
+        (out / "agreement.csv").unlink(missing_ok=True)
+        log(f"fresh: removed the previous study in {out}")
     if status.exists() and not resume:
         raise StudyError(f"{out} already holds a study (study.json); pass --resume (resume=True) to continue it, "
                          "or choose another --out-dir")
@@ -616,6 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--report-dir", default=None, help="the report goes here as <name>.html (default: the study's report_dir, reports)")
     parser.add_argument("--resume", action="store_true", help="continue a study: complete arms/repeats are not measured again")
     parser.add_argument("--dry-run", action="store_true", help="print every arm and command in run order; start nothing")
+    parser.add_argument("--fresh", action="store_true", help="delete the study a previous run left in the out dir and start over")
     parser.add_argument("--no-report", action="store_true", help="measure and merge only")
     parser.add_argument("--backend", default="local", choices=["local", "ray"],
                         help="local: arms one after another on this machine; ray: arms as Ray tasks (pip install -e '.[ray]')")
@@ -623,7 +635,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         study = load_study(args.study)
         result = run_study(study, out_dir=args.out_dir, report_dir=args.report_dir, resume=args.resume,
-                           dry_run=args.dry_run, report=not args.no_report, backend=args.backend)
+                           dry_run=args.dry_run, report=not args.no_report, backend=args.backend, fresh=args.fresh)
     except StudyError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
