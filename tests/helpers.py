@@ -121,6 +121,24 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
+def require_extra(module: str, extra: str) -> Any:
+    """Import an optional extra's module; skip (saying how to install it) locally, fail under CI=true.
+
+    ``.ci/run`` installs every extra, so under CI a test of an extra always runs.
+    """
+    import importlib
+
+    import pytest
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        message = f"the optional [{extra}] extra is not installed: .venv/bin/pip install -e '.[{extra}]'"
+        if in_ci():
+            pytest.fail(message + " (CI=true: tests of extras must run, not skip)")
+        pytest.skip(message)
+
+
 def load_fastsse() -> Any:
     """Import ``bench/fastsse_server.py`` (a script, not a package) once per session."""
     import importlib.util

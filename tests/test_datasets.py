@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from helpers import require_extra
 from specsweep import datasets as ds
 from specsweep.datasets import DatasetError, PromptRecord
 from specsweep.metrics import level_metrics, requests_frame
@@ -196,7 +197,7 @@ def test_load_hf_without_the_extra_says_how_to_install(monkeypatch: pytest.Monke
 
 @pytest.mark.slow
 def test_load_hf_reads_a_local_dataset_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("datasets", reason="the optional [datasets] extra is not installed")
+    require_extra("datasets", "datasets")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     folder = tmp_path / "instructcoder"
     folder.mkdir()

@@ -1,0 +1,646 @@
+"""Run a study: every arm's server started, swept with ``notebooks/sweep.ipynb``, stopped; then the report.
+
+``python -m specsweep.study FILE [--out-dir D] [--report-dir R] [--resume | --fresh] [--dry-run] [--no-report]``
+(or ``notebooks/study.ipynb``) reads a study file (:mod:`specsweep.study_file`) and, for each
+(repeat, arm) in the study's interleaved order (forward on even repeats, reversed on odd ones):
+
+1. ``serve`` arms: starts the argument list (never a shell) in its own process group with the
+   arm's environment and working directory, its stdout+stderr streamed through a redactor into
+   ``server.log``; waits until ``ready_url`` answers 2xx (≤ ``start_timeout_s``) and the server
+   answers specsweep's probe. ``embedded`` arms: the sweep notebook starts the reference server.
+   ``endpoint`` arms: the server is already running.
+2. Flushes the server's prefix cache where it offers a route (SGLang ``/flush_cache``, vLLM
+   ``/reset_prefix_cache``).
+3. Runs ``notebooks/sweep.ipynb`` with papermill (its output logged live) with the shared sweep
+   parameters, ``repeats=1`` and prompt seed ``seed + repeat``.
+4. Stops the server: SIGTERM to the process group, SIGKILL after ``stop_grace_s``.
+5. Keeps the executed sweep notebook (``sweep.ipynb``) and the server's log (``server.log``),
+   secrets redacted, in the run folder.
+
+A server that fails to start or dies mid-arm is recorded with the tail of its log and the other
+arms still run. Then each arm's repeats are merged into one result set (``repeat`` = the study's
+repeat; each level keeps its ``started_utc`` and ``meta.json`` lists the runs in time order) and
+``notebooks/report.ipynb`` is exported to ``<report_dir>/<name>.html``; a missing arm is named in
+the report's title and in ``study.json``. Output agreement with the baseline (identical outputs
+per level, :mod:`specsweep.agreement`) goes to ``<out_dir>/agreement.csv``.
+
+Folders::
+
+    <out_dir>/study.json              the plan and every (arm, repeat) outcome, rewritten after each
+    <out_dir>/<arm>/                  the arm's merged result set (what the report reads)
+    <out_dir>/_runs/<arm>/r<k>/<run_id>/   each sweep run, with sweep.ipynb and server.log
+
+``--resume`` skips (arm, repeat) pairs whose run is complete (its ``meta.json``), continues an
+incomplete run from its finished levels, and retries failed ones. Without it an ``out_dir`` that
+already holds a study is refused; ``--fresh`` deletes that study first (``make reports`` uses it).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Sequence
+
+import httpx
+import pandas as pd
+
+from specsweep import provenance
+from specsweep.agreement import agreement_markdown, output_agreement
+from specsweep.markup import md_text
+from specsweep.report import REPO_ROOT, build_report
+from specsweep.store import ResultSet, atomic_write_bytes, load_result_set, write_frame, write_meta
+from specsweep.study_file import (SECRET_NAME, Arm, Study, StudyError, endpoint_of, free_port, load_study,
+                                  secret_argv_values)
+
+SWEEP_NOTEBOOK = REPO_ROOT / "notebooks" / "sweep.ipynb"
+RUNS = "_runs"
+LOG_TAIL_LINES = 40
+#: prefix-cache flush routes, tried in order: SGLang, vLLM
+FLUSH_ROUTES = ("/flush_cache", "/reset_prefix_cache")
+Backend = Literal["local", "ray"]
+
+
+# ---------------------------------------------------------------------------------------- secrets
+
+
+class Redactor:
+    """Replaces secret values (API keys, tokens) with ``***`` in text before it is written."""
+
+    def __init__(self, secrets: Sequence[str]) -> None:
+        # values shorter than 6 characters ('true', '1') would blank common words, and are no real secret
+        self.secrets = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
+
+    @classmethod
+    def for_arm(cls, arm: Arm, environ: dict[str, str] | None = None) -> "Redactor":
+        """Secrets of one arm: secret-named variables of the environment and the arm's ``env``
+        (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``…), and argv values after such flags."""
+        environ = dict(os.environ if environ is None else environ)
+        secrets = [v for k, v in environ.items() if SECRET_NAME.search(k)]
+        if arm.serve is not None:
+            secrets += [v for k, v in arm.serve.env.items() if SECRET_NAME.search(k)]
+            secrets += secret_argv_values(arm.serve.argv)
+        return cls(secrets)
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        # credentials inside URLs (scheme://user:password@host)
+        return re.sub(r"(\w+://)[^/\s:@]+:[^/\s@]+@", r"\1***:***@", text)
+
+
+# ----------------------------------------------------------------------------------- the server
+
+
+class ServerError(RuntimeError):
+    """A ``serve`` arm's server failed to start or died; ``log_tail`` holds its last lines."""
+
+    def __init__(self, message: str, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+class ServerProcess:
+    """A ``serve`` arm's server: started in its own process group, its output redacted into a log.
+
+    ``argv``, ``env`` values, ``ready_url`` and ``endpoint`` may hold ``{port}``: a free port is
+    picked at :meth:`start`.
+    """
+
+    def __init__(self, arm: Arm, log_path: Path, redact: Redactor) -> None:
+        if arm.serve is None:
+            raise ValueError(f"arm {arm.name!r} has no 'serve' section")
+        self.arm = arm
+        self.spec = arm.serve
+        self.log_path = log_path
+        self.redact = redact
+        self.process: subprocess.Popen[bytes] | None = None
+        self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self._reader: threading.Thread | None = None
+        self.port: int | None = None
+        self.ready_url = self.spec.ready_url
+        self.endpoint = self.spec.endpoint or endpoint_of(self.spec.ready_url)
+
+    def _sub(self, text: str) -> str:
+        return text.replace("{port}", str(self.port))
+
+    def start(self) -> None:
+        """Start the process (new session = own process group); output goes to the log, redacted."""
+        s = self.spec
+        uses_port = any("{port}" in t for t in [*s.argv, *s.env.values(), s.ready_url, s.endpoint or ""])
+        self.port = free_port() if uses_port else None
+        argv = [self._sub(a) for a in s.argv]
+        env = {**os.environ, **{k: self._sub(v) for k, v in s.env.items()}, "PYTHONUNBUFFERED": "1"}
+        self.ready_url, self.endpoint = self._sub(self.ready_url), self._sub(self.endpoint)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("w", encoding="utf-8")
+        log.write(self.redact(f"# {provenance.utc_now()} specsweep study: arm {self.arm.name}: "
+                              f"{self.arm.describe()}\n# port {self.port}\n"))
+        log.flush()
+        try:
+            self.process = subprocess.Popen(argv, cwd=s.cwd, env=env, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        except OSError as exc:
+            log.write(f"# could not start: {exc}\n")
+            log.close()
+            raise ServerError(f"arm {self.arm.name}: could not start {argv[0]!r}: {exc} "
+                              "(check 'serve.argv' and 'serve.cwd')") from exc
+        self._reader = threading.Thread(target=self._pump, args=(self.process.stdout, log), daemon=True,
+                                        name=f"serve-log-{self.arm.name}")
+        self._reader.start()
+
+    def _pump(self, stream: Any, log: Any) -> None:
+        with log:
+            for raw in stream:
+                line = self.redact(raw.decode("utf-8", errors="replace"))
+                self.tail.append(line.rstrip("\n"))
+                log.write(line)
+                log.flush()
+
+    def log_tail(self) -> str:
+        """The server's last lines (redacted)."""
+        return "\n".join(self.tail)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def wait_ready(self, poll_s: float = 0.5) -> None:
+        """Wait until GET ``ready_url`` answers 2xx; raise :class:`ServerError` with the log tail if
+        the process exits first or ``start_timeout_s`` passes."""
+        deadline = time.monotonic() + self.spec.start_timeout_s
+        with httpx.Client(timeout=5.0, trust_env=False) as client:
+            while True:
+                if not self.alive():
+                    rc = self.process.wait() if self.process else None
+                    self._drain()
+                    raise ServerError(f"arm {self.arm.name}: the server exited with status {rc} before it was "
+                                      f"ready ({self.ready_url})", self.log_tail())
+                try:
+                    if client.get(self.ready_url).is_success:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ServerError(f"arm {self.arm.name}: {self.ready_url} did not answer 2xx within "
+                                      f"{self.spec.start_timeout_s:g} s (raise serve.start_timeout_s if the "
+                                      "server needs longer to load)", self.log_tail())
+                time.sleep(poll_s)
+
+    def _drain(self) -> None:
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+
+    def stop(self) -> int | None:
+        """SIGTERM the whole process group, SIGKILL it after ``stop_grace_s``; returns the status."""
+        proc = self.process
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.spec.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        # the leader may be gone while its children still run: kill whatever is left of the group
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        self._drain()
+        return proc.returncode
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def flush_prefix_cache(endpoint: str, timeout_s: float = 10.0) -> str | None:
+    """Empty the server's prefix cache; returns the route that did it, or None if it has none.
+
+    Tries SGLang's ``POST /flush_cache`` then vLLM's ``POST /reset_prefix_cache`` (with the
+    ``SPECSWEEP_API_KEY`` header when set). A route that is absent or refuses is skipped.
+    """
+    from specsweep.probe import auth_headers
+
+    with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False) as client:
+        for route in FLUSH_ROUTES:
+            try:
+                if client.post(route).is_success:
+                    return route
+            except httpx.HTTPError:
+                continue
+    return None
+# TODO(lead): flush between levels needs one call in specsweep/sweep.py's level loop, before each
+# level's warm-up:   flushed = flush_prefix_cache(info.base_url) if cfg.flush_cache else None
+# (with a 'flush_cache' sweep/notebook parameter the study sets to True). Until then the study
+# flushes once before each arm's sweep.
+
+
+# -------------------------------------------------------------------------------------- one arm
+
+
+@dataclass
+class ArmOutcome:
+    """What happened to one (arm, repeat): ``complete``, ``skipped`` (already complete) or ``failed``."""
+
+    arm: str
+    repeat: int
+    position: int
+    status: Literal["complete", "skipped", "failed"]
+    run_dir: str | None = None
+    started_utc: str | None = None
+    finished_utc: str | None = None
+    error: str | None = None
+    log_tail: str | None = None
+    server_log: str | None = None
+    notebook: str | None = None
+    flushed: str | None = None
+    resumed: bool = False
+
+
+def arm_dir(out_dir: Path, arm: str, repeat: int) -> Path:
+    """Folder of one (arm, repeat)'s sweep runs."""
+    return out_dir / RUNS / arm / f"r{repeat}"
+
+
+def _runs_of(folder: Path) -> list[tuple[Path, dict[str, Any]]]:
+    runs = []
+    for meta_path in sorted(folder.glob("*/meta.json")):
+        try:
+            runs.append((meta_path.parent, json.loads(meta_path.read_text())))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return runs
+
+
+def complete_run(out_dir: Path, arm: str, repeat: int) -> Path | None:
+    """The newest complete run of (arm, repeat), or None."""
+    done = [p for p, m in _runs_of(arm_dir(out_dir, arm, repeat)) if m.get("complete")]
+    return done[-1] if done else None
+
+
+def _papermill_logging() -> None:
+    """Show papermill's live cell output (the sweep's per-level progress) on stderr, once."""
+    logger = logging.getLogger("papermill")
+    if not any(getattr(h, "_specsweep", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("    %(message)s"))
+        handler._specsweep = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
+def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int = 0, resume: bool = False,
+            log: Callable[[str], None] = print, notebook: Path = SWEEP_NOTEBOOK) -> ArmOutcome:
+    """Measure one (arm, repeat): start its server, sweep it with the sweep notebook, stop it.
+
+    Never raises for a server or sweep failure (the outcome says ``failed``, with the log tail);
+    Ctrl-C stops the server and propagates. This is the unit a distributed backend runs.
+    """
+    import papermill as pm
+
+    out_dir = Path(out_dir).resolve()
+    folder = arm_dir(out_dir, arm.name, repeat)
+    folder.mkdir(parents=True, exist_ok=True)
+    outcome = ArmOutcome(arm=arm.name, repeat=repeat, position=position, status="failed",
+                         started_utc=provenance.utc_now())
+    if resume and (done := complete_run(out_dir, arm.name, repeat)) is not None:
+        outcome.status, outcome.run_dir, outcome.finished_utc = "skipped", str(done), provenance.utc_now()
+        log(f"arm {arm.name} repeat {repeat}: already complete ({done}), not measured again")
+        return outcome
+    stamp = provenance.utc_stamp()
+    params = study.sweep_parameters(arm, repeat)
+    params["out_dir"] = str(folder)
+    incomplete = [p for p, m in _runs_of(folder) if not m.get("complete") and (p / "levels.parquet").is_file()]
+    if resume and incomplete:
+        params["resume"] = str(incomplete[-1])
+        outcome.resumed = True
+    before = {p for p, _ in _runs_of(folder)}
+    redact = Redactor.for_arm(arm)
+    executed = folder / f"sweep-{stamp}.ipynb"
+    server: ServerProcess | None = None
+    log(redact(f"arm {arm.name} repeat {repeat}: {arm.describe()}"))
+    try:
+        if arm.kind == "serve":
+            server = ServerProcess(arm, folder / f"server-{stamp}.log", redact)
+            outcome.server_log = str(server.log_path)
+            server.start()
+            server.wait_ready()
+            from specsweep.probe import ProbeError, probe
+
+            try:
+                probe(server.endpoint, str(study.spec.sweep.get("api", "auto")), str(study.spec.sweep.get("model", "auto")))
+            except ProbeError as exc:
+                raise ServerError(f"arm {arm.name}: the server is up but does not answer specsweep's probe: {exc}",
+                                  server.log_tail()) from exc
+            params["endpoint"] = server.endpoint
+            log(f"arm {arm.name}: server ready at {server.endpoint} (pid {server.process.pid if server.process else '?'})")
+        elif arm.kind == "endpoint":
+            params["endpoint"] = arm.endpoint
+        if params.get("endpoint"):
+            outcome.flushed = flush_prefix_cache(params["endpoint"])
+            if outcome.flushed:
+                log(f"arm {arm.name}: prefix cache flushed ({outcome.flushed})")
+        _papermill_logging()
+        try:
+            pm.execute_notebook(str(notebook), str(executed), parameters=params, cwd=os.getcwd(),
+                                kernel_name="python3", progress_bar=False, log_output=True)
+        except pm.PapermillExecutionError as exc:
+            died = server is not None and not server.alive()
+            why = (f"the server died mid-arm (status {server.process.returncode if server and server.process else '?'})"
+                   if died else "the sweep failed")
+            raise ServerError(f"arm {arm.name} repeat {repeat}: {why}: {exc.ename}: {exc.evalue}",
+                              server.log_tail() if server else _notebook_tail(executed)) from exc
+        outcome.status = "complete"
+    except ServerError as exc:
+        outcome.error, outcome.log_tail = redact(str(exc)), redact(exc.log_tail)
+        log(f"arm {arm.name} repeat {repeat}: FAILED — {outcome.error}"
+            + (f"\n--- last lines of its log ---\n{outcome.log_tail}" if outcome.log_tail else ""))
+    finally:
+        if server is not None:
+            rc = server.stop()
+            log(f"arm {arm.name}: server stopped (status {rc})")
+        outcome.finished_utc = provenance.utc_now()
+        _keep_beside(outcome, folder, before, executed, server, redact, params.get("resume"))
+    return outcome
+
+
+def _notebook_tail(executed: Path) -> str:
+    """The last stream lines of an executed notebook (what the sweep printed before failing)."""
+    try:
+        import nbformat
+
+        nb = nbformat.read(str(executed), as_version=4)
+    except Exception:  # noqa: BLE001 - the notebook may not exist when papermill failed early
+        return ""
+    lines = [line for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+             if o.get("output_type") == "stream" for line in o.get("text", "").splitlines()]
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _keep_beside(outcome: ArmOutcome, folder: Path, before: set[Path], executed: Path,
+                 server: ServerProcess | None, redact: Redactor, resumed: str | None) -> None:
+    """Move the executed notebook and the server log into the run folder, secrets redacted."""
+    new = [p for p, _ in _runs_of(folder) if p not in before]
+    run_dir = Path(resumed) if resumed else (new[-1] if new else None)
+    outcome.run_dir = str(run_dir) if run_dir else None
+    target = run_dir or folder
+    for src, name in ((executed, "sweep.ipynb"), (server.log_path if server else None, "server.log")):
+        if src is None or not src.is_file():
+            continue
+        dst = target / name
+        if dst.exists() or target == folder:
+            dst = target / src.name  # a resumed run keeps each attempt's files
+        dst.write_text(redact(src.read_text(encoding="utf-8", errors="replace")), encoding="utf-8")
+        if dst != src:
+            src.unlink()
+        if name == "sweep.ipynb":
+            outcome.notebook = str(dst)
+        else:
+            outcome.server_log = str(dst)
+
+
+# ------------------------------------------------------------------------------------ the study
+
+
+@dataclass
+class StudyResult:
+    """What a study run produced."""
+
+    study: Study
+    out_dir: Path
+    outcomes: list[ArmOutcome] = field(default_factory=list)
+    result_sets: list[Path] = field(default_factory=list)
+    report: Path | None = None
+    missing: list[str] = field(default_factory=list)
+    #: output agreement of each speculative arm with the baseline (see :mod:`specsweep.agreement`)
+    agreement: pd.DataFrame | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(o.status != "failed" for o in self.outcomes) and not self.missing
+
+    def table(self) -> pd.DataFrame:
+        """One row per (arm, repeat) in run order: status, run folder, times, error."""
+        rows = [{"#": o.position, "arm": o.arm, "repeat": o.repeat, "status": o.status,
+                 "started (UTC)": o.started_utc, "finished (UTC)": o.finished_utc,
+                 "run folder": o.run_dir, "error": o.error} for o in self.outcomes]
+        return pd.DataFrame(rows)
+
+
+def _write_status(path: Path, study: Study, outcomes: list[ArmOutcome], **extra: Any) -> None:
+    doc = {"study": study.name, "title": study.title, "file": str(study.path) if study.path else None,
+           "baseline": study.baseline, "repeats": study.spec.repeats,
+           "plan": [{"position": i, "repeat": r, "arm": a.name} for i, (r, a) in enumerate(study.plan(), 1)],
+           "fingerprint": study.fingerprint(), "outcomes": [asdict(o) for o in outcomes], **extra}
+    atomic_write_bytes(path, (json.dumps(doc, indent=2) + "\n").encode())
+
+
+def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] = ()) -> Path | None:
+    """Merge an arm's complete repeats into ``<out_dir>/<arm>/`` (repeat = the study's repeat index).
+
+    Levels keep their ``started_utc`` and ``run_id``; ``meta.json`` gains ``study.runs`` (each
+    repeat's run, seed, and position in the study's time order). None if no repeat is complete.
+    """
+    runs = {r: complete_run(out_dir, arm.name, r) for r in range(study.spec.repeats)}
+    found = {r: p for r, p in runs.items() if p is not None}
+    if not found:
+        return None
+    sets = {r: load_result_set(p) for r, p in found.items()}
+    target = out_dir / arm.name
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for stem in ("levels", "requests", "server_metrics"):
+        frames = [getattr(rs, stem).assign(repeat=r) for r, rs in sets.items() if getattr(rs, stem) is not None]
+        if frames:
+            write_frame(target, stem, pd.concat(frames, ignore_index=True))
+    first = sets[min(sets)]
+    meta = json.loads(json.dumps(first.meta))
+    order = {(a.name, r): i for i, (r, a) in enumerate(study.plan(), 1)}
+    meta.update(
+        run_id=f"{study.name}-{arm.name}", complete=len(found) == study.spec.repeats,
+        started_utc=min(rs.meta.get("started_utc") or "" for rs in sets.values()),
+        finished_utc=max(rs.meta.get("finished_utc") or "" for rs in sets.values()),
+        warnings=sorted({w for rs in sets.values() for w in rs.meta.get("warnings", [])}),
+    )
+    meta["sweep"] = {**meta.get("sweep", {}), "repeats": len(found), "seed": study.spec.sweep.get("seed", 0)}
+    meta["study"] = {
+        "name": study.name, "title": study.title, "repeats": study.spec.repeats,
+        "order": "forward on even repeats, reversed on odd ones",
+        "missing_repeats": sorted(set(range(study.spec.repeats)) - set(found)),
+        "missing_arms": list(missing),
+        "runs": sorted(({"repeat": r, "run_id": rs.run_id, "run_dir": str(found[r]), "position": order[(arm.name, r)],
+                         "seed": rs.meta.get("workload", {}).get("seed"), "started_utc": rs.meta.get("started_utc"),
+                         "finished_utc": rs.meta.get("finished_utc")} for r, rs in sets.items()),
+                        key=lambda d: d["position"]),
+    }
+    write_meta(target, meta)
+    return target
+
+
+def run_order(sets: Sequence[ResultSet]) -> pd.DataFrame:
+    """Every run of a study's result sets in time order: position, arm, repeat, seed, start and end (UTC).
+
+    Empty for result sets that were not measured by a study (no ``study`` block in meta.json).
+    """
+    rows = [{"#": run["position"], "arm": rs.arm, "repeat": run["repeat"], "prompt seed": run.get("seed"),
+             "started (UTC)": run.get("started_utc"), "finished (UTC)": run.get("finished_utc")}
+            for rs in sets for run in rs.meta.get("study", {}).get("runs", [])]
+    return pd.DataFrame(rows).sort_values("#").reset_index(drop=True) if rows else pd.DataFrame()
+
+
+def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str:
+    """What a report says about the study behind its result sets: missing arms, how the runs were
+    ordered, output agreement. Empty when no result set came from a study. Names are escaped."""
+    studies = [rs.meta["study"] for rs in sets if isinstance(rs.meta.get("study"), dict)]
+    if not studies:
+        return ""
+    info = studies[0]
+    lines = [f"These arms were measured by the study *{md_text(info.get('name'))}* with {info.get('repeats')} "
+             f"repeat(s), each repeat of each arm a separate run with its own prompt seed (shared by all arms), in "
+             f"an interleaved order ({md_text(info.get('order'))}) so that a slow drift of the machine weighs on "
+             "every arm alike."]
+    missing = sorted({m for s in studies for m in s.get("missing_arms", [])})
+    if missing:
+        lines.append(f"\n**Missing arm(s): {', '.join(md_text(m) for m in missing)}** — no complete run (the server "
+                     "failed to start or died; the study's `study.json` has the tail of its log).")
+    partial = [(rs.arm, rs.meta["study"]["missing_repeats"]) for rs in sets
+               if rs.meta.get("study", {}).get("missing_repeats")]
+    for arm, reps in partial:
+        lines.append(f"\n⚠ Arm *{md_text(arm)}* lacks repeat(s) {', '.join(map(str, reps))}.")
+    lines.append("\n**Output agreement with the baseline** (same prompts, temperature 0):\n")
+    lines.append(agreement_markdown(output_agreement(sets, baseline), baseline))
+    return "\n".join(lines)
+
+
+def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: str | Path | None = None,
+              resume: bool = False, dry_run: bool = False, report: bool = True, backend: Backend = "local",
+              fresh: bool = False, log: Callable[[str], None] = print) -> StudyResult:
+    """Run every (repeat, arm) of ``study`` in its interleaved order, merge, and build the report.
+
+    ``out_dir``: default the study's (``data/runs/studies/<name>``); ``report_dir``: default the
+    study's ``report_dir`` (``reports``). ``dry_run`` only logs the plan. ``fresh`` deletes the
+    study a previous run left in ``out_dir`` (its study.json, run and arm folders) and starts over.
+    """
+    out = Path(out_dir) if out_dir else study.default_out_dir()
+    reports = Path(report_dir) if report_dir else Path(study.spec.report_dir)
+    result = StudyResult(study=study, out_dir=out)
+    if backend not in ("local", "ray"):
+        raise StudyError(f"backend {backend!r}: use 'local' (arms one after another here) or 'ray' (arms as Ray tasks)")
+    if dry_run:
+        log(study.dry_run(out, reports))
+        return result
+    status = out / "study.json"
+    if fresh and status.exists():
+        if resume:
+            raise StudyError("fresh and resume contradict each other: fresh starts over, resume continues")
+        old = json.loads(status.read_text())
+        for name in {o["arm"] for o in old.get("outcomes", [])} | {RUNS}:
+            if (out / name).is_dir():
+                shutil.rmtree(out / name)
+        status.unlink()
+        (out / "agreement.csv").unlink(missing_ok=True)
+        log(f"fresh: removed the previous study in {out}")
+    if status.exists() and not resume:
+        raise StudyError(f"{out} already holds a study (study.json); pass --resume (resume=True) to continue it, "
+                         "or choose another --out-dir")
+    if status.exists():
+        problems = study.resume_conflicts(json.loads(status.read_text()).get("fingerprint", {}))
+        if problems:
+            raise StudyError(f"{status}: cannot resume with {study.path or 'this study'}: {'; '.join(problems)}. "
+                             "Restore the study file, rename the changed arm(s), or choose another --out-dir")
+    out.mkdir(parents=True, exist_ok=True)
+    plan = study.plan()
+    log(f"study {study.name}: {len(study.arms)} arm(s) × {study.spec.repeats} repeat(s) = {len(plan)} sweep(s) → {out}")
+    def done(outcome: ArmOutcome) -> None:
+        result.outcomes.append(outcome)
+        _write_status(status, study, sorted(result.outcomes, key=lambda o: o.position))
+
+    try:
+        if backend == "ray":
+            from specsweep.study_ray import run_on_ray
+
+            run_on_ray(study, out, resume=resume, log=log, on_outcome=done)
+        else:
+            for i, (repeat, arm) in enumerate(plan, 1):
+                log(f"[{i}/{len(plan)}] arm {arm.name}, repeat {repeat}")
+                done(run_arm(study, arm, repeat, out, position=i, resume=resume, log=log))
+    except KeyboardInterrupt:
+        _write_status(status, study, sorted(result.outcomes, key=lambda o: o.position),
+                      interrupted=provenance.utc_now())
+        log(f"interrupted: finished arms are kept; continue with --resume (out_dir {out})")
+        raise
+    result.outcomes.sort(key=lambda o: o.position)
+    result.missing = [a.name for a in study.arms
+                      if all(complete_run(out, a.name, r) is None for r in range(study.spec.repeats))]
+    for arm in study.arms:
+        if arm.name not in result.missing:
+            merged = assemble_arm(study, arm, out, result.missing)
+            assert merged is not None
+            result.result_sets.append(merged)
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    _write_status(status, study, result.outcomes, missing_arms=result.missing)
+    if result.result_sets:
+        result.agreement = output_agreement([load_result_set(p) for p in result.result_sets], study.baseline)
+        result.agreement.to_csv(out / "agreement.csv", index=False)
+        for row in result.agreement[result.agreement["flagged"]].itertuples():
+            log(f"⚠ arm {row.arm}, C={row.concurrency}: {row.identical} of {row.pairs} outputs identical to the "
+                "baseline at temperature 0 (see agreement.csv)")
+    if report:
+        if study.baseline in result.missing:
+            log(f"no report: the baseline arm {study.baseline!r} has no complete run")
+        else:
+            title = study.title
+            if result.missing:
+                shown = os.path.relpath(status) if status.resolve().is_relative_to(Path.cwd()) else status
+                title += f" — missing arm(s): {', '.join(result.missing)} (no complete run; see {shown})"
+            log(f"building the report {study.name} from {len(result.result_sets)} arm(s)")
+            result.report = build_report(result.result_sets, study.name, baseline=study.baseline, title=title,
+                                         profiles=[p.model_dump() for p in study.spec.profiles]
+                                         if study.spec.profiles is not None else None,
+                                         out_dir=reports)
+            log(f"wrote {result.report}")
+    log(f"study {study.name}: {len(plan) - len(failed)} of {len(plan)} sweep(s) complete"
+        + (f"; failed: {', '.join(f'{o.arm} r{o.repeat}' for o in failed)}" if failed else ""))
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI; exit status 0 all complete, 1 some arm failed or is missing, 2 a bad study file."""
+    parser = argparse.ArgumentParser(prog="python -m specsweep.study", description=__doc__.split("\n\n")[0])
+    parser.add_argument("study", help="study file (YAML), e.g. data/studies/demo.yaml")
+    parser.add_argument("--out-dir", default=None, help="result sets go here (default: the study's out_dir or data/runs/studies/<name>)")
+    parser.add_argument("--report-dir", default=None, help="the report goes here as <name>.html (default: the study's report_dir, reports)")
+    parser.add_argument("--resume", action="store_true", help="continue a study: complete arms/repeats are not measured again")
+    parser.add_argument("--dry-run", action="store_true", help="print every arm and command in run order; start nothing")
+    parser.add_argument("--fresh", action="store_true", help="delete the study a previous run left in the out dir and start over")
+    parser.add_argument("--no-report", action="store_true", help="measure and merge only")
+    parser.add_argument("--backend", default="local", choices=["local", "ray"],
+                        help="local: arms one after another on this machine; ray: arms as Ray tasks (pip install -e '.[ray]')")
+    args = parser.parse_args(argv)
+    try:
+        study = load_study(args.study)
+        result = run_study(study, out_dir=args.out_dir, report_dir=args.report_dir, resume=args.resume,
+                           dry_run=args.dry_run, report=not args.no_report, backend=args.backend, fresh=args.fresh)
+    except StudyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0 if result.ok or args.dry_run else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

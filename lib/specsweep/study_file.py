@@ -1,0 +1,494 @@
+"""The study file: a YAML description of every arm of a study, validated; errors name key and line.
+
+A study measures several server configurations (*arms*) with one shared workload and turns them
+into one report (DESIGN §10). Example (``data/studies/demo.yaml`` is a complete one)::
+
+    title: "MTP vs baseline"          # report title
+    name: my-study                    # optional: reports/<name>.html, data/runs/studies/<name>/
+    baseline: baseline                # the arm every other arm is compared against
+    repeats: 2                        # interleaved repeats (baseline, mtp, mtp, baseline, ...)
+    sweep:                            # notebooks/sweep.ipynb parameters shared by every arm
+      concurrency: [1, 4, 16, 64]
+      input_tokens: 1000
+      output_tokens: 1000
+    profiles: null                    # report profiles (notebooks/report.ipynb), null: defaults
+    arms:
+      - name: baseline
+        endpoint: http://gpu-host:30000          # (a) a server that is already running
+      - name: mtp
+        serve:                                   # (b) a server the runner starts and stops
+          argv: [python3, -m, sglang.launch_server, --model-path, M, --port, "{port}",
+                 --speculative-algorithm, NEXTN]
+          env: {CUDA_VISIBLE_DEVICES: "0,1,2,3"}
+          cwd: /srv
+          ready_url: "http://127.0.0.1:{port}/health"
+          start_timeout_s: 900
+      - name: sim
+        embedded: {profile: tiny, spec: mtp, args: ["--max-running-requests", "128"]}  # (c)
+      - name: "mtp-steps{steps}-cap{cap}"        # (d) a grid: one arm per combination
+        resources: {GPU: 4}                      # backend ray: what its task needs
+        grid: {steps: [1, 3], cap: [48, 128]}
+        embedded: {spec: mtp, args: [--speculative-num-steps, "{steps}", --max-running-requests, "{cap}"]}
+
+Placeholders: ``{port}`` in ``serve`` (argv, env values, ready_url, endpoint) is a free TCP port
+picked when the arm starts; ``{key}`` of a grid is replaced in the arm's name, label and every
+string of its server description. Other braces (a JSON ``--speculative-config``) are left alone.
+A grid arm whose name has no placeholder gets ``-<key><value>`` appended per key
+(``mtp`` × {steps: [2], cap: [128]} → ``mtp-steps2-cap128``).
+
+``backend: ray`` (``python -m specsweep.study FILE --backend ray``) runs arms in parallel as Ray
+tasks, each with its ``resources``; the top-level ``ray: {address, max_retries}`` says where and how
+often an arm whose node was lost is re-run (:mod:`specsweep.study_ray`).
+
+Times are in seconds. Relative ``out_dir``/``report_dir`` are relative to the working directory.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import shlex
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from specsweep.config import ARM_PATTERN, SweepConfig
+from specsweep.recommend import Profile
+
+#: sweep-notebook parameters the study sets per arm (not allowed in the shared ``sweep`` section)
+RUNNER_PARAMETERS: dict[str, str] = {
+    "endpoint": "give it per arm ('endpoint', 'serve' or 'embedded')",
+    "arm": "it is the arm's 'name'",
+    "label": "give it per arm as 'label'",
+    "out_dir": "give it at the study's top level (or --out-dir)",
+    "resume": "use the study's --resume",
+    "repeats": "give it at the study's top level: the study interleaves repeats across arms",
+    "embedded_profile": "give it per arm in 'embedded: {profile: ...}'",
+    "embedded_spec": "give it per arm in 'embedded: {spec: ...}'",
+    "embedded_args": "give it per arm in 'embedded: {args: [...]}'",
+}
+#: the sweep notebook's parameters a study may share (see notebooks/sweep.ipynb)
+SWEEP_PARAMETERS: tuple[str, ...] = (
+    "api", "model", "concurrency", "input_tokens", "output_tokens", "workload", "requests_per_level",
+    "warmup_requests", "request_timeout_s", "seed", "temperature", "client_workers",
+)
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: names of variables and flags whose values are secrets (HF_TOKEN, SPECSWEEP_API_KEY, --api-key, …);
+#: whole words between '_' so TOKENIZERS_PARALLELISM is not one
+SECRET_NAME = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|AUTH)($|_)", re.IGNORECASE)
+Scalar = str | int | float | bool
+
+
+class StudyError(ValueError):
+    """The study file is invalid; the message names the file, the key, the line and the fix."""
+
+
+class ServeSpec(BaseModel):
+    """A server the runner starts (argument list, never a shell) and stops."""
+
+    model_config = ConfigDict(extra="forbid")
+    argv: list[str] = Field(min_length=1, description="program and arguments; '{port}' is a free port")
+    env: dict[str, str] = Field(default_factory=dict, description="added to the runner's environment")
+    cwd: str | None = Field(None, description="working directory of the server")
+    ready_url: str = Field(description="GET answers 2xx once the server is ready, e.g. http://127.0.0.1:{port}/health")
+    endpoint: str | None = Field(None, description="scheme://host:port to measure; default: that of ready_url")
+    start_timeout_s: float = Field(600.0, gt=0, description="seconds to wait for ready_url")
+    stop_grace_s: float = Field(30.0, ge=0, description="seconds between SIGTERM and SIGKILL of the process group")
+
+    @field_validator("ready_url", "endpoint")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("give an http(s) URL, e.g. http://127.0.0.1:{port}/health")
+        return value
+
+
+class EmbeddedSpec(BaseModel):
+    """Arguments of the embedded reference server, which the sweep notebook starts (simulated)."""
+
+    model_config = ConfigDict(extra="forbid")
+    profile: str = "qwen3.5-122b-a10b-4x-rtxpro6000"
+    spec: Literal["auto", "off", "mtp"] = "auto"
+    args: list[str] = Field(default_factory=list)
+
+
+class ArmSpec(BaseModel):
+    """One arm (or, with ``grid``, a template of several)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1)
+    label: str | None = None
+    endpoint: str | None = None
+    serve: ServeSpec | None = None
+    embedded: EmbeddedSpec | None = None
+    grid: dict[str, list[Scalar]] | None = None
+    resources: dict[str, float] = Field(default_factory=dict, description="backend ray: what the arm's task needs, "
+                                        "e.g. {GPU: 4} (CPU and GPU are Ray's own; others are custom resources)")
+
+    @field_validator("resources")
+    @classmethod
+    def _resources(cls, value: dict[str, float]) -> dict[str, float]:
+        bad = {k: v for k, v in value.items() if v < 0}
+        if bad:
+            raise ValueError(f"resource amounts must be >= 0, got {bad}")
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("give scheme://host:port, e.g. http://127.0.0.1:30000")
+        return value.rstrip("/") if value else value
+
+    @field_validator("grid")
+    @classmethod
+    def _grid(cls, value: dict[str, list[Scalar]] | None) -> dict[str, list[Scalar]] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("a grid needs at least one key with a list of values")
+        for key, values in value.items():
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"grid key {key!r}: use letters, digits and '_' (it is a {{placeholder}})")
+            if key == "port":
+                raise ValueError("grid key 'port' is reserved for the free port placeholder")
+            if not values:
+                raise ValueError(f"grid key {key!r} has no values")
+        return value
+
+    @model_validator(mode="after")
+    def _one_server(self) -> "ArmSpec":
+        given = [k for k in ("endpoint", "serve", "embedded") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"arm {self.name!r} needs exactly one of 'endpoint' (a running server), 'serve' "
+                             f"(a command the study starts) or 'embedded' (the reference server); it has "
+                             f"{', '.join(given) if given else 'none'}")
+        return self
+
+
+class RayOptions(BaseModel):
+    """How the ``ray`` backend reaches its cluster and retries an arm whose node was lost."""
+
+    model_config = ConfigDict(extra="forbid")
+    address: str | None = Field(None, description="Ray cluster address (e.g. 'auto'); None: RAY_ADDRESS, else a local instance")
+    max_retries: int = Field(1, ge=0, description="re-runs of an arm whose worker or node died (a failed server is not retried)")
+
+
+class StudySpec(BaseModel):
+    """A whole study file."""
+
+    model_config = ConfigDict(extra="forbid")
+    title: str = Field(min_length=1)
+    name: str | None = None
+    baseline: str = "baseline"
+    repeats: int = Field(1, ge=1, description="interleaved repeats of every arm")
+    sweep: dict[str, Any] = Field(default_factory=dict)
+    profiles: list[Profile] | None = None
+    out_dir: str | None = None
+    report_dir: str = "reports"
+    ray: RayOptions = Field(default_factory=RayOptions)
+    arms: list[ArmSpec] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not ARM_PATTERN.match(value):
+            raise ValueError("use 1-64 letters, digits, '.', '_' or '-' (it names the report and folder)")
+        return value
+
+    @field_validator("sweep")
+    @classmethod
+    def _sweep(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if key in RUNNER_PARAMETERS:
+                raise ValueError(f"'{key}' is set by the study, not shared: {RUNNER_PARAMETERS[key]}")
+            if key not in SWEEP_PARAMETERS:
+                raise ValueError(f"unknown sweep parameter '{key}'; shared ones are {', '.join(SWEEP_PARAMETERS)}")
+        SweepConfig.model_validate(value)  # the sweep's own rules (levels, lengths, 'auto' values)
+        return value
+
+
+# ------------------------------------------------------------------------------------------ arms
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One expanded arm: a name, how its server is reached, and the grid values that made it."""
+
+    name: str
+    label: str | None
+    kind: Literal["endpoint", "serve", "embedded"]
+    endpoint: str | None = None
+    serve: ServeSpec | None = None
+    embedded: EmbeddedSpec | None = None
+    grid_values: dict[str, Scalar] = field(default_factory=dict)
+    resources: dict[str, float] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line: the arm and how it is reached (the serve command with secret env values hidden)."""
+        if self.kind == "endpoint":
+            return f"{self.name}: endpoint {self.endpoint} (already running)"
+        if self.kind == "embedded":
+            e = self.embedded
+            assert e is not None
+            args = f" args {shlex.join(e.args)}" if e.args else ""
+            return f"{self.name}: embedded reference server (simulated), profile {e.profile}, spec {e.spec}{args}"
+        s = self.serve
+        assert s is not None
+        env = " ".join(f"{k}={'***' if SECRET_NAME.search(k) else shlex.quote(v)}" for k, v in s.env.items())
+        hidden = set(secret_argv_values(s.argv))
+
+        def mask(a: str) -> str:
+            if a in hidden:
+                return "***"
+            flag, _, value = a.partition("=")
+            return f"{flag}=***" if value and value in hidden else a
+
+        argv = shlex.join([mask(a) for a in s.argv])
+        return (f"{self.name}: serve {(env + ' ') if env else ''}{argv}"
+                f"{f' (cwd {s.cwd})' if s.cwd else ''}; ready when GET {s.ready_url} answers "
+                f"(≤ {s.start_timeout_s:g} s)")
+
+
+def secret_argv_values(argv: list[str]) -> list[str]:
+    """Values of secret-named flags in an argument list (``--api-key K``, ``--hf-token=T``)."""
+    out = []
+    for flag, value in zip(argv, argv[1:]):
+        if flag.startswith("-") and "=" not in flag and SECRET_NAME.search(flag.replace("-", "_")):
+            out.append(value)
+    out += [a.split("=", 1)[1] for a in argv
+            if a.startswith("-") and "=" in a and SECRET_NAME.search(a.split("=", 1)[0].replace("-", "_"))]
+    return out
+
+
+def _fill(value: Any, values: dict[str, Scalar]) -> Any:
+    """Replace ``{key}`` grid placeholders in every string of ``value`` ({port} is kept for later)."""
+    if isinstance(value, str):
+        def one(match: re.Match[str]) -> str:
+            key = match.group(1)
+            if key in values:
+                return str(values[key])
+            return match.group(0)
+        return PLACEHOLDER.sub(one, value)
+    if isinstance(value, list):
+        return [_fill(v, values) for v in value]
+    if isinstance(value, dict):
+        return {k: _fill(v, values) for k, v in value.items()}
+    return value
+
+
+def _name_part(value: Scalar) -> str:
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return re.sub(r"[^A-Za-z0-9._]+", "_", text)
+
+
+def expand_arm(spec: ArmSpec) -> list[Arm]:
+    """The arms of one entry: itself, or one per combination of its grid (in the grid's order)."""
+    grid = spec.grid or {}
+    keys = list(grid)
+    out = []
+    for combo in itertools.product(*(grid[k] for k in keys)) if keys else [()]:
+        values = dict(zip(keys, combo))
+        used = {m.group(1) for m in PLACEHOLDER.finditer(spec.name)}
+        name = _fill(spec.name, {k: _name_part(v) for k, v in values.items()})
+        if keys and not used & set(keys):
+            name += "".join(f"-{k}{_name_part(v)}" for k, v in values.items())
+        data = spec.model_dump(exclude={"name", "grid", "resources"}, exclude_none=True)
+        data = _fill(data, values)
+        out.append(Arm(
+            name=name, label=data.get("label"), kind=next(k for k in ("endpoint", "serve", "embedded") if k in data),
+            endpoint=data.get("endpoint"), serve=ServeSpec(**data["serve"]) if "serve" in data else None,
+            embedded=EmbeddedSpec(**data["embedded"]) if "embedded" in data else None, grid_values=values,
+            resources=dict(spec.resources)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- study
+
+
+@dataclass
+class Study:
+    """A validated study: its spec, expanded arms, and the file it came from."""
+
+    spec: StudySpec
+    arms: list[Arm]
+    path: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """Folder and report name: the file's ``name``, else the file's stem."""
+        return self.spec.name or (self.path.stem if self.path else "study")
+
+    @property
+    def title(self) -> str:
+        return self.spec.title
+
+    @property
+    def baseline(self) -> str:
+        return self.spec.baseline
+
+    def default_out_dir(self) -> Path:
+        """Where result sets go unless ``--out-dir``: the file's ``out_dir`` or data/runs/studies/<name>."""
+        return Path(self.spec.out_dir) if self.spec.out_dir else Path("data/runs/studies") / self.name
+
+    def order(self, repeat: int) -> list[Arm]:
+        """Arms in the order measured in ``repeat``: forward on even repeats, reversed on odd ones
+        (baseline, mtp, mtp, baseline, …), so a linear drift of the machine weighs on every arm alike."""
+        return list(self.arms) if repeat % 2 == 0 else list(reversed(self.arms))
+
+    def plan(self) -> list[tuple[int, Arm]]:
+        """(repeat, arm) in the order the runner measures them."""
+        return [(r, arm) for r in range(self.spec.repeats) for arm in self.order(r)]
+
+    def sweep_parameters(self, arm: Arm, repeat: int) -> dict[str, Any]:
+        """The sweep notebook's parameters for one arm and repeat (endpoint and out_dir excluded).
+
+        Each repeat is its own sweep run (repeats=1) with prompt seed ``seed + repeat``: arms stay
+        paired (same prompts within a repeat) and a prefix cache kept across repeats cannot serve a
+        repeat's prompts from an earlier one.
+        """
+        params: dict[str, Any] = {**self.spec.sweep, "arm": arm.name, "repeats": 1,
+                                  "seed": int(self.spec.sweep.get("seed", 0)) + repeat}
+        if arm.label:
+            params["label"] = arm.label
+        if arm.embedded is not None:
+            params.update(endpoint="", embedded_profile=arm.embedded.profile, embedded_spec=arm.embedded.spec,
+                          embedded_args=list(arm.embedded.args))
+        return params
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must not change when a study is resumed: the shared sweep parameters and a digest
+        of each arm's definition (a digest, so secrets in it are never written)."""
+        def digest(arm: Arm) -> str:
+            data = {"kind": arm.kind, "endpoint": arm.endpoint, "label": arm.label,
+                    "serve": arm.serve.model_dump() if arm.serve else None,
+                    "embedded": arm.embedded.model_dump() if arm.embedded else None}
+            return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+        return {"sweep": dict(self.spec.sweep), "arms": {a.name: digest(a) for a in self.arms}}
+
+    def resume_conflicts(self, old: dict[str, Any]) -> list[str]:
+        """Why a study recorded with fingerprint ``old`` cannot be resumed with this file (empty: it can)."""
+        new = self.fingerprint()
+        problems = []
+        for key in sorted(set(old.get("sweep", {})) | set(new["sweep"])):
+            if old.get("sweep", {}).get(key) != new["sweep"].get(key):
+                problems.append(f"sweep.{key} was {old.get('sweep', {}).get(key)!r}, now {new['sweep'].get(key)!r}")
+        for name, value in new["arms"].items():
+            if name in old.get("arms", {}) and old["arms"][name] != value:
+                problems.append(f"arm {name!r} is defined differently (server, arguments, environment or label)")
+        return problems
+
+    def dry_run(self, out_dir: Path, report_dir: Path) -> str:
+        """Every arm, command and sweep in run order, as text; starts nothing."""
+        lines = [f"study {self.name!r}: {self.title}", f"baseline: {self.baseline}",
+                 f"result sets: {out_dir}", f"report: {report_dir / (self.name + '.html')}",
+                 f"{len(self.arms)} arm(s) × {self.spec.repeats} repeat(s), in this order:"]
+        for i, (r, arm) in enumerate(self.plan(), 1):
+            lines.append(f"{i:3d}. repeat {r} — {arm.describe()}")
+            params = {k: v for k, v in self.sweep_parameters(arm, r).items() if not k.startswith("embedded_")}
+            lines.append(f"     sweep: {yaml.safe_dump(params, default_flow_style=True, width=10_000).strip()}")
+        return "\n".join(lines)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (for the ``{port}`` placeholder)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def endpoint_of(url: str) -> str:
+    """scheme://host:port of a URL."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+# --------------------------------------------------------------------------------------- parsing
+
+
+def _line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the YAML node at a pydantic error location (the deepest one that exists).
+
+    An unknown key points at the key; a missing key at the key of the mapping that lacks it.
+    """
+    if node is None:
+        return None
+    line = node.start_mark.line + 1
+    for depth, part in enumerate(loc):
+        nxt = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if key.value == str(part):
+                    nxt, line = value, key.start_mark.line + 1
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            nxt = node.value[part]
+            line = nxt.start_mark.line + 1
+        if nxt is None:
+            continue  # a missing key, or a pydantic-only step (a union member): stay here
+        node = nxt
+    return line
+
+
+def parse_study(text: str, source: str = "<study>") -> Study:
+    """Validate a study file's text; raise :class:`StudyError` naming each bad key and its line."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        opened = (f", {exc.context} at line {context.line + 1}"  # type: ignore[attr-defined]
+                  if context is not None and getattr(exc, "context", None) else "")
+        raise StudyError(f"{source}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc}{opened}); "
+                         "check indentation, quoting and brackets there") from exc
+    if not isinstance(raw, dict):
+        raise StudyError(f"{source}: a study file is a mapping with title, arms, … (got {type(raw).__name__})")
+    try:
+        spec = StudySpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            key = ".".join(str(p) for p in loc) or "study"
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "unknown key (check the spelling; see specsweep/study_file.py for the keys)"
+            elif err["type"] == "missing":
+                msg = "required key is missing"
+            line = _line(node, loc)
+            problems.append(f"{source}{f' line {line}' if line else ''}: key '{key}': {msg}")
+        raise StudyError("; ".join(problems)) from exc
+    arms: list[Arm] = []
+    for i, entry in enumerate(spec.arms):
+        for arm in expand_arm(entry):
+            line = _line(node, ("arms", i, "name"))
+            if not ARM_PATTERN.match(arm.name):
+                raise StudyError(f"{source} line {line}: key 'arms.{i}.name': arm name {arm.name!r} is not folder-safe; "
+                                 "use letters, digits, '.', '_' or '-' (e.g. 'mtp-steps2-cap128')")
+            if any(a.name == arm.name for a in arms):
+                raise StudyError(f"{source} line {line}: key 'arms.{i}.name': arm {arm.name!r} appears twice; "
+                                 "every arm needs a unique name (grid arms get -<key><value> suffixes)")
+            arms.append(arm)
+    if spec.baseline not in {a.name for a in arms}:
+        line = _line(node, ("baseline",))
+        raise StudyError(f"{source}{f' line {line}' if line else ''}: key 'baseline': {spec.baseline!r} is not one "
+                         f"of the arms ({', '.join(a.name for a in arms)}); name the arm to compare against")
+    return Study(spec=spec, arms=arms)
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and validate a study file (see the module docstring)."""
+    path = Path(path)
+    if not path.is_file():
+        raise StudyError(f"{path}: no such study file; give the path of a .yaml study (e.g. data/studies/demo.yaml)")
+    study = parse_study(path.read_text(encoding="utf-8"), str(path))
+    study.path = path
+    return study
