@@ -31,12 +31,13 @@ from typing import Any, Literal, Sequence
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from specsweep.compare import Comparison
+from specsweep.compare import Comparison, zero_between, smallest_detectable_pct
+from specsweep.markup import md_text
 from specsweep.metrics import metric_info
 
 Objective = Literal["latency", "throughput", "balanced"]
 Outcome = Literal["gain", "loss", "neutral"]
-Verdict = Literal["enable", "disable", "enable_up_to", "enable_from", "mixed"]
+Verdict = Literal["enable", "disable", "enable_up_to", "enable_from", "mixed", "no_verdict"]
 SYNTHETIC_KINDS = {"random-ids", "fixed-ids", "random-text"}
 
 
@@ -114,24 +115,30 @@ class Recommendation:
     def next_experiment(self) -> str | None:
         return self.next_experiments[0] if self.next_experiments else None
 
-    def to_markdown(self) -> str:
-        """The recommendation as Markdown (headline, bands, reasons, caveats, next experiments)."""
-        lines = [f"### {self.profile.name}", "", f"**{self.headline}**", ""]
+    def to_markdown(self, omit: Sequence[str] = ()) -> str:
+        """The recommendation as Markdown: headline, one row per level, reasons, caveats, next experiments.
+
+        Lines in ``omit`` (shown once for every profile elsewhere) are left out.
+        """
+        lines = [f"### {md_text(self.profile.name)}", "", f"**{self.headline}**", ""]
         if self.profile.description:
-            lines += [f"*{self.profile.description}*", ""]
-        if self.bands:
-            lines += ["| concurrency | outcome | aggregate Δ | per-user Δ |", "|---|---|---|---|"]
-            for b in self.bands:
-                span = f"{b.c_from}" if b.c_from == b.c_to else f"{b.c_from}–{b.c_to}"
-                outcome = b.outcome + (f" ({b.rule})" if b.rule else "")
-                lines.append(f"| {span} | {outcome} | {_range_pct(b.aggregate_delta_pct)} | {_range_pct(b.user_delta_pct)} |")
+            lines += [f"*{md_text(self.profile.description)}*", ""]
+        if not self.levels.empty and self.arm is not None or (not self.levels.empty and self.verdict == "disable"):
+            lv = self.levels[self.levels["arm"] == (self.arm or self.levels["arm"].iloc[0])]
+            lines += ["| concurrency | outcome | decided by | aggregate Δ [95% band] | per-user Δ |", "|---|---|---|---|---|"]
+            for r in lv.itertuples():
+                decided = r.decided_by if isinstance(r.rule, str) else _DECIDING.get(r.decided_by, r.decided_by)
+                lines.append(f"| {r.concurrency} | {r.outcome} | {decided} | {r.aggregate_band} | "
+                             f"{_pct(r.user_delta_pct) if not math.isnan(r.user_delta_pct) else 'n/a'} |")
             lines.append("")
-        lines += ["**Why**", ""] + [f"- {r}" for r in self.reasons] + [""]
-        if self.caveats:
-            lines += ["**Caveats**", ""] + [f"- {c}" for c in self.caveats] + [""]
-        if self.next_experiments:
-            lines += ["**Next experiment**", "", f"1. {self.next_experiments[0]}"]
-            lines += [f"{i}. {e}" for i, e in enumerate(self.next_experiments[1:], start=2)]
+        if self.reasons:
+            lines += ["**Why**", ""] + [f"- {r}" for r in self.reasons if r not in omit] + [""]
+        caveats = [c for c in self.caveats if c not in omit]
+        if caveats:
+            lines += ["**Caveats for this profile**", ""] + [f"- {c}" for c in caveats] + [""]
+        experiments = [e for e in self.next_experiments if e not in omit]
+        if experiments:
+            lines += ["**Next experiment**", ""] + [f"{i}. {e}" for i, e in enumerate(experiments, start=1)]
         return "\n".join(lines)
 
 
@@ -161,20 +168,89 @@ def _num(x: float) -> str:
 
 
 def _sign(row: pd.Series | None, min_effect: float) -> int:
-    """+1 gain, −1 loss, 0 neutral for one delta row (direction-aware)."""
-    if row is None or pd.isna(row["delta_pct"]):
+    """+1 gain, −1 loss, 0 neutral for one delta row (direction-aware).
+
+    A delta counts only where its simultaneous band excludes 0 (``credible``) and the fitted delta
+    exceeds ``min_effect`` (%) in size. Rows without a fitted curve count as neutral.
+    """
+    if row is None:
         return 0
     flip = -1 if row["better"] == "lower" else 1
-    d = row["delta_pct"]
-    if abs(d) <= min_effect:
-        return 0  # too small to matter, however tight its interval
-    if row["ci_kind"] != "none" and not pd.isna(row["ci_low_pct"]) and row["ci_low_pct"] <= 0 <= row["ci_high_pct"]:
-        return 0  # within noise
-    return flip if d > 0 else -flip
+    fit = row["fit_delta_pct"] if "fit_delta_pct" in row and not pd.isna(row["fit_delta_pct"]) else row["delta_pct"]
+    if pd.isna(fit) or abs(fit) <= min_effect:
+        return 0  # too small to matter, however tight its band
+    if "credible" in row:
+        cred = int(row["credible"]) if not pd.isna(row["credible"]) else 0
+    elif row.get("ci_kind", "none") != "none" and not pd.isna(row["ci_low_pct"]):
+        cred = 1 if row["ci_low_pct"] > 0 else -1 if row["ci_high_pct"] < 0 else 0
+    else:
+        cred = 0
+    return flip * cred if cred * fit > 0 else 0
 
 
 def _lookup(comp: Comparison, arm: str, metric: str) -> dict[int, pd.Series]:
     return {int(r["concurrency"]): r for _, r in comp.delta(arm, metric).iterrows()}
+
+
+#: what a user waits for, in the order they are named: measured percentiles, else Little's law
+WAIT_METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
+ESTIMATED_WAIT: str = "e2e_mean_est_s"
+WAIT_WORDS: dict[str, str] = {
+    "ttft_p50_s": "waits longer for its first token (TTFT p50)",
+    "ttft_p99_s": "waits longer for its first token at the tail (TTFT p99)",
+    "e2e_p50_s": "takes longer end to end (e2e p50)",
+    "e2e_p99_s": "takes longer end to end at the tail (e2e p99)",
+    ESTIMATED_WAIT: "takes longer per request in total, queueing included (Little's-law estimate)",
+}
+
+
+_DECIDING: dict[str, str] = {
+    "output_tok_s": "aggregate throughput", "user_tok_s_mean": "per-user decode speed",
+    "request_tok_s_mean": "per-request speed", ESTIMATED_WAIT: "e2e (Little's-law estimate)",
+    "ttft_p50_s": "TTFT p50", "ttft_p99_s": "TTFT p99", "e2e_p50_s": "e2e p50", "e2e_p99_s": "e2e p99",
+}
+
+
+def wait_metrics(comp: Comparison, arm: str) -> list[str]:
+    """The wait metrics a latency verdict judges for an arm: TTFT/e2e percentiles, else Little's law."""
+    have = set(comp.deltas.loc[comp.deltas["arm"] == arm, "metric"])
+    measured = [m for m in WAIT_METRICS if m in have]
+    return measured or ([ESTIMATED_WAIT] if ESTIMATED_WAIT in have else [])
+
+
+def _fit(row: pd.Series | None) -> float:
+    if row is None:
+        return math.nan
+    return float(row["fit_delta_pct"]) if not pd.isna(row["fit_delta_pct"]) else float(row["delta_pct"])
+
+
+def _latency_outcome(rows: dict[str, pd.Series | None], user: str, waits: list[str],
+                     min_effect: float, trust_tokens: bool) -> tuple[int, str, float]:
+    """(outcome, deciding metric, signed margin %) of the latency objective at one level.
+
+    Loss: any wait (TTFT, e2e) credibly longer, else per-user decode speed credibly slower. Gain:
+    decode speed (or a wait) credibly better, and no wait whose fitted delta is longer by more than
+    ``min_effect``. Otherwise neutral; the deciding metric is then the one that held it back.
+    """
+    signs = {m: _sign(rows.get(m), min_effect) for m in waits}
+    worse = [m for m in waits if signs[m] < 0]
+    if worse:
+        m = max(worse, key=lambda w: _fit(rows.get(w)))
+        return -1, m, -_fit(rows.get(m))
+    su = _sign(rows.get(user), min_effect) if trust_tokens else 0
+    if su < 0:
+        return -1, user, _fit(rows.get(user))
+    doubtful = [m for m in waits if _fit(rows.get(m)) > min_effect]
+    better = [m for m in waits if signs[m] > 0]
+    if su > 0 or better:
+        if doubtful:
+            m = max(doubtful, key=lambda w: _fit(rows.get(w)))
+            return 0, m, 0.0
+        if su > 0:
+            return 1, user, _fit(rows.get(user))
+        m = min(better, key=lambda w: _fit(rows.get(w)))
+        return 1, m, -_fit(rows.get(m))
+    return 0, user if trust_tokens else (waits[0] if waits else user), 0.0
 
 
 def _slo_checks(profile: Profile, comp: Comparison) -> list[tuple[str, str, float, str]]:
@@ -223,13 +299,19 @@ def _level_value(levels: pd.DataFrame, arm: str, c: int, col: str) -> float:
 
 
 def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
-    """One row per tested concurrency in the profile's range: deltas, SLO status and outcome.
+    """One row per concurrency in the profile's range measured by both arms: outcome and why.
 
-    Rules that override the profile's deltas, in order: an arm with no successful requests, or no
-    per-user figure, at a level loses it; an arm that fails more requests than the baseline by more
-    than ``max_error_rate_increase`` loses it; then the SLOs (see the module docstring).
+    Each delta counts only where it is credible (its simultaneous band excludes 0) and larger than
+    ``min_effect_pct``; ``decided_by`` names the metric that decided. Rules that override the
+    profile's deltas, in order: an arm with no successful requests, or no per-user figure, at a
+    level loses it; an arm that fails more requests than the baseline by more than
+    ``max_error_rate_increase`` loses it; then the SLOs (see the module docstring).
     """
-    agg, user = _lookup(comp, arm, "output_tok_s"), _lookup(comp, arm, comp.user_metric)
+    um = comp.user_metric
+    trust = arm not in comp.chunk_counted
+    agg, user = _lookup(comp, arm, "output_tok_s"), _lookup(comp, arm, um)
+    waits = wait_metrics(comp, arm)
+    wait_rows = {m: _lookup(comp, arm, m) for m in waits}
     ttft = _lookup(comp, arm, "ttft_p99_s")
     checks = _slo_checks(profile, comp)
     hi = profile.concurrency_max or 10**9
@@ -240,14 +322,17 @@ def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
         da = float(agg[c]["delta_pct"])
         du = float(user[c]["delta_pct"]) if c in user else math.nan
         sa, su = _sign(agg[c], profile.min_effect_pct), _sign(user.get(c), profile.min_effect_pct)
+        fa, fu = _fit(agg[c]), _fit(user.get(c))
         if profile.objective == "throughput":
-            outcome, margin = sa, da
+            outcome, decided, margin = sa, "output_tok_s", fa
         elif profile.objective == "latency":
-            outcome, margin = su, du
+            level_rows = {m: wait_rows[m].get(c) for m in waits} | {um: user.get(c)}
+            outcome, decided, margin = _latency_outcome(level_rows, um, waits, profile.min_effect_pct, trust)
         else:
-            loss_ok = da >= -profile.max_throughput_loss_pct
-            outcome = 1 if su > 0 and loss_ok else (-1 if su < 0 or not loss_ok else 0)
-            margin = min(du, da + profile.max_throughput_loss_pct)
+            too_costly = sa < 0 and fa < -profile.max_throughput_loss_pct
+            outcome = -1 if su < 0 or too_costly else (1 if su > 0 else 0)
+            decided = "output_tok_s" if too_costly else um
+            margin = min(fu, fa + profile.max_throughput_loss_pct)
         rule = None
         n_ok = _level_value(comp.levels, arm, c, "n_ok")
         err_a = _level_value(comp.levels, arm, c, "error_rate")
@@ -258,22 +343,38 @@ def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
             outcome, rule = -1, f"fails more requests ({err_a:.1%} vs {0.0 if math.isnan(err_b) else err_b:.1%})"
         arm_ok = _meets(comp.levels, arm, c, checks) if checks else None
         base_ok = _meets(comp.levels, comp.baseline, c, checks) if checks else None
-        if rule is None and checks and arm_ok is not None and base_ok is not None:
+        if rule is None and checks and arm_ok is not None and base_ok is not None and arm_ok != base_ok:
+            # only a credible difference in the SLO's own metric moves a level across the line
+            slo_signs = [_sign(_lookup(comp, arm, col).get(c), 0.0) for _, col, _, _ in checks]
             if base_ok and not arm_ok:
-                outcome, rule = -1, "arm breaks an SLO the baseline meets"
-            elif arm_ok and not base_ok:
-                outcome, rule = 1, "arm meets the SLOs, the baseline does not"
-            elif not arm_ok and not base_ok:
-                outcome, rule = 0, "both break an SLO"
+                outcome, rule = (-1, "arm breaks an SLO the baseline meets") if min(slo_signs) < 0 else \
+                    (0, "within noise of the SLO")
+            else:
+                outcome, rule = (1, "arm meets the SLOs, the baseline does not") if max(slo_signs) > 0 else \
+                    (0, "within noise of the SLO")
+        elif rule is None and checks and arm_ok is False and base_ok is False:
+            outcome, rule = 0, "both break an SLO"
         rows.append({
             "arm": arm, "concurrency": c,
             "aggregate_delta_pct": da, "user_delta_pct": du,
+            "aggregate_fit_pct": fa, "user_fit_pct": fu,
+            "aggregate_band": _band_text(agg[c]),
             "ttft_p99_delta_pct": float(ttft[c]["delta_pct"]) if c in ttft else math.nan,
             "arm_meets_slo": arm_ok, "baseline_meets_slo": base_ok, "rule": rule,
+            "decided_by": decided if rule is None else rule,
             "margin": margin if rule is None and not math.isnan(margin) else (1.0 if outcome > 0 else -1.0 if outcome < 0 else 0.0),
             "outcome": {1: "gain", -1: "loss", 0: "neutral"}[outcome],
         })
     return pd.DataFrame(rows)
+
+
+def _band_text(row: pd.Series | None) -> str:
+    """'+12% [+3%, +21%]' for a delta row with a band, '+12% (no interval)' without."""
+    if row is None:
+        return "n/a"
+    if pd.isna(row["ci_low_pct"]):
+        return f"{_pct(row['delta_pct'])} (no interval)"
+    return f"{_pct(row['delta_pct'])} [{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]"
 
 
 def _bands(judged: pd.DataFrame, arm: str, label: str) -> list[Band]:
@@ -328,17 +429,18 @@ def _throughput_sentence(comp: Comparison, arm: str, label: str, judged: pd.Data
     flat = [f"{_pct(r.delta_pct)} at {int(r.concurrency)}" for (_, r), s in zip(d.iterrows(), signs) if s == 0]
     parts = []
     if ups:
-        parts.append(f"raises aggregate output throughput ({', '.join(ups)})")
+        parts.append(f"credibly raises aggregate output throughput ({', '.join(ups)})")
     if downs:
-        parts.append(f"lowers it ({', '.join(downs)})")
+        parts.append(f"credibly lowers it ({', '.join(downs)})")
     if flat:
-        parts.append(f"leaves it unchanged within ±{min_effect:g}% or noise ({', '.join(flat)})")
+        what = "it" if parts else "aggregate output throughput"
+        parts.append(f"changes {what} by no more than noise or ±{min_effect:g}% ({', '.join(flat)})")
     joined = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1] if parts else ""
     text = f"{label} " + (joined or "was not compared on aggregate throughput") + "."
     cx = comp.crossover(arm, "output_tok_s")
     for _, r in cx.iterrows():
         text += (f" The aggregate crossover is at about {r.crossover_concurrency:.0f} concurrent requests "
-                 f"(interpolated in log2 between {r.c_low} and {r.c_high}).")
+                 f"(where the fitted delta curve crosses 0, between {r.c_low} and {r.c_high}).")
     return text
 
 
@@ -431,7 +533,7 @@ def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
         f"The {label} server ran with max_running_requests = {cap}"
         + (f" (the baseline's was {base_cap})" if base_cap else " (the baseline set none)")
         + f", below the {max_c} concurrent requests tested; "
-        + ("every level where it loses aggregate throughput" if len(above) == len(losses) else "the levels where it loses most")
+        + ("every level where its aggregate throughput is lower" if len(above) == len(losses) else "the levels where it is lowest")
         + f" ({', '.join(map(str, above))}) " + ("lies" if len(above) == len(losses) else "lie")
         + " above that cap, so the cap is the leading hypothesis for the loss: "
         "requests beyond it queue instead of joining the batch."
@@ -580,7 +682,8 @@ def _caveats(comp: Comparison, profile: Profile, arms: Sequence[str]) -> list[st
         out.append("The server returned fewer tokens than requested (ignore_eos not honoured) for some requests ("
                    + ", ".join(f"{r.arm} at {int(r.concurrency)}: {int(r.short_outputs)}" for r in bad.itertuples()) + ").")
     if "ttft_p99_s" not in lv or lv["ttft_p99_s"].isna().all():
-        out.append("No latency percentiles (TTFT, end-to-end) are in the data, so latency is judged by per-request speed alone.")
+        out.append("No latency percentiles (TTFT, end-to-end) are in the data: the wait is a Little's-law estimate from "
+                   "aggregate throughput, so latency verdicts rest on per-request speed and that estimate.")
     if "client_cpu_cores" in lv and (lv["client_cpu_cores"].fillna(0) > 0.7).any():
         out.append("The benchmark client used more than 0.7 of a core at some levels; its timestamps may lag there.")
     return out
@@ -589,10 +692,94 @@ def _caveats(comp: Comparison, profile: Profile, arms: Sequence[str]) -> list[st
 # ----------------------------------------------------------------------------------------- main
 
 
+def _deciding_word(comp: Comparison, metric: str) -> str:
+    """A short name for the metric that decided a level."""
+    return _DECIDING.get(metric, metric)
+
+
+def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: float) -> str:
+    """'faster once running (+62% per-user at 128), but waits longer for its first token (TTFT p50): +106% at 128'.
+
+    Empty unless a wait metric decided (or held back) a level. Fitted deltas; "within noise" where not credible.
+    """
+    by_metric: dict[str, list[str]] = {}
+    faster = []
+    for r in judged.itertuples():
+        m = r.decided_by
+        if m not in WAIT_WORDS or r.outcome == "gain":
+            continue
+        row = _lookup(comp, arm, m).get(int(r.concurrency))
+        if row is None:
+            continue
+        credible = _sign(row, min_effect) < 0
+        by_metric.setdefault(m, []).append(f"{_pct(_fit(row))} at {int(r.concurrency)}" + ("" if credible else " (within noise)"))
+        if not math.isnan(r.user_fit_pct) and r.user_fit_pct > min_effect:
+            faster.append(f"{_pct(r.user_fit_pct)} per-user at {int(r.concurrency)}")
+    if not by_metric:
+        return ""
+    head = f"faster once running ({', '.join(faster)}), but it " if faster else ""
+    return head + "; ".join(f"{WAIT_WORDS[m]}: {', '.join(v)}" for m, v in by_metric.items())
+
+
+def _aggregate_quote(comp: Comparison, arm: str, judged: pd.DataFrame) -> str:
+    """The largest and smallest aggregate delta in range, each with its band where one exists."""
+    if judged.empty:
+        return ""
+    rows = _lookup(comp, arm, "output_tok_s")
+    hi = judged.loc[judged["aggregate_delta_pct"].idxmax()]
+    lo = judged.loc[judged["aggregate_delta_pct"].idxmin()]
+    picks = [hi] if hi["concurrency"] == lo["concurrency"] else [hi, lo]
+    return "Aggregate Δ: " + "; ".join(f"{_band_text(rows[int(p['concurrency'])])} at {int(p['concurrency'])}"
+                                       for p in picks) + " (95% simultaneous band in brackets)."
+
+
+def _candidate_levels(tested: Sequence[int], lo: float, hi: float) -> list[int]:
+    """Unmeasured integer levels between ``lo`` and ``hi``: geometric midpoints and powers of two."""
+    out = set()
+    for a, b in zip(tested, tested[1:]):
+        for k in (1, 2, 3):
+            out.add(int(round(2 ** (math.log2(a) + k * (math.log2(b) - math.log2(a)) / 4))))
+    out |= {2 ** k for k in range(0, 14)}
+    return sorted(c for c in out if lo < c < hi and c not in set(tested))
+
+
+def _where_uncertain(comp: Comparison, arm: str, metric: str, lo: float, hi: float, n: int = 3) -> list[int]:
+    """Up to ``n`` unmeasured levels in (lo, hi) where the fitted curve's sign is least certain (|fit| / se smallest)."""
+    curve = comp.curve(arm, metric)
+    cands = _candidate_levels(comp.shared_levels(arm), lo, hi)
+    if curve is None or not cands:
+        return cands[:n]
+    def score(c: int) -> float:
+        f, se = curve.predict(c)
+        return abs(f) / se if se > 0 else math.inf
+    return sorted(sorted(cands, key=score)[:n])
+
+
+def _no_difference_size(comp: Comparison, arm: str, metric: str) -> str:
+    curve = comp.curve(arm, metric)
+    if curve is None:
+        return " (too few levels and no repeats to estimate the noise)"
+    return (f" (the smallest difference these data could detect is about ±{smallest_detectable_pct(curve):.0f}% "
+            f"at the best-measured level)")
+
+
 def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommendation:
     """The recommendation for one profile (see the module docstring for the rules)."""
     profile = parse_profile(profile)
-    per_arm = {arm: judge_levels(comp, profile, arm) for arm in comp.spec_arms}
+    checks = _slo_checks(profile, comp)
+    token_based = profile.objective in ("throughput", "balanced") or any(col == comp.user_metric for _, col, _, _ in checks)
+    refused = {a: w for a, w in comp.chunk_counted.items() if a in comp.spec_arms or a == comp.baseline}
+    candidates = [a for a in comp.spec_arms if not (token_based and (a in refused or comp.baseline in refused))]
+    if token_based and not candidates and comp.spec_arms:
+        who = ", ".join(md_text(comp.labels.get(a, a)) for a in refused)
+        return Recommendation(
+            profile=profile, verdict="no_verdict", arm=None, up_to_concurrency=None, from_concurrency=None,
+            headline=(f"No verdict: the token counts of {who} came from SSE chunks (the server reported none), so "
+                      "aggregate throughput, per-user speed and acceptance cannot be trusted for this objective."),
+            bands=[], reasons=[], caveats=[], next_experiments=[
+                "Re-measure with a server (or API flavour) that reports token counts (usage with "
+                "continuous_usage_stats, or SGLang meta_info)."])
+    per_arm = {arm: judge_levels(comp, profile, arm) for arm in candidates}
     per_arm = {a: j for a, j in per_arm.items() if not j.empty}
     if not per_arm:
         tested = sorted(comp.levels["concurrency"].unique())
@@ -602,23 +789,55 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         )
     arm = max(per_arm, key=lambda a: per_arm[a]["margin"].clip(-100, 100).mean())
     judged = per_arm[arm]
-    label = comp.labels.get(arm, arm)
+    label = md_text(comp.labels.get(arm, arm))
     verdict, up_to, from_c = _verdict(judged)
+    gains = [i for i, o in enumerate(judged["outcome"]) if o == "gain"]
+    losses = [i for i, o in enumerate(judged["outcome"]) if o == "loss"]
     cs = judged["concurrency"].tolist()
+    if verdict in ("enable_up_to", "enable_from"):
+        # the same fitted curve the crossover is drawn from, so the headline and the crossover agree
+        i, j = (max(gains), min(losses)) if verdict == "enable_up_to" else (max(losses), min(gains))
+        curve = comp.curve(arm, str(judged["decided_by"].iloc[j if verdict == "enable_up_to" else i]))
+        if curve is not None:
+            x = zero_between(curve, cs[i], cs[j])
+            up_to, from_c = (x, None) if verdict == "enable_up_to" else (None, x)
     span = f"{cs[0]}–{cs[-1]}" if len(cs) > 1 else f"{cs[0]}"
-    criterion = {"throughput": "aggregate throughput", "latency": "per-user speed",
+    criterion = {"throughput": "aggregate throughput",
+                 "latency": "what a user waits for (TTFT, end-to-end time) and per-user speed",
                  "balanced": f"per-user speed at no more than {profile.max_throughput_loss_pct:g}% aggregate loss"}[profile.objective]
-    checks = _slo_checks(profile, comp)
     slo = " and ".join(c[0] for c in checks) if checks else None
     if checks:
         criterion += " under the SLO"
     headline = _headline(verdict, label, criterion, judged, span, up_to, from_c, slo)
+    if verdict == "disable" and not losses:
+        deciding = "output_tok_s" if profile.objective == "throughput" else comp.user_metric
+        headline = headline.rstrip(".") + _no_difference_size(comp, arm, deciding) + "."
+    if profile.objective == "latency":
+        note = _wait_note(comp, arm, judged, profile.min_effect_pct)
+        if note:
+            headline += f" {label} is {note}."
+    else:
+        headline += " " + _aggregate_quote(comp, arm, judged)
+    unshared = comp.unshared_levels(arm)
+    one_side = [f"{', '.join(map(str, v))} ({'only ' + label if k == 'arm' else 'only the baseline'})"
+                for k, v in unshared.items() if v]
+    if one_side:
+        headline += " Not compared at " + " and ".join(one_side) + ": measured on one arm only."
+    if comp.single_run():
+        headline += " One run per level: repeat each level (repeats=3) before relying on this."
 
     reasons = [_throughput_sentence(comp, arm, label, judged, profile.min_effect_pct),
                _user_sentence(comp, arm, label, judged, profile.min_effect_pct)]
     if profile.objective == "latency":
-        reasons.append("For latency-sensitive use (interactive, agentic), per-user speed is what a user feels; "
-                       "aggregate throughput matters only as capacity.")
+        waits = wait_metrics(comp, arm)
+        names = ", ".join(_deciding_word(comp, m) for m in waits)
+        reasons.append(f"Latency-sensitive use is judged on the whole wait — {names} — and on per-user speed: a level "
+                       "is lost where any wait is credibly longer, won where per-user speed (or a wait) is credibly "
+                       "better and no wait's fitted delta is longer. The table names the metric that decided each level.")
+        if waits == [ESTIMATED_WAIT]:
+            reasons.append("These data have no latency percentiles, so the wait is estimated by Little's law (see the "
+                           "glossary): mean request time = concurrency × output tokens ÷ aggregate tok/s. It is an "
+                           "estimate, and at the same concurrency it moves exactly inversely to aggregate throughput.")
         worst = judged[(judged["aggregate_delta_pct"] < -profile.min_effect_pct) & (judged["aggregate_delta_pct"] > -100)]
         if len(worst):
             r = worst.loc[worst["aggregate_delta_pct"].idxmin()]
@@ -626,12 +845,10 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
             reasons.append(f"The price is capacity: at concurrency {int(r['concurrency'])} the same hardware delivers "
                            f"{-r['aggregate_delta_pct']:.0f}% less aggregate throughput, so serving the same token rate there "
                            f"would need about {need:.1f}× the servers.")
-        tt = judged["ttft_p99_delta_pct"].dropna()
-        if len(tt):
-            reasons.append(f"TTFT p99 changes by {_pct(tt.min())} to {_pct(tt.max())} across the range.")
     elif profile.objective == "throughput" and checks:
         reasons.append("Under an SLO, what counts is the aggregate throughput a configuration delivers while it "
-                       "keeps the SLO; a level where only one arm keeps it goes to that arm.")
+                       "keeps the SLO; a level where only one arm keeps it goes to that arm if the difference in the "
+                       "SLO's metric is credible.")
     elif profile.objective == "throughput":
         reasons.append("For batch or offline work, aggregate throughput (tokens per GPU-second) is what counts; "
                        "per-request speed does not.")
@@ -649,21 +866,27 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     others = [a for a in per_arm if a != arm]
     if others:
         reasons.append("Other arms scored lower for this profile: " + ", ".join(
-            f"{comp.labels.get(a, a)} (mean deciding delta {_pct(per_arm[a]['margin'].mean())})" for a in others) + ".")
-    for note in comp.notes:
-        reasons.append(note)
+            f"{md_text(comp.labels.get(a, a))} (mean deciding delta {_pct(per_arm[a]['margin'].mean())})" for a in others) + ".")
 
     experiments = []
     if cap_experiment:
         experiments.append(cap_experiment)
-    cx = comp.crossover(arm, "output_tok_s")
-    for _, r in cx.iterrows():
-        if r.c_high / r.c_low > 1.5:
-            mids = sorted({int(round(2 ** (math.log2(r.c_low) + k * (math.log2(r.c_high) - math.log2(r.c_low)) / 4))) for k in (1, 2, 3)})
-            experiments.append(f"Measure between {r.c_low} and {r.c_high} (e.g. {', '.join(map(str, mids))}) to pin down "
-                               f"the crossover, now interpolated at about {r.crossover_concurrency:.0f}.")
-    if not comp.has_intervals():
-        experiments.append("Repeat every level at least 3 times (repeats=3) so each delta gets a confidence interval.")
+    lo_c, hi_c = profile.concurrency_min, profile.concurrency_max or 10**9
+    for _, r in comp.crossover(arm, "output_tok_s").iterrows():
+        mids = _where_uncertain(comp, arm, "output_tok_s", r.c_low, r.c_high)
+        if mids:
+            experiments.append(f"Measure at {', '.join(map(str, mids))} (not yet measured, between {r.c_low} and "
+                               f"{r.c_high}, where the fitted aggregate delta's sign is least certain) to pin down "
+                               f"the crossover, now placed at about {r.crossover_concurrency:.0f}.")
+    if comp.crossover(arm, "output_tok_s").empty and not gains and not losses:
+        tested = comp.shared_levels(arm)
+        mids = _where_uncertain(comp, arm, "output_tok_s", max(lo_c, min(tested)) - 1e-9, min(hi_c, max(tested)) + 1e-9)
+        if mids:
+            experiments.append(f"Levels not yet measured where the fitted aggregate delta is least certain: "
+                               f"{', '.join(map(str, mids))}.")
+    if comp.single_run():
+        experiments.append("Repeat every level at least 3 times (repeats=3): the noise then comes from the repeats "
+                           "rather than from the curve's residuals, and the bands narrow.")
     if comp.workload.get("kind") in SYNTHETIC_KINDS:
         experiments.append("Re-measure both arms with prompts from real traffic (workload = a prompt file) to see "
                            "acceptance, and so the gain, on the text you actually serve.")
