@@ -39,6 +39,18 @@ import pandas as pd
 from specsweep.metrics import METRICS, MetricInfo, metric_info
 from specsweep.store import ResultSet
 
+#: the curve model and band, as the report states it (one definition, see the module docstring)
+METHOD: str = (
+    "each metric's delta is modelled as y = ln(arm ÷ baseline) against x = log2(concurrency) over the levels both "
+    "arms measured. The run-to-run noise of y comes from, in order: repeats (the pooled within-level variance of "
+    "ln(value), over every level and both arms); else, for per-request statistics of single runs, a bootstrap over "
+    "each level's requests (within-run noise only — it cannot see run-to-run variation); else the residuals of the "
+    "fitted curve. The curve is the lowest-degree polynomial in x (degree 0 to 3) that fits within that noise "
+    "(lack-of-fit F-test at 5%), else the level values joined by straight lines; with residual noise the degree is "
+    "chosen by backward elimination (t-test at 5%). The band is a 95% simultaneous band around the fitted curve at "
+    "the tested levels: Bonferroni over the k levels of the m metrics a verdict reads (aggregate, per-user speed and "
+    "the waits), i.e. each level at t quantile 1 − 0.025 ÷ (k × m). Intervals are not bootstrap intervals except "
+    "where the noise source says so.")
 #: workload fields that must match for a comparison to be fair
 WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest")
 #: per-request statistics that can be bootstrapped from request samples: metric -> (column, stat)
@@ -60,6 +72,9 @@ NOT_METRICS: frozenset[str] = frozenset(
      "short_outputs", "warmup_requests"}
 )
 USER_METRICS: tuple[str, ...] = ("user_tok_s_mean", "request_tok_s_mean")
+#: what a user waits for, in the order they are named: measured percentiles, else Little's law
+WAIT_METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
+ESTIMATED_WAIT: str = "e2e_mean_est_s"
 
 
 class WorkloadMismatchError(ValueError):
@@ -97,6 +112,7 @@ class Comparison:
     chunk_counted: dict[str, str] = field(default_factory=dict)
     #: warnings recorded in the arms' meta.json, as (arm, text)
     warnings: list[tuple[str, str]] = field(default_factory=list)
+    _delta_index: dict[tuple[str, str], dict[int, dict[str, Any]]] | None = field(default=None, repr=False)
 
     @property
     def spec_arms(self) -> list[str]:
@@ -106,6 +122,15 @@ class Comparison:
         """The delta rows of one arm and metric, sorted by concurrency."""
         d = self.deltas
         return d[(d["arm"] == arm) & (d["metric"] == metric)].sort_values("concurrency").reset_index(drop=True)
+
+    def delta_rows(self, arm: str, metric: str) -> dict[int, dict[str, Any]]:
+        """{concurrency: delta row as a dict} of one arm and metric (built once, then cached)."""
+        if self._delta_index is None:
+            index: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+            for r in self.deltas.to_dict("records"):
+                index.setdefault((r["arm"], r["metric"]), {})[int(r["concurrency"])] = r
+            self._delta_index = index
+        return self._delta_index.get((arm, metric), {})
 
     def crossover(self, arm: str, metric: str = "output_tok_s") -> pd.DataFrame:
         c = self.crossovers
@@ -286,6 +311,8 @@ class DeltaCurve:
     #: (design row function, coefficients, covariance) of a polynomial; None for level values
     _poly: tuple[float, float, np.ndarray, np.ndarray] | None = None
     _var: np.ndarray | None = None
+    #: how many curves share the 5 % error budget with this one (the metrics a verdict reads)
+    family: int = 1
 
     @property
     def credible(self) -> np.ndarray:
@@ -310,8 +337,10 @@ class DeltaCurve:
 
     def method(self) -> str:
         """One line naming the model, the noise source and the band."""
+        k = len(self.concurrency)
+        over = f"{k} levels × {self.family} verdict metrics" if self.family > 1 else f"{k} levels"
         return (f"{self.model} fit on log2(concurrency), noise from {self.noise}; 95% simultaneous band "
-                f"(Bonferroni over {len(self.concurrency)} levels)")
+                f"(Bonferroni over {over})")
 
 
 def _design(x: np.ndarray, degree: int, x0: float, sc: float) -> np.ndarray:
@@ -330,6 +359,7 @@ def _wls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.nd
 def fit_delta_curve(
     concurrency: Sequence[float], y: Sequence[float], v: Sequence[float] | None = None,
     noise_var: float | None = None, noise_df: float = 0.0, noise: str = "residuals", alpha: float = ALPHA,
+    family: int = 1,
 ) -> DeltaCurve | None:
     """Fit the delta curve y = ln(arm / baseline) against x = log2(concurrency).
 
@@ -338,7 +368,8 @@ def fit_delta_curve(
     noise estimate (``noise_var`` with ``noise_df`` ≥ 2) the lowest polynomial degree (0..3) whose
     lack-of-fit F-test passes at ``alpha`` is used, else the level values themselves; without one,
     backward elimination from degree min(3, k − 3) with the residual variance as noise. None when
-    there are fewer than 3 levels and no independent noise estimate.
+    there are fewer than 3 levels and no independent noise estimate. The band is simultaneous over the
+    k levels of ``family`` curves: each level's two-sided test runs at ``alpha`` / (k × family).
     """
     from scipy import stats
 
@@ -386,8 +417,9 @@ def fit_delta_curve(
     else:
         fitted, var = y.copy(), s2 * v
         se = np.sqrt(var)
-    crit = float(stats.t.ppf(1 - alpha / (2 * k), df)) if math.isfinite(df) else float(stats.norm.ppf(1 - alpha / (2 * k)))
-    return DeltaCurve(c, y, fitted, se, crit * se, crit, df, noise, model, poly, var)
+    q = 1 - alpha / (2 * k * family)
+    crit = float(stats.t.ppf(q, df)) if math.isfinite(df) else float(stats.norm.ppf(q))
+    return DeltaCurve(c, y, fitted, se, crit * se, crit, df, noise, model, poly, var, family)
 
 
 def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8) -> float:
@@ -509,16 +541,17 @@ def _bootstrap_log_var(samples: np.ndarray, stat: str, n_boot: int, rng: np.rand
 
 def _fit_metric(
     metric: str, cs: list[int], raw_a: pd.DataFrame, raw_b: pd.DataFrame,
-    req_a: pd.DataFrame | None, req_b: pd.DataFrame | None, n_boot: int, rng: np.random.Generator,
+    req_a: pd.DataFrame | None, req_b: pd.DataFrame | None, n_boot: int, rng: np.random.Generator, family: int = 1,
 ) -> DeltaCurve | None:
     """The delta curve of one metric between an arm and the baseline (see :func:`fit_delta_curve`)."""
     if metric not in raw_a or metric not in raw_b:
         return None
     ys, vs, ss, df = [], [], 0.0, 0
     counts = []
+    ca, va = raw_a["concurrency"].to_numpy(), pd.to_numeric(raw_a[metric], errors="coerce").to_numpy(float)
+    cb, vb = raw_b["concurrency"].to_numpy(), pd.to_numeric(raw_b[metric], errors="coerce").to_numpy(float)
     for c in cs:
-        a = pd.to_numeric(raw_a.loc[raw_a["concurrency"] == c, metric], errors="coerce").dropna().to_numpy(float)
-        b = pd.to_numeric(raw_b.loc[raw_b["concurrency"] == c, metric], errors="coerce").dropna().to_numpy(float)
+        a, b = va[(ca == c) & ~np.isnan(va)], vb[(cb == c) & ~np.isnan(vb)]
         if not len(a) or not len(b) or (a <= 0).any() or (b <= 0).any():
             return None
         la, lb = np.log(a), np.log(b)
@@ -529,7 +562,8 @@ def _fit_metric(
         counts.append((len(a), len(b)))
     if df >= 2:
         runs = sorted({f"{n_a} vs {n_b}" for n_a, n_b in counts})
-        return fit_delta_curve(cs, ys, vs, ss / df, df, noise=f"repeats ({', '.join(runs)} runs per level)")
+        return fit_delta_curve(cs, ys, vs, ss / df, df, noise=f"repeats ({', '.join(runs)} runs per level)",
+                               family=family)
     if metric in REQUEST_STATS and req_a is not None and req_b is not None:
         col, stat = REQUEST_STATS[metric]
         boot = []
@@ -538,9 +572,9 @@ def _fit_metric(
             vb = _bootstrap_log_var(req_b.loc[req_b["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
             boot.append(va + vb)
         if all(np.isfinite(boot)) and all(b > 0 for b in boot):
-            return fit_delta_curve(cs, ys, boot, 1.0, math.inf,
+            return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family,
                                    noise="a bootstrap over each level's requests (one run: within-run noise only)")
-    return fit_delta_curve(cs, ys)
+    return fit_delta_curve(cs, ys, family=family)
 
 
 def compare(
@@ -594,23 +628,27 @@ def compare(
     ]
     requests = {a: _measured_requests(by_arm[a]) for a in arms}
     rng = np.random.default_rng(seed)
+    # the metrics a verdict reads share one 5 % error budget: aggregate, per-user speed and the waits
+    waits = [m for m in WAIT_METRICS if m in metrics] or [m for m in (ESTIMATED_WAIT,) if m in metrics]
+    family = 2 + len(waits)
     rows = []
     curves: dict[tuple[str, str], DeltaCurve] = {}
     base_lv = levels[levels["arm"] == baseline].set_index("concurrency")
+    base_rows = base_lv.to_dict("index")
     for arm in arms[1:]:
-        arm_lv = levels[levels["arm"] == arm].set_index("concurrency")
-        shared = sorted(set(arm_lv.index) & set(base_lv.index))
+        arm_rows = levels[levels["arm"] == arm].set_index("concurrency").to_dict("index")
+        shared = sorted(set(arm_rows) & set(base_rows))
         for metric in metrics:
             cs = [int(c) for c in shared
-                  if not (pd.isna(base_lv.at[c, metric]) or pd.isna(arm_lv.at[c, metric]) or base_lv.at[c, metric] == 0)]
+                  if not (pd.isna(base_rows[c][metric]) or pd.isna(arm_rows[c][metric]) or base_rows[c][metric] == 0)]
             if not cs:
                 continue
             curve = _fit_metric(metric, cs, raw_levels[arm], raw_levels[baseline], requests[arm], requests[baseline],
-                                n_boot, rng)
+                                n_boot, rng, family)
             if curve is not None:
                 curves[(arm, metric)] = curve
             for i, c in enumerate(cs):
-                b, v = float(base_lv.at[c, metric]), float(arm_lv.at[c, metric])
+                b, v = float(base_rows[c][metric]), float(arm_rows[c][metric])
                 fit = lo = hi = math.nan
                 cred = 0
                 if curve is not None:

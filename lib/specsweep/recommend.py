@@ -31,7 +31,7 @@ from typing import Any, Literal, Sequence
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from specsweep.compare import Comparison, zero_between, smallest_detectable_pct
+from specsweep.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, smallest_detectable_pct, zero_between
 from specsweep.markup import md_text
 from specsweep.metrics import metric_info
 
@@ -167,7 +167,7 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
 
 
-def _sign(row: pd.Series | None, min_effect: float) -> int:
+def _sign(row: pd.Series | dict[str, Any] | None, min_effect: float) -> int:
     """+1 gain, −1 loss, 0 neutral for one delta row (direction-aware).
 
     A delta counts only where its simultaneous band excludes 0 (``credible``) and the fitted delta
@@ -188,13 +188,11 @@ def _sign(row: pd.Series | None, min_effect: float) -> int:
     return flip * cred if cred * fit > 0 else 0
 
 
-def _lookup(comp: Comparison, arm: str, metric: str) -> dict[int, pd.Series]:
-    return {int(r["concurrency"]): r for _, r in comp.delta(arm, metric).iterrows()}
+def _lookup(comp: Comparison, arm: str, metric: str) -> dict[int, dict[str, Any]]:
+    """{concurrency: delta row} of one arm and metric."""
+    return comp.delta_rows(arm, metric)
 
 
-#: what a user waits for, in the order they are named: measured percentiles, else Little's law
-WAIT_METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
-ESTIMATED_WAIT: str = "e2e_mean_est_s"
 WAIT_WORDS: dict[str, str] = {
     "ttft_p50_s": "waits longer for its first token (TTFT p50)",
     "ttft_p99_s": "waits longer for its first token at the tail (TTFT p99)",
@@ -218,7 +216,7 @@ def wait_metrics(comp: Comparison, arm: str) -> list[str]:
     return measured or ([ESTIMATED_WAIT] if ESTIMATED_WAIT in have else [])
 
 
-def _fit(row: pd.Series | None) -> float:
+def _fit(row: pd.Series | dict[str, Any] | None) -> float:
     if row is None:
         return math.nan
     return float(row["fit_delta_pct"]) if not pd.isna(row["fit_delta_pct"]) else float(row["delta_pct"])
@@ -265,16 +263,31 @@ def _slo_checks(profile: Profile, comp: Comparison) -> list[tuple[str, str, floa
     return checks
 
 
+_ROWS: dict[int, tuple[pd.DataFrame, dict[tuple[str, int], dict[str, Any]]]] = {}
+
+
+def _level_rows(levels: pd.DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
+    """{(arm, concurrency): row} of a comparison's levels, built once per frame."""
+    hit = _ROWS.get(id(levels))
+    if hit is not None and hit[0] is levels:
+        return hit[1]
+    if len(_ROWS) > 16:
+        _ROWS.clear()
+    rows = {(str(r["arm"]), int(r["concurrency"])): r for r in levels.to_dict("records")}
+    _ROWS[id(levels)] = (levels, rows)
+    return rows
+
+
 def _meets(levels: pd.DataFrame, arm: str, c: int, checks: list[tuple[str, str, float, str]]) -> bool | None:
     """Whether an arm meets every SLO at a level; None when an SLO's metric is missing."""
-    row = levels[(levels["arm"] == arm) & (levels["concurrency"] == c)]
-    if row.empty:
+    row = _level_rows(levels).get((arm, int(c)))
+    if row is None:
         return None
     ok = True
     for _, col, thr, kind in checks:
-        if col not in row or pd.isna(row.iloc[0][col]):
+        if col not in row or pd.isna(row[col]):
             return None
-        v = float(row.iloc[0][col])
+        v = float(row[col])
         ok &= v >= thr if kind == "min" else v <= thr
     return ok
 
@@ -292,10 +305,10 @@ def _crossing(cs: Sequence[int], margins: Sequence[float], i: int) -> float:
 
 
 def _level_value(levels: pd.DataFrame, arm: str, c: int, col: str) -> float:
-    row = levels[(levels["arm"] == arm) & (levels["concurrency"] == c)]
-    if row.empty or col not in row:
+    row = _level_rows(levels).get((arm, int(c)))
+    if row is None or col not in row:
         return math.nan
-    return float(row.iloc[0][col])
+    return float(row[col])
 
 
 def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
@@ -368,7 +381,7 @@ def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _band_text(row: pd.Series | None) -> str:
+def _band_text(row: pd.Series | dict[str, Any] | None) -> str:
     """'+12% [+3%, +21%]' for a delta row with a band, '+12% (no interval)' without."""
     if row is None:
         return "n/a"
@@ -763,6 +776,50 @@ def _no_difference_size(comp: Comparison, arm: str, metric: str) -> str:
             f"at the best-measured level)")
 
 
+@dataclass
+class Decision:
+    """The judgement behind a recommendation, without its sentences."""
+
+    verdict: Verdict
+    arm: str
+    judged: pd.DataFrame
+    per_arm: dict[str, pd.DataFrame]
+    up_to: float | None
+    from_c: float | None
+
+
+def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequence[str] | None = None) -> Decision:
+    """Judge every candidate arm (default: every speculative arm) and pick the verdict (no sentences).
+
+    ``up_to`` / ``from_c`` lie where the deciding metric's fitted curve crosses 0 between the last
+    gain and the first loss (the same curve the report's crossover comes from).
+    """
+    profile = parse_profile(profile)
+    candidates = comp.spec_arms if candidates is None else candidates
+    per_arm = {arm: judge_levels(comp, profile, arm) for arm in candidates}
+    per_arm = {a: j for a, j in per_arm.items() if not j.empty}
+    if not per_arm:
+        tested = sorted(comp.levels["concurrency"].unique())
+        raise ValueError(
+            f"profile {profile.name!r}: no tested concurrency lies in its range "
+            f"{profile.concurrency_min}–{profile.concurrency_max or '∞'} (tested: {', '.join(map(str, tested))})"
+        )
+    arm = max(per_arm, key=lambda a: per_arm[a]["margin"].clip(-100, 100).mean())
+    judged = per_arm[arm]
+    verdict, up_to, from_c = _verdict(judged)
+    gains = [i for i, o in enumerate(judged["outcome"]) if o == "gain"]
+    losses = [i for i, o in enumerate(judged["outcome"]) if o == "loss"]
+    cs = judged["concurrency"].tolist()
+    if verdict in ("enable_up_to", "enable_from"):
+        # the same fitted curve the crossover is drawn from, so the headline and the crossover agree
+        i, j = (max(gains), min(losses)) if verdict == "enable_up_to" else (max(losses), min(gains))
+        curve = comp.curve(arm, str(judged["decided_by"].iloc[j if verdict == "enable_up_to" else i]))
+        if curve is not None:
+            x = zero_between(curve, cs[i], cs[j])
+            up_to, from_c = (x, None) if verdict == "enable_up_to" else (None, x)
+    return Decision(verdict, arm, judged, per_arm, up_to, from_c)
+
+
 def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommendation:
     """The recommendation for one profile (see the module docstring for the rules)."""
     profile = parse_profile(profile)
@@ -779,28 +836,12 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
             bands=[], reasons=[], caveats=[], next_experiments=[
                 "Re-measure with a server (or API flavour) that reports token counts (usage with "
                 "continuous_usage_stats, or SGLang meta_info)."])
-    per_arm = {arm: judge_levels(comp, profile, arm) for arm in candidates}
-    per_arm = {a: j for a, j in per_arm.items() if not j.empty}
-    if not per_arm:
-        tested = sorted(comp.levels["concurrency"].unique())
-        raise ValueError(
-            f"profile {profile.name!r}: no tested concurrency lies in its range "
-            f"{profile.concurrency_min}–{profile.concurrency_max or '∞'} (tested: {', '.join(map(str, tested))})"
-        )
-    arm = max(per_arm, key=lambda a: per_arm[a]["margin"].clip(-100, 100).mean())
-    judged = per_arm[arm]
+    d = decide(comp, profile, candidates)
+    per_arm, arm, judged, verdict, up_to, from_c = d.per_arm, d.arm, d.judged, d.verdict, d.up_to, d.from_c
     label = md_text(comp.labels.get(arm, arm))
-    verdict, up_to, from_c = _verdict(judged)
     gains = [i for i, o in enumerate(judged["outcome"]) if o == "gain"]
     losses = [i for i, o in enumerate(judged["outcome"]) if o == "loss"]
     cs = judged["concurrency"].tolist()
-    if verdict in ("enable_up_to", "enable_from"):
-        # the same fitted curve the crossover is drawn from, so the headline and the crossover agree
-        i, j = (max(gains), min(losses)) if verdict == "enable_up_to" else (max(losses), min(gains))
-        curve = comp.curve(arm, str(judged["decided_by"].iloc[j if verdict == "enable_up_to" else i]))
-        if curve is not None:
-            x = zero_between(curve, cs[i], cs[j])
-            up_to, from_c = (x, None) if verdict == "enable_up_to" else (None, x)
     span = f"{cs[0]}–{cs[-1]}" if len(cs) > 1 else f"{cs[0]}"
     criterion = {"throughput": "aggregate throughput",
                  "latency": "what a user waits for (TTFT, end-to-end time) and per-user speed",
