@@ -396,6 +396,11 @@ def fit_delta_curve(
                 break
     else:
         d = min(MAX_DEGREE, k - 3)
+        scale = float((w * y * y).sum()) or 1.0
+        for low in range(d + 1):  # noise-free data (hand-made sets): the lowest degree that fits exactly
+            if _wls(_design(x, low, x0, sc), y, w)[2] <= 1e-20 * scale:
+                d = low
+                break
         while True:
             X = _design(x, d, x0, sc)
             beta, cov, rss = _wls(X, y, w)
@@ -550,16 +555,21 @@ def _fit_metric(
     counts = []
     ca, va = raw_a["concurrency"].to_numpy(), pd.to_numeric(raw_a[metric], errors="coerce").to_numpy(float)
     cb, vb = raw_b["concurrency"].to_numpy(), pd.to_numeric(raw_b[metric], errors="coerce").to_numpy(float)
+    kept = []
     for c in cs:
         a, b = va[(ca == c) & ~np.isnan(va)], vb[(cb == c) & ~np.isnan(vb)]
         if not len(a) or not len(b) or (a <= 0).any() or (b <= 0).any():
-            return None
+            continue  # a level with no positive value (e.g. nothing succeeded) has no log ratio
+        kept.append(c)
         la, lb = np.log(a), np.log(b)
         ys.append(la.mean() - lb.mean())
         vs.append(1 / len(a) + 1 / len(b))
         ss += float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
         df += len(a) - 1 + len(b) - 1
         counts.append((len(a), len(b)))
+    cs = kept
+    if not cs:
+        return None
     if df >= 2:
         runs = sorted({f"{n_a} vs {n_b}" for n_a, n_b in counts})
         return fit_delta_curve(cs, ys, vs, ss / df, df, noise=f"repeats ({', '.join(runs)} runs per level)",
@@ -568,6 +578,9 @@ def _fit_metric(
         col, stat = REQUEST_STATS[metric]
         boot = []
         for c in cs:
+            if n_boot < 2:
+                boot.append(math.nan)
+                continue
             va = _bootstrap_log_var(req_a.loc[req_a["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
             vb = _bootstrap_log_var(req_b.loc[req_b["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
             boot.append(va + vb)
@@ -647,11 +660,13 @@ def compare(
                                 n_boot, rng, family)
             if curve is not None:
                 curves[(arm, metric)] = curve
-            for i, c in enumerate(cs):
+            at = {int(c): i for i, c in enumerate(curve.concurrency)} if curve is not None else {}
+            for c in cs:
                 b, v = float(base_rows[c][metric]), float(arm_rows[c][metric])
                 fit = lo = hi = math.nan
                 cred = 0
-                if curve is not None:
+                i = at.get(c)
+                if curve is not None and i is not None:
                     f, h = curve.fitted[i], curve.half_width[i]
                     fit, lo, hi = ((math.exp(z) - 1.0) * 100.0 for z in (f, f - h, f + h))
                     cred = int(curve.credible[i])
@@ -661,8 +676,8 @@ def compare(
                     "delta_pct": (v / b - 1.0) * 100.0,
                     "fit_delta_pct": fit,
                     "ci_low_pct": lo, "ci_high_pct": hi,
-                    "ci_kind": curve.method() if curve is not None else "none",
-                    "within_noise": (cred == 0) if curve is not None else None,
+                    "ci_kind": curve.method() if i is not None else "none",
+                    "within_noise": (cred == 0) if i is not None else None,
                     "credible": cred,
                     "better": info(metric).better,
                 })

@@ -248,6 +248,8 @@ def _latency_outcome(rows: dict[str, pd.Series | None], user: str, waits: list[s
             return 1, user, _fit(rows.get(user))
         m = min(better, key=lambda w: _fit(rows.get(w)))
         return 1, m, -_fit(rows.get(m))
+    if doubtful:  # nothing credible, but a wait looks longer: name it, so the page says so
+        return 0, max(doubtful, key=lambda w: _fit(rows.get(w))), 0.0
     return 0, user if trust_tokens else (waits[0] if waits else user), 0.0
 
 
@@ -725,9 +727,12 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
         if row is None:
             continue
         credible = _sign(row, min_effect) < 0
-        by_metric.setdefault(m, []).append(f"{_pct(_fit(row))} at {int(r.concurrency)}" + ("" if credible else " (within noise)"))
+        by_metric.setdefault(m, []).append(f"{_pct(row['delta_pct'])} at {int(r.concurrency)}"
+                                           + ("" if credible else " (within noise)"))
         if not math.isnan(r.user_fit_pct) and r.user_fit_pct > min_effect:
-            faster.append(f"{_pct(r.user_fit_pct)} per-user at {int(r.concurrency)}")
+            urow = _lookup(comp, arm, comp.user_metric).get(int(r.concurrency))
+            sure = urow is not None and _sign(urow, min_effect) > 0
+            faster.append(f"{_pct(r.user_delta_pct)} per-user at {int(r.concurrency)}" + ("" if sure else " (within noise)"))
     if not by_metric:
         return ""
     head = f"faster once running ({', '.join(faster)}), but it " if faster else ""
