@@ -117,3 +117,19 @@ def verdict_rates(case: str, form: str, n: int = 500, seed: int = 0) -> dict[str
         counts["crossover_4_16"] += (len(cx) == 1 and 4 <= cx.iloc[0].crossover_concurrency <= 16
                                      and thr.verdict == "enable_up_to" and 4 <= (thr.up_to or 0) <= 16)
     return {k: v / n for k, v in counts.items()}
+
+
+def measure_quoted(n: int = 500) -> dict[tuple[str, str], dict[str, float]]:
+    """Recompute what :data:`QUOTED` should hold (about a minute)."""
+    out = {}
+    for case, judged in JUDGED.items():
+        for form, seed in SEEDS.items():
+            rates = verdict_rates(case, form, n=n, seed=seed)
+            out[(case, form)] = {k: rates[k] for k in judged}
+    return out
+
+
+if __name__ == "__main__":  # python -m specsweep.draws: print the figures to paste into QUOTED
+    import pprint
+
+    pprint.pprint(measure_quoted(), width=120)

@@ -31,7 +31,7 @@ from typing import Any, Literal, Sequence
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from specsweep.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, smallest_detectable_pct, zero_between
+from specsweep.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, info, smallest_detectable_pct, zero_between
 from specsweep.markup import md_text
 from specsweep.metrics import metric_info
 
@@ -453,7 +453,7 @@ def _throughput_sentence(comp: Comparison, arm: str, label: str, judged: pd.Data
         parts.append(f"credibly lowers it ({', '.join(downs)})")
     if flat:
         what = "it" if parts else "aggregate output throughput"
-        parts.append(f"changes {what} by no more than noise or ±{min_effect:g}% ({', '.join(flat)})")
+        parts.append(f"does not credibly change {what} ({', '.join(flat)}: within the band or ±{min_effect:g}%)")
     joined = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1] if parts else ""
     text = f"{label} " + (joined or "was not compared on aggregate throughput") + "."
     cx = comp.crossover(arm, "output_tok_s")
@@ -464,18 +464,22 @@ def _throughput_sentence(comp: Comparison, arm: str, label: str, judged: pd.Data
 
 
 def _user_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame, min_effect: float) -> str:
-    info = metric_info(comp.user_metric)
+    minfo = info(comp.user_metric)
     d = comp.delta(arm, comp.user_metric)
     d = d[d["concurrency"].isin(judged["concurrency"])]
     if d.empty:
         return ""
     lo, hi = d["delta_pct"].min(), d["delta_pct"].max()
-    what = info.label[0].lower() + info.label[1:]
+    what = minfo.label[0].lower() + minfo.label[1:]
+    where = "every level both arms measured" if any(comp.unshared_levels(arm).values()) else "every tested level"
     signs = [_sign(r, min_effect) for _, r in d.iterrows()]
     if all(x > 0 for x in signs):
-        return f"{label} makes each request faster at every tested level: {what} {_pct(lo)} to {_pct(hi)}."
+        return f"{label} makes each request credibly faster at {where}: {what} {_pct(lo)} to {_pct(hi)}."
     if all(x < 0 for x in signs):
-        return f"{label} makes each request slower at every tested level: {what} {_pct(lo)} to {_pct(hi)}."
+        return f"{label} makes each request credibly slower at {where}: {what} {_pct(lo)} to {_pct(hi)}."
+    if all(x == 0 for x in signs):
+        return (f"{label}'s {what} differs by {_pct(lo)} to {_pct(hi)}, but at no level credibly "
+                f"(within the band or ±{min_effect:g}%).")
     word = {1: "faster", -1: "slower", 0: "no measurable difference"}
     return (f"{label}'s effect on {what}: "
             + ", ".join(f"{_pct(r.delta_pct)} at {int(r.concurrency)} ({word[x]})" for (_, r), x in zip(d.iterrows(), signs))
@@ -520,7 +524,8 @@ def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame
                 f"difference at {at(flat)}.")
     if verdict == "disable":
         if not losses:
-            return f"Keep speculation off: on {criterion} it makes no measurable difference across concurrency {span}."
+            return (f"No measurable difference on {criterion} across concurrency {span}: keep speculation off "
+                    "unless more data shows a gain.")
         if not flat:
             return f"Keep speculation off: it loses on {criterion} at every tested concurrency in {span}."
         return (f"Keep speculation off: it loses on {criterion} at concurrency {at(losses)} and makes no "
@@ -554,7 +559,7 @@ def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
         + f", below the {max_c} concurrent requests tested; "
         + ("every level where its aggregate throughput is lower" if len(above) == len(losses) else "the levels where it is lowest")
         + f" ({', '.join(map(str, above))}) " + ("lies" if len(above) == len(losses) else "lie")
-        + " above that cap, so the cap is the leading hypothesis for the loss: "
+        + " above that cap, so the cap is the leading hypothesis for the lower throughput there: "
         "requests beyond it queue instead of joining the batch."
     ]
     lv = comp.arm_levels(arm)
@@ -677,8 +682,10 @@ def _caveats(comp: Comparison, profile: Profile, arms: Sequence[str]) -> list[st
             if "not published" in text or "unknown" in text:
                 unclear.setdefault((col, text), []).append(a)
     for (col, text), who in unclear.items():
-        whose = "All arms" if len(who) == len(comp.arms) else "Arm " + ", ".join(f"'{a}'" for a in who)
-        out.append(f"{whose}: {metric_info(col).label[0].lower() + metric_info(col).label[1:]} is {text}.")
+        whose = "all arms" if len(who) == len(comp.arms) else "arm " + ", ".join(f"'{a}'" for a in who)
+        name = info(col).label[0].lower() + info(col).label[1:]
+        out.append(f"The definition of {name} was not fully published for {whose} (see Definitions), so compare "
+                   "it with other tools' figures with care.")
     kind = comp.workload.get("kind")
     if kind in SYNTHETIC_KINDS:
         out.append(f"Prompts were synthetic token IDs ('{kind}') with a fixed output length. Speculative acceptance on such "
@@ -740,6 +747,8 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
     if not by_metric:
         return ""
     head = f"faster once running ({', '.join(faster)}), but it " if faster else ""
+    if faster and all(f.endswith("(within noise)") for f in faster):
+        head = "faster once running (" + ", ".join(f.removesuffix(" (within noise)") for f in faster) + "; within noise), but it "
     return head + "; ".join(f"{WAIT_WORDS[m]}: {', '.join(v)}" for m, v in by_metric.items())
 
 
@@ -884,7 +893,8 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         names = ", ".join(_deciding_word(comp, m) for m in waits)
         reasons.append(f"Latency-sensitive use is judged on the whole wait — {names} — and on per-user speed: a level "
                        "is lost where any wait is credibly longer, won where per-user speed (or a wait) is credibly "
-                       "better and no wait's fitted delta is longer. The table names the metric that decided each level.")
+                       "better and no wait's fitted increase outweighs the per-user gain. The table names the metric "
+                       "that decided each level.")
         if waits == [ESTIMATED_WAIT]:
             reasons.append("These data have no latency percentiles, so the wait is estimated by Little's law (see the "
                            "glossary): mean request time = concurrency × output tokens ÷ aggregate tok/s. It is an "

@@ -165,8 +165,9 @@ def _crossover_line(comp: Comparison, arm: str) -> str:
         return f"{label}'s aggregate throughput is credibly above the baseline's at {where} {span}."
     if (cred < 0).all():
         return f"{label}'s aggregate throughput is credibly below the baseline's at {where} {span}."
-    return (f"{label}: no credible aggregate crossover; observed aggregate Δ {span}, credible only at "
-            + (", ".join(str(int(c)) for c in rows.loc[cred != 0, "concurrency"]) or "no level") + ".")
+    sure = [str(int(c)) for c in rows.loc[cred != 0, "concurrency"]]
+    return (f"{label}'s aggregate Δ ranges {span[1:-1]}, but it is credibly different from the baseline's "
+            + (f"only at {', '.join(sure)}" if sure else "at no level") + ", so no crossover is claimed.")
 
 
 def verdict_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
