@@ -27,16 +27,28 @@ def seed_report(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_seed_report_states_the_computed_findings(seed_report: str) -> None:
-    text = re.sub(r"<[^>]+>", " ", seed_report)
+    import html
+
+    text = html.unescape(re.sub(r"<[^>]+>", " ", seed_report))
     text = re.sub(r"\s+", " ", text)
     assert "Seed test report" in text
     for fragment in ("+12% at 1", "+40% at 4", "+38% at 16", "+11% at 32", "-32% at 64", "-42% at 128",
-                     "about 38 concurrent requests", "makes each request faster at every tested level",
                      "max_running_requests = 48", "leading hypothesis", "cannot be the whole story",
-                     "--max-running-requests 128", "Latency-sensitive (interactive, agentic)",
-                     "Batch throughput", "Enable MTP (NEXTN) up to about 38 concurrent requests",
-                     "single run" if "single run" in text else "no confidence intervals"):
+                     "--max-running-requests 128", "Latency-sensitive (interactive, agentic)", "Batch throughput",
+                     # one run per level: what the data cannot support, said where the verdict is
+                     "No measurable difference on aggregate throughput", "smallest difference these data could detect",
+                     "One run per level", "so no crossover is claimed",
+                     # the latency verdict counts the whole wait, by Little's law, and says it is an estimate
+                     "takes longer per request in total, queueing included (Little's-law estimate)",
+                     "+71% at 128 (within noise)",
+                     # one definition per number, a glossary, the method named exactly
+                     "Terms", "TPOT", "Accept length", "EAGLE", "n-gram", "Little's law",
+                     "Bonferroni over", "noise from the residuals of the fitted curve (no repeats)",
+                     "How often these verdicts are right", "For every profile"):
         assert fragment in text, fragment
+    assert "every tested level" not in text or "at every level both arms measured" not in text
+    assert "(includes queueing and prefill)" not in text  # the seed's per-request definition is unknown, said once
+    assert "percentile-bootstrap" not in text
 
 
 def test_seed_report_is_offline_and_codeless(seed_report: str) -> None:
@@ -63,7 +75,7 @@ def test_measured_report_has_latency_and_intervals(tmp_path: Path) -> None:
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
     assert "Only latency" in text and "Batch throughput" not in text
     assert "Time to first token" in text
-    assert "Welch t over repeats" in html
+    assert "noise from repeats (2 vs 2 runs per level)" in html
     assert chart_count(html) == 7  # + latency + tokens per chunk
     assert "Decoding concurrency" in text
 
@@ -75,3 +87,30 @@ def test_bad_parameters_fail_with_a_clear_message(tmp_path: Path) -> None:
         build_report([SEED], "bad", baseline="nope", out_dir=tmp_path)
     with pytest.raises(ValueError, match=r"plain file name"):
         build_report([SEED], "../escape", out_dir=tmp_path)
+
+
+def test_top_of_report_warns_about_chunk_counts_and_meta_warnings(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from specsweep.compare import compare
+    from specsweep.markup import markdown_html
+    from specsweep.recommend import DEFAULT_PROFILES, recommend
+    from specsweep.report import definitions_markdown, verdict_markdown
+    from specsweep.store import load_result_sets
+
+    slow = {c: {"tokens": 30, "step_s": 0.02, "ttft_s": 0.05, "jitter": 0.05} for c in (1, 4, 16)}
+    base = write_measured(tmp_path / "baseline", "baseline", slow, repeats=2)
+    spec = write_measured(tmp_path / "spec", "spec", slow, repeats=2,
+                          warnings=["<script>alert(1)</script> server restarted at level 16"])
+    for name in ("levels.parquet", "requests.parquet"):
+        frame = pd.read_parquet(spec / name)
+        frame["token_source"] = "chunks"
+        frame.to_parquet(spec / name)
+    comp = compare(load_result_sets([base, spec]))
+    recs = [recommend(comp, p) for p in DEFAULT_PROFILES]
+    html = markdown_html(verdict_markdown(comp, recs))
+    opening = html[: html.index("<ul>")]  # before the per-profile verdicts
+    assert "token counts came from SSE chunks" in opening and "no throughput or acceptance verdict" in opening
+    assert "server restarted at level 16" in opening and "<script>" not in html
+    assert "No verdict: the token counts of SPEC came from SSE chunks" in html
+    assert "Bonferroni over" in definitions_markdown(comp)

@@ -526,6 +526,13 @@ def _with_littles_law(rs: ResultSet) -> pd.DataFrame:
     return lv
 
 
+def _as_list(value: Any) -> list[Any]:
+    """A meta.json field that should be a list, tolerating one string or nothing."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, (str, dict)) else list(value)
+
+
 def _chunk_counted(rs: ResultSet) -> str | None:
     """Where an arm's token counts came from SSE chunks (levels or requests), or None."""
     where = []
@@ -700,7 +707,7 @@ def compare(
             notes.append(f"Arm '{arm}' and the baseline were not measured at the same levels; "
                          f"concurrency {', '.join(map(str, only))} appear in only one of them and are not compared.")
     chunk_counted = {a: w for a in arms if (w := _chunk_counted(by_arm[a]))}
-    warnings = [(a, str(w)) for a in arms for w in (by_arm[a].meta.get("warnings") or [])]
+    warnings = [(a, str(w)) for a in arms for w in _as_list(by_arm[a].meta.get("warnings"))]
     return Comparison(
         baseline=baseline,
         arms=arms,

@@ -62,7 +62,14 @@ JUDGED: dict[str, tuple[str, ...]] = {
 #: figures the report quotes: verdict_rates(case, form, n=500, seed=SEEDS[form]) for the JUDGED
 #: results; tests/test_verdict_draws.py recomputes every one and fails if any differs
 SEEDS: dict[str, int] = {"repeats": 0, "averaged": 1}
-QUOTED: dict[tuple[str, str], dict[str, float]] = {}
+QUOTED: dict[tuple[str, str], dict[str, float]] = {
+    ("none", "repeats"): {"no_difference": 0.96, "any_crossover": 0.0},
+    ("none", "averaged"): {"no_difference": 0.974, "any_crossover": 0.004},
+    ("better", "repeats"): {"enable": 1.0},
+    ("better", "averaged"): {"enable": 0.998},
+    ("crossover", "repeats"): {"crossover_4_16": 1.0},
+    ("crossover", "averaged"): {"crossover_4_16": 1.0},
+}
 
 
 def _meta(arm: str, repeats: int) -> dict[str, Any]:

@@ -324,7 +324,7 @@ def diagnostics_markdown(comp: Comparison) -> str:
                      "aggregate tok/s ÷ per-request tok/s (Little's law with output tokens ÷ per-request speed standing "
                      "in for the time a request spends being served). If the per-request figure excluded queueing, "
                      "this counts requests being decoded; had it included queueing, it would come out near the offered "
-                     "concurrency — so an estimate far below the offered concurrency says the published per-request "
+                     "concurrency — so an estimate far below the offered concurrency suggests the published per-request "
                      "figure leaves queueing out.")
     bullets = []
     for arm in comp.arms:
@@ -431,11 +431,11 @@ def definitions_markdown(comp: Comparison) -> str:
     for c in shown:
         i = info(c)
         lines.append(f"| `{c}` | {i.unit} | {i.better} | {_metric_definition(comp, c)} |")
-    methods = sorted({comp.curve(a, m).method() for (a, m) in comp.curves
-                      if m in ("output_tok_s", comp.user_metric)})
+    methods = [f"{md_text(comp.labels[a])}, {info(m).label[0].lower() + info(m).label[1:]}: {curve.method()}"
+               for (a, m), curve in comp.curves.items() if m in ("output_tok_s", comp.user_metric)]
     lines += [
         "",
-        f"- **Δ%** = (arm ÷ baseline − 1) × 100 at the same concurrency, from values averaged over repeats.",
+        "- **Δ%** = (arm ÷ baseline − 1) × 100 at the same concurrency, from values averaged over repeats.",
         f"- **Delta curve and 95% band**: {METHOD}",
     ]
     if methods:
@@ -445,7 +445,7 @@ def definitions_markdown(comp: Comparison) -> str:
         "(its band excludes 0) and its fitted value exceeds the profile's minimum effect (2% by default). Throughput "
         "profiles decide on aggregate throughput. Latency profiles lose a level where any wait (TTFT p50/p99, e2e "
         "p50/p99, or the Little's-law estimate when those are absent) is credibly longer, and win it where per-user "
-        "speed or a wait is credibly better and no wait's fitted delta is longer; the recommendation names the "
+        "speed or a wait is credibly better and no wait's fitted increase outweighs the per-user gain; the recommendation names the "
         "deciding metric per level. An SLO moves a level only where the difference in the SLO's metric is credible.",
         "- **Crossover**: only where the fitted aggregate delta is credibly positive at one level and credibly "
         "negative at a later one (or the reverse) with no credible level between; placed where the fitted curve "
