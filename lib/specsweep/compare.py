@@ -139,9 +139,6 @@ class Comparison:
     def arm_levels(self, arm: str) -> pd.DataFrame:
         return self.levels[self.levels["arm"] == arm].sort_values("concurrency").reset_index(drop=True)
 
-    def has_intervals(self) -> bool:
-        return bool(self.deltas["ci_kind"].ne("none").any()) if len(self.deltas) else False
-
     def curve(self, arm: str, metric: str) -> "DeltaCurve | None":
         """The fitted delta curve of an arm and metric, or None."""
         return self.curves.get((arm, metric))
@@ -220,52 +217,6 @@ def _stat(samples: np.ndarray, stat: str) -> np.ndarray:
     if stat == "mean":
         return samples.mean(axis=-1)
     return np.percentile(samples, float(stat[1:]), axis=-1)
-
-
-def bootstrap_ratio_ci(
-    arm: np.ndarray, base: np.ndarray, stat: str = "mean", *, n_boot: int = 2000, seed: int = 0,
-    level: float = 0.95,
-) -> tuple[float, float]:
-    """Percentile-bootstrap interval of (stat(arm)/stat(base) − 1) × 100, resampling each side."""
-    arm, base = np.asarray(arm, float), np.asarray(base, float)
-    arm, base = arm[~np.isnan(arm)], base[~np.isnan(base)]
-    if arm.size < 2 or base.size < 2:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    a = _stat(arm[rng.integers(0, arm.size, (n_boot, arm.size))], stat)
-    b = _stat(base[rng.integers(0, base.size, (n_boot, base.size))], stat)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = (a / b - 1.0) * 100.0
-    ratio = ratio[np.isfinite(ratio)]
-    if ratio.size == 0:
-        return math.nan, math.nan
-    lo, hi = np.percentile(ratio, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-    return float(lo), float(hi)
-
-
-# ------------------------------------------------------------------------------------ building
-
-
-def welch_log_ratio_ci(arm: np.ndarray, base: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Welch t-interval of (arm / base − 1) × 100 from repeat values, on the log scale.
-
-    NaN when a side has fewer than 2 values or any value is not positive.
-    """
-    from scipy import stats
-
-    a, b = np.asarray(arm, float), np.asarray(base, float)
-    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
-    if a.size < 2 or b.size < 2 or (a <= 0).any() or (b <= 0).any():
-        return math.nan, math.nan
-    la, lb = np.log(a), np.log(b)
-    va, vb = la.var(ddof=1) / a.size, lb.var(ddof=1) / b.size
-    diff = la.mean() - lb.mean()
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return (math.exp(diff) - 1) * 100, (math.exp(diff) - 1) * 100
-    df = (va + vb) ** 2 / ((va**2 / (a.size - 1) if va else 0) + (vb**2 / (b.size - 1) if vb else 0))
-    t = float(stats.t.ppf((1 + level) / 2, df))
-    return (math.exp(diff - t * se) - 1) * 100, (math.exp(diff + t * se) - 1) * 100
 
 
 # ---------------------------------------------------------------------------- the delta curve
@@ -728,7 +679,7 @@ def compare(
 
 
 def delta_table(comp: Comparison, metrics: Sequence[str] | None = None) -> pd.DataFrame:
-    """A wide, readable table: one row per (arm, concurrency), baseline and arm values and Δ% per metric."""
+    """A wide, readable table: one row per (arm, concurrency), baseline and arm values, Δ% and its band per metric."""
     metrics = list(metrics or ["output_tok_s", comp.user_metric])
     out = []
     for arm in comp.spec_arms:
@@ -744,6 +695,6 @@ def delta_table(comp: Comparison, metrics: Sequence[str] | None = None) -> pd.Da
                 row[f"{m} {arm} ({unit})"] = r["arm_value"]
                 row[f"{m} Δ%"] = r["delta_pct"]
                 if r["ci_kind"] != "none":
-                    row[f"{m} 95% CI"] = f"[{r['ci_low_pct']:+.1f}, {r['ci_high_pct']:+.1f}]"
+                    row[f"{m} 95% band"] = f"[{r['ci_low_pct']:+.1f}, {r['ci_high_pct']:+.1f}]"
             out.append(row)
     return pd.DataFrame(out)

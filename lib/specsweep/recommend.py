@@ -211,9 +211,8 @@ _DECIDING: dict[str, str] = {
 
 def wait_metrics(comp: Comparison, arm: str) -> list[str]:
     """The wait metrics a latency verdict judges for an arm: TTFT/e2e percentiles, else Little's law."""
-    have = set(comp.deltas.loc[comp.deltas["arm"] == arm, "metric"])
-    measured = [m for m in WAIT_METRICS if m in have]
-    return measured or ([ESTIMATED_WAIT] if ESTIMATED_WAIT in have else [])
+    measured = [m for m in WAIT_METRICS if comp.delta_rows(arm, m)]
+    return measured or ([ESTIMATED_WAIT] if comp.delta_rows(arm, ESTIMATED_WAIT) else [])
 
 
 def _fit(row: pd.Series | dict[str, Any] | None) -> float:
@@ -673,9 +672,10 @@ def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, jud
 
 def _caveats(comp: Comparison, profile: Profile, arms: Sequence[str]) -> list[str]:
     out: list[str] = []
-    if not comp.has_intervals():
-        out.append(f"Single run per level with no per-request samples: no confidence intervals. Deltas within "
-                   f"±{profile.min_effect_pct:g}% are treated as no difference; a repeat could move any figure by several percent.")
+    if comp.single_run():
+        out.append("One run per level: run-to-run noise cannot be measured, so it is estimated from the residuals of "
+                   "the fitted curve (and, for per-request statistics, from each run's requests, which cannot see "
+                   "run-to-run variation). Ask for 3 runs per level (repeats=3) to measure it.")
     unclear: dict[tuple[str, str], list[str]] = {}
     for a in comp.arms:
         for col, text in (comp.metas[a].get("metric_definitions") or {}).items():
@@ -752,16 +752,17 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
     return head + "; ".join(f"{WAIT_WORDS[m]}: {', '.join(v)}" for m, v in by_metric.items())
 
 
-def _aggregate_quote(comp: Comparison, arm: str, judged: pd.DataFrame) -> str:
-    """The largest and smallest aggregate delta in range, each with its band where one exists."""
-    if judged.empty:
-        return ""
+def aggregate_quote(comp: Comparison, arm: str, levels: Sequence[int] | None = None) -> str:
+    """The largest and smallest aggregate Δ over ``levels`` (default: all shared), each with its band."""
     rows = _lookup(comp, arm, "output_tok_s")
-    hi = judged.loc[judged["aggregate_delta_pct"].idxmax()]
-    lo = judged.loc[judged["aggregate_delta_pct"].idxmin()]
-    picks = [hi] if hi["concurrency"] == lo["concurrency"] else [hi, lo]
-    return "Aggregate Δ: " + "; ".join(f"{_band_text(rows[int(p['concurrency'])])} at {int(p['concurrency'])}"
-                                       for p in picks) + " (95% simultaneous band in brackets)."
+    cs = [c for c in (levels if levels is not None else sorted(rows)) if c in rows]
+    if not cs:
+        return ""
+    hi = max(cs, key=lambda c: rows[c]["delta_pct"])
+    lo = min(cs, key=lambda c: rows[c]["delta_pct"])
+    picks = [hi] if hi == lo else [hi, lo]
+    return ("Aggregate Δ: " + "; ".join(f"{_band_text(rows[c])} at {c}" for c in picks)
+            + " (95% simultaneous band in brackets).")
 
 
 def _candidate_levels(tested: Sequence[int], lo: float, hi: float) -> list[int]:
@@ -822,7 +823,8 @@ def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequ
             f"profile {profile.name!r}: no tested concurrency lies in its range "
             f"{profile.concurrency_min}–{profile.concurrency_max or '∞'} (tested: {', '.join(map(str, tested))})"
         )
-    arm = max(per_arm, key=lambda a: per_arm[a]["margin"].clip(-100, 100).mean())
+    arm = next(iter(per_arm)) if len(per_arm) == 1 else \
+        max(per_arm, key=lambda a: per_arm[a]["margin"].clip(-100, 100).mean())
     judged = per_arm[arm]
     verdict, up_to, from_c = _verdict(judged)
     gains = [i for i, o in enumerate(judged["outcome"]) if o == "gain"]
@@ -876,7 +878,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         if note:
             headline += f" {label} is {note}."
     else:
-        headline += " " + _aggregate_quote(comp, arm, judged)
+        headline += " " + aggregate_quote(comp, arm, [int(c) for c in judged["concurrency"]])
     unshared = comp.unshared_levels(arm)
     one_side = [f"{', '.join(map(str, v))} ({'only ' + label if k == 'arm' else 'only the baseline'})"
                 for k, v in unshared.items() if v]

@@ -23,7 +23,7 @@ from specsweep import __version__
 from specsweep.compare import DERIVED, METHOD, Comparison, info
 from specsweep.markup import markdown, md_text, script_json
 from specsweep.metrics import METRICS, metric_info
-from specsweep.recommend import Recommendation
+from specsweep.recommend import Recommendation, aggregate_quote
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPORT_NOTEBOOK = REPO_ROOT / "notebooks" / "report.ipynb"
@@ -144,6 +144,12 @@ def top_warnings(comp: Comparison) -> list[str]:
 
 
 def _crossover_line(comp: Comparison, arm: str) -> str:
+    """The aggregate delta curve of an arm in two sentences: where it stands or crosses, then its extremes with bands."""
+    line = _curve_sentence(comp, arm)
+    return f"{line} {aggregate_quote(comp, arm)}" if line else ""
+
+
+def _curve_sentence(comp: Comparison, arm: str) -> str:
     """One sentence on the aggregate delta curve of an arm: its credible crossovers, or where it stands."""
     label = md_text(comp.labels[arm])
     cx = comp.crossover(arm, "output_tok_s")
