@@ -530,11 +530,11 @@ def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame
         return (f"Keep speculation off: it loses on {criterion} at concurrency {at(losses)} and makes no "
                 f"measurable difference at {at(flat)}.")
     if verdict == "enable_up_to":
-        return (f"Enable {label} up to about {up_to:.0f} concurrent requests; above that it costs "
+        return (f"Enable {label} up to about {up_to:.0f} concurrent requests; above that it loses on "
                 f"{criterion.split(' under')[0]} — keep it off there (or route high-concurrency traffic to a pool "
                 "without it).")
     if verdict == "enable_from":
-        return f"Enable {label} from about {from_c:.0f} concurrent requests up; below that it costs {criterion}."
+        return f"Enable {label} from about {from_c:.0f} concurrent requests up; below that it loses on {criterion}."
     return (f"Mixed: {label} wins on {criterion} at concurrency {at(gains)} and loses at {at(losses)}; "
             "see the bands.")
 
