@@ -360,8 +360,8 @@ def diagnostics_markdown(comp: Comparison) -> str:
             f"{comp.labels[a]} {tpc[a]:.2f}" for a in comp.arms if a in tpc and not pd.isna(tpc[a]))
                      + ". Counting chunks as tokens would understate a speculative arm by that factor; specsweep counts "
                      "the server's own token counts.")
-    if "spec_accept_length" in lv and lv["spec_accept_length"].notna().any():
-        acc = lv.dropna(subset=["spec_accept_length"])
+    if "spec_accept_length" in lv and lv[~lv["arm"].isin(list(comp.chunk_counted))]["spec_accept_length"].notna().any():
+        acc = lv[~lv["arm"].isin(list(comp.chunk_counted))].dropna(subset=["spec_accept_length"])
         lines.append("Server-side acceptance length per level: " + "; ".join(
             f"{comp.labels[a]}: " + ", ".join(f"{r.spec_accept_length:.2f} at {int(r.concurrency)}" for r in g.itertuples())
             for a, g in acc.groupby("arm")) + ".")
