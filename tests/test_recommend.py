@@ -301,3 +301,23 @@ def test_a_tiny_or_uncertain_delta_is_not_a_gain() -> None:
     assert _sign(row, 2.0) == 0  # band spans 0
     row = {"delta_pct": 5.0, "fit_delta_pct": 5.0, "ci_low_pct": 3.0, "ci_high_pct": 7.0, "credible": 1, "better": "lower"}
     assert _sign(row, 2.0) == -1  # a credible rise in a lower-is-better metric is a loss
+
+
+def test_a_few_milliseconds_more_before_a_long_answer_do_not_lose_a_level() -> None:
+    """TTFT counts by the extra seconds as a share of the baseline's end-to-end time (demo at C=1: +4.7% of 0.11 s)."""
+    from specsweep.recommend import _latency_outcome
+
+    def row(base: float, arm: float, lo: float, hi: float) -> dict:
+        d = (arm / base - 1) * 100
+        return {"baseline_value": base, "arm_value": arm, "delta_pct": d, "fit_delta_pct": d, "ci_low_pct": lo,
+                "ci_high_pct": hi, "credible": 1 if lo > 0 else -1 if hi < 0 else 0, "better": "lower"}
+
+    user = {"baseline_value": 100.0, "arm_value": 128.0, "delta_pct": 28.0, "fit_delta_pct": 28.0, "ci_low_pct": 26.0,
+            "ci_high_pct": 30.0, "credible": 1, "better": "higher"}
+    rows = {"ttft_p99_s": row(0.110, 0.115, 1.8, 7.7), "e2e_p99_s": row(2.55, 2.03, -21.0, -19.8), "user_tok_s_mean": user}
+    waits = ["ttft_p99_s", "e2e_p99_s"]
+    assert _latency_outcome(rows, "user_tok_s_mean", waits, 2.0, True)[:2] == (1, "user_tok_s_mean")
+    # the same TTFT rise when the first token takes most of the request: a loss, decided by TTFT
+    rows["ttft_p99_s"] = row(2.0, 2.6, 20.0, 40.0)
+    rows["e2e_p99_s"] = row(2.55, 2.6, -1.0, 5.0)
+    assert _latency_outcome(rows, "user_tok_s_mean", waits, 2.0, True)[:2] == (-1, "ttft_p99_s")

@@ -226,7 +226,9 @@ ALPHA: float = 0.05
 #: highest polynomial degree tried for a delta curve
 MAX_DEGREE: int = 3
 #: a level's per-request statistic needs at least this many requests per arm to be bootstrapped
-MIN_REQUESTS: int = 5
+MIN_REQUESTS: int = 3
+#: smallest bootstrap variance of ln(statistic) used (a level whose requests agree exactly is not infinitely precise)
+MIN_BOOT_VAR: float = 1e-8
 #: derived metrics compare adds (not in the metrics registry): label, unit, better, definition
 DERIVED: dict[str, MetricInfo] = {
     "e2e_mean_est_s": MetricInfo(
@@ -542,7 +544,8 @@ def _fit_metric(
             va = _bootstrap_log_var(req_a.loc[req_a["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
             vb = _bootstrap_log_var(req_b.loc[req_b["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
             boot.append(va + vb)
-        if all(np.isfinite(boot)) and all(b > 0 for b in boot):
+        if all(np.isfinite(boot)):
+            boot = [max(b, MIN_BOOT_VAR) for b in boot]
             return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family,
                                    noise="a bootstrap over each level's requests (one run: within-run noise only)")
     return fit_delta_curve(cs, ys, family=family)

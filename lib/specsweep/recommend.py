@@ -221,38 +221,52 @@ def _fit(row: pd.Series | dict[str, Any] | None) -> float:
     return float(row["fit_delta_pct"]) if not pd.isna(row["fit_delta_pct"]) else float(row["delta_pct"])
 
 
-def _latency_outcome(rows: dict[str, pd.Series | None], user: str, waits: list[str],
+def _wait_size(rows: dict[str, Any], m: str) -> float:
+    """How much longer a user waits, in % (fitted): for e2e its own Δ%; for TTFT the extra seconds before the
+    first token as a share of the baseline's end-to-end time at the same percentile, when the data has it."""
+    row = rows.get(m)
+    if row is None:
+        return math.nan
+    e2e = rows.get("e2e_" + m[len("ttft_"):]) if m.startswith("ttft_") else None
+    if e2e is None or not e2e["baseline_value"]:
+        return _fit(row)
+    extra = float(row["baseline_value"]) * _fit(row) / 100.0
+    return extra / float(e2e["baseline_value"]) * 100.0
+
+
+def _latency_outcome(rows: dict[str, Any], user: str, waits: list[str],
                      min_effect: float, trust_tokens: bool) -> tuple[int, str, float]:
     """(outcome, deciding metric, signed margin %) of the latency objective at one level.
 
-    Loss: any wait (TTFT, e2e) credibly longer, else per-user decode speed credibly slower. Gain:
-    decode speed (or a wait) credibly better, and no wait whose fitted increase exceeds both
-    ``min_effect`` and the per-user gain. Otherwise neutral; the deciding metric is then the one
-    that held it back.
+    A wait counts as longer where its band says so (credible) and its size (:func:`_wait_size`: Δ% for
+    e2e, the extra TTFT as a share of the baseline's e2e for TTFT) exceeds ``min_effect``. Loss: any
+    wait longer, else per-user decode speed credibly slower. Gain: decode speed (or a wait) credibly
+    better, and no wait whose fitted size exceeds both ``min_effect`` and the per-user gain.
+    Otherwise neutral; the deciding metric is then the one that held it back.
     """
-    signs = {m: _sign(rows.get(m), min_effect) for m in waits}
+    size = {m: _wait_size(rows, m) for m in waits}
+    signs = {m: _sign(rows.get(m), 0.0) if abs(size[m]) > min_effect else 0 for m in waits}
     worse = [m for m in waits if signs[m] < 0]
     if worse:
-        m = max(worse, key=lambda w: _fit(rows.get(w)))
-        return -1, m, -_fit(rows.get(m))
+        m = max(worse, key=lambda w: size[w])
+        return -1, m, -size[m]
     su = _sign(rows.get(user), min_effect) if trust_tokens else 0
     if su < 0:
         return -1, user, _fit(rows.get(user))
-    # a wait that is not credibly longer still holds a gain back when its fitted increase outweighs the
-    # per-user gain (e.g. +85% on the Little's-law estimate against +57% per-user speed)
+    # a wait that is not credibly longer still holds a gain back when its fitted size outweighs the
+    # per-user gain (e.g. +71% on the Little's-law estimate against +57% per-user speed)
     gain = max(_fit(rows.get(user)), min_effect) if trust_tokens and su > 0 else min_effect
-    doubtful = [m for m in waits if _fit(rows.get(m)) > gain]
+    doubtful = [m for m in waits if size[m] > gain]
     better = [m for m in waits if signs[m] > 0]
     if su > 0 or better:
         if doubtful:
-            m = max(doubtful, key=lambda w: _fit(rows.get(w)))
-            return 0, m, 0.0
+            return 0, max(doubtful, key=lambda w: size[w]), 0.0
         if su > 0:
             return 1, user, _fit(rows.get(user))
-        m = min(better, key=lambda w: _fit(rows.get(w)))
-        return 1, m, -_fit(rows.get(m))
+        m = min(better, key=lambda w: size[w])
+        return 1, m, -size[m]
     if doubtful:  # nothing credible, but a wait looks longer: name it, so the page says so
-        return 0, max(doubtful, key=lambda w: _fit(rows.get(w))), 0.0
+        return 0, max(doubtful, key=lambda w: size[w]), 0.0
     return 0, user if trust_tokens else (waits[0] if waits else user), 0.0
 
 
@@ -730,16 +744,19 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
     """
     by_metric: dict[str, list[str]] = {}
     faster = []
+    waits = wait_metrics(comp, arm)
     for r in judged.itertuples():
-        m = r.decided_by
-        if m not in WAIT_WORDS or r.outcome == "gain":
+        if r.decided_by not in WAIT_WORDS or r.outcome == "gain":
             continue
-        row = _lookup(comp, arm, m).get(int(r.concurrency))
-        if row is None:
-            continue
-        credible = _sign(row, min_effect) < 0
-        by_metric.setdefault(m, []).append(f"{_pct(row['delta_pct'])} at {int(r.concurrency)}"
-                                           + ("" if credible else " (within noise)"))
+        c = int(r.concurrency)
+        rows = {m: _lookup(comp, arm, m).get(c) for m in waits}
+        for m in waits:  # every wait that is credibly longer here, and the one that decided
+            row = rows[m]
+            if row is None:
+                continue
+            credible = _sign(row, 0.0) < 0 and _wait_size(rows, m) > min_effect
+            if credible or m == r.decided_by:
+                by_metric.setdefault(m, []).append(f"{_pct(row['delta_pct'])} at {c}" + ("" if credible else " (within noise)"))
         if not math.isnan(r.user_fit_pct) and r.user_fit_pct > min_effect:
             urow = _lookup(comp, arm, comp.user_metric).get(int(r.concurrency))
             sure = urow is not None and _sign(urow, min_effect) > 0
@@ -749,7 +766,7 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
     head = f"faster once running ({', '.join(faster)}), but it " if faster else ""
     if faster and all(f.endswith("(within noise)") for f in faster):
         head = "faster once running (" + ", ".join(f.removesuffix(" (within noise)") for f in faster) + "; within noise), but it "
-    return head + "; ".join(f"{WAIT_WORDS[m]}: {', '.join(v)}" for m, v in by_metric.items())
+    return head + "; ".join(f"{WAIT_WORDS[m]}: {', '.join(by_metric[m])}" for m in waits if m in by_metric)
 
 
 def aggregate_quote(comp: Comparison, arm: str, levels: Sequence[int] | None = None) -> str:
@@ -894,9 +911,10 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         waits = wait_metrics(comp, arm)
         names = ", ".join(_deciding_word(comp, m) for m in waits)
         reasons.append(f"Latency-sensitive use is judged on the whole wait — {names} — and on per-user speed: a level "
-                       "is lost where any wait is credibly longer, won where per-user speed (or a wait) is credibly "
-                       "better and no wait's fitted increase outweighs the per-user gain. The table names the metric "
-                       "that decided each level.")
+                       "is lost where any wait is credibly longer (for TTFT: by more than the minimum effect as a share "
+                       "of the baseline's end-to-end time), won where per-user speed (or a wait) is credibly better and "
+                       "no wait's fitted increase outweighs the per-user gain. The table names the metric that decided "
+                       "each level.")
         if waits == [ESTIMATED_WAIT]:
             reasons.append("These data have no latency percentiles, so the wait is estimated by Little's law (see the "
                            "glossary): mean request time = concurrency × output tokens ÷ aggregate tok/s. It is an "

@@ -450,7 +450,9 @@ def definitions_markdown(comp: Comparison) -> str:
         "- **Verdict per level**: a level is a gain or a loss for a profile only where the deciding delta is credible "
         "(its band excludes 0) and its fitted value exceeds the profile's minimum effect (2% by default). Throughput "
         "profiles decide on aggregate throughput. Latency profiles lose a level where any wait (TTFT p50/p99, e2e "
-        "p50/p99, or the Little's-law estimate when those are absent) is credibly longer, and win it where per-user "
+        "p50/p99, or the Little's-law estimate when those are absent) is credibly longer by more than the minimum "
+        "effect (for TTFT, the extra seconds as a share of the baseline's end-to-end time at the same percentile, so "
+        "a few milliseconds more before a long answer do not count), and win it where per-user "
         "speed or a wait is credibly better and no wait's fitted increase outweighs the per-user gain; the recommendation names the "
         "deciding metric per level. An SLO moves a level only where the difference in the SLO's metric is credible.",
         "- **Crossover**: only where the fitted aggregate delta is credibly positive at one level and credibly "
