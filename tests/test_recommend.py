@@ -131,7 +131,7 @@ def test_seed_throughput_says_what_one_run_cannot_support(seed) -> None:
     assert rec.verdict == "disable" and not (rec.levels["outcome"] == "loss").any()
     head = plain(rec.headline)
     assert head.startswith("No measurable difference") and "smallest difference these data could detect" in head
-    assert "Aggregate Δ: +40% [" in head and "at 4; -42% [" in head and "at 128" in head
+    assert "Aggregate Δ: +40% (fitted " in head and "at 4; -42% (fitted " in head and "at 128" in head
     assert "One run per level" in head
     text = plain(" ".join(rec.reasons))
     for fragment in ("+12% at 1", "+40% at 4", "+38% at 16", "+11% at 32", "-32% at 64", "-42% at 128"):

@@ -388,14 +388,14 @@ def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8) -> float:
     return (math.exp((curve.crit + z) * float(curve.se.min())) - 1.0) * 100.0
 
 
-def zero_between(curve: DeltaCurve, c1: float, c2: float) -> float:
-    """Where the fitted curve first crosses 0 between two levels (log2 grid), else their geometric mean."""
+def zero_between(curve: DeltaCurve, c1: float, c2: float) -> float | None:
+    """Where the fitted curve first crosses 0 between two levels (log2 grid), else None."""
     xs = np.linspace(math.log2(c1), math.log2(c2), 201)
     vals = np.array([curve.predict(2 ** x)[0] for x in xs])
     sign = np.sign(vals)
     idx = np.nonzero(sign[:-1] * sign[1:] <= 0)[0]
     if not len(idx):
-        return math.sqrt(c1 * c2)
+        return None
     i = int(idx[0])
     if vals[i] == vals[i + 1]:
         return float(2 ** xs[i])
@@ -416,7 +416,7 @@ def curve_crossovers(curve: DeltaCurve) -> list[dict[str, Any]]:
                 "c_low": int(c1), "c_high": int(c2),
                 "delta_low_pct": (math.exp(curve.fitted[prev]) - 1) * 100,
                 "delta_high_pct": (math.exp(curve.fitted[i]) - 1) * 100,
-                "crossover_concurrency": zero_between(curve, c1, c2),
+                "crossover_concurrency": zero_between(curve, c1, c2) or math.sqrt(c1 * c2),
                 "direction": "gain_to_loss" if cred[prev] > 0 else "loss_to_gain",
             })
         prev = i

@@ -406,7 +406,10 @@ def _band_text(row: pd.Series | dict[str, Any] | None) -> str:
         return "n/a"
     if pd.isna(row["ci_low_pct"]):
         return f"{_pct(row['delta_pct'])} (no interval)"
-    return f"{_pct(row['delta_pct'])} [{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]"
+    band = f"[{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]"
+    if abs(_fit(row) - row["delta_pct"]) >= 0.5:  # the band is around the fitted curve: show both
+        return f"{_pct(row['delta_pct'])} (fitted {_pct(_fit(row))} {band})"
+    return f"{_pct(row['delta_pct'])} {band}"
 
 
 def _bands(judged: pd.DataFrame, arm: str, label: str) -> list[Band]:
@@ -622,7 +625,7 @@ def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
         reasons.extend(_server_gauge_sentences(lv, above, cap, label)[0])
         expect = "if the cap binds, aggregate throughput above it should rise"
     flag = "--max-running-requests" if (meta_server.get("name") or "sglang") == "sglang" else "the running-request limit (vLLM --max-num-seqs)"
-    experiment = (f"Re-run {label} with {flag} {max_c} to test whether the cap causes the loss: {expect}. "
+    experiment = (f"Re-run {label} with {flag} {max_c} to test whether the cap causes the lower throughput: {expect}. "
                   "Watch the running and queued request gauges and KV usage during the run.")
     return reasons, experiment
 
@@ -779,7 +782,7 @@ def aggregate_quote(comp: Comparison, arm: str, levels: Sequence[int] | None = N
     lo = min(cs, key=lambda c: rows[c]["delta_pct"])
     picks = [hi] if hi == lo else [hi, lo]
     return ("Aggregate Δ: " + "; ".join(f"{_band_text(rows[c])} at {c}" for c in picks)
-            + " (95% simultaneous band in brackets).")
+            + " (95% simultaneous band of the fitted curve in brackets).")
 
 
 def _candidate_levels(tested: Sequence[int], lo: float, hi: float) -> list[int]:
@@ -851,9 +854,10 @@ def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequ
         # the same fitted curve the crossover is drawn from, so the headline and the crossover agree
         i, j = (max(gains), min(losses)) if verdict == "enable_up_to" else (max(losses), min(gains))
         curve = comp.curve(arm, str(judged["decided_by"].iloc[j if verdict == "enable_up_to" else i]))
-        if curve is not None:
-            x = zero_between(curve, cs[i], cs[j])
-            up_to, from_c = (x, None) if verdict == "enable_up_to" else (None, x)
+        x = zero_between(curve, cs[i], cs[j]) if curve is not None else None
+        if x is None:  # the deciding curve does not cross 0 between them: say only what was measured
+            x = float(cs[i] if verdict == "enable_up_to" else cs[j])
+        up_to, from_c = (x, None) if verdict == "enable_up_to" else (None, x)
     return Decision(verdict, arm, judged, per_arm, up_to, from_c)
 
 

@@ -100,11 +100,15 @@ def _band(lo: Any, hi: Any) -> str:
     return f"[{lo:+.1f}%, {hi:+.1f}%]"
 
 
+def _pct_or_dash(v: Any) -> str:
+    return "—" if v is None or pd.isna(v) else f"{v:+.1f}%"
+
+
 def key_numbers(comp: Comparison) -> pd.DataFrame:
     """Per spec arm and shared concurrency: aggregate and per-user speed of both arms, Δ% and its band.
 
-    The band is the 95 % simultaneous band of the fitted delta curve (see the definitions); "—"
-    where no curve could be fitted.
+    "fitted" is the delta curve's value at the level and the band its 95 % simultaneous band (see the
+    definitions); "—" where no curve could be fitted.
     """
     rows = []
     um = comp.user_metric
@@ -116,6 +120,7 @@ def key_numbers(comp: Comparison) -> pd.DataFrame:
                 "aggregate baseline (tok/s)": _fmt(float(a["baseline_value"])),
                 "aggregate arm (tok/s)": _fmt(float(a["arm_value"])),
                 "aggregate Δ%": f"{a['delta_pct']:+.1f}%",
+                "aggregate Δ% fitted": _pct_or_dash(a["fit_delta_pct"]),
                 "aggregate Δ 95% band": _band(a["ci_low_pct"], a["ci_high_pct"]),
             }
             u = usr.get(c)
@@ -124,6 +129,7 @@ def key_numbers(comp: Comparison) -> pd.DataFrame:
                     "per-user baseline (tok/s)": _fmt(float(u["baseline_value"])),
                     "per-user arm (tok/s)": _fmt(float(u["arm_value"])),
                     "per-user Δ%": f"{u['delta_pct']:+.1f}%",
+                    "per-user Δ% fitted": _pct_or_dash(u["fit_delta_pct"]),
                     "per-user Δ 95% band": _band(u["ci_low_pct"], u["ci_high_pct"]),
                 })
             rows.append(row)
