@@ -57,7 +57,7 @@ def test_seed_report_is_offline_and_codeless(seed_report: str) -> None:
     assert not re.search(r"<link[^>]+stylesheet[^>]+http", seed_report)
     assert 'class="jp-CodeMirrorEditor' not in seed_report and "load_result_sets(" not in seed_report
     assert seed_report.count("window.vegaEmbed = vegaEmbed") == 1  # the bundle, inlined once
-    assert chart_count(seed_report) == 5  # throughput, per-user, Δ, Pareto, concurrency; no latency data
+    assert chart_count(seed_report) == 6  # throughput, per-user, Δ, fitted Δ, Pareto, concurrency; no latency data
     assert '"tooltip"' in seed_report
     assert "Kernel is running over TCP" not in seed_report  # stderr is not published
 
@@ -76,7 +76,7 @@ def test_measured_report_has_latency_and_intervals(tmp_path: Path) -> None:
     assert "Only latency" in text and "Batch throughput" not in text
     assert "Time to first token" in text
     assert "noise from repeats (2 vs 2 runs per level)" in html
-    assert chart_count(html) == 7  # + latency + tokens per chunk
+    assert chart_count(html) == 8  # + latency + tokens per chunk
     assert "Decoding concurrency" in text
 
 
@@ -114,3 +114,18 @@ def test_top_of_report_warns_about_chunk_counts_and_meta_warnings(tmp_path: Path
     assert "server restarted at level 16" in opening and "<script>" not in html
     assert "No verdict: the token counts of SPEC came from SSE chunks" in html
     assert "Bonferroni over" in definitions_markdown(comp)
+
+
+def test_fitted_delta_chart_draws_the_model_or_nothing(tmp_path: Path) -> None:
+    from helpers import write_level_only
+    from specsweep import charts
+    from specsweep.compare import compare
+    from specsweep.store import load_result_sets
+
+    comp = compare(load_result_sets([SEED]))
+    spec = charts.delta_fit_chart(comp).to_dict()
+    layer = spec["hconcat"][0]["layer"]
+    assert [m["mark"]["type"] if isinstance(m["mark"], dict) else m["mark"] for m in layer] == ["rule", "area", "line", "point"]
+    two = load_result_sets([write_level_only(tmp_path / "baseline", "baseline", {1: (100.0, 100.0), 2: (190.0, 95.0)}),
+                            write_level_only(tmp_path / "spec", "spec", {1: (120.0, 120.0), 2: (200.0, 99.0)})])
+    assert charts.delta_fit_chart(compare(two)) is None  # two single runs: no noise estimate, no curve
