@@ -4,23 +4,32 @@ Every sentence is computed from the comparison: the numbers quoted are the data'
 sentences appear depends on what the data shows (caps, effective concurrency, SLOs, intervals,
 workload kind). Nothing here knows about any particular data set.
 
-Judging one level (an arm against the baseline at one concurrency):
+Judging one level (an arm against the baseline at one concurrency both measured), on the fitted
+delta curves of :mod:`specsweep.compare`:
 
-- A delta counts as a *gain* or a *loss* when it exceeds ``min_effect_pct`` in size and, where it
-  has a 95 % interval, that interval excludes 0; otherwise it is *neutral* (no measurable difference).
+- A delta counts as a *gain* or a *loss* only where it is credible — its 95 % simultaneous band
+  excludes 0 — and its fitted value exceeds ``min_effect_pct``; otherwise it is *neutral* (no
+  measurable difference).
 - An arm with no successful requests (or no per-user figure) at a level loses it; so does one that
   fails more requests than the baseline by more than ``max_error_rate_increase``.
 - ``throughput``: the aggregate output tok/s delta decides.
-- ``latency``: the per-user speed delta decides.
-- ``balanced``: a gain needs per-user speed up and aggregate down by no more than
-  ``max_throughput_loss_pct``; a loss is per-user speed down, or aggregate down by more.
-- SLOs come first: where the arm breaks an SLO the baseline meets, the level is a loss; where the
-  arm meets every SLO and the baseline breaks one, a gain; where both break one, neutral.
+- ``latency``: the whole wait — TTFT and end-to-end p50/p99, or the Little's-law estimate of the
+  mean request time for level-only data — and per-user speed. Loss where any wait is credibly
+  longer (TTFT sized by its extra seconds as a share of the baseline's e2e), else where per-user
+  speed is credibly slower; gain where per-user speed (or a wait) is credibly better and no wait's
+  fitted increase outweighs the per-user gain. ``decided_by`` names the deciding metric.
+- ``balanced``: a gain needs per-user speed credibly up and aggregate not credibly down by more than
+  ``max_throughput_loss_pct``; a loss is per-user speed credibly down, or aggregate down by more.
+- SLOs come first, but only a credible difference in the SLO's own metric moves a level across the
+  line: where the arm breaks an SLO the baseline meets, a loss; where it meets every SLO the
+  baseline breaks, a gain; otherwise neutral ("within noise of the SLO", "both break an SLO").
+- Arms whose token counts came from SSE chunks get no throughput, balanced or per-user-SLO verdict
+  (``no_verdict``); their latency verdict uses the waits only.
 
-The verdict follows the outcomes over the profile's concurrency range: all gains (or neutral) →
-enable; all losses or neutral → disable; gains then losses → enable up to X, where X is the
-interpolated (log2 concurrency) point where the deciding margin crosses zero; losses then gains
-→ enable from X; anything else → mixed, explained band by band.
+The verdict follows the outcomes over the profile's range: all gains (or neutral) → enable; all
+losses or neutral → disable; gains then losses → enable up to X, where X is where the deciding
+metric's fitted curve crosses 0 between the last gain and the first loss (the last gain when it
+does not cross there); losses then gains → enable from X; anything else → mixed, level by level.
 """
 from __future__ import annotations
 
@@ -683,7 +692,10 @@ def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, jud
                 else f"{who} meets it at no tested level")
     out.append(f"Under the SLO ({names}): {where(b, 'the baseline')}; {where(s, label)}.")
     if b and s:
-        out.append(f"So {label} carries {s[1] / b[1]:.2f}× the SLO-compliant throughput of the baseline.")
+        noisy = (judged["rule"] == "within noise of the SLO").any()
+        out.append(f"So {label} carries {s[1] / b[1]:.2f}× the SLO-compliant throughput of the baseline"
+                   + (" as measured — but which side of the SLO line some levels fall is within noise, so this "
+                      "ratio is not established." if noisy else "."))
     return out
 
 
