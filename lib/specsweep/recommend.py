@@ -780,7 +780,7 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
         return ""
     head = f"faster once running ({', '.join(faster)}), but it " if faster else ""
     if faster and all(f.endswith("(within noise)") for f in faster):
-        head = "faster once running (" + ", ".join(f.removesuffix(" (within noise)") for f in faster) + "; within noise), but it "
+        head = "looks faster once running (" + ", ".join(f.removesuffix(" (within noise)") for f in faster) + "; within noise), but it "
     return head + "; ".join(f"{WAIT_WORDS[m]}: {', '.join(by_metric[m])}" for m in waits if m in by_metric)
 
 
