@@ -57,7 +57,7 @@ def test_every_chart_renders_offline(seed_html: Path, tmp_path: Path) -> None:
     html = seed_html
     source = html.read_text()
     expected = len(re.findall(r'class="specsweep-chart"', source))
-    assert expected == 5
+    assert expected == 6  # throughput, per-user, Δ, fitted Δ, Pareto, concurrency
     dom = dump_dom(html, tmp_path)
     views = re.findall(r'<svg[^>]*class="marks"|<canvas[^>]*class="marks"', dom)
     assert len(views) == expected, f"{len(views)} chart views rendered, expected {expected}"
@@ -83,7 +83,7 @@ def test_tooltips_work_offline(seed_html: Path) -> None:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["views"] == 5
+    assert result["views"] == 6
     assert "visible" in (result["tooltip_class"] or ""), result
     text = result["tooltip_text"] or ""
     assert "arm" in text and "concurrency" in text, text
