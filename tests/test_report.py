@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import SEED, write_measured
+from helpers import SEED, write_level_only, write_measured
 from specsweep.report import build_report
 
 CDN = re.compile(r"(cdn\.jsdelivr|cdnjs|unpkg\.com|googleapis|require\.js|mathjax)", re.I)
@@ -27,16 +27,28 @@ def seed_report(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_seed_report_states_the_computed_findings(seed_report: str) -> None:
-    text = re.sub(r"<[^>]+>", " ", seed_report)
+    import html
+
+    text = html.unescape(re.sub(r"<[^>]+>", " ", seed_report))
     text = re.sub(r"\s+", " ", text)
     assert "Seed test report" in text
     for fragment in ("+12% at 1", "+40% at 4", "+38% at 16", "+11% at 32", "-32% at 64", "-42% at 128",
-                     "about 38 concurrent requests", "makes each request faster at every tested level",
                      "max_running_requests = 48", "leading hypothesis", "cannot be the whole story",
-                     "--max-running-requests 128", "Latency-sensitive (interactive, agentic)",
-                     "Batch throughput", "Enable MTP (NEXTN) up to about 38 concurrent requests",
-                     "single run" if "single run" in text else "no confidence intervals"):
+                     "--max-running-requests 128", "Latency-sensitive (interactive, agentic)", "Batch throughput",
+                     # one run per level: the noise is an assumption, said where the verdict is
+                     "Enable MTP (NEXTN) up to about 37 concurrent requests", "One run per level",
+                     "3% per run is assumed", "assumed_noise_pct",
+                     # the latency verdict counts the whole wait, by Little's law, and says it is an estimate
+                     "takes longer per request in total, queueing included (Little's-law estimate)",
+                     "+48% at 64, +71% at 128",
+                     # one definition per number, a glossary, the method named exactly
+                     "Terms", "TPOT", "Accept length", "EAGLE", "n-gram", "Little's law",
+                     "Bonferroni over", "noise from an assumed run-to-run noise of 3% per run",
+                     "How often these verdicts are right", "For every profile"):
         assert fragment in text, fragment
+    assert "every tested level" not in text or "at every level both arms measured" not in text
+    assert "(includes queueing and prefill)" not in text  # the seed's per-request definition is unknown, said once
+    assert "percentile-bootstrap" not in text
 
 
 def test_seed_report_is_offline_and_codeless(seed_report: str) -> None:
@@ -45,7 +57,7 @@ def test_seed_report_is_offline_and_codeless(seed_report: str) -> None:
     assert not re.search(r"<link[^>]+stylesheet[^>]+http", seed_report)
     assert 'class="jp-CodeMirrorEditor' not in seed_report and "load_result_sets(" not in seed_report
     assert seed_report.count("window.vegaEmbed = vegaEmbed") == 1  # the bundle, inlined once
-    assert chart_count(seed_report) == 5  # throughput, per-user, Δ, Pareto, concurrency; no latency data
+    assert chart_count(seed_report) == 6  # throughput, per-user, Δ, fitted Δ, Pareto, concurrency; no latency data
     assert '"tooltip"' in seed_report
     assert "Kernel is running over TCP" not in seed_report  # stderr is not published
 
@@ -63,8 +75,8 @@ def test_measured_report_has_latency_and_intervals(tmp_path: Path) -> None:
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
     assert "Only latency" in text and "Batch throughput" not in text
     assert "Time to first token" in text
-    assert "Welch t over repeats" in html
-    assert chart_count(html) == 7  # + latency + tokens per chunk
+    assert "noise from repeats (2 vs 2 runs per level)" in html
+    assert chart_count(html) == 8  # + latency + tokens per chunk
     assert "Decoding concurrency" in text
 
 
@@ -75,3 +87,64 @@ def test_bad_parameters_fail_with_a_clear_message(tmp_path: Path) -> None:
         build_report([SEED], "bad", baseline="nope", out_dir=tmp_path)
     with pytest.raises(ValueError, match=r"plain file name"):
         build_report([SEED], "../escape", out_dir=tmp_path)
+
+
+def test_top_of_report_warns_about_chunk_counts_and_meta_warnings(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from specsweep.compare import compare
+    from specsweep.markup import markdown_html
+    from specsweep.recommend import DEFAULT_PROFILES, recommend
+    from specsweep.report import definitions_markdown, verdict_markdown
+    from specsweep.store import load_result_sets
+
+    slow = {c: {"tokens": 30, "step_s": 0.02, "ttft_s": 0.05, "jitter": 0.05} for c in (1, 4, 16)}
+    base = write_measured(tmp_path / "baseline", "baseline", slow, repeats=2)
+    spec = write_measured(tmp_path / "spec", "spec", slow, repeats=2,
+                          warnings=["<script>alert(1)</script> server restarted at level 16"])
+    for name in ("levels.parquet", "requests.parquet"):
+        frame = pd.read_parquet(spec / name)
+        frame["token_source"] = "chunks"
+        frame.to_parquet(spec / name)
+    comp = compare(load_result_sets([base, spec]))
+    recs = [recommend(comp, p) for p in DEFAULT_PROFILES]
+    html = markdown_html(verdict_markdown(comp, recs))
+    opening = html[: html.index("<ul>")]  # before the per-profile verdicts
+    assert "token counts came from SSE chunks" in opening and "no throughput or acceptance verdict" in opening
+    assert "server restarted at level 16" in opening and "<script>" not in html
+    assert "No verdict: the token counts of SPEC came from SSE chunks" in html
+    assert "Bonferroni over" in definitions_markdown(comp)
+
+
+def test_fitted_delta_chart_draws_the_model_or_nothing(tmp_path: Path) -> None:
+    from helpers import write_level_only
+    from specsweep import charts
+    from specsweep.compare import compare
+    from specsweep.store import load_result_sets
+
+    comp = compare(load_result_sets([SEED]))
+    spec = charts.delta_fit_chart(comp).to_dict()
+    layer = spec["hconcat"][0]["layer"]
+    assert [m["mark"]["type"] if isinstance(m["mark"], dict) else m["mark"] for m in layer] == ["rule", "area", "line", "point"]
+    two = load_result_sets([write_level_only(tmp_path / "baseline", "baseline", {1: (100.0, 100.0), 2: (190.0, 95.0)}),
+                            write_level_only(tmp_path / "spec", "spec", {1: (120.0, 120.0), 2: (200.0, 99.0)})])
+    assert charts.delta_fit_chart(compare(two)) is not None  # two single runs: the assumed noise gives a band
+    # two single runs and no assumption: no noise estimate, no curve
+    assert charts.delta_fit_chart(compare(two, assumed_noise_pct=None)) is None
+
+
+def test_arms_with_no_shared_level_fail_in_one_line(tmp_path: Path) -> None:
+    """The CLI names both level lists in one line instead of a kernel traceback."""
+    import subprocess
+    import sys
+
+    write_level_only(tmp_path / "study" / "baseline", "baseline", {1: (100.0, 100.0), 2: (180.0, 90.0)})
+    write_level_only(tmp_path / "study" / "mtp", "mtp", {8: (500.0, 70.0), 16: (800.0, 60.0)})
+    done = subprocess.run([sys.executable, "-m", "specsweep.report", "--result-set", str(tmp_path / "study"),
+                           "--name", "x", "--out-dir", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 1
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip() and "Kernel" not in ln and "WARNING" not in ln]
+    assert len(lines) == 1, done.stderr
+    assert "NoSharedLevelError" in lines[0] and "concurrency 8, 16" in lines[0] and "concurrency 1, 2" in lines[0]
+    assert "Traceback" not in done.stderr

@@ -476,3 +476,42 @@ def tokens_per_chunk_chart(comp: Comparison, *, arms: Arms = None, levels: Level
     present = "tokens_per_chunk_mean" in comp.levels and comp.levels["tokens_per_chunk_mean"].notna().any()
     return _optional_lines(comp, "tokens_per_chunk_mean", "Tokens per streamed chunk", arms, levels, concurrency,
                            colours, width, height, bool(present))
+
+
+def delta_fit_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms: Arms = None,
+                    levels: Levels = None, concurrency: Range = None, colours: Colours = None,
+                    width: int | None = None, height: int | None = None) -> alt.HConcatChart | None:
+    """The fitted delta curve per arm and metric: fitted line, its 95% simultaneous band, measured Δ% points.
+
+    The band is evaluated at the tested levels and joined by straight lines (``compare.METHOD``
+    says how it is fitted). None when no curve could be fitted. ``width``/``height`` size each
+    panel (default: two panels fill a 1400 px page).
+    """
+    v = _view(comp, arms, levels, concurrency, colours)
+    comp = v.comp
+    metrics = list(metrics or ["output_tok_s", comp.user_metric])
+    width = width or (PANEL_WIDTH if len(metrics) > 1 else WIDTH)
+    panels = []
+    for metric in metrics:
+        d = comp.deltas[(comp.deltas["metric"] == metric) & comp.deltas["fit_delta_pct"].notna()]
+        if d.empty:
+            continue
+        d = _with_labels(comp, d)
+        d["method"] = d["ci_kind"]
+        tips = [alt.Tooltip("arm_label:N", title="arm"), alt.Tooltip("concurrency:Q", title="concurrency"),
+                alt.Tooltip("delta_pct:Q", title="measured Δ%", format="+.1f"),
+                alt.Tooltip("fit_delta_pct:Q", title="fitted Δ%", format="+.1f"),
+                alt.Tooltip("ci_low_pct:Q", title="band low", format="+.1f"),
+                alt.Tooltip("ci_high_pct:Q", title="band high", format="+.1f"),
+                alt.Tooltip("method:N", title="model")]
+        base = alt.Chart(d).encode(x=concurrency_x(comp), color=v.colour(spec_only=True), tooltip=tips)
+        layers = [
+            alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="black", strokeWidth=1).encode(y="y:Q"),
+            base.mark_area(opacity=0.18).encode(y=alt.Y("ci_low_pct:Q", title="Δ% vs baseline"), y2="ci_high_pct:Q"),
+            base.mark_line(strokeWidth=2).encode(y="fit_delta_pct:Q"),
+            base.mark_point(filled=True, size=50).encode(y="delta_pct:Q"),
+        ]
+        panels.append(alt.layer(*layers).properties(
+            width=width, height=height or HEIGHT,
+            title=f"Fitted Δ {metric_info(metric).label} (band: 95% simultaneous)"))
+    return alt.hconcat(*panels).resolve_scale(y="independent") if panels else None

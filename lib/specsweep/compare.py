@@ -1,19 +1,32 @@
-"""Join arms against a baseline on concurrency: deltas with intervals, crossovers, Pareto frontier.
+"""Join arms against a baseline on concurrency: deltas, a model of the delta curve, crossovers, Pareto.
 
-Definitions (DESIGN §5):
+Definitions (DESIGN §5; the report quotes :data:`METHOD` word for word):
 
-- ``delta_pct`` = (arm / baseline − 1) × 100 for every metric both arms have at a concurrency.
-- Intervals (95 %): with >= 2 repeats in both arms at a level, a Welch t-interval on the
-  difference of mean log values (the ratio of geometric means), which stays honest with few
-  repeats where a bootstrap over 2-3 values is far too narrow; else, for per-request statistics
-  (mean / percentile of TTFT, TPOT, e2e, per-user speed) when both arms stored requests, a
-  percentile bootstrap over the requests of each arm — within-run noise only, it cannot see
-  run-to-run variation. Otherwise the delta is a single run with no interval, and says so. A
-  delta whose interval spans 0 is "within noise".
-- ``crossover_concurrency``: where a delta changes sign between two measured levels, by linear
-  interpolation of the delta in log2(concurrency).
-- Effective concurrency: measured by Little's law when requests were stored (see ``metrics``);
-  for level-only data estimated as aggregate tok/s ÷ per-request tok/s and labelled an estimate.
+- ``delta_pct`` = (arm / baseline − 1) × 100 for every metric both arms have at a concurrency
+  (values averaged over repeats).
+- The **delta curve** of one arm and metric is modelled on the log scale, y = ln(arm / baseline),
+  as a function of x = log2(concurrency) over the levels both arms measured (see
+  :func:`fit_delta_curve`). The run-to-run noise of y comes from, in order: repeats (the pooled
+  within-level variance of ln(value) over every level and both arms); else, for per-request
+  statistics of single runs, a bootstrap over each level's requests (within-run noise, floored at
+  the assumed run-to-run noise); else, one run per level, an assumed run-to-run noise of
+  :data:`ASSUMED_NOISE_PCT` per run and arm — a stated assumption (with 6–7 levels and no repeats
+  the residuals of a fitted curve leave 2–4 degrees of freedom, and a simultaneous band on them
+  is too wide to call a 40 % difference). ``compare(assumed_noise_pct=None)`` uses the residuals
+  instead (degree by backward elimination, t-test at 5 %). The curve is the lowest-degree
+  polynomial in x (degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5 %), else
+  the level values joined by straight lines.
+- ``ci_low_pct`` / ``ci_high_pct``: a 95 % *simultaneous* band around the fitted delta at the
+  tested levels (Bonferroni over the k levels: t quantile 1 − 0.025 / k). A level is *credibly*
+  better or worse only where the band excludes 0; ``within_noise`` where it spans 0.
+- ``crossover_concurrency``: only where the fitted delta is credibly positive at one level and
+  credibly negative at a later one (or the reverse) with no credible level between them; placed
+  at the zero of the fitted curve between those two levels, on log2(concurrency).
+- Little's law for level-only data: in a closed loop with C requests always in flight, the
+  request completion rate is λ = aggregate tok/s ÷ output tokens per request, so the mean time
+  from sending a request to its last token is W = C ÷ λ = C × output_tokens ÷ aggregate tok/s
+  (``e2e_mean_est_s``, queueing included; an estimate, since ramp-up and drain are ignored).
+  Effective concurrency of level-only data is estimated as aggregate tok/s ÷ per-request tok/s.
 - Pareto frontier over (per-user speed, aggregate tok/s) of every arm and level: points that no
   other point beats on one axis without losing on the other.
 """
@@ -26,9 +39,21 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from specsweep.metrics import METRICS, metric_info
+from specsweep.metrics import METRICS, MetricInfo, metric_info
 from specsweep.store import ResultSet
 
+#: the curve model and band, as the report states it (one definition, see the module docstring)
+METHOD: str = (
+    "each metric's delta is modelled as y = ln(arm ÷ baseline) against x = log2(concurrency) over the levels both "
+    "arms measured. The run-to-run noise of y comes from, in order: repeats (the pooled within-level variance of "
+    "ln(value), over every level and both arms); else, for per-request statistics of single runs, a bootstrap over "
+    "each level's requests (within-run noise, which cannot see run-to-run variation, so never less than the assumed "
+    "run-to-run noise below); else, with one run per level, an assumed run-to-run noise per run and arm (the "
+    "report parameter assumed_noise_pct, 3% unless set; a stated assumption, not a measurement: repeats replace it). The curve is the lowest-degree polynomial in x (degree 0 to 3) that fits within that noise "
+    "(lack-of-fit F-test at 5%), else the level values joined by straight lines. The band is a 95% simultaneous band around the fitted curve at "
+    "the tested levels: Bonferroni over the k levels of the m metrics a verdict reads (aggregate, per-user speed and "
+    "the waits), i.e. each level at t quantile 1 − 0.025 ÷ (k × m). Intervals are not bootstrap intervals except "
+    "where the noise source says so.")
 #: workload fields that must match for a comparison to be fair
 WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest")
 #: per-request statistics that can be bootstrapped from request samples: metric -> (column, stat)
@@ -50,10 +75,17 @@ NOT_METRICS: frozenset[str] = frozenset(
      "short_outputs", "warmup_requests"}
 )
 USER_METRICS: tuple[str, ...] = ("user_tok_s_mean", "request_tok_s_mean")
+#: what a user waits for, in the order they are named: measured percentiles, else Little's law
+WAIT_METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
+ESTIMATED_WAIT: str = "e2e_mean_est_s"
 
 
 class WorkloadMismatchError(ValueError):
     """Arms were measured with different workloads; comparing them would mislead."""
+
+
+class NoSharedLevelError(ValueError):
+    """An arm and the baseline were measured at no common concurrency: nothing can be compared."""
 
 
 @dataclass
@@ -77,6 +109,15 @@ class Comparison:
     workload: dict[str, Any]
     caps: dict[str, int | None]
     notes: list[str] = field(default_factory=list)
+    #: the fitted delta curve per (arm, metric); absent where no curve could be fitted
+    curves: dict[tuple[str, str], DeltaCurve] = field(default_factory=dict)
+    #: arms whose token counts came from SSE chunks (arm -> where), so token-based figures are not trusted
+    chunk_counted: dict[str, str] = field(default_factory=dict)
+    #: warnings recorded in the arms' meta.json, as (arm, text)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    #: run-to-run noise (% per run) assumed where there were no repeats; None: residuals were used
+    assumed_noise_pct: float | None = None
+    _delta_index: dict[tuple[str, str], dict[int, dict[str, Any]]] | None = field(default=None, repr=False)
 
     @property
     def spec_arms(self) -> list[str]:
@@ -87,6 +128,15 @@ class Comparison:
         d = self.deltas
         return d[(d["arm"] == arm) & (d["metric"] == metric)].sort_values("concurrency").reset_index(drop=True)
 
+    def delta_rows(self, arm: str, metric: str) -> dict[int, dict[str, Any]]:
+        """{concurrency: delta row as a dict} of one arm and metric (built once, then cached)."""
+        if self._delta_index is None:
+            index: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+            for r in self.deltas.to_dict("records"):
+                index.setdefault((r["arm"], r["metric"]), {})[int(r["concurrency"])] = r
+            self._delta_index = index
+        return self._delta_index.get((arm, metric), {})
+
     def crossover(self, arm: str, metric: str = "output_tok_s") -> pd.DataFrame:
         c = self.crossovers
         return c[(c["arm"] == arm) & (c["metric"] == metric)].reset_index(drop=True)
@@ -94,8 +144,25 @@ class Comparison:
     def arm_levels(self, arm: str) -> pd.DataFrame:
         return self.levels[self.levels["arm"] == arm].sort_values("concurrency").reset_index(drop=True)
 
-    def has_intervals(self) -> bool:
-        return bool(self.deltas["ci_kind"].ne("none").any()) if len(self.deltas) else False
+    def curve(self, arm: str, metric: str) -> "DeltaCurve | None":
+        """The fitted delta curve of an arm and metric, or None."""
+        return self.curves.get((arm, metric))
+
+    def single_run(self) -> bool:
+        """True when no arm repeated any level (no run-to-run noise can be measured)."""
+        return bool((self.levels["n_repeats"].fillna(1) <= 1).all())
+
+    def shared_levels(self, arm: str) -> list[int]:
+        """Concurrency levels measured by both ``arm`` and the baseline."""
+        a = set(self.levels.loc[self.levels["arm"] == arm, "concurrency"])
+        b = set(self.levels.loc[self.levels["arm"] == self.baseline, "concurrency"])
+        return sorted(int(c) for c in a & b)
+
+    def unshared_levels(self, arm: str) -> dict[str, list[int]]:
+        """Levels measured by one side only: {'arm': [...], 'baseline': [...]}."""
+        a = set(self.levels.loc[self.levels["arm"] == arm, "concurrency"])
+        b = set(self.levels.loc[self.levels["arm"] == self.baseline, "concurrency"])
+        return {"arm": sorted(int(c) for c in a - b), "baseline": sorted(int(c) for c in b - a)}
 
 
 # ----------------------------------------------------------------------------------- workloads
@@ -157,50 +224,215 @@ def _stat(samples: np.ndarray, stat: str) -> np.ndarray:
     return np.percentile(samples, float(stat[1:]), axis=-1)
 
 
-def bootstrap_ratio_ci(
-    arm: np.ndarray, base: np.ndarray, stat: str = "mean", *, n_boot: int = 2000, seed: int = 0,
-    level: float = 0.95,
-) -> tuple[float, float]:
-    """Percentile-bootstrap interval of (stat(arm)/stat(base) − 1) × 100, resampling each side."""
-    arm, base = np.asarray(arm, float), np.asarray(base, float)
-    arm, base = arm[~np.isnan(arm)], base[~np.isnan(base)]
-    if arm.size < 2 or base.size < 2:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    a = _stat(arm[rng.integers(0, arm.size, (n_boot, arm.size))], stat)
-    b = _stat(base[rng.integers(0, base.size, (n_boot, base.size))], stat)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = (a / b - 1.0) * 100.0
-    ratio = ratio[np.isfinite(ratio)]
-    if ratio.size == 0:
-        return math.nan, math.nan
-    lo, hi = np.percentile(ratio, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
-    return float(lo), float(hi)
+# ---------------------------------------------------------------------------- the delta curve
+
+#: family-wise error rate of every band and credible call (two-sided)
+ALPHA: float = 0.05
+#: highest polynomial degree tried for a delta curve
+MAX_DEGREE: int = 3
+#: a level's per-request statistic needs at least this many requests per arm to be bootstrapped
+MIN_REQUESTS: int = 3
+#: smallest bootstrap variance of ln(statistic) used (a level whose requests agree exactly is not infinitely precise)
+MIN_BOOT_VAR: float = 1e-8
+#: run-to-run noise (%, one standard deviation of a figure between two runs of one level) assumed
+#: where the data carry no estimate of it: no repeats. An assumption, said on the page; repeats
+#: replace it with a measurement. Typical closed-loop figures on a dedicated server vary 1–3 %
+#: between runs; 3 % is the top of that range (and the noise model of ``specsweep.draws``).
+ASSUMED_NOISE_PCT: float = 3.0
+#: derived metrics compare adds (not in the metrics registry): label, unit, better, definition
+DERIVED: dict[str, MetricInfo] = {
+    "e2e_mean_est_s": MetricInfo(
+        "Mean request time, Little's-law estimate", "s", "lower",
+        "concurrency × output tokens per request ÷ aggregate tok/s: the mean time from sending a request to its "
+        "last token, queueing included, estimated by Little's law for a closed loop (level-only data)"),
+}
+DEGREE_NAMES = {0: "constant", 1: "linear", 2: "quadratic", 3: "cubic"}
 
 
-# ------------------------------------------------------------------------------------ building
+def info(metric: str) -> MetricInfo:
+    """Label, unit, direction and definition of a metric, derived ones included."""
+    return DERIVED.get(metric) or metric_info(metric)
 
 
-def welch_log_ratio_ci(arm: np.ndarray, base: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """Welch t-interval of (arm / base − 1) × 100 from repeat values, on the log scale.
+@dataclass
+class DeltaCurve:
+    """The fitted delta curve of one arm and metric (log scale: y = ln(arm / baseline)).
 
-    NaN when a side has fewer than 2 values or any value is not positive.
+    ``fitted`` and ``half_width`` are per tested level; ``half_width`` is the half-width of the 95 %
+    simultaneous band. ``noise`` says where the noise estimate came from.
+    """
+
+    concurrency: np.ndarray
+    observed: np.ndarray
+    fitted: np.ndarray
+    se: np.ndarray
+    half_width: np.ndarray
+    crit: float
+    df: float
+    noise: str
+    model: str
+    #: (design row function, coefficients, covariance) of a polynomial; None for level values
+    _poly: tuple[float, float, np.ndarray, np.ndarray] | None = None
+    _var: np.ndarray | None = None
+    #: how many curves share the 5 % error budget with this one (the metrics a verdict reads)
+    family: int = 1
+
+    @property
+    def credible(self) -> np.ndarray:
+        """+1 where the band lies above 0, −1 below, 0 where it spans 0."""
+        return np.where(self.fitted - self.half_width > 0, 1, np.where(self.fitted + self.half_width < 0, -1, 0))
+
+    def predict(self, concurrency: float) -> tuple[float, float]:
+        """Fitted ln-ratio and its standard error at any concurrency within the tested range."""
+        x = math.log2(concurrency)
+        xs = np.log2(self.concurrency.astype(float))
+        if self._poly is not None:
+            x0, sc, beta, cov = self._poly
+            row = ((x - x0) / sc) ** np.arange(len(beta))
+            return float(row @ beta), float(math.sqrt(max(row @ cov @ row, 0.0)))
+        i = int(np.clip(np.searchsorted(xs, x) - 1, 0, len(xs) - 2)) if len(xs) > 1 else 0
+        if len(xs) == 1:
+            return float(self.fitted[0]), float(self.se[0])
+        t = (x - xs[i]) / (xs[i + 1] - xs[i])
+        var = self._var if self._var is not None else self.se ** 2
+        value = (1 - t) * self.fitted[i] + t * self.fitted[i + 1]
+        return float(value), float(math.sqrt((1 - t) ** 2 * var[i] + t ** 2 * var[i + 1]))
+
+    def method(self) -> str:
+        """One line naming the model, the noise source and the band."""
+        k = len(self.concurrency)
+        over = f"{k} levels × {self.family} verdict metrics" if self.family > 1 else f"{k} levels"
+        return (f"{self.model} fit on log2(concurrency), noise from {self.noise}; 95% simultaneous band "
+                f"(Bonferroni over {over})")
+
+
+def _design(x: np.ndarray, degree: int, x0: float, sc: float) -> np.ndarray:
+    z = (x - x0) / sc
+    return np.vstack([z ** j for j in range(degree + 1)]).T
+
+
+def _wls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Weighted least squares: coefficients, their unscaled covariance, weighted residual SS."""
+    cov = np.linalg.pinv(X.T @ (X * w[:, None]))
+    beta = cov @ (X.T @ (w * y))
+    r = y - X @ beta
+    return beta, cov, float((w * r * r).sum())
+
+
+def fit_delta_curve(
+    concurrency: Sequence[float], y: Sequence[float], v: Sequence[float] | None = None,
+    noise_var: float | None = None, noise_df: float = 0.0, noise: str = "residuals", alpha: float = ALPHA,
+    family: int = 1,
+) -> DeltaCurve | None:
+    """Fit the delta curve y = ln(arm / baseline) against x = log2(concurrency).
+
+    ``v``: per-level variance factors (Var(y_i) = σ² v_i; 1/n_arm + 1/n_baseline with repeats,
+    the bootstrap variance with ``noise_var`` = 1 and ``noise_df`` = inf). With an independent
+    noise estimate (``noise_var`` with ``noise_df`` ≥ 2) the lowest polynomial degree (0..3) whose
+    lack-of-fit F-test passes at ``alpha`` is used, else the level values themselves; without one,
+    backward elimination from degree min(3, k − 3) with the residual variance as noise. None when
+    there are fewer than 3 levels and no independent noise estimate. The band is simultaneous over the
+    k levels of ``family`` curves: each level's two-sided test runs at ``alpha`` / (k × family).
     """
     from scipy import stats
 
-    a, b = np.asarray(arm, float), np.asarray(base, float)
-    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
-    if a.size < 2 or b.size < 2 or (a <= 0).any() or (b <= 0).any():
-        return math.nan, math.nan
-    la, lb = np.log(a), np.log(b)
-    va, vb = la.var(ddof=1) / a.size, lb.var(ddof=1) / b.size
-    diff = la.mean() - lb.mean()
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return (math.exp(diff) - 1) * 100, (math.exp(diff) - 1) * 100
-    df = (va + vb) ** 2 / ((va**2 / (a.size - 1) if va else 0) + (vb**2 / (b.size - 1) if vb else 0))
-    t = float(stats.t.ppf((1 + level) / 2, df))
-    return (math.exp(diff - t * se) - 1) * 100, (math.exp(diff + t * se) - 1) * 100
+    c = np.asarray(concurrency, float)
+    y = np.asarray(y, float)
+    k = len(y)
+    v = np.ones(k) if v is None else np.asarray(v, float)
+    w = 1.0 / v
+    x = np.log2(c)
+    x0, sc = float(x.mean()), float(x.std()) or 1.0
+    independent = noise_var is not None and noise_df >= 2 and k >= 1
+    if not independent and k < 3:
+        return None
+    poly: tuple[float, float, np.ndarray, np.ndarray] | None = None
+    if independent:
+        s2, df = float(noise_var), float(noise_df)
+        model = "level values joined by straight lines"
+        for d in range(0, min(MAX_DEGREE, k - 2) + 1):
+            X = _design(x, d, x0, sc)
+            beta, cov, rss = _wls(X, y, w)
+            f = (rss / (k - d - 1)) / s2 if s2 > 0 else math.inf
+            # F(d1, ∞) is χ²(d1) / d1 (scipy's F gives NaN for an infinite denominator)
+            p_fit = stats.f.sf(f, k - d - 1, df) if math.isfinite(df) else stats.chi2.sf(f * (k - d - 1), k - d - 1)
+            if p_fit >= alpha:
+                poly, model = (x0, sc, beta, cov * s2), DEGREE_NAMES[d]
+                break
+    else:
+        d = min(MAX_DEGREE, k - 3)
+        scale = float((w * y * y).sum()) or 1.0
+        for low in range(d + 1):  # noise-free data (hand-made sets): the lowest degree that fits exactly
+            if _wls(_design(x, low, x0, sc), y, w)[2] <= 1e-20 * scale:
+                d = low
+                break
+        while True:
+            X = _design(x, d, x0, sc)
+            beta, cov, rss = _wls(X, y, w)
+            df = float(k - d - 1)
+            s2 = rss / df
+            if d == 0 or s2 <= 0:
+                break
+            t = beta[-1] / math.sqrt(s2 * cov[-1, -1])
+            if 2 * stats.t.sf(abs(t), df) < alpha:
+                break
+            d -= 1
+        poly, model = (x0, sc, beta, cov * s2), DEGREE_NAMES[d]
+        noise = "the residuals of the fitted curve (no repeats)"
+    if poly is not None:
+        X = _design(x, len(poly[2]) - 1, x0, sc)
+        fitted = X @ poly[2]
+        se = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", X, poly[3], X), 0.0))
+        var = None
+    else:
+        fitted, var = y.copy(), s2 * v
+        se = np.sqrt(var)
+    q = 1 - alpha / (2 * k * family)
+    crit = float(stats.t.ppf(q, df)) if math.isfinite(df) else float(stats.norm.ppf(q))
+    return DeltaCurve(c, y, fitted, se, crit * se, crit, df, noise, model, poly, var, family)
+
+
+def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8) -> float:
+    """The smallest |delta| (in %) the band would call credible with ``power`` at the best-measured level."""
+    from scipy import stats
+
+    z = float(stats.norm.ppf(power))
+    return (math.exp((curve.crit + z) * float(curve.se.min())) - 1.0) * 100.0
+
+
+def zero_between(curve: DeltaCurve, c1: float, c2: float) -> float | None:
+    """Where the fitted curve first crosses 0 between two levels (log2 grid), else None."""
+    xs = np.linspace(math.log2(c1), math.log2(c2), 201)
+    vals = np.array([curve.predict(2 ** x)[0] for x in xs])
+    sign = np.sign(vals)
+    idx = np.nonzero(sign[:-1] * sign[1:] <= 0)[0]
+    if not len(idx):
+        return None
+    i = int(idx[0])
+    if vals[i] == vals[i + 1]:
+        return float(2 ** xs[i])
+    return float(2 ** (xs[i] + (0 - vals[i]) * (xs[i + 1] - xs[i]) / (vals[i + 1] - vals[i])))
+
+
+def curve_crossovers(curve: DeltaCurve) -> list[dict[str, Any]]:
+    """Credible sign changes of a fitted delta curve: c_low, c_high, deltas there (%), location, direction."""
+    out = []
+    prev: int | None = None
+    cred = curve.credible
+    for i, s in enumerate(cred):
+        if s == 0:
+            continue
+        if prev is not None and cred[prev] != s:
+            c1, c2 = float(curve.concurrency[prev]), float(curve.concurrency[i])
+            out.append({
+                "c_low": int(c1), "c_high": int(c2),
+                "delta_low_pct": (math.exp(curve.fitted[prev]) - 1) * 100,
+                "delta_high_pct": (math.exp(curve.fitted[i]) - 1) * 100,
+                "crossover_concurrency": zero_between(curve, c1, c2) or math.sqrt(c1 * c2),
+                "direction": "gain_to_loss" if cred[prev] > 0 else "loss_to_gain",
+            })
+        prev = i
+    return out
 
 
 def _measured_requests(rs: ResultSet) -> pd.DataFrame | None:
@@ -211,8 +443,9 @@ def _measured_requests(rs: ResultSet) -> pd.DataFrame | None:
     return req[ok]
 
 
-def _aggregate_levels(rs: ResultSet) -> pd.DataFrame:
-    lv = rs.levels.copy()
+def _aggregate_levels(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
+    """One row per concurrency of an arm's level rows ``lv``: numeric columns averaged over repeats."""
+    lv = lv.copy()
     numeric = [c for c in lv.columns if c not in {"run_id", "arm", "token_source"} and pd.api.types.is_numeric_dtype(lv[c])]
     agg = lv.groupby("concurrency", as_index=False)[[c for c in numeric if c not in {"concurrency"}]].mean()
     agg["n_repeats"] = lv.groupby("concurrency")["repeat"].nunique().to_numpy()
@@ -234,39 +467,6 @@ def _cap(meta: dict[str, Any]) -> int | None:
         return None
 
 
-def _crossovers(deltas: pd.DataFrame) -> pd.DataFrame:
-    """Every sign change of each (arm, metric) delta between consecutive non-zero levels.
-
-    Between two measured levels the crossover is interpolated in log2(concurrency); when levels
-    with a delta of exactly 0 lie between them, it is the first such level.
-    """
-    rows = []
-    for (arm, metric), grp in deltas.groupby(["arm", "metric"], sort=False):
-        grp = grp.dropna(subset=["delta_pct"]).sort_values("concurrency")
-        prev: tuple[float, float] | None = None  # last non-zero (concurrency, delta)
-        zeros: list[float] = []
-        for c, d in zip(grp["concurrency"].to_numpy(float), grp["delta_pct"].to_numpy(float)):
-            if d == 0:
-                zeros.append(c)
-                continue
-            if prev is not None and (prev[1] > 0) != (d > 0):
-                (c1, d1), (c2, d2) = prev, (c, d)
-                if zeros:
-                    x = math.log2(zeros[0])
-                else:
-                    x1, x2 = math.log2(c1), math.log2(c2)
-                    x = x1 + (0 - d1) * (x2 - x1) / (d2 - d1)
-                rows.append({
-                    "arm": arm, "metric": metric, "c_low": int(c1), "c_high": int(c2),
-                    "delta_low_pct": d1, "delta_high_pct": d2,
-                    "crossover_concurrency": 2.0 ** x,
-                    "direction": "gain_to_loss" if d1 > 0 else "loss_to_gain",
-                })
-            prev, zeros = (c, d), []
-    cols = ["arm", "metric", "c_low", "c_high", "delta_low_pct", "delta_high_pct", "crossover_concurrency", "direction"]
-    return pd.DataFrame(rows, columns=cols)
-
-
 def pareto_frontier(points: pd.DataFrame, x: str, y: str) -> pd.Series:
     """True for rows no other row dominates (>= on both ``x`` and ``y``, > on one)."""
     xs, ys = points[x].to_numpy(float), points[y].to_numpy(float)
@@ -280,18 +480,119 @@ def pareto_frontier(points: pd.DataFrame, x: str, y: str) -> pd.Series:
     return pd.Series(flags, index=points.index)
 
 
+def _with_littles_law(rs: ResultSet) -> pd.DataFrame:
+    """The arm's level rows, plus ``e2e_mean_est_s`` (Little's law) where no e2e was measured."""
+    lv = rs.levels.copy()
+    out_tokens = (rs.meta.get("workload") or {}).get("output_tokens")
+    measured = "e2e_mean_s" in lv and lv["e2e_mean_s"].notna().any()
+    if not measured and isinstance(out_tokens, (int, float)) and out_tokens > 0 and "output_tok_s" in lv:
+        agg = pd.to_numeric(lv["output_tok_s"], errors="coerce")
+        lv["e2e_mean_est_s"] = (lv["concurrency"] * float(out_tokens) / agg.where(agg > 0)).astype(float)
+    return lv
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A meta.json field that should be a list, tolerating one string or nothing."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, (str, dict)) else list(value)
+
+
+def _chunk_counted(rs: ResultSet) -> str | None:
+    """Where an arm's token counts came from SSE chunks (levels or requests), or None."""
+    where = []
+    for name, frame in (("levels", rs.levels), ("requests", rs.requests)):
+        if frame is not None and "token_source" in frame and (frame["token_source"] == "chunks").any():
+            where.append(name)
+    return " and ".join(where) or None
+
+
+def _bootstrap_log_var(samples: np.ndarray, stat: str, n_boot: int, rng: np.random.Generator) -> float:
+    """Bootstrap variance of ln(stat(samples)); NaN when it cannot be computed."""
+    samples = samples[np.isfinite(samples)]
+    if samples.size < MIN_REQUESTS or (samples <= 0).any():
+        return math.nan
+    boots = _stat(samples[rng.integers(0, samples.size, (n_boot, samples.size))], stat)
+    return float(np.log(boots).var(ddof=1)) if (boots > 0).all() else math.nan
+
+
+def _fit_metric(
+    metric: str, cs: list[int], raw_a: pd.DataFrame, raw_b: pd.DataFrame,
+    req_a: pd.DataFrame | None, req_b: pd.DataFrame | None, n_boot: int, rng: np.random.Generator, family: int = 1,
+    assumed_noise_pct: float | None = ASSUMED_NOISE_PCT,
+) -> DeltaCurve | None:
+    """The delta curve of one metric between an arm and the baseline (see :func:`fit_delta_curve`).
+
+    Without repeats, run-to-run noise cannot be measured: ``assumed_noise_pct`` (per run and arm)
+    stands in for it, as an independent noise estimate, and floors a within-run bootstrap; None
+    falls back to the residuals of the fitted curve (few degrees of freedom: wide bands).
+    """
+    floor = 2 * math.log1p(assumed_noise_pct / 100) ** 2 if assumed_noise_pct else None
+    if metric not in raw_a or metric not in raw_b:
+        return None
+    ys, vs, ss, df = [], [], 0.0, 0
+    counts = []
+    ca, va = raw_a["concurrency"].to_numpy(), pd.to_numeric(raw_a[metric], errors="coerce").to_numpy(float)
+    cb, vb = raw_b["concurrency"].to_numpy(), pd.to_numeric(raw_b[metric], errors="coerce").to_numpy(float)
+    kept = []
+    for c in cs:
+        a, b = va[(ca == c) & ~np.isnan(va)], vb[(cb == c) & ~np.isnan(vb)]
+        if not len(a) or not len(b) or (a <= 0).any() or (b <= 0).any():
+            continue  # a level with no positive value (e.g. nothing succeeded) has no log ratio
+        kept.append(c)
+        la, lb = np.log(a), np.log(b)
+        ys.append(la.mean() - lb.mean())
+        vs.append(1 / len(a) + 1 / len(b))
+        ss += float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
+        df += len(a) - 1 + len(b) - 1
+        counts.append((len(a), len(b)))
+    cs = kept
+    if not cs:
+        return None
+    if df >= 2:
+        runs = sorted({f"{n_a} vs {n_b}" for n_a, n_b in counts})
+        return fit_delta_curve(cs, ys, vs, ss / df, df, noise=f"repeats ({', '.join(runs)} runs per level)",
+                               family=family)
+    if metric in REQUEST_STATS and req_a is not None and req_b is not None:
+        col, stat = REQUEST_STATS[metric]
+        boot = []
+        for c in cs:
+            if n_boot < 2:
+                boot.append(math.nan)
+                continue
+            va = _bootstrap_log_var(req_a.loc[req_a["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
+            vb = _bootstrap_log_var(req_b.loc[req_b["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
+            boot.append(va + vb)
+        if all(np.isfinite(boot)):
+            if floor is None:
+                boot = [max(b, MIN_BOOT_VAR) for b in boot]
+                return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family,
+                                       noise="a bootstrap over each level's requests (one run: within-run noise only)")
+            boot = [max(b, floor) for b in boot]
+            return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family,
+                                   noise=f"a bootstrap over each level's requests (one run: within-run noise), at "
+                                         f"least the assumed run-to-run noise of {assumed_noise_pct:g}% per run")
+    if floor is not None:
+        return fit_delta_curve(cs, ys, [2.0] * len(cs), floor / 2, math.inf, family=family,
+                               noise=f"an assumed run-to-run noise of {assumed_noise_pct:g}% per run (one run per "
+                                     "level: not measured; repeats would measure it)")
+    return fit_delta_curve(cs, ys, family=family)
+
+
 def compare(
     sets: Sequence[ResultSet],
     baseline: str = "baseline",
     *,
     allow_workload_mismatch: bool = False,
-    n_boot: int = 2000,
+    n_boot: int = 400,
     seed: int = 0,
+    assumed_noise_pct: float | None = ASSUMED_NOISE_PCT,
 ) -> Comparison:
     """Join every arm against ``baseline`` on concurrency (see the module docstring).
 
     With a single result set there is nothing to join: the comparison has its levels (for charts
-    of one arm) and no deltas.
+    of one arm) and no deltas. An arm that shares no concurrency level with the baseline is an
+    error (:class:`NoSharedLevelError`) naming both level lists.
     """
     by_arm = {rs.arm: rs for rs in sets}
     if baseline not in by_arm:
@@ -300,10 +601,19 @@ def compare(
             "set the baseline parameter to one of them"
         )
     base = by_arm[baseline]
-    notes = _check_workloads(sets, base, allow_workload_mismatch)
     arms = [baseline] + [a for a in by_arm if a != baseline]
+    raw_levels = {a: _with_littles_law(by_arm[a]) for a in arms}
+    base_cs = sorted(int(c) for c in raw_levels[baseline]["concurrency"].unique())
+    for arm in arms[1:]:
+        arm_cs = sorted(int(c) for c in raw_levels[arm]["concurrency"].unique())
+        if not set(arm_cs) & set(base_cs):
+            raise NoSharedLevelError(
+                f"arm '{arm}' (concurrency {', '.join(map(str, arm_cs))}) and baseline '{baseline}' (concurrency "
+                f"{', '.join(map(str, base_cs))}) share no concurrency level, so nothing can be compared; "
+                "measure both arms at the same levels")
+    notes = _check_workloads(sets, base, allow_workload_mismatch)
 
-    levels = pd.concat([_aggregate_levels(by_arm[a]) for a in arms], ignore_index=True)
+    levels = pd.concat([_aggregate_levels(by_arm[a], raw_levels[a]) for a in arms], ignore_index=True)
     user_metric = next(
         (m for m in USER_METRICS if m in levels.columns and levels.groupby("arm")[m].apply(lambda s: s.notna().any()).all()),
         None,
@@ -320,47 +630,56 @@ def compare(
         and pd.api.types.is_numeric_dtype(levels[c])
     ]
     requests = {a: _measured_requests(by_arm[a]) for a in arms}
-    raw_levels = {a: by_arm[a].levels for a in arms}
+    rng = np.random.default_rng(seed)
+    # the metrics a verdict reads share one 5 % error budget: aggregate, per-user speed and the waits
+    waits = [m for m in WAIT_METRICS if m in metrics] or [m for m in (ESTIMATED_WAIT,) if m in metrics]
+    family = 2 + len(waits)
     rows = []
+    curves: dict[tuple[str, str], DeltaCurve] = {}
     base_lv = levels[levels["arm"] == baseline].set_index("concurrency")
+    base_rows = base_lv.to_dict("index")
     for arm in arms[1:]:
-        arm_lv = levels[levels["arm"] == arm].set_index("concurrency")
-        for c in sorted(set(arm_lv.index) & set(base_lv.index)):
-            for metric in metrics:
-                b, v = base_lv.at[c, metric], arm_lv.at[c, metric]
-                if pd.isna(b) or pd.isna(v) or b == 0:
-                    continue
-                lo = hi = math.nan
-                kind = "none"
-                rb = raw_levels[baseline]
-                ra = raw_levels[arm]
-                reps_b = rb.loc[rb["concurrency"] == c, metric].dropna() if metric in rb else pd.Series(dtype=float)
-                reps_a = ra.loc[ra["concurrency"] == c, metric].dropna() if metric in ra else pd.Series(dtype=float)
-                if len(reps_a) >= 2 and len(reps_b) >= 2:
-                    lo, hi = welch_log_ratio_ci(reps_a.to_numpy(), reps_b.to_numpy())
-                    if not math.isnan(lo):
-                        kind = f"Welch t over repeats ({len(reps_a)} vs {len(reps_b)})"
-                elif metric in REQUEST_STATS and requests[arm] is not None and requests[baseline] is not None:
-                    col, stat = REQUEST_STATS[metric]
-                    sa = requests[arm].loc[requests[arm]["concurrency"] == c, col].to_numpy(float)
-                    sb = requests[baseline].loc[requests[baseline]["concurrency"] == c, col].to_numpy(float)
-                    lo, hi = bootstrap_ratio_ci(sa, sb, stat, n_boot=n_boot, seed=seed)
-                    if not math.isnan(lo):
-                        kind = f"bootstrap over requests, within-run noise only ({len(sa)} vs {len(sb)})"
+        arm_rows = levels[levels["arm"] == arm].set_index("concurrency").to_dict("index")
+        shared = sorted(set(arm_rows) & set(base_rows))
+        for metric in metrics:
+            cs = [int(c) for c in shared
+                  if not (pd.isna(base_rows[c][metric]) or pd.isna(arm_rows[c][metric]) or base_rows[c][metric] == 0)]
+            if not cs:
+                continue
+            curve = _fit_metric(metric, cs, raw_levels[arm], raw_levels[baseline], requests[arm], requests[baseline],
+                                n_boot, rng, family, assumed_noise_pct)
+            if curve is not None:
+                curves[(arm, metric)] = curve
+            at = {int(c): i for i, c in enumerate(curve.concurrency)} if curve is not None else {}
+            for c in cs:
+                b, v = float(base_rows[c][metric]), float(arm_rows[c][metric])
+                fit = lo = hi = math.nan
+                cred = 0
+                i = at.get(c)
+                if curve is not None and i is not None:
+                    f, h = curve.fitted[i], curve.half_width[i]
+                    fit, lo, hi = ((math.exp(z) - 1.0) * 100.0 for z in (f, f - h, f + h))
+                    cred = int(curve.credible[i])
                 rows.append({
-                    "arm": arm, "concurrency": int(c), "metric": metric,
-                    "baseline_value": float(b), "arm_value": float(v),
-                    "delta_pct": (float(v) / float(b) - 1.0) * 100.0,
+                    "arm": arm, "concurrency": c, "metric": metric,
+                    "baseline_value": b, "arm_value": v,
+                    "delta_pct": (v / b - 1.0) * 100.0,
+                    "fit_delta_pct": fit,
                     "ci_low_pct": lo, "ci_high_pct": hi,
-                    "ci_kind": kind,
-                    "within_noise": (lo <= 0 <= hi) if kind != "none" else None,
-                    "better": metric_info(metric).better,
+                    "ci_kind": curve.method() if i is not None else "none",
+                    "within_noise": (cred == 0) if i is not None else None,
+                    "credible": cred,
+                    "better": info(metric).better,
                 })
     deltas = pd.DataFrame(rows, columns=[
-        "arm", "concurrency", "metric", "baseline_value", "arm_value", "delta_pct",
-        "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "better",
+        "arm", "concurrency", "metric", "baseline_value", "arm_value", "delta_pct", "fit_delta_pct",
+        "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "credible", "better",
     ])
-    crossovers = _crossovers(deltas[deltas["metric"].isin(["output_tok_s", user_metric])])
+    cx_rows = [{"arm": arm, "metric": metric, **row}
+               for (arm, metric), curve in curves.items() if metric in ("output_tok_s", user_metric)
+               for row in curve_crossovers(curve)]
+    crossovers = pd.DataFrame(cx_rows, columns=["arm", "metric", "c_low", "c_high", "delta_low_pct", "delta_high_pct",
+                                                "crossover_concurrency", "direction"])
 
     pareto = levels[["arm", "concurrency", "output_tok_s", user_metric]].copy()
     pareto["on_frontier"] = pareto_frontier(pareto, user_metric, "output_tok_s")
@@ -370,6 +689,8 @@ def compare(
         if only:
             notes.append(f"Arm '{arm}' and the baseline were not measured at the same levels; "
                          f"concurrency {', '.join(map(str, only))} appear in only one of them and are not compared.")
+    chunk_counted = {a: w for a in arms if (w := _chunk_counted(by_arm[a]))}
+    warnings = [(a, str(w)) for a in arms for w in _as_list(by_arm[a].meta.get("warnings"))]
     return Comparison(
         baseline=baseline,
         arms=arms,
@@ -383,11 +704,15 @@ def compare(
         workload=dict(base.meta["workload"]),
         caps={a: _cap(by_arm[a].meta) for a in arms},
         notes=notes,
+        curves=curves,
+        chunk_counted=chunk_counted,
+        assumed_noise_pct=assumed_noise_pct,
+        warnings=warnings,
     )
 
 
 def delta_table(comp: Comparison, metrics: Sequence[str] | None = None) -> pd.DataFrame:
-    """A wide, readable table: one row per (arm, concurrency), baseline and arm values and Δ% per metric."""
+    """A wide, readable table: one row per (arm, concurrency), baseline and arm values, Δ% and its band per metric."""
     metrics = list(metrics or ["output_tok_s", comp.user_metric])
     out = []
     for arm in comp.spec_arms:
@@ -403,6 +728,6 @@ def delta_table(comp: Comparison, metrics: Sequence[str] | None = None) -> pd.Da
                 row[f"{m} {arm} ({unit})"] = r["arm_value"]
                 row[f"{m} Δ%"] = r["delta_pct"]
                 if r["ci_kind"] != "none":
-                    row[f"{m} 95% CI"] = f"[{r['ci_low_pct']:+.1f}, {r['ci_high_pct']:+.1f}]"
+                    row[f"{m} 95% band"] = f"[{r['ci_low_pct']:+.1f}, {r['ci_high_pct']:+.1f}]"
             out.append(row)
     return pd.DataFrame(out)

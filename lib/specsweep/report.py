@@ -22,10 +22,10 @@ from typing import Any, Sequence
 import pandas as pd
 
 from specsweep import __version__
-from specsweep.compare import Comparison
+from specsweep.compare import DERIVED, METHOD, Comparison, info
 from specsweep.markup import markdown, md_text, script_json
 from specsweep.metrics import METRICS, metric_info
-from specsweep.recommend import Recommendation
+from specsweep.recommend import Recommendation, aggregate_quote
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPORT_NOTEBOOK = REPO_ROOT / "notebooks" / "report.ipynb"
@@ -139,59 +139,136 @@ def _fmt(v: Any, digits: int = 1) -> str:
     return str(v)
 
 
+def _band(lo: Any, hi: Any) -> str:
+    if lo is None or pd.isna(lo):
+        return "—"
+    return f"[{lo:+.1f}%, {hi:+.1f}%]"
+
+
+def _pct_or_dash(v: Any) -> str:
+    return "—" if v is None or pd.isna(v) else f"{v:+.1f}%"
+
+
 def key_numbers(comp: Comparison) -> pd.DataFrame:
-    """Per spec arm and concurrency: aggregate and per-user speed of both arms and their Δ%."""
+    """Per spec arm and shared concurrency: aggregate and per-user speed of both arms, Δ% and its band.
+
+    "fitted" is the delta curve's value at the level and the band its 95 % simultaneous band (see the
+    definitions); "—" where no curve could be fitted.
+    """
     rows = []
     um = comp.user_metric
     for arm in comp.spec_arms:
-        agg, usr = comp.delta(arm, "output_tok_s").set_index("concurrency"), comp.delta(arm, um).set_index("concurrency")
-        for c in agg.index:
-            row = {
+        agg, usr = comp.delta_rows(arm, "output_tok_s"), comp.delta_rows(arm, um)
+        for c, a in sorted(agg.items()):
+            row: dict[str, Any] = {
                 "arm": comp.labels[arm], "concurrency": int(c),
-                "aggregate baseline (tok/s)": agg.at[c, "baseline_value"],
-                "aggregate arm (tok/s)": agg.at[c, "arm_value"],
-                "aggregate Δ%": agg.at[c, "delta_pct"],
+                "aggregate baseline (tok/s)": _fmt(float(a["baseline_value"])),
+                "aggregate arm (tok/s)": _fmt(float(a["arm_value"])),
+                "aggregate Δ%": f"{a['delta_pct']:+.1f}%",
+                "aggregate Δ% fitted": _pct_or_dash(a["fit_delta_pct"]),
+                "aggregate Δ 95% band": _band(a["ci_low_pct"], a["ci_high_pct"]),
             }
-            if c in usr.index:
+            u = usr.get(c)
+            if u is not None:
                 row.update({
-                    "per-user baseline (tok/s)": usr.at[c, "baseline_value"],
-                    "per-user arm (tok/s)": usr.at[c, "arm_value"],
-                    "per-user Δ%": usr.at[c, "delta_pct"],
+                    "per-user baseline (tok/s)": _fmt(float(u["baseline_value"])),
+                    "per-user arm (tok/s)": _fmt(float(u["arm_value"])),
+                    "per-user Δ%": f"{u['delta_pct']:+.1f}%",
+                    "per-user Δ% fitted": _pct_or_dash(u["fit_delta_pct"]),
+                    "per-user Δ 95% band": _band(u["ci_low_pct"], u["ci_high_pct"]),
                 })
-            for metric, name in (("output_tok_s", "aggregate"), (um, "per-user")):
-                d = comp.delta(arm, metric).set_index("concurrency")
-                if c in d.index and d.at[c, "ci_kind"] != "none":
-                    row[f"{name} Δ% 95% CI"] = f"[{d.at[c, 'ci_low_pct']:+.1f}, {d.at[c, 'ci_high_pct']:+.1f}]"
             rows.append(row)
-    frame = pd.DataFrame(rows)
-    for col in frame.columns:
-        if col.endswith("Δ%"):
-            frame[col] = frame[col].map(lambda v: f"{v:+.1f}%")
-        elif "(tok/s)" in col:
-            frame[col] = frame[col].map(lambda v: _fmt(float(v)))
-    return frame
+    return pd.DataFrame(rows)
+
+
+def top_warnings(comp: Comparison) -> list[str]:
+    """Warnings that belong at the top of the report: chunk-counted tokens, meta.json warnings."""
+    out = []
+    for arm, where in comp.chunk_counted.items():
+        out.append(f"⚠ **{md_text(comp.labels[arm])}**: token counts came from SSE chunks ({where}), not from the "
+                   "server's own counts, because the server reported none. Under speculation one chunk carries "
+                   "several tokens, so its aggregate throughput, per-user speed and acceptance are not trusted: no "
+                   "throughput or acceptance verdict is given for it.")
+    for arm, text in comp.warnings:
+        out.append(f"⚠ **{md_text(comp.labels[arm])}** (recorded in its meta.json): {md_text(text)}")
+    return out
+
+
+def _crossover_line(comp: Comparison, arm: str) -> str:
+    """The aggregate delta curve of an arm in two sentences: where it stands or crosses, then its extremes with bands."""
+    line = _curve_sentence(comp, arm)
+    return f"{line} {aggregate_quote(comp, arm)}" if line else ""
+
+
+def _curve_sentence(comp: Comparison, arm: str) -> str:
+    """One sentence on the aggregate delta curve of an arm: its credible crossovers, or where it stands."""
+    label = md_text(comp.labels[arm])
+    cx = comp.crossover(arm, "output_tok_s")
+    if len(cx):
+        parts = []
+        for _, c in cx.iterrows():
+            way = "lower" if c.direction == "gain_to_loss" else "higher"
+            parts.append(f"credibly {way} than the baseline's above about **{c.crossover_concurrency:.0f}** concurrent "
+                         f"requests (the fitted delta curve crosses 0 between {c.c_low} and {c.c_high})")
+        return f"{label}'s aggregate throughput is " + "; then ".join(parts) + "."
+    rows = comp.delta(arm, "output_tok_s")
+    if rows.empty:
+        return ""
+    unshared = comp.unshared_levels(arm)
+    where = ("every level both arms measured" if any(unshared.values()) else "every tested level")
+    cred = rows["credible"].to_numpy()
+    span = f"({rows['delta_pct'].min():+.0f}% to {rows['delta_pct'].max():+.0f}%)"
+    if (cred > 0).all():
+        return f"{label}'s aggregate throughput is credibly above the baseline's at {where} {span}."
+    if (cred < 0).all():
+        return f"{label}'s aggregate throughput is credibly below the baseline's at {where} {span}."
+    sure = [str(int(c)) for c in rows.loc[cred != 0, "concurrency"]]
+    return (f"{label}'s aggregate Δ ranges {span[1:-1]}, but it is credibly different from the baseline's "
+            + (f"only at {', '.join(sure)}" if sure else "at no level") + ", so no crossover is claimed.")
 
 
 def verdict_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
-    """The report's opening: one line per profile, then the crossover and where per-user speed stands."""
+    """The report's opening: top warnings, one line per profile, then each arm's aggregate curve in a sentence."""
     lines = ["## Verdict", ""]
+    warnings = top_warnings(comp)
+    if warnings:
+        lines += warnings + [""]
     for r in recs:
-        lines.append(f"- **{r.profile.name}** — {r.headline}")
+        lines.append(f"- **{md_text(r.profile.name)}** — {r.headline}")
     lines.append("")
     for arm in comp.spec_arms:
-        cx = comp.crossover(arm, "output_tok_s")
-        label = comp.labels[arm]
-        if len(cx):
-            for _, c in cx.iterrows():
-                way = "gains" if c.direction == "loss_to_gain" else "loses"
-                lines.append(f"{label} {way} aggregate throughput above about **{c.crossover_concurrency:.0f}** concurrent "
-                             f"requests (between {c.c_low} and {c.c_high}, interpolated in log2).")
-        else:
-            d = comp.delta(arm, "output_tok_s")["delta_pct"]
-            if len(d):
-                side = "above" if (d > 0).all() else "below" if (d < 0).all() else "around"
-                lines.append(f"{label}'s aggregate throughput stays {side} the baseline's at every tested level "
-                             f"({d.min():+.0f}% to {d.max():+.0f}%).")
+        line = _crossover_line(comp, arm)
+        if line:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def shared_lines(recs: Sequence[Recommendation]) -> list[str]:
+    """Reasons, caveats and next experiments that every profile's recommendation carries (shown once)."""
+    if len(recs) < 2:
+        return []
+    def items(r: Recommendation) -> list[str]:
+        return list(r.caveats) + list(r.next_experiments) + list(r.reasons)
+    first = items(recs[0])
+    return [x for x in dict.fromkeys(first) if all(x in items(r) for r in recs[1:])]
+
+
+def shared_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
+    """What applies to every profile, said once: shared caveats, reasons and next experiments."""
+    shared = shared_lines(recs)
+    if not shared:
+        return ""
+    first = recs[0]
+    caveats = [c for c in first.caveats if c in shared]
+    reasons = [r for r in first.reasons if r in shared]
+    experiments = [e for e in first.next_experiments if e in shared]
+    lines = ["### For every profile", ""]
+    if reasons:
+        lines += ["**Findings**", ""] + [f"- {r}" for r in reasons] + [""]
+    if caveats:
+        lines += ["**Caveats**", ""] + [f"- {c}" for c in caveats] + [""]
+    if experiments:
+        lines += ["**Next experiments**", ""] + [f"{i}. {e}" for i, e in enumerate(experiments, start=1)]
     return "\n".join(lines)
 
 
@@ -301,9 +378,11 @@ def diagnostics_markdown(comp: Comparison) -> str:
                      "client falls behind.")
     else:
         lines.append("Only level-level figures are available, so the requests served at once are **estimated** as "
-                     "aggregate tok/s ÷ per-request tok/s (Little's law with the per-request speed standing in for "
-                     "1 / time in service). If the per-request figure excludes queueing, this counts requests being "
-                     "decoded; if it includes queueing, requests in flight.")
+                     "aggregate tok/s ÷ per-request tok/s (Little's law with output tokens ÷ per-request speed standing "
+                     "in for the time a request spends being served). If the per-request figure excluded queueing, "
+                     "this counts requests being decoded; had it included queueing, it would come out near the offered "
+                     "concurrency — so an estimate far below the offered concurrency suggests the published per-request "
+                     "figure leaves queueing out.")
     bullets = []
     for arm in comp.arms:
         a = comp.arm_levels(arm)
@@ -332,14 +411,16 @@ def diagnostics_markdown(comp: Comparison) -> str:
             f"{comp.labels[a]} {tpc[a]:.2f}" for a in comp.arms if a in tpc and not pd.isna(tpc[a]))
                      + ". Counting chunks as tokens would understate a speculative arm by that factor; specsweep counts "
                      "the server's own token counts.")
-    if "spec_accept_length" in lv and lv["spec_accept_length"].notna().any():
-        acc = lv.dropna(subset=["spec_accept_length"])
+    if "spec_accept_length" in lv and lv[~lv["arm"].isin(list(comp.chunk_counted))]["spec_accept_length"].notna().any():
+        acc = lv[~lv["arm"].isin(list(comp.chunk_counted))].dropna(subset=["spec_accept_length"])
         lines.append("Server-side acceptance length per level: " + "; ".join(
             f"{comp.labels[a]}: " + ", ".join(f"{r.spec_accept_length:.2f} at {int(r.concurrency)}" for r in g.itertuples())
             for a, g in acc.groupby("arm")) + ".")
-    if "token_source" in lv and (lv["token_source"] == "chunks").any():
-        lines.append("⚠ Some levels counted tokens from chunks because the server reported no counts; those throughput "
-                     "figures are lower bounds under speculation.")
+    if comp.chunk_counted:
+        lines.append("⚠ Tokens were counted from SSE chunks, because the server reported no counts, for "
+                     + ", ".join(f"{md_text(comp.labels[a])} ({w})" for a, w in comp.chunk_counted.items())
+                     + ": under speculation those throughput figures are lower bounds, and no throughput or acceptance "
+                     "verdict is given for them.")
     return "\n\n".join(lines)
 
 
@@ -351,28 +432,101 @@ def data_table(comp: Comparison) -> pd.DataFrame:
     return lv[keep].round(4)
 
 
+GLOSSARY: dict[str, str] = {
+    "Concurrency": "how many requests the client keeps in flight at once (a closed loop: each finished request "
+                   "starts the next).",
+    "Aggregate throughput": "output tokens per second summed over all requests in flight (the server's capacity).",
+    "TPOT": "time per output token after the first: (end-to-end time − TTFT) ÷ (output tokens − 1), in seconds.",
+    "Per-user decode speed": "1 ÷ TPOT, in tok/s: how fast one request streams once its first token has arrived.",
+    "TTFT": "time to first token: from sending a request to the first chunk that carries a token (queueing and "
+            "prefill included).",
+    "End-to-end time (e2e)": "from sending a request to its last token; p50 and p99 are the median and the 99th "
+                             "percentile over requests.",
+    "Speculative decoding": "a cheap *draft* proposes several tokens and the model checks them in one *verify* pass; "
+                            "accepted tokens are emitted together, so one step can yield several tokens.",
+    "Draft model": "a separate small model that proposes the draft tokens.",
+    "MTP / NEXTN": "multi-token prediction: the model's own extra prediction head(s) draft the next tokens; SGLang "
+                   "calls the algorithm NEXTN (it reports it as EAGLE internally).",
+    "EAGLE": "a speculative method whose light draft head reads the model's hidden states to propose a tree of tokens.",
+    "n-gram": "speculation that drafts by looking up the continuation of the latest tokens in the prompt and output "
+              "so far; no draft model.",
+    "Accept length": "tokens emitted per verify step (1 + accepted draft tokens), averaged; higher means more of the "
+                     "draft was right.",
+    "Little's law": "in a steady system, requests in flight = arrival rate × mean time in the system. In a closed loop "
+                    "of C requests this gives the mean request time W = C × output tokens ÷ aggregate tok/s.",
+    "Δ% and the 95% band": "Δ% = (arm ÷ baseline − 1) × 100 at the same concurrency; the band is where the fitted "
+                           "delta curve lies with 95% confidence at all tested levels at once (see Definitions).",
+    "Credible": "a difference whose 95% simultaneous band excludes 0 (and that exceeds the profile's minimum effect); "
+                "anything else is *no measurable difference*.",
+}
+
+
+def glossary_markdown(comp: Comparison) -> str:
+    """The terms the report uses, defined once, before they are needed."""
+    return "\n".join(["## Terms", ""] + [f"- **{k}**: {v}" for k, v in GLOSSARY.items()])
+
+
+def _metric_definition(comp: Comparison, col: str) -> str:
+    """The one definition of a metric in this report: the data's own where every arm states it, else ours."""
+    own = {comp.labels[a]: (comp.metas[a].get("metric_definitions") or {}).get(col) for a in comp.arms}
+    given = {a: t for a, t in own.items() if t}
+    if given and len(set(given.values())) == 1 and len(given) == len(own):
+        return md_text(next(iter(given.values())))
+    if given:
+        return "; ".join(f"{md_text(a)}: {md_text(t) if t else md_text(info(col).definition)}" for a, t in own.items())
+    return info(col).definition
+
+
 def definitions_markdown(comp: Comparison) -> str:
-    """Definitions of every metric the report shows, from the metric registry and the data's own notes."""
-    shown = [c for c in comp.levels.columns if c in METRICS and comp.levels[c].notna().any()]
+    """One definition per number on the page: metrics, Δ%, the curve model and band, crossover, Little's law,
+    and how often the verdicts were right on synthetic data with known answers."""
+    from specsweep import draws
+
+    shown = [c for c in comp.levels.columns
+             if (c in METRICS or c in DERIVED) and comp.levels[c].notna().any()]
     lines = ["| metric | unit | better | definition |", "|---|---|---|---|"]
     for c in shown:
-        i = metric_info(c)
-        lines.append(f"| `{c}` | {i.unit} | {i.better} | {i.definition} |")
+        i = info(c)
+        lines.append(f"| `{c}` | {i.unit} | {i.better} | {_metric_definition(comp, c)} |")
+    methods = [f"{md_text(comp.labels[a])}, {info(m).label[0].lower() + info(m).label[1:]}: {curve.method()}"
+               for (a, m), curve in comp.curves.items() if m in ("output_tok_s", comp.user_metric)]
     lines += [
         "",
-        "- **Δ%** = (arm ÷ baseline − 1) × 100 at the same concurrency. Intervals are 95% percentile-bootstrap "
-        "intervals of that ratio (over repeats, else over per-request samples); a delta whose interval spans 0 is "
-        "within noise. Without either, a level is a single run and has no interval.",
-        "- **Crossover**: where the aggregate Δ% changes sign between two tested levels, interpolated linearly in "
-        "log2(concurrency).",
+        "- **Δ%** = (arm ÷ baseline − 1) × 100 at the same concurrency, from values averaged over repeats.",
+        f"- **Delta curve and 95% band**: {METHOD}",
+    ]
+    if methods:
+        lines.append("- In this report: " + "; ".join(methods) + ".")
+    lines += [
+        "- **Verdict per level**: a level is a gain or a loss for a profile only where the deciding delta is credible "
+        "(its band excludes 0) and its fitted value exceeds the profile's minimum effect (2% by default). Throughput "
+        "profiles decide on aggregate throughput. Latency profiles lose a level where any wait (TTFT p50/p99, e2e "
+        "p50/p99, or the Little's-law estimate when those are absent) is credibly longer by more than the minimum "
+        "effect (for TTFT, the extra seconds as a share of the baseline's end-to-end time at the same percentile, so "
+        "a few milliseconds more before a long answer do not count), and win it where per-user "
+        "speed or a wait is credibly better and no wait's fitted increase outweighs the per-user gain; the recommendation names the "
+        "deciding metric per level. An SLO moves a level only where the difference in the SLO's metric is credible.",
+        "- **Crossover**: only where the fitted aggregate delta is credibly positive at one level and credibly "
+        "negative at a later one (or the reverse) with no credible level between; placed where the fitted curve "
+        "crosses 0 between them, on log2(concurrency). *Enable up to X* uses the same curve.",
+        "- **Little's law** (level-only data): with C requests always in flight, requests complete at λ = aggregate "
+        "tok/s ÷ output tokens per request, so the mean request time is W = C ÷ λ = C × output tokens ÷ aggregate "
+        "tok/s, queueing included. It is an estimate (ramp-up and drain ignored) and, at one concurrency, the arm's W "
+        "÷ the baseline's W = the baseline's aggregate ÷ the arm's.",
+        "- **Smallest detectable difference**: (band critical value + 0.84) × the smallest standard error of the "
+        "fitted curve, as a %: the delta that would be called credible with 80% power at the best-measured level.",
         "- **Pareto frontier**: (per-user speed, aggregate tok/s) points that no other arm or level beats on one axis "
         "without losing on the other.",
         "- Tokens are the server's own counts (`usage.completion_tokens`, SGLang `meta_info.completion_tokens`), never "
         "SSE chunks: under speculation one chunk carries several tokens.",
     ]
-    for arm in comp.arms:
-        for col, text in (comp.metas[arm].get("metric_definitions") or {}).items():
-            lines.append(f"- In arm *{comp.labels[arm]}*, `{col}`: {text}.")
+    if draws.QUOTED:
+        lines.append("- **How often these verdicts are right**, measured by the test suite (`tests/test_verdict_draws.py`) "
+                     "on 500 fresh synthetic arm pairs per case from this noise model: " + draws.MODEL_TEXT)
+        lines += ["", "| case | form | result | share of draws |", "|---|---|---|---|"]
+        for (case, form), figures in draws.QUOTED.items():
+            for what, share in figures.items():
+                lines.append(f"| {draws.CASE_TEXT[case]} | {draws.FORM_TEXT[form]} | {draws.RESULT_TEXT[what]} | {share:.1%} |")
     return "\n".join(lines)
 
 
@@ -667,9 +821,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out-dir", default="reports", help="where NAME.html goes (default: ./reports)")
     parser.add_argument("--allow-workload-mismatch", action="store_true")
     args = parser.parse_args(argv)
-    path = build_report(args.result_sets, args.name, baseline=args.baseline, title=args.title,
-                        profiles=args.profiles, allow_workload_mismatch=args.allow_workload_mismatch,
-                        out_dir=args.out_dir)
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        path = build_report(args.result_sets, args.name, baseline=args.baseline, title=args.title,
+                            profiles=args.profiles, allow_workload_mismatch=args.allow_workload_mismatch,
+                            out_dir=args.out_dir)
+    except PapermillExecutionError as exc:  # the notebook's own error, without the kernel's traceback
+        print(f"python -m specsweep.report: {exc.ename}: {exc.evalue}", file=sys.stderr)
+        return 1
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"python -m specsweep.report: {exc}", file=sys.stderr)
+        return 1
     print(f"wrote {path}")
     return 0
 

@@ -1,0 +1,64 @@
+"""How often the verdicts are right on fresh synthetic arm pairs with known answers.
+
+The noise model is stated in :mod:`specsweep.draws` (7 levels 1..64, 3% log-normal run-to-run
+noise on every figure, 3 runs per level given as 3 rows or as one averaged row). Each case draws
+500 fresh pairs (seeded) and runs the real ``compare`` and the verdict rules of ``recommend``
+(:func:`specsweep.recommend.decide`) for the three default profiles, in memory. The report
+quotes :data:`specsweep.draws.QUOTED`; these tests recompute every quoted figure.
+"""
+from __future__ import annotations
+
+import pytest
+
+from specsweep import draws
+
+N = 500
+
+
+@pytest.fixture(scope="module")
+def rates() -> dict[tuple[str, str], dict[str, float]]:
+    return {(case, form): draws.verdict_rates(case, form, n=N, seed=seed)
+            for case in draws.CASES for form, seed in draws.SEEDS.items()}
+
+
+@pytest.mark.parametrize("form", ["repeats", "averaged"])
+def test_no_difference_is_reported_as_none(rates, form: str) -> None:
+    r = rates[("none", form)]
+    assert r["no_difference"] >= 0.95, r  # every profile says no measurable difference
+    assert r["any_crossover"] <= 0.05, r
+
+
+@pytest.mark.parametrize("form", ["repeats", "averaged"])
+def test_always_better_is_enabled(rates, form: str) -> None:
+    r = rates[("better", form)]
+    assert r["enable"] >= 0.99, r  # every profile says enable
+    assert r["any_crossover"] <= 0.05, r
+
+
+@pytest.mark.parametrize("form", ["repeats", "averaged"])
+def test_crossover_at_eight_is_found_between_4_and_16(rates, form: str) -> None:
+    r = rates[("crossover", form)]
+    assert r["crossover_4_16"] >= 0.95, r
+
+
+def test_the_report_quotes_what_the_draws_measure(rates) -> None:
+    assert set(draws.QUOTED) == {(c, f) for c in draws.JUDGED for f in draws.SEEDS}
+    for (case, form), figures in draws.QUOTED.items():
+        assert set(figures) == set(draws.JUDGED[case])
+        for what, share in figures.items():
+            assert rates[(case, form)][what] == pytest.approx(share), (case, form, what)
+
+
+def test_draws_follow_the_stated_model() -> None:
+    """The generator itself: the right levels, repeats, true ratio and noise size."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    base, arm = draws.draw_pair("better", "repeats", rng)
+    assert sorted(base.levels["concurrency"].unique()) == list(draws.LEVELS)
+    assert base.levels.groupby("concurrency")["repeat"].nunique().eq(draws.REPEATS).all()
+    ratio = np.log(arm.levels["output_tok_s"].to_numpy() / base.levels["output_tok_s"].to_numpy())
+    assert abs(ratio.mean() - np.log(1.10)) < 0.02
+    assert 0.02 < ratio.std() / np.sqrt(2) < 0.04
+    one, _ = draws.draw_pair("none", "averaged", rng)
+    assert len(one.levels) == len(draws.LEVELS)
