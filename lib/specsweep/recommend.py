@@ -692,10 +692,10 @@ def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, jud
                 else f"{who} meets it at no tested level")
     out.append(f"Under the SLO ({names}): {where(b, 'the baseline')}; {where(s, label)}.")
     if b and s:
-        noisy = (judged["rule"] == "within noise of the SLO").any()
+        noisy = [int(c) for c in judged.loc[judged["rule"] == "within noise of the SLO", "concurrency"]]
         out.append(f"So {label} carries {s[1] / b[1]:.2f}× the SLO-compliant throughput of the baseline"
-                   + (" as measured — but which side of the SLO line some levels fall is within noise, so this "
-                      "ratio is not established." if noisy else "."))
+                   + (f" as measured — but at {_levels_text(noisy)} which side of the SLO line a level falls is "
+                      "within noise, so this ratio is not established." if noisy else "."))
     return out
 
 
