@@ -52,7 +52,7 @@ def test_every_workload_value_builds_prompts_with_categories(spec: str, fmt: str
     meta = w.describe()
     assert meta["dataset_digest"] == d.digest and meta["dataset_digest"].startswith("sha256:")
     assert meta["dataset"] == d.describe() and meta["dataset"]["format"] == fmt
-    assert meta["spec"] == spec and meta["output_length"] == "fixed" and meta["ignore_eos"] is True
+    assert meta["value"] == spec and meta["output_length"] == "fixed" and meta["ignore_eos"] is True
     json.dumps(meta)  # meta.json-ready
 
 
@@ -81,6 +81,7 @@ def test_auto_workload_is_builtin_for_real_servers_and_random_ids_embedded() -> 
     assert real[0] == "builtin" and "real traffic" in real[1]
     assert parse_config({}).resolved_workload()[0] == "random-ids"
     assert parse_config({"endpoint": "http://h:1", "workload": "random-ids"}).resolved_workload() == ("random-ids", "given")
+    assert make_workload("random-text", 8, 8, 0).describe()["value"] == "random-text"
 
 
 # ------------------------------------------------------------------------------- end to end
@@ -115,6 +116,10 @@ def test_builtin_sweep_recovers_each_categorys_acceptance(tmp_path: Path, refser
         assert row["spec_accept_length"] == pytest.approx(configured[cat], abs=0.15), cat
     assert cats.at["code-edit", "spec_accept_length"] > cats.at["summarisation", "spec_accept_length"] \
         > cats.at["creative-writing", "spec_accept_length"]
+    # per request, SGLang's meta_info stays consistent: accept length = completion tokens / verify steps
+    assert (req["spec_accept_length"] - req["output_tokens"] / req["spec_verify_ct"]).abs().max() < 1e-9
+    by_prompt = req.groupby("category")["spec_accept_length"].mean()
+    assert by_prompt["code-edit"] > by_prompt["creative-writing"] + 0.8
     # the level figure is the same rule over all rows
     assert rs.levels["spec_accept_length"].iloc[0] == pytest.approx(
         req["output_tokens"].sum() / req["spec_verify_ct"].sum())

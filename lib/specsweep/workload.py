@@ -103,6 +103,8 @@ class Workload:
         """The ``workload`` record of meta.json."""
         out: dict[str, Any] = {
             "kind": self.kind,
+            # the `workload` parameter that reproduces this workload (with seed and lengths below)
+            "value": self.spec or (self.kind if self.kind in (RANDOM_IDS, RANDOM_TEXT) else str(self.path)),
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "output_length": self.output_length,
@@ -123,8 +125,6 @@ class Workload:
         else:
             out["path"] = str(self.path) if self.path else None
             out["prompts"] = len(self.prompts)
-            if self.spec:
-                out["spec"] = self.spec
             if self.dataset is not None:
                 out["dataset"] = self.dataset
             cats = self.dataset.get("categories") if self.dataset else None

@@ -148,6 +148,8 @@ class ServerState:
 
     def __init__(self, cfg: ModelConfig, options: ServerOptions) -> None:
         self.cfg = cfg
+        if cfg.accept is not None:
+            category_of_prompt("")  # build the built-in prompt index now, not on the first request
         self.options = options
         self.profile = cfg.profile
         self.model_name = options.served_model_name or cfg.profile.model_name
