@@ -65,6 +65,10 @@ def test_a_bad_record_stops_the_workload_naming_file_and_line() -> None:
         make_workload("builtin:poetry", 100, 32, 0)
     with pytest.raises(ValueError, match=r"parameter 'output_length': 'short'"):
         make_workload("builtin", 100, 32, 0, "short")
+    with pytest.raises(ValueError, match=r"parameter 'output_length': 'reference' needs .* random-ids prompts have none"):
+        make_workload("random-ids", 100, 32, 0, "reference")
+    with pytest.raises(ValueError, match=r"parameter 'output_length': 'reference' needs .*mt_bench\.jsonl' has none"):
+        make_workload(f"mt-bench:{FIX / 'mt_bench.jsonl'}", 100, 32, 0, "reference")
 
 
 def test_natural_bodies_let_the_model_stop() -> None:
@@ -153,3 +157,20 @@ def test_natural_lengths_run_end_to_end(tmp_path: Path, refserver: RefServer, ap
     assert (stopped["finish_reason"] == "stop").all()
     assert (rs.levels["short_outputs"] == 0).all() and not any("ignore_eos" in w for w in res.warnings)
     assert set(req["category"]) <= set(datasets.load_builtin().categories())
+
+
+def test_reference_lengths_run_end_to_end(tmp_path: Path, refserver: RefServer) -> None:
+    """output_length=reference: each request asks for its prompt's reference length (built-in
+    set: given per record), capped at output_tokens, with ignore_eos; the server honours it."""
+    res = run_sweep({"endpoint": refserver.url, "arm": "ref", "workload": "builtin:code-edit,qa",
+                     "output_length": "reference", "concurrency": [2], "output_tokens": 80,
+                     "requests_per_level": 20, "out_dir": str(tmp_path), "metrics_interval_s": 0.2},
+                    progress=False, log=quiet)
+    rs = load_result_set(res.run_dir)
+    assert rs.meta["workload"]["output_length"] == "reference" and rs.meta["workload"]["ignore_eos"] is True
+    req = rs.requests.sort_values("prompt_id")
+    refs = [r.reference_output_tokens for r in datasets.builtin_prompts(["code-edit", "qa"])]
+    expected = [min(80, refs[int(i) % len(refs)]) for i in req["prompt_id"]]
+    assert list(req["requested_output_tokens"]) == expected and list(req["output_tokens"]) == expected
+    assert len(set(expected)) > 3 and 80 in expected  # varied, and some capped
+    assert (rs.levels["short_outputs"] == 0).all()

@@ -17,8 +17,9 @@ the names (tokens, seconds). ``auto`` values are resolved by the documented rule
   capacity picture; pass ``workload="builtin"`` to see its category effect). The reason is
   recorded in meta.json (``workload.chosen_by``). ``random-ids``/``random-text`` stay available
   for pure capacity tests.
-- ``output_length``: ``fixed`` (every request produces exactly ``output_tokens``, ``ignore_eos``)
-  or ``natural`` (the model stops on its own; ``output_tokens`` is the maximum).
+- ``output_length``: ``fixed`` (every request produces exactly ``output_tokens``, ``ignore_eos``),
+  ``natural`` (the model stops on its own; ``output_tokens`` is the maximum) or ``reference``
+  (each prompt's reference length from the dataset, at most ``output_tokens``, ``ignore_eos``).
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ class SweepConfig(BaseModel):
     output_tokens: int | Literal["auto"] = "auto"
     workload: str = Field("auto", description="random-ids, random-text, builtin[:cats], <format>:<path>, hf:<id>, "
                                                "a path, or auto (builtin for real servers, random-ids embedded)")
-    output_length: Literal["fixed", "natural"] = "fixed"
+    output_length: Literal["fixed", "natural", "reference"] = "fixed"
     requests_per_level: int | Literal["auto"] = "auto"
     warmup_requests: int | Literal["auto"] = "auto"
     repeats: int = Field(1, ge=1)

@@ -257,9 +257,9 @@ def summarise_level(
     """(level row, request rows, server-metric rows) of one finished level.
 
     Each request row carries its prompt's ``category`` (``workload.category(prompt_id)``;
-    ``"all"`` without a workload or for formats without categories). ``short_outputs`` counts
-    requests that returned fewer than ``requested_tokens`` under ``output_length="fixed"``
-    only: with natural lengths a short output is the point.
+    ``"all"`` without a workload or for formats without categories) and the tokens it asked for
+    (``requested_output_tokens``). ``short_outputs`` counts requests that returned fewer than
+    they asked for with ``ignore_eos`` only: with natural lengths a short output is the point.
     """
     t0 = result.t_start
     prompt_ids = [prompt_offset + i for i in result.request_index]
@@ -267,13 +267,15 @@ def summarise_level(
                          request_indices=result.request_index, prompt_ids=prompt_ids, keep_chunks=cfg.keep_chunks)
     req["category"] = pd.Series([workload.category(i) if workload else "all" for i in prompt_ids],
                                 index=req.index, dtype="string")
+    # tokens each request asked for (output_length="reference": its prompt's reference length)
+    req["requested_output_tokens"] = [workload.max_tokens(i) if workload else requested_tokens for i in prompt_ids]
     lv: dict[str, Any] = level_metrics(req, concurrency)
     # natural lengths: short outputs are expected, not a warning
     ok = req["error"].isna() & req["output_tokens"].notna() & (workload is None or workload.ignore_eos)
     lv.update(
         run_id=run_id, arm=cfg.arm, concurrency=concurrency, repeat=repeat, started_utc=started_utc,
         requested_output_tokens=requested_tokens,
-        short_outputs=int((ok & (req["output_tokens"] < requested_tokens)).sum()),
+        short_outputs=int((ok & (req["output_tokens"] < req["requested_output_tokens"])).sum()),
         warmup_requests=cfg.warmups_for(concurrency),
         client_cpu_cores=result.client_cores, client_mean_in_flight=result.mean_in_flight,
         client_max_in_flight=result.max_in_flight, client_loop_lag_p99_s=result.loop_lag_p99_s,

@@ -33,7 +33,10 @@ Bad records stop the sweep with the file and line.
 Output length (``output_length``): ``fixed`` — every request asks for ``output_tokens`` with
 ``ignore_eos``, so arms do the same work; ``natural`` — ``ignore_eos`` is off and
 ``output_tokens`` is only the maximum: the model stops at its own end of sequence, so lengths
-follow the prompts (and the batch mix changes with them).
+follow the prompts (and the batch mix changes with them); ``reference`` — each request asks
+for its prompt's reference length (the dataset's answer length, capped at ``output_tokens``)
+with ``ignore_eos``, so lengths follow the dataset and arms still do the same work (prompts
+without a reference length ask for ``output_tokens``).
 """
 from __future__ import annotations
 
@@ -55,8 +58,8 @@ PROMPT_FILE = "prompt-file"
 BUILTIN = "builtin"
 #: a Hugging Face dataset (``hf:<id>...``)
 HF_DATASET = "hf-dataset"
-FIXED, NATURAL = "fixed", "natural"
-OUTPUT_LENGTHS = (FIXED, NATURAL)
+FIXED, NATURAL, REFERENCE = "fixed", "natural", "reference"
+OUTPUT_LENGTHS = (FIXED, NATURAL, REFERENCE)
 #: token IDs drawn from [low, high): above the special tokens of common tokenizers, below every
 #: common vocabulary size (Llama 3: 128k, Qwen: 151k, Mistral: 32k)
 DEFAULT_ID_RANGE = (1000, 30000)
@@ -81,8 +84,11 @@ class Workload:
     dataset_digest: str | None = None
     id_range: tuple[int, int] = DEFAULT_ID_RANGE
     prompts: tuple[Prompt, ...] = field(default=(), repr=False, compare=False)
-    #: "fixed" (ignore_eos, exactly output_tokens) or "natural" (the model stops; output_tokens is the max)
+    #: "fixed" (ignore_eos, exactly output_tokens), "natural" (the model stops; output_tokens is the
+    #: max) or "reference" (ignore_eos, each prompt's reference length capped at output_tokens)
     output_length: str = FIXED
+    #: reference output length (tokens) of each of ``prompts``, or None where it has none
+    references: tuple[int | None, ...] = field(default=(), repr=False, compare=False)
     #: category of each of ``prompts`` (same length), or () for "all" everywhere
     categories: tuple[str, ...] = field(default=(), repr=False, compare=False)
     #: the workload value as given (``builtin:math``, ``sharegpt:chats.json``, ...)
@@ -93,7 +99,16 @@ class Workload:
     @property
     def ignore_eos(self) -> bool:
         """True when every request must produce exactly ``output_tokens`` (``output_length="fixed"``)."""
-        return self.output_length == FIXED
+        return self.output_length != NATURAL
+
+    def max_tokens(self, i: int) -> int:
+        """Output tokens requested for prompt number ``i``: ``output_tokens``, or under
+        ``output_length="reference"`` the prompt's reference length capped at ``output_tokens``."""
+        if self.output_length == REFERENCE and self.references:
+            ref = self.references[i % len(self.references)]
+            if ref is not None:
+                return max(1, min(ref, self.output_tokens))
+        return self.output_tokens
 
     def category(self, i: int) -> str:
         """Category of prompt number ``i`` (prompts cycle: record ``i % n``); ``"all"`` when none."""
@@ -112,8 +127,10 @@ class Workload:
             "seed": self.seed,
             "dataset_digest": self.dataset_digest,
         }
-        length = (f"{self.output_tokens} output tokens with ignore_eos" if self.ignore_eos else
-                  f"natural output lengths (the model stops; at most {self.output_tokens} tokens)")
+        length = (f"natural output lengths (the model stops; at most {self.output_tokens} tokens)"
+                  if self.output_length == NATURAL else
+                  f"each prompt's reference output length, at most {self.output_tokens} tokens, with ignore_eos"
+                  if self.output_length == REFERENCE else f"{self.output_tokens} output tokens with ignore_eos")
         if self.kind == RANDOM_IDS:
             out["id_range"] = list(self.id_range)
             out["description"] = (f"{self.input_tokens} random token IDs in [{self.id_range[0]}, {self.id_range[1]}) "
@@ -153,14 +170,13 @@ class Workload:
 
     def bodies(self, flavour: Flavour, indices: Sequence[int], *, model: str | None, temperature: float,
                output_tokens: int | None = None) -> list[dict[str, Any]]:
-        """Request bodies for prompts ``indices``: ``ignore_eos`` with ``output_length="fixed"``,
-        else the model stops on its own with ``output_tokens`` as the maximum.
+        """Request bodies for prompts ``indices``: ``ignore_eos`` with ``max_tokens(i)`` tokens, or
+        under ``output_length="natural"`` no ``ignore_eos`` (``output_tokens`` is the maximum).
 
         ``output_tokens`` overrides the workload's length (warm-up and preflight requests).
         """
-        tokens = output_tokens or self.output_tokens
-        return [build_body(flavour, self.prompt(i, flavour), tokens, temperature=temperature, model=model,
-                           ignore_eos=self.ignore_eos)
+        return [build_body(flavour, self.prompt(i, flavour), output_tokens or self.max_tokens(i),
+                           temperature=temperature, model=model, ignore_eos=self.ignore_eos)
                 for i in indices]
 
 
@@ -312,20 +328,30 @@ def from_dataset(spec: str, output_tokens: int, seed: int = 0, output_length: st
     head = spec.strip().split(":", 1)[0]
     kind = BUILTIN if head == BUILTIN else HF_DATASET if head == "hf" else PROMPT_FILE
     path = Path(ds.source) if kind == PROMPT_FILE else None
-    return Workload(kind, None, output_tokens, seed=seed, path=path, dataset_digest=ds.digest,
-                    prompts=tuple(r.prompt for r in ds.records), output_length=output_length,
-                    categories=tuple(r.category for r in ds.records), spec=spec.strip(), dataset=ds.describe())
+    w = Workload(kind, None, output_tokens, seed=seed, path=path, dataset_digest=ds.digest,
+                 prompts=tuple(r.prompt for r in ds.records), output_length=output_length,
+                 categories=tuple(r.category for r in ds.records), spec=spec.strip(), dataset=ds.describe(),
+                 references=tuple(r.reference_output_tokens for r in ds.records))
+    if output_length == REFERENCE and not any(r is not None for r in w.references):
+        raise ValueError(f"parameter 'output_length': 'reference' needs reference output lengths, and {spec!r} has "
+                         "none (MT-Bench-style question files carry no answers); use 'fixed' or 'natural'")
+    return w
 
 
 def make_workload(workload: str, input_tokens: int, output_tokens: int, seed: int,
                   output_length: str = FIXED) -> Workload:
     """The notebook's ``workload`` parameter: ``"random-ids"``, ``"random-text"``, or a prompt set
     (``builtin[:cats]``, ``<format>:<path>``, ``hf:<id>[:split[:config]]``, a path; see
-    :func:`specsweep.datasets.load_spec`). ``output_length``: ``"fixed"`` or ``"natural"``."""
+    :func:`specsweep.datasets.load_spec`). ``output_length``: ``"fixed"``, ``"natural"`` or
+    ``"reference"`` (module docstring)."""
     if output_length not in OUTPUT_LENGTHS:
         raise ValueError(f"parameter 'output_length': {output_length!r} is not one of {', '.join(OUTPUT_LENGTHS)}; "
-                         "'fixed' sends ignore_eos with output_tokens, 'natural' lets the model stop")
+                         "'fixed' sends ignore_eos with output_tokens, 'natural' lets the model stop, 'reference' asks "
+                         "for each prompt's reference length")
     if workload in (RANDOM_IDS, RANDOM_TEXT):
+        if output_length == REFERENCE:
+            raise ValueError(f"parameter 'output_length': 'reference' needs a prompt set with reference output "
+                             f"lengths; {workload} prompts have none. Use 'fixed' or 'natural'")
         base = (random_ids if workload == RANDOM_IDS else random_text)(input_tokens, output_tokens, seed)
         return dataclasses.replace(base, output_length=output_length)
     text = str(workload).strip()
