@@ -28,7 +28,7 @@ def quiet(_: str) -> None:
 
 
 def small(tmp_path: Path, url: str, **kw) -> dict:
-    return {"endpoint": url, "concurrency": [1, 3], "input_tokens": 32, "output_tokens": 40,
+    return {"endpoint": url, "concurrency": [1, 3], "input_tokens": 32, "output_tokens": 40, "workload": "random-ids",
             "out_dir": str(tmp_path), "metrics_interval_s": 0.05, **kw}
 
 
@@ -242,7 +242,7 @@ def test_unusable_out_dir_fails_before_the_embedded_server_starts(tmp_path: Path
 def test_a_non_utf8_prompt_file_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "prompts.txt"
     bad.write_bytes(b"caf\xe9 au lait\n")
-    with pytest.raises(ValueError, match=r"prompts.txt'?: not UTF-8 text .* save the prompt file as UTF-8"):
+    with pytest.raises(ValueError, match=r"prompts.txt:1: not UTF-8 text .* save the file as UTF-8"):
         run_sweep(small(tmp_path, dead_endpoint(), workload=str(bad)), progress=False, log=quiet)
 
 

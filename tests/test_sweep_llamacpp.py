@@ -21,7 +21,7 @@ def quiet(_: str) -> None:
 
 
 def small(tmp_path: Path, url: str, **kw: object) -> dict:
-    return {"endpoint": url, "concurrency": [1, 3], "input_tokens": 32, "output_tokens": 40,
+    return {"endpoint": url, "concurrency": [1, 3], "input_tokens": 32, "output_tokens": 40, "workload": "random-ids",
             "out_dir": str(tmp_path), "metrics_interval_s": 0.05, **kw}
 
 

@@ -108,14 +108,17 @@ def build_body(
     min_tokens: int | None = None,
     model: str | None = None,
     extra: Mapping[str, Any] | None = None,
+    ignore_eos: bool = True,
 ) -> dict[str, Any]:
-    """The JSON body of one streaming request with fixed output length (``ignore_eos``).
+    """The JSON body of one streaming request, by default with fixed output length (``ignore_eos``).
 
     ``prompt``: text, or a list of token IDs (``sglang`` → ``input_ids``; ``openai-completions`` →
     ``prompt`` as a list), or for ``openai-chat`` text (sent as one user message) or a list of
     message dicts. ``max_tokens``: output tokens to generate. ``min_tokens``: sent as
     ``min_new_tokens`` / ``min_tokens`` when given. ``model``: the OpenAI ``model`` field (omitted
     when None; servers then use their only model). ``extra``: more top-level keys, merged last.
+    ``ignore_eos``: False lets the model stop at its end of sequence (``max_tokens`` is then a
+    maximum: the sweep's ``output_length="natural"``).
 
     ``stream`` is always top-level (SGLang rejects it inside ``sampling_params``); the OpenAI flavours
     ask for ``stream_options: {include_usage, continuous_usage_stats}`` so every chunk carries the
@@ -129,7 +132,7 @@ def build_body(
     is_text = isinstance(prompt, str)
     body: dict[str, Any]
     if flavour == "sglang":
-        sp: dict[str, Any] = {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": temperature}
+        sp: dict[str, Any] = {"max_new_tokens": max_tokens, "ignore_eos": ignore_eos, "temperature": temperature}
         if min_tokens is not None:
             sp["min_new_tokens"] = min_tokens
         if not is_text and not _is_token_ids(prompt):
@@ -156,7 +159,7 @@ def build_body(
             body["max_tokens"] = max_tokens
             body["max_completion_tokens"] = max_tokens
         body["temperature"] = temperature
-        body["ignore_eos"] = True
+        body["ignore_eos"] = ignore_eos
         if min_tokens is not None:
             body["min_tokens"] = min_tokens
         body["stream"] = True

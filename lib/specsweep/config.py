@@ -10,6 +10,16 @@ the names (tokens, seconds). ``auto`` values are resolved by the documented rule
 - ``warmup_requests="auto"``: C short requests (16 output tokens) at concurrency C before each
   level, so every connection is open and the server warm; excluded from all metrics.
 - ``embedded_spec="auto"``: ``off`` for the arm named ``baseline``, ``mtp`` for any other arm.
+- ``workload="auto"``: ``builtin`` (the project's categorised prompt set, six categories from
+  code edits to creative writing) for a real server — speculation's gain depends on what is
+  generated, and random token IDs say little about real traffic; ``random-ids`` for the embedded
+  reference server, whose profiles are calibrated at 1000-token prompts (its demo stays a
+  capacity picture; pass ``workload="builtin"`` to see its category effect). The reason is
+  recorded in meta.json (``workload.chosen_by``). ``random-ids``/``random-text`` stay available
+  for pure capacity tests.
+- ``output_length``: ``fixed`` (every request produces exactly ``output_tokens``, ``ignore_eos``),
+  ``natural`` (the model stops on its own; ``output_tokens`` is the maximum) or ``reference``
+  (each prompt's reference length from the dataset, at most ``output_tokens``, ``ignore_eos``).
 """
 from __future__ import annotations
 
@@ -56,7 +66,9 @@ class SweepConfig(BaseModel):
     concurrency: list[int] = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
     input_tokens: int = Field(1000, ge=1)
     output_tokens: int | Literal["auto"] = "auto"
-    workload: str = "random-ids"
+    workload: str = Field("auto", description="random-ids, random-text, builtin[:cats], <format>:<path>, hf:<id>, "
+                                               "a path, or auto (builtin for real servers, random-ids embedded)")
+    output_length: Literal["fixed", "natural", "reference"] = "fixed"
     requests_per_level: int | Literal["auto"] = "auto"
     warmup_requests: int | Literal["auto"] = "auto"
     repeats: int = Field(1, ge=1)
@@ -138,6 +150,19 @@ class SweepConfig(BaseModel):
             return EMBEDDED_OUTPUT_TOKENS if self.embedded else 1000
         return self.output_tokens
 
+    def resolved_workload(self) -> tuple[str, str]:
+        """(workload value, why it was chosen): ``auto`` → ``builtin`` for a real server,
+        ``random-ids`` for the embedded reference server (module docstring)."""
+        if self.workload.strip() and self.workload.strip() != "auto":
+            return self.workload.strip(), "given"
+        if self.embedded:
+            return "random-ids", ("auto: random token IDs for the embedded reference server, whose profiles are "
+                                  "calibrated at fixed-length prompts (a capacity picture; acceptance on random IDs "
+                                  "is not representative of real traffic)")
+        return "builtin", ("auto: the built-in categorised prompt set for a real server, because speculative "
+                           "decoding's gain depends on what is generated and random token IDs say little about "
+                           "real traffic; pass workload='random-ids' for a pure capacity test")
+
     def requests_for(self, concurrency: int) -> int:
         if self.requests_per_level == "auto":
             return max(4, 2 * concurrency)
@@ -191,6 +216,7 @@ def _closest_hint(name: str, known: Any = None) -> str:
 #: the parameters of ``notebooks/sweep.ipynb`` (its cell tagged ``parameters``)
 NOTEBOOK_PARAMETERS = (
     "endpoint", "arm", "label", "api", "model", "concurrency", "input_tokens", "output_tokens", "workload",
+    "output_length",
     "requests_per_level", "warmup_requests", "repeats", "request_timeout_s", "seed", "temperature", "out_dir",
     "resume", "client_workers", "embedded_profile", "embedded_spec", "embedded_args",
 )

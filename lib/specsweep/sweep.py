@@ -112,9 +112,10 @@ def _check_resumable(run_dir: Path, meta: dict[str, Any], sweep: dict[str, Any],
     for key in RESUME_KEYS:
         if meta.get("sweep", {}).get(key) != sweep.get(key):
             diffs.append(f"{key} {meta.get('sweep', {}).get(key)!r} vs {sweep.get(key)!r}")
-    for key in ("kind", "input_tokens", "output_tokens", "seed", "dataset_digest"):
-        if meta.get("workload", {}).get(key) != workload.get(key):
-            diffs.append(f"workload.{key} {meta.get('workload', {}).get(key)!r} vs {workload.get(key)!r}")
+    for key in ("kind", "input_tokens", "output_tokens", "seed", "dataset_digest", "output_length"):
+        old = meta.get("workload", {}).get(key, "fixed" if key == "output_length" else None)  # before natural lengths
+        if old != workload.get(key):
+            diffs.append(f"workload.{key} {old!r} vs {workload.get(key)!r}")
     if diffs:
         raise ConfigError(f"parameter 'resume': {run_dir} was measured with different parameters ({'; '.join(diffs)}); "
                           "resume with the same parameters, or start a new run")
@@ -253,19 +254,30 @@ def server_figures(
 def summarise_level(
     result: LevelResult, *, cfg: SweepConfig, run_id: str, concurrency: int, repeat: int, prompt_offset: int,
     requested_tokens: int, server: str, samples: list[tuple[float, str, float]],
-    before: dict[str, float], after: dict[str, float], started_utc: str,
+    before: dict[str, float], after: dict[str, float], started_utc: str, workload: Workload | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(level row, request rows, server-metric rows) of one finished level."""
+    """(level row, request rows, server-metric rows) of one finished level.
+
+    Each request row carries its prompt's ``category`` (``workload.category(prompt_id)``;
+    ``"all"`` without a workload or for formats without categories) and the tokens it asked for
+    (``requested_output_tokens``). ``short_outputs`` counts requests that returned fewer than
+    they asked for with ``ignore_eos`` only: with natural lengths a short output is the point.
+    """
     t0 = result.t_start
+    prompt_ids = [prompt_offset + i for i in result.request_index]
     req = requests_frame(result.records, t0=t0, run_id=run_id, arm=cfg.arm, concurrency=concurrency, repeat=repeat,
-                         request_indices=result.request_index,
-                         prompt_ids=[prompt_offset + i for i in result.request_index], keep_chunks=cfg.keep_chunks)
+                         request_indices=result.request_index, prompt_ids=prompt_ids, keep_chunks=cfg.keep_chunks)
+    req["category"] = pd.Series([workload.category(i) if workload else "all" for i in prompt_ids],
+                                index=req.index, dtype="string")
+    # tokens each request asked for (output_length="reference": its prompt's reference length)
+    req["requested_output_tokens"] = [workload.max_tokens(i) if workload else requested_tokens for i in prompt_ids]
     lv: dict[str, Any] = level_metrics(req, concurrency)
-    ok = req["error"].isna() & req["output_tokens"].notna()
+    # natural lengths: short outputs are expected, not a warning
+    ok = req["error"].isna() & req["output_tokens"].notna() & (workload is None or workload.ignore_eos)
     lv.update(
         run_id=run_id, arm=cfg.arm, concurrency=concurrency, repeat=repeat, started_utc=started_utc,
         requested_output_tokens=requested_tokens,
-        short_outputs=int((ok & (req["output_tokens"] < requested_tokens)).sum()),
+        short_outputs=int((ok & (req["output_tokens"] < req["requested_output_tokens"])).sum()),
         warmup_requests=cfg.warmups_for(concurrency),
         client_cpu_cores=result.client_cores, client_mean_in_flight=result.mean_in_flight,
         client_max_in_flight=result.max_in_flight, client_loop_lag_p99_s=result.loop_lag_p99_s,
@@ -506,8 +518,8 @@ class _Evidence:
 
 def _workload_warnings(cfg: SweepConfig, workload: Workload) -> list[str]:
     needed = sum(cfg.requests_for(c) for c, _ in cfg.plan())
-    if workload.kind == "prompt-file" and len(workload.prompts) < needed:
-        return [f"The prompt file has {len(workload.prompts)} prompts but the sweep sends {needed} measured requests, "
+    if workload.prompts and len(workload.prompts) < needed:
+        return [f"The prompt set has {len(workload.prompts)} prompts but the sweep sends {needed} measured requests, "
                 "so prompts repeat across levels and a server's prefix cache can serve the repeats (shorter TTFT)."]
     return []
 
@@ -560,7 +572,8 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
                log: Callable[[str], None]) -> SweepResult:
     cfg = parse_config(params)
     output_tokens = cfg.resolved_output_tokens()
-    workload = make_workload(cfg.workload, cfg.input_tokens, output_tokens, cfg.seed)
+    workload_value, workload_reason = cfg.resolved_workload()
+    workload = make_workload(workload_value, cfg.input_tokens, output_tokens, cfg.seed, cfg.output_length)
     # warm-up and preflight prompts never overlap measured ones (a prefix cache would flatter them):
     # prompts of the measured workload's kind from their own index range (never IDs it does not use)
     warm_workload = warmup_workload(workload)
@@ -574,6 +587,8 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
             stack.enter_context(lock_run(resume_dir))  # read it only once no other sweep writes it
             resume = _prepare_resume(resume_dir, cfg, sweep_params, workload)
         url, embedded = stack.enter_context(_endpoint(cfg, log))
+        if workload_reason != "given":
+            log(f"workload {workload_value} ({workload_reason})")
         info = probe(url, cfg.api, cfg.model)
         check_prompts_fit(workload, info)
         log(f"{info.base_url}: {info.server}{' (simulated)' if info.simulated else ''}, API {info.flavour}, "
@@ -589,6 +604,7 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
         preflight_warnings = preflight(gen, info, warm_workload, cfg, counter)
         if resume is None:
             run_dir, meta = _new_run(cfg, info, workload, sweep_params, embedded)
+            meta["workload"]["chosen_by"] = workload_reason  # "given", or the auto rule and its reason
             stack.enter_context(lock_run(run_dir))
             done: set[tuple[int, int]] = set()
         else:
@@ -673,7 +689,7 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
             level, req, srv = summarise_level(
                 result, cfg=cfg, run_id=run_id, concurrency=c, repeat=r, prompt_offset=offsets[(c, r)],
                 requested_tokens=output_tokens, server=info.server, samples=samples, before=before,
-                after=after, started_utc=started)
+                after=after, started_utc=started, workload=workload)
             append_level(run_dir, level, req, srv if poller else None)
             current = None  # saved: an interrupt from here on does not touch this level
             meta.pop("in_progress", None)

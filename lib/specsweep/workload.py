@@ -21,12 +21,26 @@ its vocabulary size, :func:`warmup_workload` gives preflight and warm-up request
 same kind as the measured ones (text for text, IDs only from a range the workload itself uses),
 and :func:`explain_rejection` names the likely cause when a server rejects token IDs.
 
-Prompt file (``workload="path/to/prompts.jsonl"``): JSON Lines, one prompt per line, each an
-object with ``"prompt"`` (text), ``"input_ids"`` (token IDs) or ``"messages"`` (chat messages);
-or a ``.txt`` file with one prompt per line. Its SHA-256 is recorded as the dataset digest.
+Prompt sets (every other ``workload`` value, read by :func:`specsweep.datasets.load_spec`):
+``builtin`` / ``builtin:code-edit,math`` (the project's categorised set), ``<format>:<path>``
+(``sharegpt:``, ``mt-bench:``, ``spec-bench:``, ``speed-bench:``, ``instructcoder:``,
+``prompts:``), ``hf:<id>[:split[:config]]`` or a plain path (format detected; ``.jsonl``,
+``.json``, ``.parquet``, ``.txt``). Prompts go in record order and cycle; prompt ``i`` carries
+the category of record ``i % n`` (``"all"`` where the format has none). The file's SHA-256 (or
+the Hugging Face fingerprint) is the dataset digest; ``Dataset.describe()`` goes to meta.json.
+Bad records stop the sweep with the file and line.
+
+Output length (``output_length``): ``fixed`` — every request asks for ``output_tokens`` with
+``ignore_eos``, so arms do the same work; ``natural`` — ``ignore_eos`` is off and
+``output_tokens`` is only the maximum: the model stops at its own end of sequence, so lengths
+follow the prompts (and the batch mix changes with them); ``reference`` — each request asks
+for its prompt's reference length (the dataset's answer length, capped at ``output_tokens``)
+with ``ignore_eos``, so lengths follow the dataset and arms still do the same work (prompts
+without a reference length ask for ``output_tokens``).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -40,6 +54,12 @@ from specsweep.client import Flavour, build_body
 RANDOM_IDS = "random-ids"
 RANDOM_TEXT = "random-text"
 PROMPT_FILE = "prompt-file"
+#: the built-in categorised prompt set (``builtin`` or ``builtin:<categories>``)
+BUILTIN = "builtin"
+#: a Hugging Face dataset (``hf:<id>...``)
+HF_DATASET = "hf-dataset"
+FIXED, NATURAL, REFERENCE = "fixed", "natural", "reference"
+OUTPUT_LENGTHS = (FIXED, NATURAL, REFERENCE)
 #: token IDs drawn from [low, high): above the special tokens of common tokenizers, below every
 #: common vocabulary size (Llama 3: 128k, Qwen: 151k, Mistral: 32k)
 DEFAULT_ID_RANGE = (1000, 30000)
@@ -56,7 +76,7 @@ Prompt = str | list[int] | list[dict[str, Any]]
 class Workload:
     """What every request of a sweep asks for (lengths in tokens)."""
 
-    kind: str  # "random-ids", "random-text" or "prompt-file"
+    kind: str  # "random-ids", "random-text", "prompt-file", "builtin" or "hf-dataset"
     input_tokens: int | None
     output_tokens: int
     seed: int = 0
@@ -64,30 +84,71 @@ class Workload:
     dataset_digest: str | None = None
     id_range: tuple[int, int] = DEFAULT_ID_RANGE
     prompts: tuple[Prompt, ...] = field(default=(), repr=False, compare=False)
+    #: "fixed" (ignore_eos, exactly output_tokens), "natural" (the model stops; output_tokens is the
+    #: max) or "reference" (ignore_eos, each prompt's reference length capped at output_tokens)
+    output_length: str = FIXED
+    #: reference output length (tokens) of each of ``prompts``, or None where it has none
+    references: tuple[int | None, ...] = field(default=(), repr=False, compare=False)
+    #: category of each of ``prompts`` (same length), or () for "all" everywhere
+    categories: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    #: the workload value as given (``builtin:math``, ``sharegpt:chats.json``, ...)
+    spec: str = ""
+    #: ``datasets.Dataset.describe()`` of a prompt set, else None
+    dataset: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ignore_eos(self) -> bool:
+        """True when every request must produce exactly ``output_tokens`` (``output_length="fixed"``)."""
+        return self.output_length != NATURAL
+
+    def max_tokens(self, i: int) -> int:
+        """Output tokens requested for prompt number ``i``: ``output_tokens``, or under
+        ``output_length="reference"`` the prompt's reference length capped at ``output_tokens``."""
+        if self.output_length == REFERENCE and self.references:
+            ref = self.references[i % len(self.references)]
+            if ref is not None:
+                return max(1, min(ref, self.output_tokens))
+        return self.output_tokens
+
+    def category(self, i: int) -> str:
+        """Category of prompt number ``i`` (prompts cycle: record ``i % n``); ``"all"`` when none."""
+        return self.categories[i % len(self.categories)] if self.categories else "all"
 
     def describe(self) -> dict[str, Any]:
         """The ``workload`` record of meta.json."""
         out: dict[str, Any] = {
             "kind": self.kind,
+            # the `workload` parameter that reproduces this workload (with seed and lengths below)
+            "value": self.spec or (self.kind if self.kind in (RANDOM_IDS, RANDOM_TEXT) else str(self.path)),
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
-            "ignore_eos": True,
+            "output_length": self.output_length,
+            "ignore_eos": self.ignore_eos,
             "seed": self.seed,
             "dataset_digest": self.dataset_digest,
         }
+        length = (f"natural output lengths (the model stops; at most {self.output_tokens} tokens)"
+                  if self.output_length == NATURAL else
+                  f"each prompt's reference output length, at most {self.output_tokens} tokens, with ignore_eos"
+                  if self.output_length == REFERENCE else f"{self.output_tokens} output tokens with ignore_eos")
         if self.kind == RANDOM_IDS:
             out["id_range"] = list(self.id_range)
             out["description"] = (f"{self.input_tokens} random token IDs in [{self.id_range[0]}, {self.id_range[1]}) "
-                                  f"per prompt (numpy default_rng([seed, i])), {self.output_tokens} output tokens with ignore_eos")
+                                  f"per prompt (numpy default_rng([seed, i])), {length}")
         elif self.kind == RANDOM_TEXT:
             out["description"] = (f"{self.input_tokens} random words per prompt from a fixed list of "
                                   f"{len(_WORDS)} common English words (numpy default_rng([seed, i])), about "
-                                  f"{self.input_tokens} tokens; {self.output_tokens} output tokens with ignore_eos")
+                                  f"{self.input_tokens} tokens; {length}")
         else:
-            out["path"] = str(self.path)
+            out["path"] = str(self.path) if self.path else None
             out["prompts"] = len(self.prompts)
-            out["description"] = (f"{len(self.prompts)} prompts from {self.path.name if self.path else '?'} in file order, "
-                                  f"cycled; {self.output_tokens} output tokens with ignore_eos")
+            if self.dataset is not None:
+                out["dataset"] = self.dataset
+            cats = self.dataset.get("categories") if self.dataset else None
+            where = self.spec if self.kind != PROMPT_FILE or not self.path else self.path.name
+            out["description"] = (f"{len(self.prompts)} prompts from {where} in record order, cycled"
+                                  + (f" ({len(cats)} categories: {', '.join(cats)})" if cats and list(cats) != ["all"]
+                                     else "") + f"; {length}")
         return out
 
     def prompt(self, i: int, flavour: Flavour) -> Prompt:
@@ -109,12 +170,13 @@ class Workload:
 
     def bodies(self, flavour: Flavour, indices: Sequence[int], *, model: str | None, temperature: float,
                output_tokens: int | None = None) -> list[dict[str, Any]]:
-        """Request bodies for prompts ``indices`` with a fixed output length (``ignore_eos``).
+        """Request bodies for prompts ``indices``: ``ignore_eos`` with ``max_tokens(i)`` tokens, or
+        under ``output_length="natural"`` no ``ignore_eos`` (``output_tokens`` is the maximum).
 
         ``output_tokens`` overrides the workload's length (warm-up and preflight requests).
         """
-        tokens = output_tokens or self.output_tokens
-        return [build_body(flavour, self.prompt(i, flavour), tokens, temperature=temperature, model=model)
+        return [build_body(flavour, self.prompt(i, flavour), output_tokens or self.max_tokens(i),
+                           temperature=temperature, model=model, ignore_eos=self.ignore_eos)
                 for i in indices]
 
 
@@ -252,10 +314,57 @@ def prompt_file(path: str | Path, output_tokens: int, input_tokens: int | None =
                     dataset_digest="sha256:" + hashlib.sha256(raw).hexdigest(), prompts=tuple(prompts))
 
 
-def make_workload(workload: str, input_tokens: int, output_tokens: int, seed: int) -> Workload:
-    """The notebook's ``workload`` parameter: ``"random-ids"``, ``"random-text"`` or a prompt-file path."""
-    if workload == RANDOM_IDS:
-        return random_ids(input_tokens, output_tokens, seed)
-    if workload == RANDOM_TEXT:
-        return random_text(input_tokens, output_tokens, seed)
-    return prompt_file(workload, output_tokens, seed=seed)
+def from_dataset(spec: str, output_tokens: int, seed: int = 0, output_length: str = FIXED) -> Workload:
+    """A workload of the prompt set named by ``spec`` (any :func:`specsweep.datasets.load_spec`
+    value): prompts and categories in record order; ``dataset`` is ``Dataset.describe()``."""
+    from specsweep.datasets import DatasetError, load_spec  # noqa: PLC0415 (pandas-heavy reader)
+
+    if isinstance(output_tokens, bool) or not isinstance(output_tokens, int) or output_tokens < 1:
+        raise ValueError(f"output_tokens must be a whole number of tokens >= 1; got {output_tokens!r}")
+    try:
+        ds = load_spec(spec)
+    except DatasetError as exc:
+        raise DatasetError(f"parameter 'workload': {exc}") from exc
+    head = spec.strip().split(":", 1)[0]
+    kind = BUILTIN if head == BUILTIN else HF_DATASET if head == "hf" else PROMPT_FILE
+    path = Path(ds.source) if kind == PROMPT_FILE else None
+    w = Workload(kind, None, output_tokens, seed=seed, path=path, dataset_digest=ds.digest,
+                 prompts=tuple(r.prompt for r in ds.records), output_length=output_length,
+                 categories=tuple(r.category for r in ds.records), spec=spec.strip(), dataset=ds.describe(),
+                 references=tuple(r.reference_output_tokens for r in ds.records))
+    if output_length == REFERENCE and not any(r is not None for r in w.references):
+        raise ValueError(f"parameter 'output_length': 'reference' needs reference output lengths, and {spec!r} has "
+                         "none (MT-Bench-style question files carry no answers); use 'fixed' or 'natural'")
+    return w
+
+
+def make_workload(workload: str, input_tokens: int, output_tokens: int, seed: int,
+                  output_length: str = FIXED) -> Workload:
+    """The notebook's ``workload`` parameter: ``"random-ids"``, ``"random-text"``, or a prompt set
+    (``builtin[:cats]``, ``<format>:<path>``, ``hf:<id>[:split[:config]]``, a path; see
+    :func:`specsweep.datasets.load_spec`). ``output_length``: ``"fixed"``, ``"natural"`` or
+    ``"reference"`` (module docstring)."""
+    if output_length not in OUTPUT_LENGTHS:
+        raise ValueError(f"parameter 'output_length': {output_length!r} is not one of {', '.join(OUTPUT_LENGTHS)}; "
+                         "'fixed' sends ignore_eos with output_tokens, 'natural' lets the model stop, 'reference' asks "
+                         "for each prompt's reference length")
+    if workload in (RANDOM_IDS, RANDOM_TEXT):
+        if output_length == REFERENCE:
+            raise ValueError(f"parameter 'output_length': 'reference' needs a prompt set with reference output "
+                             f"lengths; {workload} prompts have none. Use 'fixed' or 'natural'")
+        base = (random_ids if workload == RANDOM_IDS else random_text)(input_tokens, output_tokens, seed)
+        return dataclasses.replace(base, output_length=output_length)
+    text = str(workload).strip()
+    head, sep, _ = text.partition(":")
+    named = text == BUILTIN or head in (BUILTIN, "hf") or (sep and _is_format_name(head))
+    if not named and not Path(text).is_file():
+        raise ValueError(f"parameter 'workload': {text!r} is not 'random-ids', 'random-text', 'builtin[:categories]', "
+                         "'hf:<id>[:split[:config]]' or '<format>:<path>', and there is no such prompt file; give one "
+                         "of those or the path of a .jsonl / .json / .parquet / .txt prompt set")
+    return from_dataset(text, output_tokens, seed, output_length)
+
+
+def _is_format_name(name: str) -> bool:
+    from specsweep.datasets import _ALIASES, FORMATS  # noqa: PLC0415
+
+    return name.lower() in FORMATS or name.lower() in _ALIASES

@@ -44,9 +44,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import math
 import random
 import re
+from pathlib import Path
 
 from .model import AcceptanceModel
 
@@ -145,9 +147,20 @@ def _normalise(text: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _builtin_index() -> dict[str, str]:
-    from specsweep.datasets import builtin_prompts  # noqa: PLC0415
+    """SHA-256 of each built-in prompt's normalised text → its category.
 
-    return {hashlib.sha256(_normalise(r.text()).encode()).hexdigest(): r.category for r in builtin_prompts()}
+    Read with ``json`` straight from the shipped file (every record there is ``{"category",
+    "prompt": text}``; ``test_datasets`` checks the file), not through ``specsweep.datasets``:
+    that imports pandas, which would stall the server's event loop for a fraction of a second
+    on the first request. The server builds the index at start (``ServerState``).
+    """
+    path = Path(__file__).resolve().parents[1] / "data" / "prompts" / "builtin.jsonl"
+    out: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            out[hashlib.sha256(_normalise(rec["prompt"]).encode()).hexdigest()] = rec.get("category") or "all"
+    return out
 
 
 def category_of_prompt(prompt_text: str) -> str:

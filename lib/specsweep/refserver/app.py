@@ -35,6 +35,7 @@ is a 400. OpenAI extra keys are ignored on both surfaces.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from dataclasses import dataclass, field
@@ -47,7 +48,8 @@ from . import __version__ as REFSERVER_VERSION
 from .engine import EmitLog, Engine
 from .faults import FaultConfig, FaultPlan
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
-from .model import ModelConfig, SimRequest, request_seed
+from .acceptance import category_means, category_of_prompt, expected_accept_length
+from .model import AcceptanceModel, ModelConfig, SimRequest, request_seed
 from .vllm_api import VLLM_VERSION, add_vllm_routes, vllm_version_string
 from .llamacpp_api import LLAMACPP_BUILD, LlamacppMetrics, add_llamacpp_routes, llamacpp_error
 from .vllm_metrics import VllmMetrics
@@ -146,6 +148,8 @@ class ServerState:
 
     def __init__(self, cfg: ModelConfig, options: ServerOptions) -> None:
         self.cfg = cfg
+        if cfg.accept is not None:
+            category_of_prompt("")  # build the built-in prompt index now, not on the first request
         self.options = options
         self.profile = cfg.profile
         self.model_name = options.served_model_name or cfg.profile.model_name
@@ -200,6 +204,27 @@ class ServerState:
     def rid(self, index: int) -> str:
         """A request id, stable under ``--seed``."""
         return f"{request_seed(self.options.seed, index, 'rid'):016x}"
+
+    # -- content-dependent acceptance (acceptance.py) ---------------------------------------
+    def request_acceptance(self, prompt_text: str) -> AcceptanceModel | None:
+        """The acceptance of one request with this prompt: its built-in category
+        (``acceptance.category_of_prompt``) and repetitiveness move the profile's mean accept
+        length (``acceptance.expected_accept_length``); None without speculation. Prompts sent
+        as token IDs have no text (``""``): category ``all``, the profile's own mean."""
+        accept = self.cfg.accept
+        if accept is None or self.cfg.mean_accept_length is None or not prompt_text:
+            return None  # no text: the profile's model itself (bit-identical to before the rule)
+        k = accept.num_steps
+        mean = expected_accept_length(prompt_text, category_of_prompt(prompt_text), self.cfg.mean_accept_length, k)
+        return _acceptance_model(k, min(float(k + 1), max(1.0, round(mean, 12))))
+
+    def category_accept_lengths(self) -> dict[str, float] | None:
+        """Mean accept length (tokens per verify step) per category at repetitiveness 0, or
+        None without speculation (``acceptance.category_means``)."""
+        accept = self.cfg.accept
+        if accept is None or self.cfg.mean_accept_length is None:
+            return None
+        return {k: round(v, 6) for k, v in category_means(self.cfg.mean_accept_length, accept.num_steps).items()}
 
     # -- /server_info ----------------------------------------------------------------------
     def server_info(self) -> dict[str, Any]:
@@ -268,6 +293,8 @@ class ServerState:
                 "speculative_launch_algorithm": s.launch_algorithm if spec else None,
                 "mean_accept_length": cfg.mean_accept_length,
                 "accept_probability": cfg.accept.p if cfg.accept else None,
+                # per-category mean accept lengths of the content-dependent rule (acceptance.py)
+                "category_accept_lengths": self.category_accept_lengths(),
                 "seed": opt.seed,
                 "faults": {
                     "error_rate": self.faults.error_rate, "drop_rate": self.faults.drop_rate,
@@ -376,6 +403,15 @@ class _Gen:
     sampling_seed: int | None
     stream: bool
     stream_interval: int | None = None
+    #: the prompt as text (chat: the messages' contents joined by newlines; token IDs: ""), for
+    #: the content-dependent acceptance rule (``acceptance.py``)
+    prompt_text: str = ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _acceptance_model(num_steps: int, mean_accept_length: float) -> AcceptanceModel:
+    """One shared (immutable) model per distinct mean: solving ``p`` is a bisection."""
+    return AcceptanceModel(num_steps, mean_accept_length)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,7 +442,8 @@ class Handlers:
         req = SimRequest(index=index, prompt_tokens=gen.prompt_tokens,
                          max_new_tokens=gen.max_new_tokens, target_tokens=target,
                          arrival_t=arrival,
-                         rng=random.Random(request_seed(st.options.seed, index, "accept")))
+                         rng=random.Random(request_seed(st.options.seed, index, "accept")),
+                         accept=st.request_acceptance(gen.prompt_text))
         return req, output
 
     async def _run(self, request: web.Request, gen: _Gen, arrival: float, kind: str,
@@ -548,7 +585,7 @@ class Handlers:
                     ignore_eos=_bool_param(sp.get("ignore_eos"), "ignore_eos"),
                     temperature=_float_param(sp.get("temperature"), "temperature", 1.0),
                     sampling_seed=seed if isinstance(seed, int) else None, stream=stream,
-                    stream_interval=si)
+                    stream_interval=si, prompt_text=text if isinstance(text, str) else "")
 
     # -- OpenAI ------------------------------------------------------------------------------
     def _check_model(self, body: dict[str, Any]) -> None:
@@ -563,7 +600,8 @@ class Handlers:
                            param="model")
 
     def _openai_common(self, body: dict[str, Any], n: int, digest: int,
-                       default_max: int | None, chat: bool) -> tuple[_Gen, dict[str, Any]]:
+                       default_max: int | None, chat: bool,
+                       prompt_text: str = "") -> tuple[_Gen, dict[str, Any]]:
         if body.get("n") not in (None, 1):
             raise ApiError(400, "n > 1 is not supported by the simulated server.", param="n")
         max_tokens = body.get("max_completion_tokens") if chat else None
@@ -587,7 +625,8 @@ class Handlers:
         gen = _Gen(prompt_tokens=n, digest=digest, max_new_tokens=max_new, min_new_tokens=min_new,
                    ignore_eos=_bool_param(body.get("ignore_eos"), "ignore_eos"),
                    temperature=_float_param(body.get("temperature"), "temperature", 1.0),
-                   sampling_seed=seed if isinstance(seed, int) else None, stream=stream)
+                   sampling_seed=seed if isinstance(seed, int) else None, stream=stream,
+                   prompt_text=prompt_text)
         include_usage = _bool_param(so.get("include_usage"), "stream_options.include_usage")
         continuous = _bool_param(so.get("continuous_usage_stats"),
                                  "stream_options.continuous_usage_stats")
@@ -624,7 +663,8 @@ class Handlers:
                 n, digest = len(ids), prompt_digest(ids)
             else:
                 raise ApiError(400, "prompt must be a string or a list of token IDs", param="prompt")
-            gen, extra = self._openai_common(body, n, digest, 16, chat=False)
+            gen, extra = self._openai_common(body, n, digest, 16, chat=False,
+                                             prompt_text=prompt if isinstance(prompt, str) else "")
             return await self._run(request, gen, arrival, "completions", extra)
         except VocabError as exc:
             if self.state.llamacpp:
@@ -649,7 +689,9 @@ class Handlers:
                                param="messages")
             n = chat_prompt_tokens(messages)
             digest = prompt_digest(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS))
-            gen, extra = self._openai_common(body, n, digest, None, chat=True)
+            text = "\n".join(str(m.get("content", "")) for m in messages
+                              if isinstance(m.get("content"), str))
+            gen, extra = self._openai_common(body, n, digest, None, chat=True, prompt_text=text)
             return await self._run(request, gen, arrival, "chat", extra)
         except ApiError as exc:
             return error_response(exc.status, exc.message, type_=exc.type, param=exc.param)

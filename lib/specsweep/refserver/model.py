@@ -398,6 +398,8 @@ class SimRequest:
     target_tokens: int
     arrival_t: float
     rng: random.Random
+    #: this request's acceptance (content-dependent, ``acceptance.py``); None: the profile's
+    accept: AcceptanceModel | None = None
     reserve: int = 0
     state: int = WAITING
     prefilled: int = 0
@@ -597,10 +599,9 @@ class EngineCore:
                     finished = True
             gained = len(running)
         else:
-            draw = accept.draw
             verify = 0
             for req in running:
-                n = draw(req.rng)
+                n = (req.accept or accept).draw(req.rng)
                 left = req.target_tokens - req.generated
                 if n > left:
                     n = left

@@ -1,0 +1,176 @@
+"""Prompt-set workloads through the sweep, end to end on the reference server (issue 10):
+categories on every request row, content-dependent acceptance recovered per category, natural
+output lengths, and the real-server default workload."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pandas as pd
+import pytest
+
+from specsweep import datasets
+from specsweep.config import parse_config
+from specsweep.datasets import DatasetError, category_metrics
+from specsweep.refserver.acceptance import category_means, expected_accept_length
+from specsweep.refserver.launch import RefServer
+from specsweep.refserver.profiles import load_profile
+from specsweep.refserver.tokens import natural_length, prompt_digest
+from specsweep.store import load_result_set
+from specsweep.sweep import run_sweep
+from specsweep.workload import make_workload
+
+FIX = Path(__file__).parent / "fixtures" / "datasets"
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+# ------------------------------------------------------------------------------ workload values
+
+
+@pytest.mark.parametrize("spec, fmt, categories", [
+    ("builtin", "prompts", {"code-edit", "extraction", "summarisation", "qa", "math", "creative-writing"}),
+    ("builtin:code-edit,math", "prompts", {"code-edit", "math"}),
+    (f"sharegpt:{FIX / 'sharegpt.json'}", "sharegpt", {"all"}),
+    (f"mt-bench:{FIX / 'mt_bench.jsonl'}", "turns", None),
+    (f"spec-bench:{FIX / 'spec_bench.jsonl'}", "turns", None),
+    (f"speed-bench:{FIX / 'speed_bench.jsonl'}", "turns", None),
+    (f"instructcoder:{FIX / 'instructcoder.jsonl'}", "instructcoder", {"code-edit"}),
+    (str(FIX / "sharegpt.jsonl"), "sharegpt", None),
+    (str(FIX / "prompts.txt"), "prompts", {"all"}),
+])
+def test_every_workload_value_builds_prompts_with_categories(spec: str, fmt: str, categories: set[str] | None) -> None:
+    w = make_workload(spec, 100, 32, 0)
+    d = datasets.load_spec(spec)
+    assert w.prompts == tuple(r.prompt for r in d.records)
+    assert [w.category(i) for i in range(len(d.records) + 2)] == datasets.category_of(d.records, range(len(d.records) + 2))
+    if categories is not None:
+        assert set(w.categories) == categories
+    meta = w.describe()
+    assert meta["dataset_digest"] == d.digest and meta["dataset_digest"].startswith("sha256:")
+    assert meta["dataset"] == d.describe() and meta["dataset"]["format"] == fmt
+    assert meta["value"] == spec and meta["output_length"] == "fixed" and meta["ignore_eos"] is True
+    json.dumps(meta)  # meta.json-ready
+
+
+def test_a_bad_record_stops_the_workload_naming_file_and_line() -> None:
+    with pytest.raises(DatasetError, match=r"parameter 'workload': .*turns_bad\.jsonl:\d+: "):
+        make_workload(f"mt-bench:{FIX / 'turns_bad.jsonl'}", 100, 32, 0)
+    with pytest.raises(ValueError, match=r"parameter 'workload': 'nope\.jsonl' is not 'random-ids'.*no such prompt file"):
+        make_workload("nope.jsonl", 100, 32, 0)
+    with pytest.raises(DatasetError, match=r"no category 'poetry'"):
+        make_workload("builtin:poetry", 100, 32, 0)
+    with pytest.raises(ValueError, match=r"parameter 'output_length': 'short'"):
+        make_workload("builtin", 100, 32, 0, "short")
+    with pytest.raises(ValueError, match=r"parameter 'output_length': 'reference' needs .* random-ids prompts have none"):
+        make_workload("random-ids", 100, 32, 0, "reference")
+    with pytest.raises(ValueError, match=r"parameter 'output_length': 'reference' needs .*mt_bench\.jsonl' has none"):
+        make_workload(f"mt-bench:{FIX / 'mt_bench.jsonl'}", 100, 32, 0, "reference")
+
+
+def test_natural_bodies_let_the_model_stop() -> None:
+    for flavour in ("sglang", "openai-completions", "openai-chat"):
+        fixed = make_workload("builtin", 100, 64, 0).bodies(flavour, [0], model=None, temperature=0.0)[0]
+        natural = make_workload("builtin", 100, 64, 0, "natural").bodies(flavour, [0], model=None, temperature=0.0)[0]
+        flag = (lambda b: b["sampling_params"]["ignore_eos"]) if flavour == "sglang" else (lambda b: b["ignore_eos"])
+        assert flag(fixed) is True and flag(natural) is False
+        assert json.dumps(natural).count("64") >= 1  # output_tokens stays the maximum
+
+
+def test_auto_workload_is_builtin_for_real_servers_and_random_ids_embedded() -> None:
+    real = parse_config({"endpoint": "http://h:1"}).resolved_workload()
+    assert real[0] == "builtin" and "real traffic" in real[1]
+    assert parse_config({}).resolved_workload()[0] == "random-ids"
+    assert parse_config({"endpoint": "http://h:1", "workload": "random-ids"}).resolved_workload() == ("random-ids", "given")
+    assert make_workload("random-text", 8, 8, 0).describe()["value"] == "random-text"
+
+
+# ------------------------------------------------------------------------------- end to end
+
+
+def test_builtin_sweep_recovers_each_categorys_acceptance(tmp_path: Path, refserver_mtp: RefServer) -> None:
+    """Every built-in prompt once (145 requests at C=16, 128 tokens each, SGLang meta_info per
+    request): each category's measured accept length (datasets.category_metrics) is within
+    0.12 tokens/step of the rule's prediction for the prompts sent (harmonic mean of the
+    per-prompt means: Σ tokens / Σ steps with equal tokens per request) and within 0.15 of the
+    server's configured per-category mean (/server_info, repetitiveness 0). Standard error per
+    category is about 0.03 (≈1000 verify steps); truncated last steps bias it down by ~0.01."""
+    info = httpx.get(f"{refserver_mtp.url}/server_info", timeout=10).json()["specsweep_refserver"]
+    configured = info["category_accept_lengths"]
+    assert configured == pytest.approx(category_means(2.0, 3))  # tiny profile: 3 draft steps, mean 2
+    n = len(datasets.builtin_prompts())
+    res = run_sweep({"endpoint": refserver_mtp.url, "arm": "mtp", "workload": "builtin", "concurrency": [16],
+                     "output_tokens": 128, "requests_per_level": n, "warmup_requests": 0,
+                     "out_dir": str(tmp_path), "metrics_interval_s": 0.2}, progress=False, log=quiet)
+    rs = load_result_set(res.run_dir)
+    req = rs.requests
+    assert req["error"].isna().all() and (req["output_tokens"] == 128).all()
+    records = datasets.builtin_prompts()
+    assert list(req.sort_values("prompt_id")["category"]) == [r.category for r in records]  # stored per row
+    assert rs.meta["workload"]["kind"] == "builtin" and rs.meta["workload"]["dataset"]["prompts"] == n
+    cats = category_metrics(req).set_index("category")
+    assert set(cats.index) == set(configured) - {"all"}
+    for cat, row in cats.iterrows():
+        per_prompt = [expected_accept_length(r.text(), r.category, 2.0, 3) for r in records if r.category == cat]
+        predicted = len(per_prompt) / sum(1 / x for x in per_prompt)
+        assert row["spec_accept_length"] == pytest.approx(predicted, abs=0.12), cat
+        assert row["spec_accept_length"] == pytest.approx(configured[cat], abs=0.15), cat
+    assert cats.at["code-edit", "spec_accept_length"] > cats.at["summarisation", "spec_accept_length"] \
+        > cats.at["creative-writing", "spec_accept_length"]
+    # per request, SGLang's meta_info stays consistent: accept length = completion tokens / verify steps
+    assert (req["spec_accept_length"] - req["output_tokens"] / req["spec_verify_ct"]).abs().max() < 1e-9
+    by_prompt = req.groupby("category")["spec_accept_length"].mean()
+    assert by_prompt["code-edit"] > by_prompt["creative-writing"] + 0.8
+    # the level figure is the same rule over all rows
+    assert rs.levels["spec_accept_length"].iloc[0] == pytest.approx(
+        req["output_tokens"].sum() / req["spec_verify_ct"].sum())
+
+
+@pytest.mark.parametrize("api", ["sglang", "openai-chat"])
+def test_natural_lengths_run_end_to_end(tmp_path: Path, refserver: RefServer, api: str) -> None:
+    """output_length=natural with the default workload on a real server (auto → builtin): the
+    server stops each request at its seeded natural length (tokens.natural_length of the
+    prompt's digest, tiny profile 8..64 tokens), capped at output_tokens."""
+    res = run_sweep({"endpoint": refserver.url, "arm": f"nat-{api}", "api": api, "output_length": "natural",
+                     "concurrency": [1, 4], "output_tokens": 48, "out_dir": str(tmp_path),
+                     "metrics_interval_s": 0.2}, progress=False, log=quiet)
+    rs = load_result_set(res.run_dir)
+    wl = rs.meta["workload"]
+    assert wl["kind"] == "builtin" and wl["chosen_by"].startswith("auto:") and wl["output_length"] == "natural"
+    assert wl["ignore_eos"] is False and "natural output lengths" in wl["description"]
+    req = rs.requests.sort_values("prompt_id")
+    assert req["error"].isna().all()
+    eng = load_profile("tiny").engine
+    w = make_workload("builtin", 100, 48, 0, "natural")
+    expected = []
+    for i in req["prompt_id"]:
+        p = w.prompt(int(i), api)
+        raw = json.dumps([{"role": "user", "content": p}], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() \
+            if api == "openai-chat" else p
+        expected.append(min(48, natural_length(prompt_digest(raw), eng.natural_length_min, eng.natural_length_max)))
+    assert list(req["output_tokens"]) == expected
+    assert len(set(expected)) > 3 and min(expected) < 48  # lengths really vary and stop early
+    stopped = req[req["output_tokens"] < 48]
+    assert (stopped["finish_reason"] == "stop").all()
+    assert (rs.levels["short_outputs"] == 0).all() and not any("ignore_eos" in w for w in res.warnings)
+    assert set(req["category"]) <= set(datasets.load_builtin().categories())
+
+
+def test_reference_lengths_run_end_to_end(tmp_path: Path, refserver: RefServer) -> None:
+    """output_length=reference: each request asks for its prompt's reference length (built-in
+    set: given per record), capped at output_tokens, with ignore_eos; the server honours it."""
+    res = run_sweep({"endpoint": refserver.url, "arm": "ref", "workload": "builtin:code-edit,qa",
+                     "output_length": "reference", "concurrency": [2], "output_tokens": 80,
+                     "requests_per_level": 20, "out_dir": str(tmp_path), "metrics_interval_s": 0.2},
+                    progress=False, log=quiet)
+    rs = load_result_set(res.run_dir)
+    assert rs.meta["workload"]["output_length"] == "reference" and rs.meta["workload"]["ignore_eos"] is True
+    req = rs.requests.sort_values("prompt_id")
+    refs = [r.reference_output_tokens for r in datasets.builtin_prompts(["code-edit", "qa"])]
+    expected = [min(80, refs[int(i) % len(refs)]) for i in req["prompt_id"]]
+    assert list(req["requested_output_tokens"]) == expected and list(req["output_tokens"]) == expected
+    assert len(set(expected)) > 3 and 80 in expected  # varied, and some capped
+    assert (rs.levels["short_outputs"] == 0).all()
