@@ -700,11 +700,6 @@ _PROMPT_RE = re.compile(rb'"prompt_tokens":(\d+)[,}]')
 _SLOW_MARKS = (b"\r", b'"error"', b'"timings"', b'"metrics"', b'"index":1')
 
 
-def is_sglang_flavour(flavour: Flavour) -> bool:
-    """True for the ``sglang`` flavour (cumulative text and ``meta_info`` counts)."""
-    return flavour == "sglang"
-
-
 def _json_list(items: list[bytes]) -> list[Any]:
     """``orjson.loads`` of JSON values given as bytes, in one call."""
     return orjson.loads(b"[" + b",".join(items) + b"]") if items else []
@@ -825,7 +820,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
         rec.error = f"server did not stream (content-type {raw.content_type!r}); is stream=true accepted?"
         return rec
 
-    if not is_sglang_flavour(flavour) and _parse_openai_fast(flavour, raw, rec):
+    if flavour != "sglang" and _parse_openai_fast(flavour, raw, rec):
         return rec
     decoded = decode_reads(raw.reads, raw.times)
     events, ev_times = decoded.events, decoded.times
