@@ -426,3 +426,69 @@ def test_a_server_that_closes_kept_alive_connections_after_each_stream() -> None
     recs = asyncio.run(main())
     assert [r.error for r in recs] == [None] * 10 and all(r.output_tokens == 2 for r in recs)
     assert len(served) == 10  # each request reached the server exactly once
+
+
+# ---- the fast OpenAI path agrees with the general parser -------------------------------------------
+
+def _chat(content: str | None, cum: int, fr: str | None = None, **delta: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"content": content, **delta}
+    return {"id": "c", "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": d, "finish_reason": fr}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": cum, "total_tokens": 3 + cum}}
+
+
+_ESCAPED = 'é "q" \\ \n\t ☃ 😀 "completion_tokens":9'
+#: (flavour, stream, whether the fast path must take it)
+_FAST_CASES: dict[str, tuple[str, bytes, bool]] = {
+    "plain": ("openai-completions", _sse(_cmpl(" a", 1), _cmpl(" b c d", 4), _cmpl(" e", 5, "length"),
+                                         _cmpl(None, 5, choices=False)), True),
+    "escapes in text": ("openai-completions", _sse(_cmpl(_ESCAPED, 1), _cmpl(" x", 2, "stop")), True),
+    "count falls back then rises": ("openai-completions", _sse(_cmpl(" a", 2), _cmpl(" b", 1), _cmpl(" c", 3)), True),
+    "empty text chunk": ("openai-completions", _sse(_cmpl("", 0), _cmpl(" a", 1), _cmpl("", 1), _cmpl(" b", 2)), True),
+    "chat with role chunk": ("openai-chat", _sse(_chat("", 0, role="assistant"), _chat("Hi", 1), _chat(None, 1, "length")), True),
+    "abort": ("openai-completions", _sse(_cmpl(" a", 1), _cmpl(" b", 2, "abort")), True),
+    "count on some chunks only": ("openai-completions", _sse(_cmpl(" a", None), _cmpl(" b", 2)), False),
+    "no text at all": ("openai-completions", _sse(_cmpl("", 1), _cmpl("", 2)), False),
+    "float count": ("openai-completions", _sse(_cmpl(" a", 1), _cmpl(" b", 2)).replace(b'"completion_tokens":2', b'"completion_tokens":2.0'), False),
+    "no [DONE]": ("openai-completions", _sse(_cmpl(" a", 1), _cmpl(" b", 2), done=False), False),
+    "CRLF": ("openai-completions", _sse(_cmpl(" a", 1), _cmpl(" b", 2)).replace(b"\n", b"\r\n"), False),
+    "comment line": ("openai-completions", b": ping\n\n" + _sse(_cmpl(" a", 1), _cmpl(" b", 2)), False),
+    "two data lines": ("openai-completions", _sse(_cmpl(" a", 1)).replace(b'"choices"', b'\ndata: "choices"', 1), False),
+    "data without space": ("openai-completions", _sse(_cmpl(" a", 1), _cmpl(" b", 2)).replace(b"\n\ndata: ", b"\n\ndata:"), False),
+    "in-stream error": ("openai-completions", _sse(_cmpl(" a", 1), {"error": {"message": "boom"}}), False),
+    "llama.cpp timings": ("openai-completions", _sse(_cmpl(" a", 1), {**_cmpl(" b", 2, "length"), "timings": {
+        "predicted_n": 2, "draft_n": 2, "draft_n_accepted": 1}}), False),
+    "reasoning": ("openai-chat", _sse(_chat(None, 1, reasoning_content="think"), _chat("ok", 2)), False),
+    "malformed JSON": ("openai-completions", _sse(_cmpl(" a", 1), b'{"usage":{"completion_tokens":2}, "x"'), False),
+}
+
+
+@pytest.mark.parametrize("case", list(_FAST_CASES))
+@pytest.mark.parametrize("split", ["one read", "per event", "every 7 bytes"])
+def test_fast_openai_path_equals_general_parser(case: str, split: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    flavour, stream, fast = _FAST_CASES[case]
+    if split == "one read":
+        reads = [stream]
+    elif split == "per event":
+        reads = _events(stream) if b"\r" not in stream else [stream]
+    else:
+        reads = [stream[i:i + 7] for i in range(0, len(stream), 7)]
+    probe = C.RequestRecord(t_sent=0.0, t_end=10.0, http_status=200)
+    assert C._parse_openai_fast(flavour, _raw(list(reads)), probe) is fast  # type: ignore[arg-type]
+    got = parse_exchange(flavour, _raw(list(reads)))  # type: ignore[arg-type]
+    monkeypatch.setattr(C, "_parse_openai_fast", lambda *a: False)
+    general = parse_exchange(flavour, _raw(list(reads)))  # type: ignore[arg-type]
+    assert got == general
+    if fast:
+        assert got.output_tokens and got.chunk_times and got.output_digest
+
+
+def test_fast_path_keeps_exact_counts_of_a_real_fastsse_stream() -> None:
+    frames, tail = fastsse.build_frames(fastsse.Spec(flavour="openai-completions", n=300, k=3,
+                                                     prompt_tokens=4, counts="continuous"))
+    body = b"".join(f.partition(b"\r\n")[2][:-2] for f in [f for f, _ in frames] + list(tail))
+    reads = [body[i:i + 1000] for i in range(0, len(body), 1000)]
+    rec = C.RequestRecord(t_sent=0.0, t_end=10.0, http_status=200)
+    assert C._parse_openai_fast("openai-completions", _raw(reads), rec)
+    assert rec.output_tokens == 300 and sum(rec.chunk_tokens or []) == 300 and len(rec.chunk_times) == 100
+    assert rec.chunk_times == sorted(rec.chunk_times) and rec.finish_reason == "length" and rec.prompt_tokens == 4

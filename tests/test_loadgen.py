@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from specsweep.client import build_body
+from specsweep.client import RawExchange, build_body
 from specsweep.loadgen import LoadGenerator, run_level, split_concurrency
 
 
@@ -153,8 +153,8 @@ def test_usable_from_a_running_event_loop(server_url: str) -> None:
     assert [r.ok for r in res.records] == [True] * 6
 
 
-def test_parse_budget_zero_parses_in_the_loop(server_url: str) -> None:
-    res = run_level(server_url, FLAVOUR, _bodies(6, tokens=4, itl_ms=0), 3, parse_budget_bytes=0)
+def test_parse_budget_zero_without_spill_parses_in_the_loop(server_url: str) -> None:
+    res = run_level(server_url, FLAVOUR, _bodies(6, tokens=4, itl_ms=0), 3, parse_budget_bytes=0, spill=False)
     assert all(r.ok and r.output_tokens == 4 for r in res.records)
 
 
@@ -183,3 +183,27 @@ def test_validation_names_the_parameter(server_url: str) -> None:
             gen.run_level([], 1)
     with pytest.raises(RuntimeError, match="closed"):
         gen.run_level(_bodies(1), 1)
+
+
+def test_spilled_level_reads_back_every_response_exactly(server_url: str, tmp_path: Any) -> None:
+    """Budget 0: every finished response goes to the level's temp file and is parsed from there."""
+    bodies = _bodies(12, tokens=40, itl_ms=0)
+    held = run_level(server_url, FLAVOUR, bodies, 4)
+    spilled = run_level(server_url, FLAVOUR, bodies, 4, parse_budget_bytes=0, spill_dir=str(tmp_path))
+    assert [r.output_tokens for r in spilled.records] == [40] * 12
+    for a, b in zip(held.records, spilled.records):
+        assert b.ok and b.chunk_tokens == a.chunk_tokens and b.output_digest == a.output_digest
+        assert len(b.chunk_times) == len(a.chunk_times) and b.t_sent <= b.chunk_times[0] <= b.t_end
+    assert list(tmp_path.iterdir()) == []  # the spool file is gone after the level
+
+
+def test_spool_round_trips_reads_times_and_errors(tmp_path: Any) -> None:
+    from specsweep.loadgen import _Spool
+
+    spool = _Spool(str(tmp_path))
+    a = RawExchange(t_sent=1.0, t_end=2.0, http_status=200, content_type="text/event-stream",
+                    reads=[b"data: x\n", b"\n", b""], times=[1.25, 1.5, 1.75])
+    b = RawExchange(t_sent=3.0, t_end=4.0, http_status=None, error="connect error: refused")
+    ha, hb = spool.put(a), spool.put(b)
+    assert spool.get(hb) == b and spool.get(ha) == a
+    spool.close()

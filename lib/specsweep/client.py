@@ -18,7 +18,10 @@ The work is split in two so that parsing never delays another stream's timestamp
    JSON and fills a :class:`~specsweep.records.RequestRecord`: token-carrying chunk times, tokens per
    chunk from differences of the server's cumulative counts, finish reason, prompt tokens, digest of
    the text, server-side figures and errors (HTTP status with the server's message, in-stream
-   ``{"error": …}``, malformed JSON, stream ended without ``[DONE]``).
+   ``{"error": …}``, malformed JSON, stream ended without ``[DONE]``). The common OpenAI stream
+   (continuous usage, plain ``data:`` events) is read straight from its bytes by regular
+   expressions and ``numpy`` (``_parse_openai_fast``, about half the CPU of the general path);
+   anything unusual goes through the general SSE/JSON path, and tests hold the two equal.
 
 Transport: :func:`make_client` builds one ``httpx.AsyncClient`` (:class:`SweepClient`, which ignores
 cookies) per sweep. By default its transport is :class:`AiohttpTransport`, a small
@@ -36,7 +39,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import ssl
+from array import array
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -44,6 +49,7 @@ from typing import Any, Literal
 
 import aiohttp
 import httpx
+import numpy as np
 import orjson
 
 from .records import RequestRecord
@@ -467,6 +473,26 @@ def _describe_error_long(exc: BaseException, read_timeout_s: float | None) -> st
     return f"{type(exc).__name__}: {exc}"
 
 
+async def _read_aiohttp(stream: _AiohttpStream, times: list[float], reads: list[bytes]) -> None:
+    """The hot loop over :class:`AiohttpTransport`'s response: per read, ``perf_counter()`` (seconds)
+    then append the bytes; aiohttp failures become httpx exceptions as in ``_AiohttpStream``."""
+    readany = stream._resp.content.readany
+    t_append = times.append
+    r_append = reads.append
+    try:
+        while True:
+            data = await readany()
+            if not data:
+                break
+            t_append(perf_counter())
+            r_append(data)
+    except aiohttp.ClientError as exc:
+        raise _map_aiohttp_error(exc) from exc
+    except asyncio.TimeoutError as exc:  # aiohttp's read timeout (sock_read)
+        raise _map_aiohttp_error(exc) from exc
+    stream._done = True
+
+
 async def stream_request(
     client: httpx.AsyncClient,
     path: str,
@@ -505,17 +531,26 @@ async def send_streaming(
             try:
                 ex.http_status = response.status_code
                 ex.content_type = response.headers.get("content-type")
-                if read == "raw":
+                direct = False
+                inner = getattr(response.stream, "_stream", None)  # httpx's BoundAsyncStream wraps it
+                if read == "raw" and inner.__class__ is _AiohttpStream:
+                    # our own transport: read aiohttp's buffer directly (three async-generator
+                    # layers less per read than aiter_raw)
+                    response.is_stream_consumed = True
+                    await _read_aiohttp(inner, times, reads)  # type: ignore[arg-type]
+                    direct = True
+                elif read == "raw":
                     it = response.aiter_raw()
                 elif read == "stream":
                     it = response.stream.__aiter__()  # type: ignore[union-attr]
                 else:
                     it = response.aiter_bytes()
-                t_append = times.append
-                r_append = reads.append
-                async for data in it:
-                    t_append(perf_counter())
-                    r_append(data)
+                if not direct:
+                    t_append = times.append
+                    r_append = reads.append
+                    async for data in it:
+                        t_append(perf_counter())
+                        r_append(data)
             finally:
                 await response.aclose()
     except TimeoutError:
@@ -652,6 +687,107 @@ def _sglang_meta(data: bytes) -> dict[str, Any] | None:
     return meta
 
 
+_DONE_TAIL = b"data: [DONE]\n\n"
+_COUNT_KEY = b'"completion_tokens":'
+#: per event, its first ``completion_tokens`` value (the rest of the event is skipped: one per event)
+_COUNT_RE = re.compile(rb'"completion_tokens":(-?\d+)[,}][^\n]*\n\n')
+#: a JSON string value of ``text`` (completions) or ``content`` (chat), escapes included
+_TEXT_RE = {
+    "openai-completions": re.compile(rb'"text":("[^"\\]*(?:\\.[^"\\]*)*")'),
+    "openai-chat": re.compile(rb'"content":("[^"\\]*(?:\\.[^"\\]*)*")'),
+}
+_FINISH_RE = re.compile(rb'"finish_reason":("[^"\\]*(?:\\.[^"\\]*)*")')
+_PROMPT_RE = re.compile(rb'"prompt_tokens":(\d+)[,}]')
+#: bytes that send a stream to the general parser: errors, server figures, reasoning text, a second
+#: choice, CR line ends (each is one memchr-speed scan)
+_SLOW_MARKS = (b"\r", b'"error"', b'"timings"', b'"metrics"', b'"index":1')
+
+
+def _json_list(items: list[bytes]) -> list[Any]:
+    """``orjson.loads`` of JSON values given as bytes, in one call."""
+    return orjson.loads(b"[" + b",".join(items) + b"]") if items else []
+
+
+def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -> bool:
+    """The common OpenAI stream read straight from its bytes; False (``rec`` untouched) when unusual.
+
+    Taken only when the body is nothing but ``data: <JSON>\\n\\n`` events (LF line ends, one
+    ``data:`` line each, no comments or other fields), ends with ``data: [DONE]``, holds none of
+    ``_SLOW_MARKS``, and every JSON event has exactly one ``"completion_tokens":<int>`` (the
+    continuous-usage case) with at least one non-empty text piece. A JSON key cannot occur inside a
+    JSON string (its quotes would be escaped), so these scans see keys only. Each event must read
+    ``{…}`` (a truncated event fails that); JSON inside an event is not otherwise validated — a
+    malformed event that still holds its count and text is taken as it reads. In that case the
+    general parser's accounting reduces to "a chunk's tokens = rise of the running maximum of the
+    counts", computed here with regular expressions (C), ``numpy`` (event ends located in the read
+    boundaries give each event the arrival time of the read that completed it) and three small
+    ``orjson`` calls — no per-event Python object but the count's digits and the text piece.
+    Anything else returns False and :func:`parse_exchange`'s general path decides; tests check
+    that both paths give identical records. Cost on a shared 2-core VM: about 1.2 µs of CPU per
+    event, against about 2.6 µs for the general path.
+    """
+    if raw.error is not None:
+        return False
+    reads = raw.reads
+    body = reads[0] if len(reads) == 1 else b"".join(reads)
+    if not body.startswith(b"data: ") or not body.endswith(_DONE_TAIL):
+        return False
+    for mark in _SLOW_MARKS:
+        if mark in body:
+            return False
+    if flavour == "openai-chat" and b'"reasoning' in body:
+        return False
+    arr = np.frombuffer(body, dtype=np.uint8)
+    lfs = np.flatnonzero(arr == 10)
+    n_json = len(lfs) // 2 - 1  # JSON events ([DONE] is the last event)
+    if n_json < 1 or len(lfs) % 2:
+        return False
+    ends = lfs[1::2]
+    if not (ends == lfs[0::2] + 1).all():
+        return False  # a line that is not followed by a blank line: several lines in one event
+    starts = np.concatenate(([0], ends[:-2] + 1))  # every JSON event: "data: {" … "}"
+    for k, ch in enumerate(b"data: {"):
+        if not (arr[starts + k] == ch).all():
+            return False
+    if not (arr[ends[:-1] - 2] == 125).all():  # "}" before the blank line: catches a truncated event
+        return False
+    counts = _COUNT_RE.findall(body)
+    if len(counts) != n_json or body.count(_COUNT_KEY) != n_json:
+        return False  # an event without a count, or with two
+    try:
+        c = np.array(_json_list(counts), dtype=np.int64)
+        pieces = _json_list(_TEXT_RE[flavour].findall(body))
+        # the last of each wins, as in the general path: search from the end
+        f_at = body.rfind(b'"finish_reason":"')
+        m = _FINISH_RE.match(body, f_at) if f_at >= 0 else None
+        finish = orjson.loads(m.group(1)) if m is not None else None
+        p_at = body.rfind(b'"prompt_tokens":')
+        m = _PROMPT_RE.match(body, p_at) if p_at >= 0 else None
+        if p_at >= 0 and m is None:
+            return False  # the last prompt count is not an integer: the general rules decide
+    except (orjson.JSONDecodeError, KeyError):
+        return False
+    full = "".join(pieces)
+    if not full:
+        return False  # no content piece: the general rules decide what counts
+    # event i ends at the second LF of its blank line; its time is that of the read holding that byte
+    read_ends = np.cumsum(np.fromiter(map(len, reads), dtype=np.int64, count=len(reads)))
+    ev_times = np.asarray(raw.times, dtype=float)[np.searchsorted(read_ends, ends[:-1], side="right")]
+    before = np.maximum.accumulate(np.concatenate(([0], c[:-1])))  # running max of earlier counts
+    np.maximum(before, 0, out=before)
+    rise = c > before
+    rec.chunk_times = ev_times[rise].tolist()
+    rec.chunk_tokens = (c - before)[rise].tolist()
+    rec.output_tokens = int(max(0, c.max()))
+    rec.token_source = "usage"
+    rec.prompt_tokens = int(m.group(1)) if m is not None else None
+    rec.finish_reason = finish
+    rec.output_digest = hashlib.blake2b(full.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES).hexdigest()
+    if rec.finish_reason == "abort":
+        rec.error = "server aborted the request: no message"
+    return True
+
+
 def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     """Turn a :class:`RawExchange` into a :class:`RequestRecord` (no I/O; never raises on bad data).
 
@@ -687,6 +823,8 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
         rec.error = f"server did not stream (content-type {raw.content_type!r}); is stream=true accepted?"
         return rec
 
+    if flavour != "sglang" and _parse_openai_fast(flavour, raw, rec):
+        return rec
     decoded = decode_reads(raw.reads, raw.times)
     events, ev_times = decoded.events, decoded.times
     trailing = decoded.trailing

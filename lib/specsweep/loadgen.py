@@ -10,9 +10,14 @@ How a level runs: C slots each take the next body (in issue order), send it, wai
 its stream and take the next, so a finished request immediately starts the next and the number in
 flight is C until the bodies run out. The hot path only timestamps and stores bytes
 (``client.send_streaming``); SSE/JSON are parsed after the level, except that a response over
-1 MiB (SGLang's cumulative-text streams) is parsed as soon as it ends, and everything finished is
-parsed when unparsed bytes exceed ``parse_budget_bytes`` (both keep memory bounded; both run in the
-loop and can delay other streams' timestamps by the parse time).
+1 MiB (SGLang's cumulative-text streams) is parsed as soon as it ends (in the loop: a few ms).
+
+Memory per level is bounded: when the finished, unparsed responses hold more than
+``parse_budget_bytes`` (default 64 MiB), they are written to a temporary file of the level
+(:class:`_Spool`: body bytes, read lengths and read times; a sequential buffered write, about
+0.1 µs per token in the loop) and read back one at a time when the level is parsed, so resident
+memory is the budget plus the parsed records (about 40 bytes per token-carrying chunk: a float and
+an int in two lists). ``spill=False`` parses them in the loop instead (slower timestamps).
 
 With ``workers=N`` (N > 1) the C slots are split over N processes ("spawn"), which take body
 indices from one shared counter, so issue order and the closed loop stay global. Times are
@@ -32,8 +37,10 @@ import multiprocessing as mp
 import os
 import signal
 import ssl
+import tempfile
 import threading
 import time
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -62,6 +69,77 @@ _POLL_S = 0.05
 #: a response bigger than this (bytes) is parsed as soon as it ends, inside the loop (a few ms),
 #: instead of being held until the level ends
 _EAGER_PARSE_BYTES = 1 << 20
+#: write buffer of a level's spool file (bytes)
+_SPOOL_BUFFER = 1 << 20
+
+
+@dataclass(slots=True)
+class _Spilled:
+    """A finished response whose reads and read times are in the level's spool file.
+
+    ``meta``: the exchange without its reads/times; ``offset``: where its block starts (bytes);
+    ``n_reads``/``n_bytes``: how many reads and body bytes the block holds.
+    """
+
+    meta: RawExchange
+    offset: int
+    n_reads: int
+    n_bytes: int
+
+
+class _Spool:
+    """One level's temporary file of finished, unparsed responses (deleted when closed).
+
+    A block is the read lengths (int64), the read times (float64 perf_counter seconds) and the body
+    bytes, back to back. Written from the measuring loop (buffered: one ``write`` system call per
+    MiB), read back after the level.
+    """
+
+    __slots__ = ("_file", "_pos")
+
+    def __init__(self, directory: str | None = None) -> None:
+        self._file = tempfile.TemporaryFile(prefix="specsweep-level-", dir=directory, buffering=_SPOOL_BUFFER)
+        self._pos = 0
+
+    def put(self, raw: RawExchange) -> _Spilled:
+        """Write ``raw``'s reads and times; return the handle that reads them back."""
+        reads = raw.reads
+        lens = array("q", map(len, reads))
+        times = array("d", raw.times)
+        body = b"".join(reads)
+        w = self._file.write
+        w(lens)
+        w(times)
+        w(body)
+        meta = RawExchange(t_sent=raw.t_sent, t_end=raw.t_end, http_status=raw.http_status,
+                           content_type=raw.content_type, error=raw.error)
+        out = _Spilled(meta, self._pos, len(reads), len(body))
+        self._pos += 16 * len(reads) + len(body)
+        return out
+
+    def get(self, sp: _Spilled) -> RawExchange:
+        """The exchange ``sp`` stands for, reads and times restored."""
+        f = self._file
+        f.flush()
+        f.seek(sp.offset)
+        n = sp.n_reads
+        lens = array("q")
+        lens.frombytes(f.read(8 * n))
+        times = array("d")
+        times.frombytes(f.read(8 * n))
+        body = f.read(sp.n_bytes)
+        f.seek(0, os.SEEK_END)
+        reads: list[bytes] = []
+        pos = 0
+        for ln in lens:
+            reads.append(body[pos:pos + ln])
+            pos += ln
+        m = sp.meta
+        return RawExchange(t_sent=m.t_sent, t_end=m.t_end, http_status=m.http_status,
+                           content_type=m.content_type, reads=reads, times=times.tolist(), error=m.error)
+
+    def close(self) -> None:
+        self._file.close()
 
 
 @dataclass(slots=True)
@@ -130,11 +208,14 @@ class _Config:
     verify: bool
     headers: dict[str, str]
     parse_budget_bytes: int
+    spill: bool
+    spill_dir: str | None
 
 
 @dataclass(slots=True)
 class _EngineOut:
-    results: dict[int, RawExchange | RequestRecord]
+    results: dict[int, RawExchange | RequestRecord | _Spilled]
+    spool: _Spool | None
     cpu_s: float
     lag: list[float]
     max_in_flight: int
@@ -161,10 +242,20 @@ def _client(cfg: _Config, limit: int) -> httpx.AsyncClient:
                        keepalive_s=cfg.keepalive_s, verify=cfg.verify, headers=cfg.headers)
 
 
-def _parse_all(flavour: Flavour, results: dict[int, RawExchange | RequestRecord]) -> None:
-    for i, r in results.items():
-        if isinstance(r, RawExchange):
-            results[i] = parse_exchange(flavour, r)
+def _parse_all(flavour: Flavour, out: _EngineOut) -> None:
+    """Parse every response of a level in place (spilled ones read back one at a time); closes the
+    level's spool file."""
+    results, spool = out.results, out.spool
+    try:
+        for i, r in results.items():
+            if isinstance(r, _Spilled):
+                results[i] = parse_exchange(flavour, spool.get(r))  # type: ignore[union-attr]
+            elif isinstance(r, RawExchange):
+                results[i] = parse_exchange(flavour, r)
+    finally:
+        if spool is not None:
+            spool.close()
+            out.spool = None
 
 
 async def _lag_monitor(samples: list[float]) -> None:
@@ -193,12 +284,14 @@ async def _engine(
     timeout_s, read, flavour, budget = cfg.timeout_s, cfg.read, cfg.flavour, cfg.parse_budget_bytes
     # requests are built before the clock starts (about 60 µs each, off the hot path)
     prepared: list[httpx.Request | None] = [client.build_request("POST", path, content=b) for b in bodies]
-    results: dict[int, RawExchange | RequestRecord] = {}
+    results: dict[int, RawExchange | RequestRecord | _Spilled] = {}
+    spool: _Spool | None = None
     unparsed: list[int] = []
     state = {"inflight": 0, "max": 0, "gap_sum": 0.0, "gap_n": 0, "unparsed_bytes": 0}
     active: set[int] = set()
 
     async def slot() -> None:
+        nonlocal spool
         prev_end: float | None = None
         while True:
             i = take()
@@ -225,11 +318,13 @@ async def _engine(
             results[i] = raw
             unparsed.append(i)
             state["unparsed_bytes"] += nbytes
-            if state["unparsed_bytes"] > budget:  # bound memory: parse what finished so far
+            if state["unparsed_bytes"] > budget:  # bound memory: spill (or parse) what finished so far
+                if cfg.spill and spool is None:
+                    spool = _Spool(cfg.spill_dir)
                 for j in unparsed:
                     r = results[j]
                     if isinstance(r, RawExchange):
-                        results[j] = parse_exchange(flavour, r)
+                        results[j] = spool.put(r) if spool is not None else parse_exchange(flavour, r)
                 unparsed.clear()
                 state["unparsed_bytes"] = 0
             on_done()
@@ -264,7 +359,7 @@ async def _engine(
     for t in tasks:  # a bug in a slot must not pass silently
         if not t.cancelled() and t.exception() is not None:
             raise RuntimeError("loadgen slot failed") from t.exception()
-    return _EngineOut(results=results, cpu_s=cpu, lag=lag, max_in_flight=state["max"],
+    return _EngineOut(results=results, spool=spool, cpu_s=cpu, lag=lag, max_in_flight=state["max"],
                       gap_sum=state["gap_sum"], gap_n=state["gap_n"], cancelled=len(active),
                       stopped=stopped)
 
@@ -334,7 +429,9 @@ class LoadGenerator:
     ``timeout_s``: limit on one whole request (seconds, None = none). ``read_timeout_s``: longest
     silence between two reads before a request fails as stalled. ``transport``/``read``: see
     ``client.make_client`` and ``client.stream_request``. ``parse_budget_bytes``: unparsed response
-    bytes held before parsing inside the loop (0 = parse each response as it ends).
+    bytes held in memory during a level; above it they are spilled to a temporary file of the level
+    (``spill=True``, in ``spill_dir`` or the system's temp folder) or, with ``spill=False``, parsed
+    inside the loop (0 = spill or parse each response as it ends).
     Use as a context manager, or call :meth:`close`.
     """
 
@@ -354,7 +451,9 @@ class LoadGenerator:
         keepalive_s: float = 4.0,
         verify: bool = True,
         headers: Mapping[str, str] | None = None,
-        parse_budget_bytes: int = 256 << 20,
+        parse_budget_bytes: int = 64 << 20,
+        spill: bool = True,
+        spill_dir: str | None = None,
     ) -> None:
         if flavour not in PATHS:
             raise ValueError(f"flavour must be one of {', '.join(PATHS)}; got {flavour!r}")
@@ -372,7 +471,8 @@ class LoadGenerator:
                            timeout_s=timeout_s, read_timeout_s=read_timeout_s,
                            connect_timeout_s=connect_timeout_s, transport=transport, read=read,
                            use_uvloop=use_uvloop, keepalive_s=keepalive_s, verify=bool(verify),
-                           headers=dict(headers or {}), parse_budget_bytes=parse_budget_bytes)
+                           headers=dict(headers or {}), parse_budget_bytes=parse_budget_bytes,
+                           spill=spill, spill_dir=spill_dir)
         self.workers = workers
         self._closed = False
         self._lock = threading.Lock()
@@ -501,7 +601,7 @@ class LoadGenerator:
             _engine(self._client, self.cfg, bodies, concurrency, take, stop_check, on_done), self._loop)
         out, interrupted = self._wait(fut, lambda: counter["done"], n, progress, interrupt)
         t0 = time.thread_time()
-        _parse_all(self.cfg.flavour, out.results)
+        _parse_all(self.cfg.flavour, out)
         parse_cpu = time.thread_time() - t0
         res = _assemble(out.results, concurrency=concurrency, workers=1, n_bodies=n, cpu_s=out.cpu_s,  # type: ignore[arg-type]
                         parse_cpu_s=parse_cpu, lag=out.lag, max_in_flight=out.max_in_flight,
@@ -690,7 +790,7 @@ async def _worker_async(conn: Any, cfg: _Config, limit: int, counter: Any, done:
 
             out = await _engine(client, cfg, bodies, share, take, stop.is_set, on_done)
             t0 = time.process_time()
-            _parse_all(cfg.flavour, out.results)
+            _parse_all(cfg.flavour, out)
             parse_cpu = time.process_time() - t0
             conn.send(("result", {
                 "records": out.results, "cpu_s": out.cpu_s, "parse_cpu_s": parse_cpu, "lag": out.lag,

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Issue 11's benchmarks in one run, one table: client cost beside the plain-aiohttp reference,
+memory per level, report build time.
+
+Runs, each in fresh processes (server pinned to ``--server-core``, client to ``--client-core``):
+
+1. ``bench/client_overhead.py`` on ``u-k1-c64`` (64 streams, 1 token per chunk, unpaced) and
+   ``p20-k1-c256`` (256 streams paced at 20 ms) for ``ref-aiohttp-any`` (plain aiohttp
+   ``iter_any`` + split + ``json``, as vLLM's bench client) and specsweep's default client, variants
+   interleaved within each repeat, medians of ``--reps``;
+2. ``bench/level_memory.py``: peak resident memory of one level per size, spilling (the default)
+   and holding every read until the level ends (as before), and the spill figure extrapolated to
+   10,000 × 2,000 tokens from the slope between the two largest sizes;
+3. ``bench/report_build.py``: ``python -m specsweep.report`` on the seed result set.
+
+Figures:
+
+- ``all-in µs/token``: client CPU per output token in the steady window (psutil, whole client
+  process) plus, for specsweep, the CPU it spends parsing after the level (``LevelResult.parse_cpu_s``
+  per token); the reference parses inline, so its figure is already all-in;
+- ``all-in cores`` (paced): in-loop cores plus parse CPU per token × the window's tok/s;
+- ``lag p99``: client receive time − server write time per chunk (ms), joined by request id;
+- ``tokens``: tokens counted ÷ tokens the server sent (1.000 = exact);
+- ``other cores``: CPU used by everything else on the machine during the window (shared machine).
+
+Run from the repository root (about 5–10 minutes on a 2-core VM)::
+
+    .venv/bin/python bench/run_all.py
+    .venv/bin/python bench/run_all.py --reps 1 --mem-sizes 1000x2000 --skip-report
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+SPECSWEEP = "ss:aiohttp:raw:uvloop:w1"
+REFERENCE = "ref-aiohttp-any"
+#: goals of issue 11
+GOAL_US_PER_TOKEN = 7.4
+GOAL_PACED_CORES = 0.34
+GOAL_LAG_P99_MS = 4.0
+GOAL_LEVEL_MIB = 500.0
+GOAL_LEVEL_TOKENS = 10_000 * 2_000
+GOAL_REPORT_S = 10.0
+
+
+def _run(argv: list[str], timeout: float) -> str:
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    print(f"# {Path(argv[1]).name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return out.stdout
+
+
+def client_rows(reps: int, server_core: str, client_core: str, max_other: float) -> list[dict[str, Any]]:
+    """Every repeat's row of client_overhead for both scenarios and both clients."""
+    with tempfile.TemporaryDirectory() as tmp:
+        js = os.path.join(tmp, "rows.json")
+        _run([sys.executable, str(HERE / "client_overhead.py"), "--scenarios", "u-k1-c64", "p20-k1-c256",
+              "--clients", REFERENCE, SPECSWEEP, "--reps", str(reps), "--server-core", server_core,
+              "--client-core", client_core, "--max-other", str(max_other), "--quiet-wait-s", "10",
+              "--json-out", js], timeout=3600)
+        return json.loads(Path(js).read_text())
+
+
+def _med(rows: list[dict[str, Any]], key: str) -> float:
+    vals = [float(r[key]) for r in rows if r.get(key) is not None]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def client_figures(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float]]:
+    """(scenario, client) → median figures, all-in cost included."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for key in {(r["scenario"], r["client"]) for r in rows}:
+        rs = [r for r in rows if (r["scenario"], r["client"]) == key]
+        loop_us = _med(rs, "cpu_s_per_1k") * 1e3
+        parse_us = _med(rs, "parse_s_per_1k") * 1e3 if key[1] != REFERENCE else 0.0
+        tok_s = _med(rs, "tok_s")
+        out[key] = {"loop_us": loop_us, "parse_us": parse_us, "all_in_us": loop_us + parse_us,
+                    "cores": _med(rs, "cores"), "all_in_cores": _med(rs, "cores") + parse_us * 1e-6 * tok_s,
+                    "tok_s": tok_s, "lag_p50_ms": _med(rs, "lag_p50_ms"), "lag_p99_ms": _med(rs, "lag_p99_ms"),
+                    "tokens": _med(rs, "tokens_ratio"), "other": _med(rs, "foreign_cores"), "n": len(rs)}
+    return out
+
+
+def memory_rows(sizes: list[str], server_core: str, client_core: str) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        js = os.path.join(tmp, "mem.json")
+        _run([sys.executable, str(HERE / "level_memory.py"), "--sizes", *sizes, "--modes", "spill", "hold",
+              "--server-core", server_core, "--client-core", client_core, "--json-out", js], timeout=3600)
+        return json.loads(Path(js).read_text())
+
+
+def report_seconds(reps: int) -> dict[str, float]:
+    """Median seconds of ``python -m specsweep.report`` and of its phases (bench/report_build.py)."""
+    text = _run([sys.executable, str(HERE / "report_build.py"), "--reps", str(reps)], timeout=1800)
+    got: dict[str, float] = {}
+    for line in text.splitlines():
+        parts = line.rsplit("(min", 1)[0].split()
+        if len(parts) >= 2 and parts[0] in {"cli", "papermill", "export"}:
+            got[parts[0]] = float(parts[-1])
+    return got
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=3, help="repeats of each client run (medians)")
+    ap.add_argument("--mem-sizes", nargs="*", default=["1000x2000", "2500x2000"], help="REQUESTSxTOKENS")
+    ap.add_argument("--report-reps", type=int, default=1)
+    ap.add_argument("--server-core", default="0")
+    ap.add_argument("--client-core", default="1")
+    ap.add_argument("--max-other", type=float, default=0.6,
+                    help="redo a client run (up to 3 times) when others used more cores than this")
+    ap.add_argument("--skip-client", action="store_true")
+    ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--skip-report", action="store_true")
+    ap.add_argument("--json-out", default=None)
+    args = ap.parse_args(argv)
+
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    load = os.getloadavg()[0]
+    print(f"# bench/run_all.py {stamp}; {os.cpu_count()} CPUs ({platform.machine()}), Python "
+          f"{platform.python_version()}; load average {load:.2f} at start; server core {args.server_core}, "
+          f"client core {args.client_core}; client medians of {args.reps}")
+    lines = ["| goal | measure | specsweep | plain aiohttp (same run) | goal | met |", "|---|---|---:|---:|---:|---|"]
+    dump: dict[str, Any] = {"stamp": stamp, "cpus": os.cpu_count()}
+    if not args.skip_client:
+        rows = client_rows(args.reps, args.server_core, args.client_core, args.max_other)
+        fig = client_figures(rows)
+        dump["client"] = {f"{s}|{c}": v for (s, c), v in fig.items()}
+        ss, ref = fig[("u-k1-c64", SPECSWEEP)], fig[("u-k1-c64", REFERENCE)]
+        lines.append(f"| 1 | K1·C64 unpaced: all-in CPU µs/token (loop + parse) | {ss['all_in_us']:.2f} "
+                     f"({ss['loop_us']:.2f} + {ss['parse_us']:.2f}) | {ref['all_in_us']:.2f} | ≤ {GOAL_US_PER_TOKEN} | "
+                     f"{_yes(ss['all_in_us'] <= GOAL_US_PER_TOKEN)} |")
+        lines.append(f"| 1 | K1·C64: specsweep ÷ reference all-in CPU per token | "
+                     f"{ss['all_in_us'] / ref['all_in_us']:.2f} | 1.00 | < 1 | {_yes(ss['all_in_us'] < ref['all_in_us'])} |")
+        lines.append(f"| 1 | K1·C64: tok/s (tokens counted ÷ sent) | {ss['tok_s']:,.0f} ({ss['tokens']:.3f}) | "
+                     f"{ref['tok_s']:,.0f} ({ref['tokens']:.3f}) | exact | {_yes(ss['tokens'] == 1.0)} |")
+        ps, pr = fig[("p20-k1-c256", SPECSWEEP)], fig[("p20-k1-c256", REFERENCE)]
+        lines.append(f"| 1 | 256 streams × 20 ms: all-in cores | {ps['all_in_cores']:.3f} | {pr['all_in_cores']:.3f} | "
+                     f"≤ {GOAL_PACED_CORES} | {_yes(ps['all_in_cores'] <= GOAL_PACED_CORES)} |")
+        lines.append(f"| 1 | 256 × 20 ms: lag p50 / p99 ms | {ps['lag_p50_ms']:.2f} / {ps['lag_p99_ms']:.2f} | "
+                     f"{pr['lag_p50_ms']:.2f} / {pr['lag_p99_ms']:.2f} | p99 ≤ {GOAL_LAG_P99_MS} | "
+                     f"{_yes(ps['lag_p99_ms'] <= GOAL_LAG_P99_MS)} |")
+        lines.append(f"| 1 | 256 × 20 ms: tokens counted ÷ sent | {ps['tokens']:.3f} | {pr['tokens']:.3f} | 1.000 | "
+                     f"{_yes(ps['tokens'] == 1.0)} |")
+        other = max(v["other"] for v in fig.values())
+        lines.append(f"| – | other processes' cores during the client windows (max of medians) | {other:.2f} | | | |")
+    if not args.skip_memory:
+        mem = memory_rows(args.mem_sizes, args.server_core, args.client_core)
+        dump["memory"] = mem
+        for r in mem:
+            lines.append(f"| 2 | level {r['n']:,} × {r['tokens']:,} tokens, {r['mode']}: peak RSS MB (level's own) | "
+                         f"{r['peak_mib']:.0f} ({r['level_mib']:.0f}) | | | exact counts: {_yes(r['exact'])} |")
+        spill = sorted((r for r in mem if r["mode"] == "spill"), key=lambda r: r["tokens_sent"])
+        if len(spill) >= 2:
+            a, b = spill[-2], spill[-1]
+            slope = (b["peak_mib"] - a["peak_mib"]) * 2**20 / (b["tokens_sent"] - a["tokens_sent"])
+            est = b["peak_mib"] + slope * (GOAL_LEVEL_TOKENS - b["tokens_sent"]) / 2**20
+            lines.append(f"| 2 | 10,000 × 2,000, spill: peak RSS MB **extrapolated** from the two largest levels "
+                         f"({slope:.0f} B per extra token) | {est:.0f} | | ≤ {GOAL_LEVEL_MIB:.0f} | "
+                         f"{_yes(est <= GOAL_LEVEL_MIB)} |")
+    if not args.skip_report:
+        rep = report_seconds(args.report_reps)
+        dump["report"] = rep
+        cli = rep.get("cli", float("nan"))
+        lines.append(f"| 3 | seed report build, `python -m specsweep.report` s (papermill {rep.get('papermill', float('nan')):.1f}, "
+                     f"export {rep.get('export', float('nan')):.1f}) | {cli:.1f} | | < {GOAL_REPORT_S:.0f} | "
+                     f"{_yes(cli < GOAL_REPORT_S)} |")
+    print("\n".join(lines))
+    print(f"# load average {os.getloadavg()[0]:.2f} at the end (the machine is shared: figures are noisy; "
+          "compare specsweep with the reference of the same run)")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(dump, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
