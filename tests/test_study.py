@@ -116,6 +116,23 @@ def test_a_grid_expands_to_readable_arm_names() -> None:
     assert study.arms[4].label == "EAGLE topk 4" and study.arms[4].embedded.args == ["--set", "speculative.num_steps=4"]
 
 
+def test_auto_workload_and_length_resolve_once_for_every_arm() -> None:
+    """A real-server arm and an embedded arm would resolve ``auto`` differently; a study shares one."""
+    from specsweep.config import parse_config
+
+    mixed = parse_study(study_text(sweep={"concurrency": [1, 2]}))
+    params = [mixed.sweep_parameters(a, 0) for a in mixed.arms]
+    assert {p["workload"] for p in params} == {"builtin"} and {p["output_tokens"] for p in params} == {1000}
+    resolved = {(parse_config(p).resolved_workload()[0], parse_config(p).resolved_output_tokens()) for p in params}
+    assert resolved == {("builtin", 1000)}
+    embedded = parse_study(study_text(sweep={"concurrency": [1, 2]}, arms=[
+        {"name": "baseline", "embedded": {"profile": "tiny", "spec": "off"}},
+        {"name": "mtp", "embedded": {"profile": "tiny", "spec": "mtp"}}]))
+    resolved = {(parse_config(p).resolved_workload()[0], parse_config(p).resolved_output_tokens())
+                for p in (embedded.sweep_parameters(a, 0) for a in embedded.arms)}
+    assert resolved == {("random-ids", 256)}  # all embedded: the embedded rule, one for both
+
+
 def test_grid_names_must_stay_unique() -> None:
     with pytest.raises(StudyError, match=r"<study> line 19: key 'arms.2.name': arm 'mtp-1' appears twice"):
         parse_study(study_text(arms=[{"name": "baseline", "endpoint": "http://h:1"},

@@ -33,6 +33,8 @@ Api = Literal["auto", "sglang", "openai-completions", "openai-chat"]
 DEFAULT_CONCURRENCY = [1, 4, 16, 32, 64, 128]
 WARMUP_OUTPUT_TOKENS = 16
 EMBEDDED_OUTPUT_TOKENS = 256
+#: ``output_tokens="auto"`` on a real server (the seed's workload)
+SERVER_OUTPUT_TOKENS = 1000
 ARM_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -147,7 +149,7 @@ class SweepConfig(BaseModel):
 
     def resolved_output_tokens(self) -> int:
         if self.output_tokens == "auto":
-            return EMBEDDED_OUTPUT_TOKENS if self.embedded else 1000
+            return EMBEDDED_OUTPUT_TOKENS if self.embedded else SERVER_OUTPUT_TOKENS
         return self.output_tokens
 
     def resolved_workload(self) -> tuple[str, str]:

@@ -58,7 +58,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specsweep.config import ARM_PATTERN, SweepConfig
+from specsweep.config import ARM_PATTERN, SERVER_OUTPUT_TOKENS, SweepConfig
 from specsweep.recommend import Profile
 
 #: sweep-notebook parameters the study sets per arm (not allowed in the shared ``sweep`` section)
@@ -352,9 +352,18 @@ class Study:
         Each repeat is its own sweep run (repeats=1) with prompt seed ``seed + repeat``: arms stay
         paired (same prompts within a repeat) and a prefix cache kept across repeats cannot serve a
         repeat's prompts from an earlier one.
+
+        ``auto`` workload and output length resolve differently for the embedded server and a real
+        one (see ``config``); a study resolves them once for every arm, so that arms of both kinds
+        share one workload: the real-server rule when any arm is not embedded.
         """
         params: dict[str, Any] = {**self.spec.sweep, "arm": arm.name, "repeats": 1,
                                   "seed": int(self.spec.sweep.get("seed", 0)) + repeat}
+        if not all(a.embedded is not None for a in self.arms):
+            if str(params.get("workload", "auto")).strip() in ("", "auto"):
+                params["workload"] = "builtin"
+            if str(params.get("output_tokens", "auto")).strip() == "auto":
+                params["output_tokens"] = SERVER_OUTPUT_TOKENS
         if arm.label:
             params["label"] = arm.label
         if arm.embedded is not None:
