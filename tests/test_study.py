@@ -24,7 +24,8 @@ import yaml
 from helpers import require_extra
 from specsweep.report import REPO_ROOT
 from specsweep.store import load_result_set
-from specsweep.study import Redactor, flush_prefix_cache, main, run_arm, run_order, run_study, study_markdown
+from specsweep.probe import flush_prefix_cache
+from specsweep.study import Redactor, main, run_arm, run_order, run_study, study_markdown
 from specsweep.study_file import StudyError, load_study, parse_study
 
 SERVE_REFSERVER = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
@@ -205,8 +206,32 @@ def test_flush_prefix_cache_uses_the_route_the_server_offers() -> None:
         server.shutdown()
 
 
-def test_flush_prefix_cache_without_a_route(refserver) -> None:  # noqa: ANN001 - fixture
-    assert flush_prefix_cache(refserver.url) is None
+def test_flush_prefix_cache_on_each_api_surface(refserver, refserver_factory) -> None:  # noqa: ANN001 - fixtures
+    assert flush_prefix_cache(refserver.url) == "/flush_cache"  # SGLang
+    assert flush_prefix_cache(refserver_factory(args=["--api-surface", "vllm"]).url) == "/reset_prefix_cache"
+    assert flush_prefix_cache(refserver_factory(args=["--api-surface", "llamacpp"]).url) is None  # no such route
+
+
+@pytest.mark.parametrize("flush", [False, True])
+def test_a_sweep_flushes_before_each_level_and_keeps_the_embedded_server_log(tmp_path: Path, flush: bool) -> None:
+    from specsweep.sweep import run_sweep
+
+    result = run_sweep(dict(embedded_profile="tiny", concurrency=[1, 2], input_tokens=32, output_tokens=8,
+                            out_dir=str(tmp_path), flush_cache=flush), progress=False, log=lambda _: None)
+    server_log = result.run_dir / "server.log"
+    assert server_log.is_file() and not list(tmp_path.glob("embedded-server-*.log"))
+    assert server_log.read_text().count("/flush_cache: prefix cache flushed") == (2 if flush else 0)
+    assert result.meta["sweep"]["flush_cache"] is flush
+    assert result.meta.get("prefix_cache_flush") == ("/flush_cache" if flush else None)
+
+
+def test_refserver_keeps_its_log_when_asked(tmp_path: Path) -> None:
+    from specsweep.refserver.launch import RefServer
+
+    log_path = tmp_path / "logs" / "server.log"
+    with RefServer("tiny", "off", ["--health-delay-s", "0.2"], log_path=log_path) as srv:
+        assert flush_prefix_cache(srv.url) == "/flush_cache"
+    assert "prefix cache flushed" in log_path.read_text() and "prefix cache flushed" in srv.stderr_text()
 
 
 def _gone(pid: int, within_s: float = 10.0) -> bool:
@@ -267,6 +292,11 @@ def test_a_study_end_to_end_with_a_failing_arm_then_resumed(tmp_path: Path) -> N
     assert (base_run / "sweep.ipynb").is_file() and "C=2 repeat 0" in (base_run / "sweep.ipynb").read_text()
     assert "specsweep study: arm baseline" in (base_run / "server.log").read_text()
     assert (Path(result.outcomes[1].run_dir) / "sweep.ipynb").is_file()
+    # studies flush the prefix cache before each level (2 levels); embedded arms keep their server's log too
+    for o in result.outcomes[:3]:
+        assert (Path(o.run_dir) / "server.log").read_text().count("/flush_cache: prefix cache flushed") == 2, o.arm
+        assert o.server_log == str(Path(o.run_dir) / "server.log")
+    assert load_result_set(base_run).meta["prefix_cache_flush"] == "/flush_cache"
 
     # repeats merged per arm, each level's repeat = the study's repeat, time order in meta.json
     merged = load_result_set(out / "mtp-steps2")
