@@ -463,3 +463,44 @@ def test_fresh_starts_over_and_a_study_without_its_baseline_builds_no_report(tmp
     assert len(again.outcomes) == 1 and not stale.exists()
     assert len(json.loads((tmp_path / "study.json").read_text())["outcomes"]) == 1
     assert not (tmp_path / "reports").exists()
+
+
+def _capped(arm: str, cap: int | None, rows: list[tuple[int, float, int]], pool: int = 63_376) -> "ResultSet":
+    from specsweep.store import ResultSet
+
+    levels = pd.DataFrame([{"concurrency": c, "repeat": 0, "output_tok_s": tok, "server_running_max": ran}
+                           for c, tok, ran in rows])
+    server = {"name": "sglang", "max_running_requests": cap, "max_total_num_tokens": pool,
+              "speculative_algorithm": "NEXTN" if cap else None}
+    return ResultSet(path=Path(arm), levels=levels, meta={
+        "arm": arm, "run_id": arm, "server": server, "workload": {"input_tokens": 1300, "output_tokens": 256},
+        "study": {"name": "s", "repeats": 1, "order": "o", "notes": "**Workload.** reduced."}})
+
+
+def test_cap_markdown_says_what_held_each_arm_and_what_raising_the_cap_did() -> None:
+    from specsweep.study import cap_markdown
+
+    base = _capped("baseline", None, [(32, 900.0, 32), (64, 1200.0, 64), (128, 1450.0, 128)], pool=212_718)
+    mtp = _capped("mtp", 48, [(32, 1060.0, 32), (64, 1080.0, 40), (128, 1100.0, 40)])
+    cap128 = _capped("mtp-cap128", 128, [(32, 1050.0, 32), (64, 1090.0, 40), (128, 1111.0, 40)])
+    text = cap_markdown([base, mtp, cap128])
+    assert "baseline" not in text  # no cap reported, nothing held it
+    assert ("*mtp*: at C=64, C=128 the server ran at most 40 requests at once (its running-requests gauge), "
+            "below its cap of 48: its KV pool of 63,376 tokens holds about 40 requests of 1,556 tokens") in text
+    assert "*mtp-cap128*: at C=64, C=128 the server ran at most 40 requests at once" in text
+    assert ("Raising the cap from 48 (*mtp*) to 128 (*mtp-cap128*) changed aggregate tok/s by "
+            "+0.9 % at C=64 (ran ≤ 40 vs ≤ 40), +1.0 % at C=128 (ran ≤ 40 vs ≤ 40). The higher cap let no more "
+            "requests run at once, so here it cannot recover throughput.") in text
+    # a cap that binds is named as such; arms whose servers differ in more than the cap are not paired
+    bound = _capped("mtp", 48, [(64, 1080.0, 48)])
+    other = _capped("eagle", 128, [(64, 1500.0, 64)], pool=50_000)
+    text = cap_markdown([bound, other])
+    assert "*mtp*: at C=64 the server ran at most 48 requests at once — its cap of 48 binds." in text
+    assert "Raising the cap" not in text
+    assert cap_markdown([base]) == ""
+    freed = _capped("mtp-cap128", 128, [(64, 1300.0, 64)])  # a pool big enough: the higher cap does let more run
+    text = cap_markdown([_capped("mtp", 48, [(64, 1080.0, 48)]), freed])
+    assert "+20.4 % at C=64 (ran ≤ 64 vs ≤ 48)." in text and "cannot recover" not in text
+    # the study section carries the study's notes and the cap paragraph
+    shown = study_markdown([base, mtp, cap128])
+    assert "**Workload.** reduced." in shown and "**Running-request caps**" in shown

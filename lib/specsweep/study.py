@@ -522,7 +522,7 @@ def cap_markdown(sets: Sequence[ResultSet]) -> str:
             why = (f": its KV pool of {pool:,} tokens holds about {pool // per} requests of {per:,} tokens "
                    f"({wl.get('input_tokens')} in + {wl.get('output_tokens')} out), so the pool binds before the cap")
         lines.append(f"- *{md_text(arm)}*: at {levels} the server ran at most {most} requests at once (its "
-                     f"`max_running_requests` gauge), below its cap of {cap}{why}.")
+                     f"running-requests gauge), below its cap of {cap}{why}.")
     arms = list(info.items())
     for i, (lo_arm, (_, lo_srv, lo_run)) in enumerate(arms):
         for hi_arm, (_, hi_srv, hi_run) in arms[i + 1:] + arms[:i]:
@@ -530,15 +530,18 @@ def cap_markdown(sets: Sequence[ResultSet]) -> str:
             if not (lo_cap and hi_cap and hi_cap > lo_cap) or lo_run.empty or hi_run.empty \
                     or any(lo_srv.get(k) != hi_srv.get(k) for k in _SAME_BUT_CAP):
                 continue
-            both = lo_run.join(hi_run, lsuffix="_lo", rsuffix="_hi", how="inner")
+            both = lo_run.add_suffix("_lo").join(hi_run.add_suffix("_hi"), how="inner")
             both = both[both.index > lo_cap]
             if both.empty:
                 continue
             deltas = ", ".join(f"{(r.output_tok_s_hi / r.output_tok_s_lo - 1) * 100:+.1f} % at C={c} (ran ≤ "
                                f"{int(r.server_running_max_hi)} vs ≤ {int(r.server_running_max_lo)})"
                                for c, r in both.iterrows())
+            same = (both["server_running_max_hi"] <= both["server_running_max_lo"]).all()
             lines.append(f"- Raising the cap from {lo_cap} (*{md_text(lo_arm)}*) to {hi_cap} (*{md_text(hi_arm)}*) "
-                         f"changed aggregate tok/s by {deltas}.")
+                         f"changed aggregate tok/s by {deltas}."
+                         + (" The higher cap let no more requests run at once, so here it cannot recover throughput."
+                            if same else ""))
     if not lines:
         return ""
     return ("**Running-request caps** (levels that offered more requests than the server ever ran at once):\n\n"
