@@ -14,7 +14,7 @@ median wall seconds:
 Run from the repository root::
 
     .venv/bin/python bench/report_build.py                       # the seed report, 3 repetitions
-    .venv/bin/python bench/report_build.py --result-set data/runs/refserver-demo --reps 1
+    .venv/bin/python bench/report_build.py --result-set data/runs/studies/demo/baseline --result-set data/runs/studies/demo/mtp --reps 1
 """
 from __future__ import annotations
 

@@ -1,25 +1,50 @@
-"""``make reports`` (specsweep.publish) shows each sweep's progress on the terminal (issue 8, item 16)."""
+"""``make reports`` (specsweep.publish) runs a study fresh and shows each arm's and level's progress (issues 8, 9)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import yaml
 
-from specsweep.publish import Published, run_sweeps
-from specsweep.store import find_result_sets
+from specsweep.publish import PUBLISHED, Published, publish_study
+from specsweep.report import REPO_ROOT
+from specsweep.study_file import load_study
 
 
-def test_sweeps_stream_level_lines_and_progress_bars(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    small = {"embedded_profile": "tiny", "concurrency": [1, 2], "input_tokens": 32, "output_tokens": 32}
-    pub = Published(name="progress", result_sets=(str(tmp_path / "study"),), title="t",
-                    sweeps=(("baseline", dict(small)), ("mtp", dict(small))))
-    run_sweeps(pub, tmp_path / "_build")
+def test_the_published_demo_is_the_demo_study() -> None:
+    demo = next(p for p in PUBLISHED if p.study)
+    study = load_study(REPO_ROOT / demo.study)
+    assert study.name == "demo" and [a.name for a in study.arms] == ["baseline", "mtp", "mtp-cap128"]
+    assert study.spec.sweep["concurrency"] == [1, 4, 16, 32, 64, 128]
+
+
+def test_a_published_study_runs_fresh_with_per_arm_and_per_level_progress(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    doc = {"title": "Progress", "name": "progress", "out_dir": str(tmp_path / "runs"),
+           "sweep": {"concurrency": [1, 2], "input_tokens": 32, "output_tokens": 32},
+           "arms": [{"name": "baseline", "embedded": {"profile": "tiny", "spec": "off"}},
+                    {"name": "mtp", "embedded": {"profile": "tiny", "spec": "mtp"}}]}
+    path = tmp_path / "progress.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    pub = Published(name="progress", study=str(path))
+    stale = tmp_path / "runs" / "_runs" / "baseline" / "r0" / "stale"
+    for attempt in range(2):  # the second run starts over (fresh), it does not refuse the folder
+        report = publish_study(pub, tmp_path / "reports")
+        assert report == tmp_path / "reports" / "progress.html" and report.is_file()
+        if attempt == 0:
+            stale.mkdir()
+    assert not stale.exists()
     out = capfd.readouterr()
     terminal = out.out + out.err
-    for arm in ("baseline", "mtp"):
-        assert f"sweeping arm {arm}" in terminal and f"swept arm {arm}" in terminal
-    for level in ("C=1 repeat 0:", "C=2 repeat 0:"):  # the sweep's per-level lines, once per arm
-        assert terminal.count(level) == 2, terminal[-3000:]
-    assert terminal.count("C=2 r0:") >= 2 and "tok/s]" in terminal  # tqdm bars with live tok/s
+    for i, arm in enumerate(("baseline", "mtp"), 1):
+        assert terminal.count(f"[{i}/2] arm {arm}, repeat 0") == 2
+    for level in ("C=1 repeat 0:", "C=2 repeat 0:"):  # the sweep's per-level lines: 2 arms × 2 runs
+        assert terminal.count(level) == 4, terminal[-3000:]
+    assert terminal.count("C=2 r0:") >= 4 and "tok/s]" in terminal  # tqdm bars with live tok/s
     assert "without encryption" not in terminal
-    assert len(find_result_sets(tmp_path / "study")) == 2
+
+    # --skip-sweeps resumes: nothing measured again, the report rebuilt
+    capfd.readouterr()
+    assert publish_study(pub, tmp_path / "reports", skip_sweeps=True) == report
+    terminal = "".join(capfd.readouterr())
+    assert "C=1 repeat 0:" not in terminal and terminal.count("already complete") == 2

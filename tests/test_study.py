@@ -24,7 +24,8 @@ import yaml
 from helpers import require_extra
 from specsweep.report import REPO_ROOT
 from specsweep.store import load_result_set
-from specsweep.study import Redactor, flush_prefix_cache, main, run_arm, run_order, run_study, study_markdown
+from specsweep.probe import flush_prefix_cache
+from specsweep.study import Redactor, main, run_arm, run_order, run_study, study_markdown
 from specsweep.study_file import StudyError, load_study, parse_study
 
 SERVE_REFSERVER = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
@@ -222,8 +223,32 @@ def test_flush_prefix_cache_uses_the_route_the_server_offers() -> None:
         server.shutdown()
 
 
-def test_flush_prefix_cache_without_a_route(refserver) -> None:  # noqa: ANN001 - fixture
-    assert flush_prefix_cache(refserver.url) is None
+def test_flush_prefix_cache_on_each_api_surface(refserver, refserver_factory) -> None:  # noqa: ANN001 - fixtures
+    assert flush_prefix_cache(refserver.url) == "/flush_cache"  # SGLang
+    assert flush_prefix_cache(refserver_factory(args=["--api-surface", "vllm"]).url) == "/reset_prefix_cache"
+    assert flush_prefix_cache(refserver_factory(args=["--api-surface", "llamacpp"]).url) is None  # no such route
+
+
+@pytest.mark.parametrize("flush", [False, True])
+def test_a_sweep_flushes_before_each_level_and_keeps_the_embedded_server_log(tmp_path: Path, flush: bool) -> None:
+    from specsweep.sweep import run_sweep
+
+    result = run_sweep(dict(embedded_profile="tiny", concurrency=[1, 2], input_tokens=32, output_tokens=8,
+                            out_dir=str(tmp_path), flush_cache=flush), progress=False, log=lambda _: None)
+    server_log = result.run_dir / "server.log"
+    assert server_log.is_file() and not list(tmp_path.glob("embedded-server-*.log"))
+    assert server_log.read_text().count("/flush_cache: prefix cache flushed") == (2 if flush else 0)
+    assert result.meta["sweep"]["flush_cache"] is flush
+    assert result.meta.get("prefix_cache_flush") == ("/flush_cache" if flush else None)
+
+
+def test_refserver_keeps_its_log_when_asked(tmp_path: Path) -> None:
+    from specsweep.refserver.launch import RefServer
+
+    log_path = tmp_path / "logs" / "server.log"
+    with RefServer("tiny", "off", ["--health-delay-s", "0.2"], log_path=log_path) as srv:
+        assert flush_prefix_cache(srv.url) == "/flush_cache"
+    assert "prefix cache flushed" in log_path.read_text() and "prefix cache flushed" in srv.stderr_text()
 
 
 def _gone(pid: int, within_s: float = 10.0) -> bool:
@@ -284,6 +309,11 @@ def test_a_study_end_to_end_with_a_failing_arm_then_resumed(tmp_path: Path) -> N
     assert (base_run / "sweep.ipynb").is_file() and "C=2 repeat 0" in (base_run / "sweep.ipynb").read_text()
     assert "specsweep study: arm baseline" in (base_run / "server.log").read_text()
     assert (Path(result.outcomes[1].run_dir) / "sweep.ipynb").is_file()
+    # studies flush the prefix cache before each level (2 levels); embedded arms keep their server's log too
+    for o in result.outcomes[:3]:
+        assert (Path(o.run_dir) / "server.log").read_text().count("/flush_cache: prefix cache flushed") == 2, o.arm
+        assert o.server_log == str(Path(o.run_dir) / "server.log")
+    assert load_result_set(base_run).meta["prefix_cache_flush"] == "/flush_cache"
 
     # repeats merged per arm, each level's repeat = the study's repeat, time order in meta.json
     merged = load_result_set(out / "mtp-steps2")
@@ -450,3 +480,44 @@ def test_fresh_starts_over_and_a_study_without_its_baseline_builds_no_report(tmp
     assert len(again.outcomes) == 1 and not stale.exists()
     assert len(json.loads((tmp_path / "study.json").read_text())["outcomes"]) == 1
     assert not (tmp_path / "reports").exists()
+
+
+def _capped(arm: str, cap: int | None, rows: list[tuple[int, float, int]], pool: int = 63_376) -> "ResultSet":
+    from specsweep.store import ResultSet
+
+    levels = pd.DataFrame([{"concurrency": c, "repeat": 0, "output_tok_s": tok, "server_running_max": ran}
+                           for c, tok, ran in rows])
+    server = {"name": "sglang", "max_running_requests": cap, "max_total_num_tokens": pool,
+              "speculative_algorithm": "NEXTN" if cap else None}
+    return ResultSet(path=Path(arm), levels=levels, meta={
+        "arm": arm, "run_id": arm, "server": server, "workload": {"input_tokens": 1300, "output_tokens": 256},
+        "study": {"name": "s", "repeats": 1, "order": "o", "notes": "**Workload.** reduced."}})
+
+
+def test_cap_markdown_says_what_held_each_arm_and_what_raising_the_cap_did() -> None:
+    from specsweep.study import cap_markdown
+
+    base = _capped("baseline", None, [(32, 900.0, 32), (64, 1200.0, 64), (128, 1450.0, 128)], pool=212_718)
+    mtp = _capped("mtp", 48, [(32, 1060.0, 32), (64, 1080.0, 40), (128, 1100.0, 40)])
+    cap128 = _capped("mtp-cap128", 128, [(32, 1050.0, 32), (64, 1090.0, 40), (128, 1111.0, 40)])
+    text = cap_markdown([base, mtp, cap128])
+    assert "baseline" not in text  # no cap reported, nothing held it
+    assert ("*mtp*: at C=64, C=128 the server ran at most 40 requests at once (its running-requests gauge), "
+            "below its cap of 48: its KV pool of 63,376 tokens holds about 40 requests of 1,556 tokens") in text
+    assert "*mtp-cap128*: at C=64, C=128 the server ran at most 40 requests at once" in text
+    assert ("Raising the cap from 48 (*mtp*) to 128 (*mtp-cap128*) changed aggregate tok/s by "
+            "+0.9 % at C=64 (ran ≤ 40 vs ≤ 40), +1.0 % at C=128 (ran ≤ 40 vs ≤ 40). The higher cap let no more "
+            "requests run at once, so here it cannot recover throughput.") in text
+    # a cap that binds is named as such; arms whose servers differ in more than the cap are not paired
+    bound = _capped("mtp", 48, [(64, 1080.0, 48)])
+    other = _capped("eagle", 128, [(64, 1500.0, 64)], pool=50_000)
+    text = cap_markdown([bound, other])
+    assert "*mtp*: at C=64 the server ran at most 48 requests at once — its cap of 48 binds." in text
+    assert "Raising the cap" not in text
+    assert cap_markdown([base]) == ""
+    freed = _capped("mtp-cap128", 128, [(64, 1300.0, 64)])  # a pool big enough: the higher cap does let more run
+    text = cap_markdown([_capped("mtp", 48, [(64, 1080.0, 48)]), freed])
+    assert "+20.4 % at C=64 (ran ≤ 64 vs ≤ 48)." in text and "cannot recover" not in text
+    # the study section carries the study's notes and the cap paragraph
+    shown = study_markdown([base, mtp, cap128])
+    assert "**Workload.** reduced." in shown and "**Running-request caps**" in shown

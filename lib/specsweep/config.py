@@ -85,6 +85,8 @@ class SweepConfig(BaseModel):
     embedded_args: list[str] = Field(default_factory=list)
     metrics_interval_s: float = Field(1.0, gt=0)
     keep_chunks: bool = True
+    flush_cache: bool = Field(False, description="empty the server's prefix cache before each level "
+                                                 "(SGLang POST /flush_cache, vLLM POST /reset_prefix_cache) where it offers a route")
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -220,7 +222,7 @@ NOTEBOOK_PARAMETERS = (
     "endpoint", "arm", "label", "api", "model", "concurrency", "input_tokens", "output_tokens", "workload",
     "output_length",
     "requests_per_level", "warmup_requests", "repeats", "request_timeout_s", "seed", "temperature", "out_dir",
-    "resume", "client_workers", "embedded_profile", "embedded_spec", "embedded_args",
+    "resume", "client_workers", "embedded_profile", "embedded_spec", "embedded_args", "flush_cache",
 )
 #: names an IPython kernel defines in every notebook's namespace
 _KERNEL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})

@@ -305,6 +305,27 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
 # ------------------------------------------------------------------------------------- /metrics
 
 
+#: prefix-cache flush routes, tried in order: SGLang (``POST /flush_cache``), vLLM (``POST /reset_prefix_cache``)
+FLUSH_ROUTES = ("/flush_cache", "/reset_prefix_cache")
+
+
+def flush_prefix_cache(endpoint: str, timeout_s: float = 10.0) -> str | None:
+    """Empty the server's prefix cache; returns the route that did it, or None if it has none.
+
+    Tries SGLang's ``POST /flush_cache`` then vLLM's ``POST /reset_prefix_cache`` (with the
+    ``SPECSWEEP_API_KEY`` header when set), each within ``timeout_s`` seconds. A route that is
+    absent or refuses (SGLang answers 400 while requests run) is skipped.
+    """
+    with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False) as client:
+        for route in FLUSH_ROUTES:
+            try:
+                if client.post(route).is_success:
+                    return route
+            except httpx.HTTPError:
+                continue
+    return None
+
+
 def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
     """Every sample of a Prometheus text exposition: (name, labels, value)."""
     out = []

@@ -9,13 +9,13 @@
    ``server.log``; waits until ``ready_url`` answers 2xx (≤ ``start_timeout_s``) and the server
    answers specsweep's probe. ``embedded`` arms: the sweep notebook starts the reference server.
    ``endpoint`` arms: the server is already running.
-2. Flushes the server's prefix cache where it offers a route (SGLang ``/flush_cache``, vLLM
-   ``/reset_prefix_cache``).
-3. Runs ``notebooks/sweep.ipynb`` with papermill (its output logged live) with the shared sweep
-   parameters, ``repeats=1`` and prompt seed ``seed + repeat``.
-4. Stops the server: SIGTERM to the process group, SIGKILL after ``stop_grace_s``.
-5. Keeps the executed sweep notebook (``sweep.ipynb``) and the server's log (``server.log``),
-   secrets redacted, in the run folder.
+2. Runs ``notebooks/sweep.ipynb`` with papermill (its output logged live) with the shared sweep
+   parameters, ``repeats=1``, prompt seed ``seed + repeat`` and ``flush_cache`` on unless the
+   study says otherwise: the sweep empties the server's prefix cache before each level where it
+   offers a route (SGLang ``/flush_cache``, vLLM ``/reset_prefix_cache``), so arms are measured alike.
+3. Stops the server: SIGTERM to the process group, SIGKILL after ``stop_grace_s``.
+4. Keeps the executed sweep notebook (``sweep.ipynb``) and the server's log (``server.log``; for
+   ``embedded`` arms the sweep writes it), secrets redacted, in the run folder.
 
 A server that fails to start or dies mid-arm is recorded with the tail of its log and the other
 arms still run. Then each arm's repeats are merged into one result set (``repeat`` = the study's
@@ -58,7 +58,7 @@ import pandas as pd
 from specsweep import provenance
 from specsweep.agreement import agreement_markdown, output_agreement
 from specsweep.markup import md_text
-from specsweep.report import REPO_ROOT, build_report
+from specsweep.report import REPO_ROOT, build_report, kernel_manager_class
 from specsweep.store import ResultSet, atomic_write_bytes, load_result_set, write_frame, write_meta
 from specsweep.study_file import (SECRET_NAME, Arm, Study, StudyError, endpoint_of, free_port, load_study,
                                   secret_argv_values)
@@ -66,8 +66,6 @@ from specsweep.study_file import (SECRET_NAME, Arm, Study, StudyError, endpoint_
 SWEEP_NOTEBOOK = REPO_ROOT / "notebooks" / "sweep.ipynb"
 RUNS = "_runs"
 LOG_TAIL_LINES = 40
-#: prefix-cache flush routes, tried in order: SGLang, vLLM
-FLUSH_ROUTES = ("/flush_cache", "/reset_prefix_cache")
 Backend = Literal["local", "ray"]
 
 
@@ -226,28 +224,6 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def flush_prefix_cache(endpoint: str, timeout_s: float = 10.0) -> str | None:
-    """Empty the server's prefix cache; returns the route that did it, or None if it has none.
-
-    Tries SGLang's ``POST /flush_cache`` then vLLM's ``POST /reset_prefix_cache`` (with the
-    ``SPECSWEEP_API_KEY`` header when set). A route that is absent or refuses is skipped.
-    """
-    from specsweep.probe import auth_headers
-
-    with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False) as client:
-        for route in FLUSH_ROUTES:
-            try:
-                if client.post(route).is_success:
-                    return route
-            except httpx.HTTPError:
-                continue
-    return None
-# TODO(lead): flush between levels needs one call in specsweep/sweep.py's level loop, before each
-# level's warm-up:   flushed = flush_prefix_cache(info.base_url) if cfg.flush_cache else None
-# (with a 'flush_cache' sweep/notebook parameter the study sets to True). Until then the study
-# flushes once before each arm's sweep.
-
-
 # -------------------------------------------------------------------------------------- one arm
 
 
@@ -266,7 +242,6 @@ class ArmOutcome:
     log_tail: str | None = None
     server_log: str | None = None
     notebook: str | None = None
-    flushed: str | None = None
     resumed: bool = False
 
 
@@ -350,14 +325,11 @@ def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int
             log(f"arm {arm.name}: server ready at {server.endpoint} (pid {server.process.pid if server.process else '?'})")
         elif arm.kind == "endpoint":
             params["endpoint"] = arm.endpoint
-        if params.get("endpoint"):
-            outcome.flushed = flush_prefix_cache(params["endpoint"])
-            if outcome.flushed:
-                log(f"arm {arm.name}: prefix cache flushed ({outcome.flushed})")
         _papermill_logging()
         try:
             pm.execute_notebook(str(notebook), str(executed), parameters=params, cwd=os.getcwd(),
-                                kernel_name="python3", progress_bar=False, log_output=True)
+                                kernel_name="python3", progress_bar=False, log_output=True,
+                                kernel_manager_class=kernel_manager_class())
         except pm.PapermillExecutionError as exc:
             died = server is not None and not server.alive()
             why = (f"the server died mid-arm (status {server.process.returncode if server and server.process else '?'})"
@@ -393,7 +365,8 @@ def _notebook_tail(executed: Path) -> str:
 
 def _keep_beside(outcome: ArmOutcome, folder: Path, before: set[Path], executed: Path,
                  server: ServerProcess | None, redact: Redactor, resumed: str | None) -> None:
-    """Move the executed notebook and the server log into the run folder, secrets redacted."""
+    """Move the executed notebook and the server log into the run folder, secrets redacted (an
+    embedded arm's log is already there, written by the sweep: redacted with the arm's secrets)."""
     new = [p for p, _ in _runs_of(folder) if p not in before]
     run_dir = Path(resumed) if resumed else (new[-1] if new else None)
     outcome.run_dir = str(run_dir) if run_dir else None
@@ -411,6 +384,10 @@ def _keep_beside(outcome: ArmOutcome, folder: Path, before: set[Path], executed:
             outcome.notebook = str(dst)
         else:
             outcome.server_log = str(dst)
+    embedded_log = run_dir / "server.log" if run_dir is not None and server is None else None
+    if embedded_log is not None and embedded_log.is_file():  # the sweep kept the embedded server's log there
+        embedded_log.write_text(redact(embedded_log.read_text(encoding="utf-8", errors="replace")), encoding="utf-8")
+        outcome.server_log = str(embedded_log)
 
 
 # ------------------------------------------------------------------------------------ the study
@@ -479,7 +456,7 @@ def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] =
     )
     meta["sweep"] = {**meta.get("sweep", {}), "repeats": len(found), "seed": study.spec.sweep.get("seed", 0)}
     meta["study"] = {
-        "name": study.name, "title": study.title, "repeats": study.spec.repeats,
+        "name": study.name, "title": study.title, "notes": study.spec.notes, "repeats": study.spec.repeats,
         "order": "forward on even repeats, reversed on odd ones",
         "missing_repeats": sorted(set(range(study.spec.repeats)) - set(found)),
         "missing_arms": list(missing),
@@ -503,9 +480,78 @@ def run_order(sets: Sequence[ResultSet]) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("#").reset_index(drop=True) if rows else pd.DataFrame()
 
 
+#: server settings that must be equal for two arms to differ only in their running-request cap
+_SAME_BUT_CAP = ("name", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                 "speculative_num_draft_tokens", "max_total_num_tokens", "tp_size")
+
+
+def _running(rs: ResultSet) -> pd.DataFrame:
+    """Per concurrency: mean aggregate tok/s and the most requests the server ran at once (its gauge)."""
+    lv = rs.levels
+    if lv is None or "server_running_max" not in lv or "output_tok_s" not in lv:
+        return pd.DataFrame(columns=["output_tok_s", "server_running_max"])
+    return lv.groupby("concurrency").agg(output_tok_s=("output_tok_s", "mean"),
+                                         server_running_max=("server_running_max", "max"))
+
+
+def cap_markdown(sets: Sequence[ResultSet]) -> str:
+    """What the running-request cap did, from the data: for each arm whose server reports a cap,
+    the levels offering more requests than it ever ran at once, and whether the cap or something
+    else (the KV pool: ⌊pool tokens ÷ (input + output tokens)⌋ requests fit) held it there; for
+    each pair of arms whose servers differ only in the cap, the aggregate tok/s Δ % of the higher
+    cap at the levels above the lower one. Empty when no arm reports a cap and running gauge."""
+    lines: list[str] = []
+    info = {rs.arm: (rs, rs.meta.get("server") or {}, _running(rs)) for rs in sets}
+    for arm, (rs, srv, run) in info.items():
+        cap = srv.get("max_running_requests")
+        if not cap or run.empty:
+            continue
+        held = run[run.index > run["server_running_max"]]
+        if held.empty:
+            continue
+        most = int(held["server_running_max"].max())
+        levels = ", ".join(f"C={c}" for c in held.index)
+        if most >= cap:
+            lines.append(f"- *{md_text(arm)}*: at {levels} the server ran at most {most} requests at once — its cap "
+                         f"of {cap} binds.")
+            continue
+        why = ""
+        pool, wl = srv.get("max_total_num_tokens"), rs.meta.get("workload") or {}
+        per = (wl.get("input_tokens") or 0) + (wl.get("output_tokens") or 0)
+        if pool and per:
+            why = (f": its KV pool of {pool:,} tokens holds about {pool // per} requests of {per:,} tokens "
+                   f"({wl.get('input_tokens')} in + {wl.get('output_tokens')} out), so the pool binds before the cap")
+        lines.append(f"- *{md_text(arm)}*: at {levels} the server ran at most {most} requests at once (its "
+                     f"running-requests gauge), below its cap of {cap}{why}.")
+    arms = list(info.items())
+    for i, (lo_arm, (_, lo_srv, lo_run)) in enumerate(arms):
+        for hi_arm, (_, hi_srv, hi_run) in arms[i + 1:] + arms[:i]:
+            lo_cap, hi_cap = lo_srv.get("max_running_requests"), hi_srv.get("max_running_requests")
+            if not (lo_cap and hi_cap and hi_cap > lo_cap) or lo_run.empty or hi_run.empty \
+                    or any(lo_srv.get(k) != hi_srv.get(k) for k in _SAME_BUT_CAP):
+                continue
+            both = lo_run.add_suffix("_lo").join(hi_run.add_suffix("_hi"), how="inner")
+            both = both[both.index > lo_cap]
+            if both.empty:
+                continue
+            deltas = ", ".join(f"{(r.output_tok_s_hi / r.output_tok_s_lo - 1) * 100:+.1f} % at C={c} (ran ≤ "
+                               f"{int(r.server_running_max_hi)} vs ≤ {int(r.server_running_max_lo)})"
+                               for c, r in both.iterrows())
+            same = (both["server_running_max_hi"] <= both["server_running_max_lo"]).all()
+            lines.append(f"- Raising the cap from {lo_cap} (*{md_text(lo_arm)}*) to {hi_cap} (*{md_text(hi_arm)}*) "
+                         f"changed aggregate tok/s by {deltas}."
+                         + (" The higher cap let no more requests run at once, so here it cannot recover throughput."
+                            if same else ""))
+    if not lines:
+        return ""
+    return ("**Running-request caps** (levels that offered more requests than the server ever ran at once):\n\n"
+            + "\n".join(lines))
+
+
 def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str:
     """What a report says about the study behind its result sets: missing arms, how the runs were
-    ordered, output agreement. Empty when no result set came from a study. Names are escaped."""
+    ordered, the study's notes (its own Markdown), what the running-request caps did
+    (:func:`cap_markdown`), output agreement. Empty when no result set came from a study. Names are escaped."""
     studies = [rs.meta["study"] for rs in sets if isinstance(rs.meta.get("study"), dict)]
     if not studies:
         return ""
@@ -522,6 +568,11 @@ def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str
                if rs.meta.get("study", {}).get("missing_repeats")]
     for arm, reps in partial:
         lines.append(f"\n⚠ Arm *{md_text(arm)}* lacks repeat(s) {', '.join(map(str, reps))}.")
+    if info.get("notes"):
+        lines.append("\n" + str(info["notes"]).strip())
+    caps = cap_markdown(sets)
+    if caps:
+        lines.append("\n" + caps)
     lines.append("\n**Output agreement with the baseline** (same prompts, temperature 0):\n")
     lines.append(agreement_markdown(output_agreement(sets, baseline), baseline))
     return "\n".join(lines)

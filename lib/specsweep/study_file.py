@@ -4,6 +4,7 @@ A study measures several server configurations (*arms*) with one shared workload
 into one report (DESIGN §10). Example (``data/studies/demo.yaml`` is a complete one)::
 
     title: "MTP vs baseline"          # report title
+    notes: "Why this workload, ..."   # optional: shown on the report's study section (Markdown)
     name: my-study                    # optional: reports/<name>.html, data/runs/studies/<name>/
     baseline: baseline                # the arm every other arm is compared against
     repeats: 2                        # interleaved repeats (baseline, mtp, mtp, baseline, ...)
@@ -76,7 +77,7 @@ RUNNER_PARAMETERS: dict[str, str] = {
 #: the sweep notebook's parameters a study may share (see notebooks/sweep.ipynb)
 SWEEP_PARAMETERS: tuple[str, ...] = (
     "api", "model", "concurrency", "input_tokens", "output_tokens", "workload", "requests_per_level",
-    "warmup_requests", "request_timeout_s", "seed", "temperature", "client_workers",
+    "warmup_requests", "request_timeout_s", "seed", "temperature", "client_workers", "flush_cache",
 )
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: names of variables and flags whose values are secrets (HF_TOKEN, SPECSWEEP_API_KEY, --api-key, …);
@@ -185,6 +186,8 @@ class StudySpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     title: str = Field(min_length=1)
+    notes: str | None = Field(None, description="what the reader should know about the study (Markdown), "
+                                                "e.g. how its workload differs from a reference and what that changes")
     name: str | None = None
     baseline: str = "baseline"
     repeats: int = Field(1, ge=1, description="interleaved repeats of every arm")
@@ -355,9 +358,11 @@ class Study:
 
         ``auto`` workload and output length resolve differently for the embedded server and a real
         one (see ``config``); a study resolves them once for every arm, so that arms of both kinds
-        share one workload: the real-server rule when any arm is not embedded.
+        share one workload: the real-server rule when any arm is not embedded. ``flush_cache`` is on unless the study's
+        ``sweep`` turns it off: the sweep empties the server's prefix cache before each level, so arms are
+        measured alike.
         """
-        params: dict[str, Any] = {**self.spec.sweep, "arm": arm.name, "repeats": 1,
+        params: dict[str, Any] = {"flush_cache": True, **self.spec.sweep, "arm": arm.name, "repeats": 1,
                                   "seed": int(self.spec.sweep.get("seed", 0)) + repeat}
         if not all(a.embedded is not None for a in self.arms):
             if str(params.get("workload", "auto")).strip() in ("", "auto"):

@@ -44,8 +44,8 @@ from specsweep import provenance
 from specsweep.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
 from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.metrics import level_metrics, requests_frame
-from specsweep.probe import (MetricsPoller, ProbeError, ServerProbe, TokenCounter, acceptance_from_counters, probe,
-                             spec_level_figures)
+from specsweep.probe import (MetricsPoller, ProbeError, ServerProbe, TokenCounter, acceptance_from_counters,
+                             flush_prefix_cache, probe, spec_level_figures)
 from specsweep.redact import redact_exception, redact_text
 from specsweep.store import (SCHEMA_VERSION, SchemaError, append_level, finished_levels, live_levels, load_result_set,
                              lock_run, read_meta, write_meta)
@@ -327,7 +327,8 @@ class _Progress:
 
 
 @contextlib.contextmanager
-def _endpoint(cfg: SweepConfig, log: Callable[[str], None]) -> Iterator[tuple[str, dict[str, Any] | None]]:
+def _endpoint(cfg: SweepConfig, log: Callable[[str], None],
+              log_path: Path | None = None) -> Iterator[tuple[str, dict[str, Any] | None]]:
     if not cfg.embedded:
         yield cfg.endpoint, None
         return
@@ -337,8 +338,25 @@ def _endpoint(cfg: SweepConfig, log: Callable[[str], None]) -> Iterator[tuple[st
     args = list(cfg.embedded_args)
     log(f"starting the embedded reference server (simulated): profile {cfg.embedded_profile}, spec {spec}"
         + (f", args {' '.join(args)}" if args else ""))
-    with RefServer(profile=cfg.embedded_profile, spec=spec, args=args) as server:
+    with RefServer(profile=cfg.embedded_profile, spec=spec, args=args, log_path=log_path) as server:
         yield server.url, {"profile": cfg.embedded_profile, "spec": spec, "args": args}
+
+
+def _keep_server_log(server_log: dict[str, Path], log: Callable[[str], None]) -> None:
+    """Move the embedded server's log (``server_log["path"]``) into the run folder as ``server.log``
+    (``server-<stamp>.log`` when a resumed run has one), API key masked. Without a run folder (the
+    sweep failed before one existed) the log stays where it is and its path is logged."""
+    src, run_dir = server_log["path"], server_log.get("run_dir")
+    if not src.is_file():
+        return
+    if run_dir is None:
+        log(f"the embedded server's log: {src}")
+        return
+    dst = run_dir / "server.log"
+    if dst.exists():
+        dst = run_dir / src.name.replace("embedded-", "")
+    dst.write_text(redact_text(src.read_text(encoding="utf-8", errors="replace")), encoding="utf-8")
+    src.unlink()
 
 
 def check_prompts_fit(workload: Workload, info: ServerProbe) -> None:
@@ -565,6 +583,7 @@ def _sweep_params(cfg: SweepConfig) -> dict[str, Any]:
         "warmup_output_tokens": WARMUP_OUTPUT_TOKENS, "request_timeout_s": cfg.request_timeout_s,
         "temperature": cfg.temperature, "api": cfg.api, "seed": cfg.seed, "closed_loop": True,
         "client_workers": cfg.client_workers, "metrics_interval_s": cfg.metrics_interval_s,
+        "flush_cache": cfg.flush_cache,
     }
 
 
@@ -586,7 +605,10 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
             resume_dir = _find_resume_dir(cfg, log)
             stack.enter_context(lock_run(resume_dir))  # read it only once no other sweep writes it
             resume = _prepare_resume(resume_dir, cfg, sweep_params, workload)
-        url, embedded = stack.enter_context(_endpoint(cfg, log))
+        server_log: dict[str, Path] = {"path": Path(cfg.out_dir) / f"embedded-server-{provenance.utc_stamp()}.log"}
+        if cfg.embedded:  # registered before the server starts, so it runs after the server stopped
+            stack.callback(_keep_server_log, server_log, log)
+        url, embedded = stack.enter_context(_endpoint(cfg, log, server_log["path"]))
         if workload_reason != "given":
             log(f"workload {workload_value} ({workload_reason})")
         info = probe(url, cfg.api, cfg.model)
@@ -610,6 +632,7 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
         else:
             run_dir = resume.run_dir
             meta, done = _resumed_meta(resume, cfg, log)
+        server_log["run_dir"] = run_dir
         warnings: list[str] = meta.setdefault("warnings", [])
 
         def warn(text: str) -> None:
@@ -655,6 +678,8 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
             current = (c, r)
+            if cfg.flush_cache:  # no level reads prompts an earlier level (or arm) left in the prefix cache
+                meta["prefix_cache_flush"] = flush_prefix_cache(info.base_url) or "none: the server offers no route"
             meta["in_progress"] = [c, r]  # survives a hard kill: resume then knows this level's prompts were sent
             write_meta(run_dir, meta)
             n_warm = cfg.warmups_for(c)

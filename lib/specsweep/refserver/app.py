@@ -7,7 +7,7 @@ acceptance) is the same under both:
 * ``vllm``: vLLM 0.33's OpenAI server. Routes: ``POST /v1/completions``,
   ``POST /v1/chat/completions``, ``GET /v1/models`` (``owned_by: "vllm"``, ``max_model_len``),
   ``GET /version``, ``GET /health`` (instant, empty), ``GET /load``, ``GET /metrics`` (vLLM's
-  names, ``vllm_metrics.py``). ``/generate``, ``/server_info``, ``/get_server_info``,
+  names, ``vllm_metrics.py``), ``POST /reset_prefix_cache``. ``/generate``, ``/server_info``, ``/get_server_info``,
   ``/model_info``, ``/get_model_info``, ``/health_generate`` and ``/ready`` answer 404 like any
   unknown route. OpenAI semantics that differ: per-chunk (continuous) usage only when
   ``stream_options`` has **both** ``include_usage`` and ``continuous_usage_stats``; a ``model``
@@ -18,7 +18,8 @@ acceptance) is the same under both:
 SGLang routes: ``POST /generate`` (SGLang native), ``POST /v1/completions``,
 ``POST /v1/chat/completions``, ``GET /server_info`` and ``/get_server_info``, ``GET /model_info``
 and ``/get_model_info``, ``GET /v1/models``, ``GET /health`` and ``/health_generate``,
-``GET /ready``, ``GET /metrics``. There is deliberately no ``/version`` (SGLang has none; clients
+``GET /ready``, ``GET /metrics``, ``POST /flush_cache`` (the simulated engine has no prefix cache: it
+answers as SGLang does — 400 while requests run — and logs the flush). There is deliberately no ``/version`` (SGLang has none; clients
 tell SGLang from vLLM that way). Unknown routes answer FastAPI's ``{"detail": "Not Found"}``.
 
 Every response carries ``X-Simulated: true`` and a ``Server`` header naming the simulator; JSON
@@ -38,6 +39,7 @@ import asyncio
 import functools
 import random
 import time
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -756,6 +758,16 @@ class Handlers:
         body_out = {"tokens": ids, "count": len(ids), "max_model_len": self.state.cfg.context_length}
         return web.Response(body=orjson.dumps(body_out), content_type="application/json")
 
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        """``POST /flush_cache`` (SGLang) and ``POST /reset_prefix_cache`` (vLLM): the simulated
+        engine keeps no prefix cache, so there is nothing to empty; like SGLang it refuses (400)
+        while requests run or wait, and each flush is logged on stderr (the server's log)."""
+        if self.state.engine.core.has_work():
+            return web.Response(status=400, text="Cache not flushed: requests are running or waiting.\n")
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} refserver {request.path}: prefix cache flushed "
+              "(simulated: the engine keeps no prefix cache)", file=sys.stderr, flush=True)
+        return web.Response(status=200, text="Cache flushed.\n")
+
     async def ready(self, request: web.Request) -> web.Response:
         """``GET /ready``: answers at once."""
         return web.Response(status=200)
@@ -810,6 +822,7 @@ def build_app(state: ServerState) -> web.Application:
         app.router.add_post("/v1/chat/completions", h.chat)
         app.router.add_post("/tokenize", h.tokenize)
         add_vllm_routes(app, state)
+        app.router.add_post("/reset_prefix_cache", h.flush_cache)
         app.router.add_get("/metrics", h.metrics)
         app.on_response_prepare.append(_vllm_headers)
     else:
@@ -827,6 +840,7 @@ def build_app(state: ServerState) -> web.Application:
         app.router.add_get("/ready", h.ready)
         app.router.add_get("/metrics", h.metrics)
         app.router.add_post("/tokenize", h.tokenize)
+        app.router.add_post("/flush_cache", h.flush_cache)
         app.on_response_prepare.append(_headers)
 
     async def _start(app: web.Application) -> None:

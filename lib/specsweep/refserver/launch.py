@@ -13,7 +13,8 @@
 exposes ``.url``. The server gets ``--parent-pid`` of this process and exits within about half
 a second once this process is gone, so even a SIGKILL of the sweep leaves no server behind. Leaving the block sends SIGTERM to the group and waits, then SIGKILL after
 ``stop_timeout_s``. If the process exits (or ``ready_timeout_s`` passes) before the ready line,
-``RefServerError`` is raised with the server's stderr.
+``RefServerError`` is raised with the server's stderr. The server's stderr (its log) goes to a
+temporary file deleted at stop, or to ``log_path``, which is kept.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 from collections.abc import Sequence
+from typing import IO
 
 from . import READY_PREFIX
 
@@ -49,7 +51,8 @@ class RefServer:
     def __init__(self, profile: str = "tiny", spec: str = "off", args: Sequence[str] = (),
                  ready_timeout_s: float = 30.0, *, host: str = "127.0.0.1",
                  stop_timeout_s: float = 10.0, python: str | None = None,
-                 env: dict[str, str] | None = None, cpu: int | None = None) -> None:
+                 env: dict[str, str] | None = None, cpu: int | None = None,
+                 log_path: str | Path | None = None) -> None:
         self.profile = profile
         self.spec = spec
         self.args = list(args)
@@ -59,10 +62,12 @@ class RefServer:
         self.python = python or sys.executable
         self.env = env
         self.cpu = cpu
+        #: where the server's stderr goes and stays after stop (None: a temporary file, deleted)
+        self.log_path = Path(log_path) if log_path is not None else None
         self.url: str | None = None
         self.process: subprocess.Popen[str] | None = None
         self.returncode: int | None = None
-        self._stderr_file: tempfile._TemporaryFileWrapper[str] | None = None  # noqa: SLF001
+        self._stderr_file: IO[str] | None = None
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.stdout_lines: list[str] = []
         self._final_stderr: str | None = None
@@ -105,8 +110,11 @@ class RefServer:
         """Start the process and wait for its ready line; returns the URL."""
         if self.process is not None:
             raise RefServerError("already started")
-        self._stderr_file = tempfile.NamedTemporaryFile("w+", prefix="refserver-", suffix=".err",
-                                                        delete=False)
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._stderr_file = open(self.log_path, "w+", encoding="utf-8")  # noqa: SIM115 - closed at stop
+        else:
+            self._stderr_file = tempfile.NamedTemporaryFile("w+", prefix="refserver-", suffix=".err", delete=False)
         env = dict(os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         self.process = subprocess.Popen(
@@ -165,7 +173,8 @@ class RefServer:
             self._final_stderr = self.stderr_text()
             try:
                 self._stderr_file.close()
-                os.unlink(self._stderr_file.name)
+                if self.log_path is None:
+                    os.unlink(self._stderr_file.name)
             except OSError:
                 pass
             self._stderr_file = None
