@@ -903,7 +903,9 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     cs = judged["concurrency"].tolist()
     span = f"{cs[0]}–{cs[-1]}" if len(cs) > 1 else f"{cs[0]}"
     criterion = {"throughput": "aggregate throughput",
-                 "latency": "what a user waits for (TTFT, end-to-end time) and per-user speed",
+                 "latency": "what a user waits for ("
+                            + ("end-to-end time, a Little's-law estimate" if wait_metrics(comp, arm) == [ESTIMATED_WAIT]
+                               else "TTFT, end-to-end time") + "), weighed against per-user speed",
                  "balanced": f"per-user speed at no more than {profile.max_throughput_loss_pct:g}% aggregate loss"}[profile.objective]
     slo = " and ".join(c[0] for c in checks) if checks else None
     if checks:
