@@ -133,3 +133,20 @@ def test_sweep_parameters_carry_the_workload_value_and_output_length() -> None:
     inside = str(report.REPO_ROOT / "tests" / "fixtures" / "datasets" / "sharegpt.json")
     shared = report.sweep_parameters({**meta, "workload": {"kind": "sharegpt", "value": f"sharegpt:{inside}"}}, "x")
     assert shared is not None and shared["workload"] == "sharegpt:tests/fixtures/datasets/sharegpt.json"
+
+
+def test_report_shows_the_category_view_escaped(category_sets: list[ResultSet], tmp_path: Path) -> None:
+    """The notebook end to end: the category section with its table, sentence and chart; the
+    dataset's category name is shown as text, never as markup."""
+    import html as html_lib
+    import re
+
+    from test_report import chart_count
+
+    path = report.build_report([rs.path for rs in category_sets], "categories", out_dir=tmp_path)
+    page = path.read_text()
+    assert "<script>alert(1)</script>" not in page
+    text = re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", page)))
+    assert "By prompt category" in text and "Per-user gain is highest for code-edit and lowest for" in text
+    assert "a share of the level's throughput" in text and "single run" in text
+    assert "aggregate share by category" in page and chart_count(page) >= 7  # the category chart is drawn

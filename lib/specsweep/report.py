@@ -229,7 +229,8 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
 
 
 #: workload kinds whose content is synthetic: a drafter's acceptance on them says little about real traffic
-SYNTHETIC_WORKLOADS: tuple[str, ...] = ("random-ids", "random-text")
+#: (``fixed-ids``: published reference data measured with fixed token IDs)
+SYNTHETIC_WORKLOADS: tuple[str, ...] = ("random-ids", "random-text", "fixed-ids")
 
 
 def workload_caveat(comp: Comparison) -> str | None:
