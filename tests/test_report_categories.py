@@ -28,13 +28,11 @@ def quiet(_: str) -> None:
     pass
 
 
-@pytest.fixture(scope="module")
-def category_sets(tmp_path_factory: pytest.TempPathFactory, refserver: RefServer,
-                  refserver_mtp: RefServer) -> list[ResultSet]:
-    """Baseline and MTP sweeps (C = 1 and 4, 8 requests each, 32 tokens) of a prompt file that
-    alternates built-in code-edit prompts (the reference server's highest acceptance) and
-    creative-writing prompts (its lowest) relabelled with :data:`PAYLOAD`."""
-    tmp = tmp_path_factory.mktemp("categories")
+def mixed_sets(tmp: Path, refserver: RefServer, refserver_mtp: RefServer, concurrency: list[int],
+               repeats: int = 1) -> list[ResultSet]:
+    """Baseline and MTP sweeps (8 requests a level, 32 tokens) of a prompt file that alternates
+    built-in code-edit prompts (the reference server's highest acceptance) and creative-writing
+    prompts (its lowest) relabelled with :data:`PAYLOAD`."""
     records = builtin_prompts()
     code = [r for r in records if r.category == "code-edit"][:4]
     writing = [r for r in records if r.category == "creative-writing"][:4]
@@ -46,11 +44,30 @@ def category_sets(tmp_path_factory: pytest.TempPathFactory, refserver: RefServer
     prompts.write_text("\n".join(lines) + "\n")
     out = []
     for arm, srv in (("baseline", refserver), ("mtp", refserver_mtp)):
-        res = run_sweep({"endpoint": srv.url, "arm": arm, "workload": str(prompts), "concurrency": [1, 4],
-                         "output_tokens": 32, "requests_per_level": 8, "warmup_requests": 0,
+        res = run_sweep({"endpoint": srv.url, "arm": arm, "workload": str(prompts), "concurrency": concurrency,
+                         "output_tokens": 32, "requests_per_level": 8, "warmup_requests": 0, "repeats": repeats,
                          "out_dir": str(tmp / arm), "metrics_interval_s": 0.2}, progress=False, log=quiet)
         out.append(load_result_set(res.run_dir))
     return out
+
+
+@pytest.fixture(scope="module")
+def category_sets(tmp_path_factory: pytest.TempPathFactory, refserver: RefServer,
+                  refserver_mtp: RefServer) -> list[ResultSet]:
+    """:func:`mixed_sets` at C = 1 and 4, one run per level."""
+    return mixed_sets(tmp_path_factory.mktemp("categories"), refserver, refserver_mtp, [1, 4])
+
+
+def test_repeats_give_category_intervals(tmp_path: Path, refserver: RefServer, refserver_mtp: RefServer) -> None:
+    sets = mixed_sets(tmp_path, refserver, refserver_mtp, [2], repeats=3)
+    comp = compare(sets)
+    d = report.category_deltas(comp, sets)
+    assert set(d["n_repeats"]) == {3} and d[["user_ci_low_pct", "aggregate_ci_high_pct"]].notna().all().all()
+    for r in d.itertuples():
+        assert r.user_ci_low_pct <= r.user_delta_pct <= r.user_ci_high_pct
+    shown = report.category_table(comp, sets)
+    assert not (shown["per-user Δ 95% interval"] == "single run").any()
+    assert not any("single run" in s for s in report.category_sentences(comp, sets))
 
 
 def test_category_figures_are_category_metrics_and_the_sentence_names_best_and_worst(
@@ -94,7 +111,29 @@ def test_category_figures_are_category_metrics_and_the_sentence_names_best_and_w
     assert chart is not None
     spec = chart.to_dict()
     assert len(spec["hconcat"]) == 2
-    assert charts.category_chart(comp, d, levels=[1]).to_dict()["hconcat"][0]["layer"][1]["data"] is not None
+    points = charts.category_chart(comp, d, levels=[1]).hconcat[0].layer[1].data
+    assert set(points["concurrency"]) == {1} and set(points["category"]) == {"code-edit", PAYLOAD}
+
+
+def test_repeat_intervals_and_the_pays_rule() -> None:
+    """Δ% intervals come from repeats (t interval on ln(value)); a Δ whose interval spans 0 is
+    within noise, a credibly negative one means speculation does not pay."""
+    lo, hi = report._repeat_interval([110.0, 112.0, 108.0], [100.0, 101.0, 99.0])
+    assert 5 < lo < 10 < hi < 15
+    lo, hi = report._repeat_interval([100.0, 130.0], [110.0, 95.0])
+    assert lo < 0 < hi
+    assert all(math.isnan(x) for x in report._repeat_interval([110.0], [100.0, 101.0]))
+
+    def row(user: tuple[float, float, float], agg: tuple[float, float, float]) -> dict[str, float]:
+        return {"user_delta_pct": user[0], "user_ci_low_pct": user[1], "user_ci_high_pct": user[2],
+                "aggregate_delta_pct": agg[0], "aggregate_ci_low_pct": agg[1], "aggregate_ci_high_pct": agg[2]}
+
+    nan = math.nan
+    assert report._pays(row((20, nan, nan), (5, nan, nan))) == "pays"
+    assert report._pays(row((20, nan, nan), (-1, nan, nan))) == "does not pay"
+    assert report._pays(row((20, 10, 30), (2, -3, 7))) == "within noise"
+    assert report._pays(row((20, 10, 30), (-8, -12, -4))) == "does not pay"
+    assert report._pays(row((20, 10, 30), (6, 1, 11))) == "pays"
 
 
 def test_one_category_gives_a_one_line_note_and_no_chart() -> None:
