@@ -155,6 +155,8 @@ def test_synthetic_workloads_carry_a_caveat_and_the_setup_names_the_workload(cat
         metas = {a: {**m, "workload": {**m["workload"], "kind": kind}} for a, m in comp.metas.items()}
         caveat = report.workload_caveat(type(comp)(**{**comp.__dict__, "metas": metas}))
         assert caveat is not None and kind in caveat and "not representative of real traffic" in caveat
+    same = markdown_html(report.differences_markdown(comp))
+    assert "All arms used the same workload: " in same and "<script>" not in same and "<strong>loud" not in same
     seed = compare(load_result_sets([SEED]))
     assert "None" not in report.setup_table(seed).loc["workload"].iloc[0]
 

@@ -234,8 +234,9 @@ SYNTHETIC_WORKLOADS: tuple[str, ...] = ("random-ids", "random-text", "fixed-ids"
 
 
 def workload_caveat(comp: Comparison) -> str | None:
-    """A caveat when any arm's workload is random token IDs or random text, else None: speculation's
-    gain follows acceptance, and acceptance on synthetic content is not that of real traffic."""
+    """A caveat when any arm's workload is synthetic (:data:`SYNTHETIC_WORKLOADS`: random token IDs,
+    random text, fixed token IDs), else None: speculation's gain follows acceptance, and acceptance
+    on synthetic content is not that of real traffic."""
     kinds = sorted({str((m.get("workload") or {}).get("kind")) for m in comp.metas.values()}
                    & set(SYNTHETIC_WORKLOADS))
     if not kinds:
@@ -390,7 +391,8 @@ def differences_markdown(comp: Comparison) -> str:
     lines = []
     if diffs:
         lines.append("What differs between the arms: " + "; ".join(
-            f"**{d}** (" + ", ".join(f"{arm}: {table.at[d, arm]}" for arm in table.columns) + ")" for d in diffs) + ".")
+            f"**{d}** (" + ", ".join(f"{md_text(arm)}: {md_text(table.at[d, arm])}" for arm in table.columns) + ")"
+            for d in diffs) + ".")
     else:
         lines.append("The arms' recorded settings do not differ; check that the speculative settings were captured.")
     from specsweep.compare import workload_differences
@@ -399,8 +401,7 @@ def differences_markdown(comp: Comparison) -> str:
     if differing:
         lines.append("⚠ The arms' workloads differ (" + ", ".join(differing) + " vs the baseline); see the notes below.")
     else:
-        lines.append(f"All arms used the same workload shape: {comp.workload.get('kind')}, {comp.workload.get('input_tokens')} "
-                     f"input and {comp.workload.get('output_tokens')} output tokens per request.")
+        lines.append(f"All arms used the same workload: {md_text(_workload_line({'workload': comp.workload}))}.")
     lines.extend(comp.notes)
     return "\n\n".join(lines)
 
