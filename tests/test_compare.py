@@ -149,6 +149,20 @@ def test_workload_mismatch_refused_with_the_difference(tmp_path: Path) -> None:
     assert any("explicitly allowed" in n for n in comp.notes)
 
 
+def test_natural_and_fixed_output_lengths_are_not_compared_unless_allowed(tmp_path: Path) -> None:
+    """A missing output_length is "fixed" (result sets written before it existed): an old set
+    compares with a fixed one, never silently with a natural one."""
+    old = write_level_only(tmp_path / "baseline", "baseline", BASE)  # no output_length recorded
+    fixed = write_level_only(tmp_path / "fixed", "fixed", BASE, workload={"output_length": "fixed"})
+    natural = write_level_only(tmp_path / "natural", "natural", BASE, workload={"output_length": "natural"})
+    assert compare(load_result_sets([old, fixed])).arms == ["baseline", "fixed"]
+    sets = load_result_sets([old, natural])
+    with pytest.raises(WorkloadMismatchError, match=r"output_length 'natural' vs 'fixed'"):
+        compare(sets)
+    comp = compare(sets, allow_workload_mismatch=True)
+    assert any("output_length 'natural' vs 'fixed'" in n and "explicitly allowed" in n for n in comp.notes)
+
+
 def test_baseline_must_exist(tmp_path: Path) -> None:
     sets = study(tmp_path, win=scaled(1.2))
     with pytest.raises(ValueError, match=r"baseline arm 'base' is not among the result sets \(arms: baseline, win\)"):

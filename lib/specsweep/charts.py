@@ -515,3 +515,51 @@ def delta_fit_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, a
             width=width, height=height or HEIGHT,
             title=f"Fitted Δ {metric_info(metric).label} (band: 95% simultaneous)"))
     return alt.hconcat(*panels).resolve_scale(y="independent") if panels else None
+
+
+def category_chart(comp: Comparison, categories: pd.DataFrame, *, arms: Arms = None, levels: Levels = None,
+                   concurrency: Range = None, colours: Colours = None, width: int | None = None,
+                   height: int | None = None) -> alt.HConcatChart | None:
+    """Δ% against the baseline per prompt category: per-user speed and aggregate share, one panel each.
+
+    ``categories`` is :func:`specsweep.report.category_deltas` (one row per arm, level and
+    category). One point per (arm, level, category), coloured by arm, shaped by level, with the 95 %
+    interval from repeats as an error bar where there is one. None when there is nothing to draw
+    (one category only). ``width``/``height`` size each panel (keyword arguments: module doc).
+    """
+    if categories is None or categories.empty:
+        return None
+    v = _view(comp, arms, levels, concurrency, colours)
+    comp = v.comp
+    keep = categories["arm"].isin(comp.spec_arms) & categories["concurrency"].isin(_levels(comp))
+    d = _with_labels(comp, categories[keep])
+    if d.empty:
+        return None
+    d = d.assign(level=d["concurrency"].map(lambda c: f"C = {int(c)}"))
+    panels = []
+    for name, title in (("user", f"Δ {metric_info(comp.user_metric).label} by category"),
+                        ("aggregate", "Δ aggregate share by category")):
+        part = d.assign(
+            delta_pct=d[f"{name}_delta_pct"], ci_low_pct=d[f"{name}_ci_low_pct"], ci_high_pct=d[f"{name}_ci_high_pct"],
+            interval=[("single run, no interval" if pd.isna(lo) else f"[{lo:+.1f}%, {hi:+.1f}%] (repeats)")
+                      for lo, hi in zip(d[f"{name}_ci_low_pct"], d[f"{name}_ci_high_pct"])])
+        part = part[["arm_label", "level", "concurrency", "category", "delta_pct", "ci_low_pct", "ci_high_pct",
+                     "interval", "accept_length"]]
+        tips = [alt.Tooltip("arm_label:N", title="arm"), alt.Tooltip("category:N", title="category"),
+                alt.Tooltip("concurrency:Q", title="concurrency"),
+                alt.Tooltip("delta_pct:Q", title="Δ% vs baseline", format="+.1f"),
+                alt.Tooltip("interval:N", title="95% interval"),
+                alt.Tooltip("accept_length:Q", title="accept length (arm)", format=".2f")]
+        x = alt.X("category:N", title="Prompt category", sort=sorted(part["category"].unique()))
+        base = alt.Chart(part).encode(x=x, y=alt.Y("delta_pct:Q", title="Δ% vs baseline"),
+                                      color=v.colour(spec_only=True), shape=alt.Shape("level:N", title="Level"),
+                                      xOffset=alt.XOffset("level:N"), tooltip=tips)
+        layers = [alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="black", strokeWidth=1).encode(y="y:Q"),
+                  base.mark_point(filled=True, size=70)]
+        ci = part[part["ci_low_pct"].notna()]
+        if len(ci):
+            layers.append(alt.Chart(ci).mark_errorbar(ticks=True).encode(
+                x=x, xOffset=alt.XOffset("level:N"), y=alt.Y("ci_low_pct:Q", title="Δ% vs baseline"),
+                y2="ci_high_pct:Q", color=v.colour(spec_only=True), tooltip=tips))
+        panels.append(alt.layer(*layers).properties(width=width or PANEL_WIDTH, height=height or HEIGHT, title=title))
+    return alt.hconcat(*panels).resolve_scale(y="independent")

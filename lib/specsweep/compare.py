@@ -55,7 +55,10 @@ METHOD: str = (
     "the waits), i.e. each level at t quantile 1 − 0.025 ÷ (k × m). Intervals are not bootstrap intervals except "
     "where the noise source says so.")
 #: workload fields that must match for a comparison to be fair
-WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest")
+WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest", "output_length")
+#: the value a workload field takes when a meta.json predates it (result sets written before
+#: ``output_length`` existed all used the requested length with ignore_eos)
+WORKLOAD_DEFAULTS: dict[str, Any] = {"output_length": "fixed"}
 #: per-request statistics that can be bootstrapped from request samples: metric -> (column, stat)
 REQUEST_STATS: dict[str, tuple[str, str]] = {
     "user_tok_s_mean": ("user_tok_s", "mean"),
@@ -169,10 +172,14 @@ class Comparison:
 
 
 def workload_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """The workload fields that differ between two meta.json ``workload`` records."""
+    """The workload fields that differ between two meta.json ``workload`` records.
+
+    A field missing from a record takes its :data:`WORKLOAD_DEFAULTS` value (``output_length``:
+    ``"fixed"``), so an old result set compares with a new fixed-length one and not with a natural one.
+    """
     diffs = []
     for key in WORKLOAD_KEYS:
-        va, vb = a.get(key), b.get(key)
+        va, vb = (WORKLOAD_DEFAULTS.get(key) if r.get(key) is None else r.get(key) for r in (a, b))
         if key == "dataset_digest" and (va is None or vb is None):
             continue
         if va != vb:

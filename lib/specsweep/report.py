@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 
 from specsweep import __version__
@@ -227,10 +228,31 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
             + (f"only at {', '.join(sure)}" if sure else "at no level") + ", so no crossover is claimed.")
 
 
+#: workload kinds whose content is synthetic: a drafter's acceptance on them says little about real traffic
+#: (``fixed-ids``: published reference data measured with fixed token IDs)
+SYNTHETIC_WORKLOADS: tuple[str, ...] = ("random-ids", "random-text", "fixed-ids")
+
+
+def workload_caveat(comp: Comparison) -> str | None:
+    """A caveat when any arm's workload is synthetic (:data:`SYNTHETIC_WORKLOADS`: random token IDs,
+    random text, fixed token IDs), else None: speculation's gain follows acceptance, and acceptance
+    on synthetic content is not that of real traffic."""
+    kinds = sorted({str((m.get("workload") or {}).get("kind")) for m in comp.metas.values()}
+                   & set(SYNTHETIC_WORKLOADS))
+    if not kinds:
+        return None
+    return (f"⚠ The workload is {' and '.join(kinds)}: synthetic content, on which a drafter's acceptance (and so "
+            "speculation's gain) is not representative of real traffic. These numbers bound capacity; measure a "
+            "prompt set like your traffic (e.g. `workload=builtin`, or your own file) before deciding.")
+
+
 def verdict_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
     """The report's opening: top warnings, one line per profile, then each arm's aggregate curve in a sentence."""
     lines = ["## Verdict", ""]
     warnings = top_warnings(comp)
+    caveat = workload_caveat(comp)
+    if caveat:
+        warnings.append(caveat)
     if warnings:
         lines += warnings + [""]
     for r in recs:
@@ -309,6 +331,25 @@ def _requests_per_level(meta: dict[str, Any]) -> str | None:
     return None if value is None else str(value)
 
 
+def _workload_line(meta: dict[str, Any]) -> str:
+    """The setup table's workload cell: the ``workload`` value, its description and why it was chosen;
+    for result sets written before those were recorded, kind and token lengths."""
+    w = meta.get("workload") or {}
+    head = _workload_value(str(w["value"])) if w.get("value") else str(w.get("kind") or "unknown")
+    desc = w.get("description")
+    if not desc:
+        lengths = [f"{w[k]} {word}" for k, word in (("input_tokens", "in"), ("output_tokens", "out"))
+                   if w.get(k) is not None]
+        desc = " / ".join(lengths) if lengths else None
+    text = f"{head}: {desc}" if desc else head
+    chosen = w.get("chosen_by")
+    if chosen and chosen != "given":
+        text += f" (chosen: {chosen})"
+    if w.get("output_length") and w.get("output_length") != "fixed" and "output" not in str(desc):
+        text += f"; output length {w['output_length']}"
+    return text
+
+
 def setup_table(comp: Comparison) -> pd.DataFrame:
     """One column per arm: what was measured, against which server, with which settings."""
     fields: list[tuple[str, Any]] = [
@@ -324,7 +365,7 @@ def setup_table(comp: Comparison) -> pd.DataFrame:
         ("mem_fraction_static", lambda m: _server_field(m, "mem_fraction_static")),
         ("API", lambda m: m.get("api")),
         ("endpoint", lambda m: m.get("endpoint")),
-        ("workload", lambda m: f"{m['workload'].get('kind')}, {m['workload'].get('input_tokens')} in / {m['workload'].get('output_tokens')} out"),
+        ("workload", _workload_line),
         ("concurrency levels", lambda m: ", ".join(map(str, (m.get("sweep") or {}).get("concurrency") or []))),
         ("repeats", lambda m: (m.get("sweep") or {}).get("repeats")),
         ("requests per level", _requests_per_level),
@@ -350,7 +391,8 @@ def differences_markdown(comp: Comparison) -> str:
     lines = []
     if diffs:
         lines.append("What differs between the arms: " + "; ".join(
-            f"**{d}** (" + ", ".join(f"{arm}: {table.at[d, arm]}" for arm in table.columns) + ")" for d in diffs) + ".")
+            f"**{d}** (" + ", ".join(f"{md_text(arm)}: {md_text(table.at[d, arm])}" for arm in table.columns) + ")"
+            for d in diffs) + ".")
     else:
         lines.append("The arms' recorded settings do not differ; check that the speculative settings were captured.")
     from specsweep.compare import workload_differences
@@ -359,8 +401,7 @@ def differences_markdown(comp: Comparison) -> str:
     if differing:
         lines.append("⚠ The arms' workloads differ (" + ", ".join(differing) + " vs the baseline); see the notes below.")
     else:
-        lines.append(f"All arms used the same workload shape: {comp.workload.get('kind')}, {comp.workload.get('input_tokens')} "
-                     f"input and {comp.workload.get('output_tokens')} output tokens per request.")
+        lines.append(f"All arms used the same workload: {md_text(_workload_line({'workload': comp.workload}))}.")
     lines.extend(comp.notes)
     return "\n\n".join(lines)
 
@@ -422,6 +463,207 @@ def diagnostics_markdown(comp: Comparison) -> str:
                      + ": under speculation those throughput figures are lower bounds, and no throughput or acceptance "
                      "verdict is given for them.")
     return "\n\n".join(lines)
+
+
+# ------------------------------------------------------------------------------- categories
+
+def _category_levels(comp: Comparison, arm: str) -> list[int]:
+    """The levels a category view shows for one arm: the lowest level both it and the baseline measured,
+    and the two levels around its first aggregate crossover, or else the highest shared level."""
+    shared = comp.shared_levels(arm)
+    if not shared:
+        return []
+    cx = comp.crossover(arm, "output_tok_s")
+    around = [int(cx.iloc[0]["c_low"]), int(cx.iloc[0]["c_high"])] if len(cx) else [shared[-1]]
+    return sorted({shared[0], *around})
+
+
+def has_categories(sets: Sequence[Any]) -> bool:
+    """True when the result sets' measured requests carry more than one prompt category."""
+    from specsweep.datasets import with_category
+
+    seen: set[str] = set()
+    for rs in sets:
+        req = getattr(rs, "requests", None)
+        if req is None or req.empty:
+            continue
+        req = with_category(req)
+        if "warmup" in req.columns:
+            req = req[~req["warmup"].astype(bool)]
+        seen.update(str(c) for c in req["category"].unique())
+    return len(seen) > 1
+
+
+def _repeat_interval(arm_values: Sequence[float], base_values: Sequence[float]) -> tuple[float, float]:
+    """95 % interval of Δ% = (arm / baseline − 1) × 100 from per-repeat values: a two-sample t
+    interval on ln(value) (pooled variance, n_arm + n_base − 2 degrees of freedom), mapped back to %.
+    (nan, nan) unless both sides have two or more positive repeats."""
+    from scipy import stats
+
+    a = np.log([v for v in arm_values if v > 0 and not math.isnan(v)])
+    b = np.log([v for v in base_values if v > 0 and not math.isnan(v)])
+    if len(a) < 2 or len(b) < 2:
+        return math.nan, math.nan
+    dof = len(a) + len(b) - 2
+    pooled = ((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / dof
+    se = math.sqrt(pooled * (1 / len(a) + 1 / len(b)))
+    diff, t = float(a.mean() - b.mean()), float(stats.t.ppf(0.975, dof))
+    return (math.exp(diff - t * se) - 1) * 100, (math.exp(diff + t * se) - 1) * 100
+
+
+def category_deltas(comp: Comparison, sets: Sequence[Any]) -> pd.DataFrame:
+    """Per spec arm, shown level (:func:`_category_levels`) and prompt category: the category's
+    acceptance length on the arm, and its per-user speed and aggregate share on both arms with Δ%.
+
+    Every figure is :func:`specsweep.datasets.category_metrics` over the arm's measured requests,
+    averaged over repeats; Δ% = (arm / baseline − 1) × 100 as for whole levels. ``*_ci_low_pct`` /
+    ``*_ci_high_pct`` is a 95 % interval from repeats (:func:`_repeat_interval`), NaN for single
+    runs. The aggregate share is the category's output tokens ÷ its own window inside the level
+    (tok/s): a share of the level's throughput, not what the category would get on its own.
+    Empty when the requests carry one category or none.
+    """
+    from specsweep.datasets import category_metrics
+
+    columns = ["arm", "concurrency", "category", "category_share", "accept_length", "accept_length_baseline",
+               "n_repeats", "user_baseline", "user_arm", "user_delta_pct", "user_ci_low_pct", "user_ci_high_pct",
+               "aggregate_baseline", "aggregate_arm", "aggregate_delta_pct", "aggregate_ci_low_pct",
+               "aggregate_ci_high_pct"]
+    if not has_categories(sets):
+        return pd.DataFrame(columns=columns)
+    by_arm = {rs.arm: rs for rs in sets}
+    per_arm: dict[str, pd.DataFrame] = {}
+    for arm in comp.arms:
+        rs = by_arm.get(arm)
+        if rs is not None and rs.requests is not None and not rs.requests.empty:
+            per_arm[arm] = category_metrics(rs.requests)
+    base = per_arm.get(comp.baseline)
+    um = comp.user_metric
+    rows = []
+    for arm in comp.spec_arms:
+        cm = per_arm.get(arm)
+        if cm is None or base is None or um not in cm or um not in base:
+            continue
+        for c in _category_levels(comp, arm):
+            a_lv, b_lv = cm[cm["concurrency"] == c], base[base["concurrency"] == c]
+            for cat in sorted(set(a_lv["category"]) & set(b_lv["category"])):
+                a, b = a_lv[a_lv["category"] == cat], b_lv[b_lv["category"] == cat]
+                row: dict[str, Any] = {
+                    "arm": arm, "concurrency": int(c), "category": cat,
+                    "category_share": float(a["category_share"].mean()),
+                    "accept_length": float(a["spec_accept_length"].mean()),
+                    "accept_length_baseline": float(b["spec_accept_length"].mean()),
+                    "n_repeats": int(min(a["repeat"].nunique(), b["repeat"].nunique())) if "repeat" in a else 1,
+                }
+                for col, name in ((um, "user"), ("output_tok_s", "aggregate")):
+                    av, bv = float(a[col].mean()), float(b[col].mean())
+                    lo, hi = _repeat_interval(a[col].tolist(), b[col].tolist())
+                    row.update({f"{name}_baseline": bv, f"{name}_arm": av,
+                                f"{name}_delta_pct": (av / bv - 1) * 100 if bv else math.nan,
+                                f"{name}_ci_low_pct": lo, f"{name}_ci_high_pct": hi})
+                rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def category_table(comp: Comparison, sets: Sequence[Any]) -> pd.DataFrame:
+    """:func:`category_deltas` for reading: one row per (arm, level, category), Δ% with its 95 %
+    interval from repeats or "single run". Show it with :func:`table` (category names are escaped)."""
+    d = category_deltas(comp, sets)
+    rows = []
+    for r in d.to_dict("records"):
+        row: dict[str, Any] = {
+            "arm": comp.labels[r["arm"]], "concurrency": r["concurrency"], "category": r["category"],
+            "share of requests": f"{r['category_share']:.0%}",
+            "accept length (arm)": _fmt(r["accept_length"], 2),
+        }
+        for name, title in (("user", "per-user"), ("aggregate", "aggregate share")):
+            unit = "tok/s"
+            row[f"{title} baseline ({unit})"] = _fmt(r[f"{name}_baseline"])
+            row[f"{title} arm ({unit})"] = _fmt(r[f"{name}_arm"])
+            row[f"{title} Δ%"] = _pct_or_dash(r[f"{name}_delta_pct"])
+            row[f"{title} Δ 95% interval"] = (_band(r[f"{name}_ci_low_pct"], r[f"{name}_ci_high_pct"])
+                                             if not pd.isna(r[f"{name}_ci_low_pct"]) else "single run")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _pays(r: dict[str, Any]) -> str:
+    """'pays', 'does not pay' or 'within noise' for one category row: pays where per-user and
+    aggregate Δ% are both above 0, does not where either is below; with repeat intervals, a Δ whose
+    interval spans 0 counts as neither, and a row with only such Δs is within noise."""
+    signs = []
+    for name in ("user", "aggregate"):
+        lo, hi, d = r[f"{name}_ci_low_pct"], r[f"{name}_ci_high_pct"], r[f"{name}_delta_pct"]
+        if pd.isna(d):
+            continue
+        if not pd.isna(lo):
+            signs.append(1 if lo > 0 else -1 if hi < 0 else 0)
+        else:
+            signs.append(1 if d > 0 else -1)
+    if any(s < 0 for s in signs):
+        return "does not pay"
+    if signs and all(s > 0 for s in signs):
+        return "pays"
+    return "within noise"
+
+
+def category_sentences(comp: Comparison, sets: Sequence[Any]) -> list[str]:
+    """One plain sentence per spec arm and shown level, from :func:`category_deltas`: the categories
+    where speculation pays (per-user and aggregate Δ% both above 0) and where it does not, best
+    first, with the category of the highest and of the lowest per-user Δ% named."""
+    d = category_deltas(comp, sets)
+    out = []
+    for (arm, c), g in d.groupby(["arm", "concurrency"], sort=True):
+        g = g.sort_values("user_delta_pct", ascending=False)
+        recs = g.to_dict("records")
+        verdicts = {r["category"]: _pays(r) for r in recs}
+
+        def named(rs: list[dict[str, Any]]) -> str:
+            return ", ".join(f"{md_text(r['category'])} ({r['user_delta_pct']:+.0f}% per user, "
+                             f"{r['aggregate_delta_pct']:+.0f}% aggregate)" for r in rs)
+
+        pays = [r for r in recs if verdicts[r["category"]] == "pays"]
+        not_pays = [r for r in recs if verdicts[r["category"]] == "does not pay"]
+        noise = [r for r in recs if verdicts[r["category"]] == "within noise"]
+        best, worst = recs[0], recs[-1]
+        parts = [f"At concurrency {int(c)}, {md_text(comp.labels[arm])} pays"
+                 + (f" for {named(pays)}" if pays else " for no category")]
+        parts.append(f"it does not for {named(not_pays)}" if not_pays else "it loses on none")
+        text = "; ".join(parts)
+        if noise:
+            text += f"; within noise for {named(noise)}"
+        text += (f". Per-user gain is highest for {md_text(best['category'])} and lowest for "
+                 f"{md_text(worst['category'])}")
+        acc = g.dropna(subset=["accept_length"])
+        if len(acc) > 1:
+            hi, lo = acc.loc[acc["accept_length"].idxmax()], acc.loc[acc["accept_length"].idxmin()]
+            text += (f"; accept length runs from {lo['accept_length']:.2f} ({md_text(lo['category'])}) to "
+                     f"{hi['accept_length']:.2f} ({md_text(hi['category'])})")
+        single = bool(pd.isna(g["user_ci_low_pct"]).all())
+        out.append(text + (" (single run: point estimates, no interval)." if single else "."))
+    return out
+
+
+def category_markdown(comp: Comparison, sets: Sequence[Any]) -> str:
+    """The category view's text: a one-line note when the requests carry a single category, else
+    what the table shows, then :func:`category_sentences`."""
+    if not has_categories(sets):
+        return ("The requests carry a single prompt category (`all`), so there is no per-category view; a "
+                "categorised workload (e.g. `workload=builtin`) gives one.")
+    d = category_deltas(comp, sets)
+    if d.empty:
+        return ("The requests carry several prompt categories, but no speculative arm and the baseline both have "
+                "per-request data for them at a shared level, so no per-category Δ can be given.")
+    lines = [
+        "Each category's figures are the level metrics over that category's requests alone (the same "
+        "definitions, grouped by category), at the lowest level both arms measured and around the aggregate "
+        "crossover, or at the highest shared level where there is none. Per-user speed: "
+        f"{md_text(metric_info(comp.user_metric).label)}. The aggregate is the category's output tokens ÷ its own "
+        "window inside the level — a **share** of the level's throughput, not what the category would get on its "
+        "own. Intervals are 95% t intervals on ln(value) from repeats; with one run per level there are none.",
+        "",
+    ]
+    lines += [f"- {s}" for s in category_sentences(comp, sets)]
+    return "\n".join(lines)
 
 
 def data_table(comp: Comparison) -> pd.DataFrame:
@@ -599,6 +841,15 @@ def _same_for_all(values: dict[str, Any], rule: Any) -> Any:
     return distinct.pop() if len(distinct) == 1 else None
 
 
+def _workload_value(value: str) -> str:
+    """A recorded ``workload`` parameter as a command should spell it: a file path in it (alone, or
+    after a ``format:`` prefix such as ``sharegpt:``) relative to the repository where it lies inside."""
+    prefix, sep, rest = value.partition(":")
+    if sep and "/" not in prefix and Path(rest).is_absolute():
+        return f"{prefix}:{repo_relative(rest)}"
+    return repo_relative(value) if Path(value).is_absolute() else value
+
+
 def sweep_parameters(meta: dict[str, Any], out_dir: str) -> dict[str, Any] | None:
     """The ``notebooks/sweep.ipynb`` parameters that measure this arm again, from its ``meta.json``;
     None for published reference data (measured outside specsweep) or a prompt file of unknown
@@ -621,10 +872,15 @@ def sweep_parameters(meta: dict[str, Any], out_dir: str) -> dict[str, Any] | Non
             params["model"] = meta["model"]
     params.update(concurrency=list(sweep.get("concurrency") or []), input_tokens=workload.get("input_tokens"),
                   output_tokens=workload.get("output_tokens"))
-    if workload.get("kind") not in (None, "random-ids"):
+    value = workload.get("value")
+    if value:
+        params["workload"] = _workload_value(str(value))
+    elif workload.get("kind") not in (None, "random-ids"):
         if not workload.get("path"):
             return None  # a prompt file whose path was not recorded: no command can name it
         params["workload"] = repo_relative(workload["path"])
+    if workload.get("output_length") not in (None, "fixed"):
+        params["output_length"] = workload["output_length"]
     fixed = _same_for_all(sweep.get("requests_per_level") or {}, sweep.get("requests_per_level_rule"))
     if fixed is not None:
         params["requests_per_level"] = fixed

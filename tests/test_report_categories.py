@@ -1,0 +1,193 @@
+"""The report's category view (issue 10 item 5): per-category Δ% built from real sweeps on the
+reference server, checked against ``datasets.category_metrics``; the sentence names the best and
+worst category; category names from the dataset stay text; synthetic-workload caveat, the setup
+table's workload line and the Reproduce parameters."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from helpers import SEED
+from specsweep import charts, report
+from specsweep.compare import compare
+from specsweep.datasets import builtin_prompts, category_metrics
+from specsweep.markup import markdown_html
+from specsweep.refserver.launch import RefServer
+from specsweep.store import ResultSet, load_result_set, load_result_sets
+from specsweep.sweep import run_sweep
+
+#: a category name as a user's dataset could spell it: HTML and Markdown that must stay text
+PAYLOAD = "<script>alert(1)</script>**loud**"
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def mixed_sets(tmp: Path, refserver: RefServer, refserver_mtp: RefServer, concurrency: list[int],
+               repeats: int = 1) -> list[ResultSet]:
+    """Baseline and MTP sweeps (8 requests a level, 32 tokens) of a prompt file that alternates
+    built-in code-edit prompts (the reference server's highest acceptance) and creative-writing
+    prompts (its lowest) relabelled with :data:`PAYLOAD`."""
+    records = builtin_prompts()
+    code = [r for r in records if r.category == "code-edit"][:4]
+    writing = [r for r in records if r.category == "creative-writing"][:4]
+    lines = []
+    for c, w in zip(code, writing):
+        lines.append(json.dumps({"prompt": c.text(), "category": "code-edit"}))
+        lines.append(json.dumps({"prompt": w.text(), "category": PAYLOAD}))
+    prompts = tmp / "mixed.jsonl"
+    prompts.write_text("\n".join(lines) + "\n")
+    out = []
+    for arm, srv in (("baseline", refserver), ("mtp", refserver_mtp)):
+        res = run_sweep({"endpoint": srv.url, "arm": arm, "workload": str(prompts), "concurrency": concurrency,
+                         "output_tokens": 32, "requests_per_level": 8, "warmup_requests": 0, "repeats": repeats,
+                         "out_dir": str(tmp / arm), "metrics_interval_s": 0.2}, progress=False, log=quiet)
+        out.append(load_result_set(res.run_dir))
+    return out
+
+
+@pytest.fixture(scope="module")
+def category_sets(tmp_path_factory: pytest.TempPathFactory, refserver: RefServer,
+                  refserver_mtp: RefServer) -> list[ResultSet]:
+    """:func:`mixed_sets` at C = 1 and 4, one run per level."""
+    return mixed_sets(tmp_path_factory.mktemp("categories"), refserver, refserver_mtp, [1, 4])
+
+
+def test_repeats_give_category_intervals(tmp_path: Path, refserver: RefServer, refserver_mtp: RefServer) -> None:
+    sets = mixed_sets(tmp_path, refserver, refserver_mtp, [2], repeats=3)
+    comp = compare(sets)
+    d = report.category_deltas(comp, sets)
+    assert set(d["n_repeats"]) == {3} and d[["user_ci_low_pct", "aggregate_ci_high_pct"]].notna().all().all()
+    for r in d.itertuples():
+        assert r.user_ci_low_pct <= r.user_delta_pct <= r.user_ci_high_pct
+    shown = report.category_table(comp, sets)
+    assert not (shown["per-user Δ 95% interval"] == "single run").any()
+    assert not any("single run" in s for s in report.category_sentences(comp, sets))
+
+
+def test_category_figures_are_category_metrics_and_the_sentence_names_best_and_worst(
+        category_sets: list[ResultSet]) -> None:
+    comp = compare(category_sets)
+    assert report.has_categories(category_sets)
+    d = report.category_deltas(comp, category_sets)
+    # lowest shared level and, with no crossover claimed from two single-run levels, the highest
+    assert sorted(d["concurrency"].unique()) == report._category_levels(comp, "mtp")
+    assert set(d["concurrency"]) <= {1, 4} and 1 in set(d["concurrency"])
+    assert set(d["category"]) == {"code-edit", PAYLOAD}
+    base = category_metrics(category_sets[0].requests).set_index(["concurrency", "category"])
+    spec = category_metrics(category_sets[1].requests).set_index(["concurrency", "category"])
+    um = comp.user_metric
+    for r in d.itertuples():
+        b, s = base.loc[(r.concurrency, r.category)], spec.loc[(r.concurrency, r.category)]
+        assert r.user_baseline == pytest.approx(b[um]) and r.user_arm == pytest.approx(s[um])
+        assert r.user_delta_pct == pytest.approx((s[um] / b[um] - 1) * 100)
+        assert r.aggregate_delta_pct == pytest.approx((s["output_tok_s"] / b["output_tok_s"] - 1) * 100)
+        assert r.accept_length == pytest.approx(s["spec_accept_length"])
+        assert math.isnan(r.user_ci_low_pct)  # single run: no interval
+        assert r.category_share == pytest.approx(0.5)
+    at1 = d[d["concurrency"] == 1].set_index("category")
+    # the reference server accepts code edits far more often than creative writing (2.79 vs 1.43 tokens/step)
+    assert at1.at["code-edit", "accept_length"] > at1.at[PAYLOAD, "accept_length"] + 0.5
+    assert at1.at["code-edit", "user_delta_pct"] > at1.at[PAYLOAD, "user_delta_pct"]
+
+    sentence = next(s for s in report.category_sentences(comp, category_sets) if s.startswith("At concurrency 1,"))
+    best, worst = sentence.split("Per-user gain is highest for ")[1].split(" and lowest for ")
+    assert best == "code-edit" and worst.startswith(report.md_text(PAYLOAD))
+    assert "single run" in sentence
+
+    table_html = report.table(report.category_table(comp, category_sets)).data
+    text_html = markdown_html(report.category_markdown(comp, category_sets))
+    for html in (table_html, text_html):
+        assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<strong>loud</strong>" not in text_html  # the name's Markdown stays literal
+    assert "single run" in table_html and "share" in report.category_markdown(comp, category_sets)
+
+    chart = charts.category_chart(comp, d)
+    assert chart is not None
+    spec = chart.to_dict()
+    assert len(spec["hconcat"]) == 2
+    points = charts.category_chart(comp, d, levels=[1]).hconcat[0].layer[1].data
+    assert set(points["concurrency"]) == {1} and set(points["category"]) == {"code-edit", PAYLOAD}
+
+
+def test_repeat_intervals_and_the_pays_rule() -> None:
+    """Δ% intervals come from repeats (t interval on ln(value)); a Δ whose interval spans 0 is
+    within noise, a credibly negative one means speculation does not pay."""
+    lo, hi = report._repeat_interval([110.0, 112.0, 108.0], [100.0, 101.0, 99.0])
+    assert 5 < lo < 10 < hi < 15
+    lo, hi = report._repeat_interval([100.0, 130.0], [110.0, 95.0])
+    assert lo < 0 < hi
+    assert all(math.isnan(x) for x in report._repeat_interval([110.0], [100.0, 101.0]))
+
+    def row(user: tuple[float, float, float], agg: tuple[float, float, float]) -> dict[str, float]:
+        return {"user_delta_pct": user[0], "user_ci_low_pct": user[1], "user_ci_high_pct": user[2],
+                "aggregate_delta_pct": agg[0], "aggregate_ci_low_pct": agg[1], "aggregate_ci_high_pct": agg[2]}
+
+    nan = math.nan
+    assert report._pays(row((20, nan, nan), (5, nan, nan))) == "pays"
+    assert report._pays(row((20, nan, nan), (-1, nan, nan))) == "does not pay"
+    assert report._pays(row((20, 10, 30), (2, -3, 7))) == "within noise"
+    assert report._pays(row((20, 10, 30), (-8, -12, -4))) == "does not pay"
+    assert report._pays(row((20, 10, 30), (6, 1, 11))) == "pays"
+
+
+def test_one_category_gives_a_one_line_note_and_no_chart() -> None:
+    sets = load_result_sets([SEED])
+    comp = compare(sets)
+    assert not report.has_categories(sets)
+    assert report.category_deltas(comp, sets).empty and report.category_table(comp, sets).empty
+    assert charts.category_chart(comp, report.category_deltas(comp, sets)) is None
+    note = report.category_markdown(comp, sets)
+    assert "single prompt category" in note and "\n" not in note
+
+
+def test_synthetic_workloads_carry_a_caveat_and_the_setup_names_the_workload(category_sets: list[ResultSet]) -> None:
+    comp = compare(category_sets)
+    assert report.workload_caveat(comp) is None
+    line = report.setup_table(comp).at["workload", "Baseline" if "Baseline" in comp.labels.values() else comp.labels["baseline"]]
+    assert "mixed.jsonl" in line and "None" not in line and "8 prompts" in line and "32 output tokens" in line
+    for kind in ("random-ids", "random-text"):
+        metas = {a: {**m, "workload": {**m["workload"], "kind": kind}} for a, m in comp.metas.items()}
+        caveat = report.workload_caveat(type(comp)(**{**comp.__dict__, "metas": metas}))
+        assert caveat is not None and kind in caveat and "not representative of real traffic" in caveat
+    same = markdown_html(report.differences_markdown(comp))
+    assert "All arms used the same workload: " in same and "<script>" not in same and "<strong>loud" not in same
+    seed = compare(load_result_sets([SEED]))
+    assert "None" not in report.setup_table(seed).loc["workload"].iloc[0]
+
+
+def test_sweep_parameters_carry_the_workload_value_and_output_length() -> None:
+    meta = {"kind": "run", "arm": "mtp", "endpoint": "http://h:1",
+            "sweep": {"concurrency": [1, 8]},
+            "workload": {"kind": "builtin", "value": "builtin:code-edit,math", "input_tokens": None,
+                         "output_tokens": 256, "output_length": "natural", "chosen_by": "given"}}
+    params = report.sweep_parameters(meta, "data/runs/x")
+    assert params is not None
+    assert params["workload"] == "builtin:code-edit,math" and params["output_length"] == "natural"
+    fixed = report.sweep_parameters({**meta, "workload": {**meta["workload"], "output_length": "fixed"}}, "x")
+    assert fixed is not None and "output_length" not in fixed
+    inside = str(report.REPO_ROOT / "tests" / "fixtures" / "datasets" / "sharegpt.json")
+    shared = report.sweep_parameters({**meta, "workload": {"kind": "sharegpt", "value": f"sharegpt:{inside}"}}, "x")
+    assert shared is not None and shared["workload"] == "sharegpt:tests/fixtures/datasets/sharegpt.json"
+
+
+def test_report_shows_the_category_view_escaped(category_sets: list[ResultSet], tmp_path: Path) -> None:
+    """The notebook end to end: the category section with its table, sentence and chart; the
+    dataset's category name is shown as text, never as markup."""
+    import html as html_lib
+    import re
+
+    from test_report import chart_count
+
+    path = report.build_report([rs.path for rs in category_sets], "categories", out_dir=tmp_path)
+    page = path.read_text()
+    assert "<script>alert(1)</script>" not in page
+    text = re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", page)))
+    assert "By prompt category" in text and "Per-user gain is highest for code-edit and lowest for" in text
+    assert "a share of the level's throughput" in text and "single run" in text
+    assert "aggregate share by category" in page and chart_count(page) >= 7  # the category chart is drawn
