@@ -1,6 +1,7 @@
 """Joins, deltas, the fitted delta curve and its band, crossovers, Little's law and Pareto."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Callable
@@ -256,6 +257,14 @@ def test_chunk_counted_arms_and_meta_warnings_are_recorded(tmp_path: Path) -> No
     comp = compare(load_result_sets([base, spec]))
     assert comp.chunk_counted == {"spec": "levels and requests"}
     assert comp.warnings == [("spec", "the server restarted during level 16")]
+    # no acceptance drawn for an arm whose tokens were counted from chunks
+    from specsweep import charts
+
+    levels = comp.levels.copy()
+    levels["spec_accept_length"] = 1.5
+    shown = dataclasses.replace(comp, levels=levels)
+    assert charts.acceptance_chart(shown) is not None  # the baseline's (a made-up figure) still draws
+    assert charts.acceptance_chart(dataclasses.replace(shown, levels=levels[levels["arm"] == "spec"])) is None
 
 
 def test_pareto_frontier() -> None:

@@ -455,7 +455,15 @@ def _optional_lines(comp: Comparison, metric: str, title: str, arms: Arms, level
 def acceptance_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, concurrency: Range = None,
                      colours: Colours = None, width: int | None = None,
                      height: int | None = None) -> alt.LayerChart | None:
-    """Server-side acceptance length per level for speculative arms; None when not measured."""
+    """Server-side acceptance length per level for speculative arms; None when not measured.
+
+    Arms whose tokens were counted from chunks (``comp.chunk_counted``) are left out: their
+    acceptance, tokens ÷ verify steps, would be counted from chunks too.
+    """
+    if comp.chunk_counted and "spec_accept_length" in comp.levels:
+        levels_ = comp.levels.copy()
+        levels_.loc[levels_["arm"].isin(list(comp.chunk_counted)), "spec_accept_length"] = float("nan")
+        comp = dataclasses.replace(comp, levels=levels_)
     present = "spec_accept_length" in comp.levels and comp.levels["spec_accept_length"].notna().any()
     return _optional_lines(comp, "spec_accept_length", "Acceptance length under load", arms, levels, concurrency,
                            colours, width, height, bool(present))
