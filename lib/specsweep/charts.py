@@ -212,6 +212,19 @@ def user_speed_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = No
     return _metric_lines(v, comp.user_metric, metric_info(comp.user_metric).label, width, height)
 
 
+def _zero_rule() -> alt.Chart:
+    """The black Δ = 0 line of every delta panel."""
+    return alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="black", strokeWidth=1).encode(y="y:Q")
+
+
+def _delta_panels(comp: Comparison, metrics: Sequence[str] | None, arms: Arms, levels: Levels, concurrency: Range,
+                  colours: Colours, width: int | None) -> tuple[View, list[str], int]:
+    """The view, the metrics (default: aggregate and per-user speed) and each panel's width of a delta chart."""
+    v = _view(comp, arms, levels, concurrency, colours)
+    metrics = list(metrics or ["output_tok_s", v.comp.user_metric])
+    return v, metrics, width or (PANEL_WIDTH if len(metrics) > 1 else WIDTH)
+
+
 def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms: Arms = None, levels: Levels = None,
                 concurrency: Range = None, colours: Colours = None, width: int | None = None,
                 height: int | None = None) -> alt.HConcatChart:
@@ -219,10 +232,8 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms:
 
     ``width``/``height`` size each panel (default: two panels fill a 1400 px page).
     """
-    v = _view(comp, arms, levels, concurrency, colours)
+    v, metrics, width = _delta_panels(comp, metrics, arms, levels, concurrency, colours, width)
     comp = v.comp
-    metrics = list(metrics or ["output_tok_s", comp.user_metric])
-    width = width or (PANEL_WIDTH if len(metrics) > 1 else WIDTH)
     panels = []
     for metric in metrics:
         info = metric_info(metric)
@@ -246,7 +257,7 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms:
             tooltip=tips,
         )
         layers = [
-            alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="black", strokeWidth=1).encode(y="y:Q"),
+            _zero_rule(),
             base.mark_line(strokeWidth=2),
             base.mark_point(filled=True, size=60),
         ]
@@ -495,10 +506,8 @@ def delta_fit_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, a
     says how it is fitted). None when no curve could be fitted. ``width``/``height`` size each
     panel (default: two panels fill a 1400 px page).
     """
-    v = _view(comp, arms, levels, concurrency, colours)
+    v, metrics, width = _delta_panels(comp, metrics, arms, levels, concurrency, colours, width)
     comp = v.comp
-    metrics = list(metrics or ["output_tok_s", comp.user_metric])
-    width = width or (PANEL_WIDTH if len(metrics) > 1 else WIDTH)
     panels = []
     for metric in metrics:
         d = comp.deltas[(comp.deltas["metric"] == metric) & comp.deltas["fit_delta_pct"].notna()]
@@ -514,7 +523,7 @@ def delta_fit_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, a
                 alt.Tooltip("method:N", title="model")]
         base = alt.Chart(d).encode(x=concurrency_x(comp), color=v.colour(spec_only=True), tooltip=tips)
         layers = [
-            alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="black", strokeWidth=1).encode(y="y:Q"),
+            _zero_rule(),
             base.mark_area(opacity=0.18).encode(y=alt.Y("ci_low_pct:Q", title="Δ% vs baseline"), y2="ci_high_pct:Q"),
             base.mark_line(strokeWidth=2).encode(y="fit_delta_pct:Q"),
             base.mark_point(filled=True, size=50).encode(y="delta_pct:Q"),
@@ -562,7 +571,7 @@ def category_chart(comp: Comparison, categories: pd.DataFrame, *, arms: Arms = N
         base = alt.Chart(part).encode(x=x, y=alt.Y("delta_pct:Q", title="Δ% vs baseline"),
                                       color=v.colour(spec_only=True), shape=alt.Shape("level:N", title="Level"),
                                       xOffset=alt.XOffset("level:N"), tooltip=tips)
-        layers = [alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="black", strokeWidth=1).encode(y="y:Q"),
+        layers = [_zero_rule(),
                   base.mark_point(filled=True, size=70)]
         ci = part[part["ci_low_pct"].notna()]
         if len(ci):
