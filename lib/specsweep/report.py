@@ -564,10 +564,11 @@ def category_deltas(comp: Comparison, sets: Sequence[Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def category_table(comp: Comparison, sets: Sequence[Any]) -> pd.DataFrame:
+def category_table(comp: Comparison, sets: Sequence[Any], deltas: pd.DataFrame | None = None) -> pd.DataFrame:
     """:func:`category_deltas` for reading: one row per (arm, level, category), Δ% with its 95 %
-    interval from repeats or "single run". Show it with :func:`table` (category names are escaped)."""
-    d = category_deltas(comp, sets)
+    interval from repeats or "single run". Show it with :func:`table` (category names are escaped).
+    ``deltas``: :func:`category_deltas` already computed for these sets."""
+    d = category_deltas(comp, sets) if deltas is None else deltas
     rows = []
     for r in d.to_dict("records"):
         row: dict[str, Any] = {
@@ -606,11 +607,12 @@ def _pays(r: dict[str, Any]) -> str:
     return "within noise"
 
 
-def category_sentences(comp: Comparison, sets: Sequence[Any]) -> list[str]:
+def category_sentences(comp: Comparison, sets: Sequence[Any], deltas: pd.DataFrame | None = None) -> list[str]:
     """One plain sentence per spec arm and shown level, from :func:`category_deltas`: the categories
     where speculation pays (per-user and aggregate Δ% both above 0) and where it does not, best
-    first, with the category of the highest and of the lowest per-user Δ% named."""
-    d = category_deltas(comp, sets)
+    first, with the category of the highest and of the lowest per-user Δ% named. ``deltas``: as for
+    :func:`category_table`."""
+    d = category_deltas(comp, sets) if deltas is None else deltas
     out = []
     for (arm, c), g in d.groupby(["arm", "concurrency"], sort=True):
         g = g.sort_values("user_delta_pct", ascending=False)
@@ -643,13 +645,13 @@ def category_sentences(comp: Comparison, sets: Sequence[Any]) -> list[str]:
     return out
 
 
-def category_markdown(comp: Comparison, sets: Sequence[Any]) -> str:
+def category_markdown(comp: Comparison, sets: Sequence[Any], deltas: pd.DataFrame | None = None) -> str:
     """The category view's text: a one-line note when the requests carry a single category, else
     what the table shows, then :func:`category_sentences`."""
     if not has_categories(sets):
         return ("The requests carry a single prompt category (`all`), so there is no per-category view; a "
                 "categorised workload (e.g. `workload=builtin`) gives one.")
-    d = category_deltas(comp, sets)
+    d = category_deltas(comp, sets) if deltas is None else deltas
     if d.empty:
         return ("The requests carry several prompt categories, but no speculative arm and the baseline both have "
                 "per-request data for them at a shared level, so no per-category Δ can be given.")
@@ -662,7 +664,7 @@ def category_markdown(comp: Comparison, sets: Sequence[Any]) -> str:
         "own. Intervals are 95% t intervals on ln(value) from repeats; with one run per level there are none.",
         "",
     ]
-    lines += [f"- {s}" for s in category_sentences(comp, sets)]
+    lines += [f"- {s}" for s in category_sentences(comp, sets, d)]
     return "\n".join(lines)
 
 
