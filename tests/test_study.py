@@ -419,6 +419,21 @@ def test_output_agreement_flags_a_server_that_changes_outputs(tmp_path: Path, re
     text = agreement_markdown(table)
     assert "*mtp*: identical to the baseline on all 8 paired prompts" in text
     assert "⚠ *mtp-diverging*: outputs differ from the baseline at temperature 0" in text
+    # where they differ: the diverging server stops early, so its output is a prefix of the
+    # baseline's and the first difference is where it ends — recomputed here from the stored heads
+    req = {rs.arm: rs.requests for rs in sets}
+    pairs = req["mtp-diverging"].merge(req["baseline"], on=["repeat", "prompt_id"], suffixes=("", "_b"))
+    pairs = pairs[~pairs["warmup"] & (pairs["output_digest"] != pairs["output_digest_b"])]
+    assert len(pairs) and (pairs["output_tokens"] < pairs["output_tokens_b"]).all()
+    short = pairs[pairs["output_head"].str.len() < 200]
+    assert len(short)
+    for r in short.itertuples():  # a prefix of the baseline's text, ending inside the head
+        assert r.output_head_b.startswith(r.output_head)
+    for c, part in pairs.groupby("concurrency"):
+        expected = part["output_head"].str.len().median() if (part["output_head"].str.len() < 200).all() else None
+        got = bad.set_index("concurrency").loc[c, "first_diff_median_chars"]
+        assert got >= 0 and (expected is None or got == expected)
+    assert "Median position of the first difference" in text
 
 
 @pytest.mark.slow

@@ -37,7 +37,6 @@ The API key comes only from the environment variable ``SPECSWEEP_API_KEY`` and i
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import re
 import ssl
@@ -52,7 +51,7 @@ import httpx
 import numpy as np
 import orjson
 
-from .records import RequestRecord
+from .records import RequestRecord, output_fingerprint
 from .sse import decode_reads
 
 __all__ = [
@@ -92,7 +91,6 @@ PATHS: dict[Flavour, str] = {
     "openai-chat": "/v1/chat/completions",
 }
 API_KEY_ENV = "SPECSWEEP_API_KEY"
-_DIGEST_BYTES = 8  # output_digest = 16 hex characters of BLAKE2b
 
 
 def _check_flavour(flavour: str) -> Flavour:
@@ -782,7 +780,7 @@ def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -
     rec.token_source = "usage"
     rec.prompt_tokens = int(m.group(1)) if m is not None else None
     rec.finish_reason = finish
-    rec.output_digest = hashlib.blake2b(full.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES).hexdigest()
+    rec.output_digest, rec.output_head, rec.output_blocks = output_fingerprint(full)
     if rec.finish_reason == "abort":
         rec.error = "server aborted the request: no message"
     return True
@@ -990,8 +988,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     else:
         full = "".join(texts)
     if digest_ok:
-        rec.output_digest = hashlib.blake2b(full.encode("utf-8", "surrogatepass"),
-                                            digest_size=_DIGEST_BYTES).hexdigest()
+        rec.output_digest, rec.output_head, rec.output_blocks = output_fingerprint(full)
         if rec.token_source == "chunks":
             rec.output_text = full  # to be counted with the server's tokenizer
     rec.prompt_tokens = prompt_tokens

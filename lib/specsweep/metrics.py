@@ -259,6 +259,8 @@ def requests_frame(
             "http_status": rec.http_status,
             "error": rec.error,
             "output_digest": rec.output_digest,
+            "output_head": rec.output_head,
+            "output_blocks": rec.output_blocks,
             "server_e2e_latency_s": rec.server.get("e2e_latency_s"),
             "spec_accept_length": rec.server.get("spec_accept_length"),
             "spec_verify_ct": rec.server.get("spec_verify_ct"),
@@ -279,7 +281,7 @@ def requests_frame(
     for col in ("output_tokens", "prompt_tokens", "http_status", "server_e2e_latency_s",
                 "spec_accept_length", "spec_verify_ct", "spec_draft_tokens", "spec_accepted_tokens"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("float64")
-    for col in ("token_source", "finish_reason", "error", "output_digest"):
+    for col in ("token_source", "finish_reason", "error", "output_digest", "output_head"):
         frame[col] = frame[col].astype("string")
     frame["warmup"] = frame["warmup"].astype(bool)
     return frame

@@ -5,10 +5,40 @@ sets store them relative to the level's start (see ``store``).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
 TokenSource = Literal["usage", "tokenize", "chunks"]
+
+#: characters of generated text kept for display (``output_head``)
+HEAD_CHARS = 200
+#: characters per block of ``output_blocks`` (the resolution of a first difference past the head)
+BLOCK_CHARS = 64
+#: bytes of BLAKE2b per block, and of ``output_digest`` (16 hex digits)
+DIGEST_BYTES = 8
+
+
+def output_fingerprint(text: str) -> tuple[str, str, bytes]:
+    """``(digest, head, blocks)`` of a request's generated text, for output agreement across arms.
+
+    - ``digest``: BLAKE2b-64 of the whole text (UTF-8) as 16 hex digits — equal texts, equal digests;
+    - ``head``: the first :data:`HEAD_CHARS` characters (Unicode code points), for display and for
+      the exact position of a first difference inside them;
+    - ``blocks``: BLAKE2b-64 of every :data:`BLOCK_CHARS`-character block, concatenated (8 bytes per
+      block, the last block possibly shorter): the first differing block places a later first
+      difference to within one block without storing the text (≈ 1 KiB for 8,000 characters).
+    """
+    data = text.encode("utf-8", "surrogatepass")
+    digest = hashlib.blake2b(data, digest_size=DIGEST_BYTES).hexdigest()
+    if data.isascii():
+        blocks = b"".join(hashlib.blake2b(data[i:i + BLOCK_CHARS], digest_size=DIGEST_BYTES).digest()
+                          for i in range(0, len(data), BLOCK_CHARS))
+    else:
+        blocks = b"".join(hashlib.blake2b(text[i:i + BLOCK_CHARS].encode("utf-8", "surrogatepass"),
+                                          digest_size=DIGEST_BYTES).digest()
+                          for i in range(0, len(text), BLOCK_CHARS))
+    return digest, text[:HEAD_CHARS], blocks
 
 
 @dataclass(slots=True)
@@ -37,7 +67,11 @@ class RequestRecord:
     output_tokens: int | None = None
     token_source: TokenSource | None = None
     finish_reason: str | None = None
+    #: BLAKE2b-64 of the generated text, its first 200 characters and its 64-character block hashes
+    #: (see :func:`output_fingerprint`); None when the text could not be assembled
     output_digest: str | None = None
+    output_head: str | None = None
+    output_blocks: bytes | None = None
     #: per-request figures the server reported, e.g. ``e2e_latency_s``, ``spec_accept_length``,
     #: ``spec_verify_ct`` (SGLang final ``meta_info``)
     server: dict[str, float] = field(default_factory=dict)

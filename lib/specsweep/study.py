@@ -56,7 +56,7 @@ import httpx
 import pandas as pd
 
 from specsweep import provenance
-from specsweep.agreement import agreement_markdown, output_agreement
+from specsweep.agreement import agreement_markdown, first_difference_example, output_agreement
 from specsweep.markup import md_text
 from specsweep.report import REPO_ROOT, build_report, kernel_manager_class
 from specsweep.store import ResultSet, atomic_write_bytes, load_result_set, write_frame, write_meta
@@ -574,8 +574,25 @@ def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str
     if caps:
         lines.append("\n" + caps)
     lines.append("\n**Output agreement with the baseline** (same prompts, temperature 0):\n")
-    lines.append(agreement_markdown(output_agreement(sets, baseline), baseline))
+    table = output_agreement(sets, baseline)
+    lines.append(agreement_markdown(table, baseline))
+    for arm in table.loc[table["flagged"], "arm"].drop_duplicates() if not table.empty else []:
+        ex = first_difference_example(sets, str(arm), baseline)
+        if ex is not None:
+            lines.append(f"\n  Earliest difference of *{md_text(arm)}* (C={ex['concurrency']}, repeat {ex['repeat']}, "
+                         f"prompt {ex['prompt_id']}, character {ex['position']}), the text around it "
+                         "(▌ marks the first difference, ↵ a line end):\n\n"
+                         f"  - baseline: “{_excerpt(str(ex['baseline']), int(ex['offset']))}”\n"
+                         f"  - {md_text(arm)}: “{_excerpt(str(ex['arm']), int(ex['offset']))}”")
     return "\n".join(lines)
+
+
+def _excerpt(text: str, mark: int) -> str:
+    """Server text for one line of Markdown, ▌ at character ``mark``: line ends shown as ↵, Markdown
+    syntax escaped."""
+    def line(part: str) -> str:
+        return md_text(part.replace("\r", "").replace("\n", "↵"))
+    return line(text[:mark]) + "▌" + line(text[mark:])
 
 
 def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: str | Path | None = None,
