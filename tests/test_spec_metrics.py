@@ -12,10 +12,13 @@ import pandas as pd
 import pytest
 
 from specsweep.client import RawExchange, build_body, parse_exchange, spec_request_options
+from specsweep.compare import compare
+from specsweep.markup import md_text
 from specsweep.metrics import (FORMULA_ACCEPTED, FORMULA_TOKENS, SOURCE_COUNTERS, SOURCE_PER_REQUEST,
                                acceptance_from_requests)
 from specsweep.probe import COUNTER_ACCEPTANCE_FORMULA
 from specsweep.refserver.launch import RefServer
+from specsweep.report import diagnostics_markdown
 from specsweep.store import ResultSet, load_result_set
 from specsweep.sweep import run_sweep, server_figures, summary_table
 
@@ -205,6 +208,11 @@ def test_vllm_surface_with_and_without_per_request_metrics(tmp_path: Path,
     # per draft position from the histograms: the counters' per-position rates, and 1 + Σ = the length
     rates = lv[[f"spec_accept_rate_pos_{i}" for i in range(3)]]
     assert (1 + rates.sum(axis=1)).to_numpy() == pytest.approx(lv["spec_accept_length"].to_numpy())
+    # the report's diagnostics name each arm's source where acceptance is shown
+    comp = compare([counters, per_request], baseline="counters")
+    text = diagnostics_markdown(comp)
+    assert "Server-side acceptance length per level" in text
+    assert f"— {md_text(SOURCE_COUNTERS)}" in text and f"— {md_text(SOURCE_PER_REQUEST)}" in text
 
 
 @pytest.mark.parametrize("api", ["sglang", "openai-completions"])
