@@ -85,7 +85,13 @@ def test_llamacpp_acceptance_from_timings_and_per_position(tmp_path: Path,
     assert req["spec_draft_tokens"].notna().all() and (req["spec_accepted_tokens"] <= req["spec_draft_tokens"]).all()
     assert (req["spec_verify_ct"] == 60 - req["spec_accepted_tokens"]).all()
     assert lv["spec_accept_length"].between(1.5, 3.0).all()
-    assert lv["spec_accept_length_source"].str.startswith("per-request timings").all()
+    assert (lv["spec_accept_length_source"] == "per-request (server response)").all()
+    # timings' steps are predicted − accepted, so 1 + Σ accepted / Σ steps = Σ completion tokens / Σ steps
+    assert (lv["spec_accept_length_formula"] == "1 + Σ accepted draft tokens / Σ verify steps").all()
+    ok = req[req["error"].isna() & ~req["warmup"]]
+    by_level = ok.groupby("concurrency")[["output_tokens", "spec_verify_ct"]].sum()
+    assert lv.set_index("concurrency")["spec_accept_length"].to_numpy() == pytest.approx(
+        (by_level["output_tokens"] / by_level["spec_verify_ct"]).to_numpy())
     assert lv["spec_draft_acceptance_rate"].between(0.0, 1.0).all()
     # per draft position, from /metrics counter deltas: 1 + Σ rates = tokens per verify step
     pos = lv[[f"spec_accept_rate_pos_{i}" for i in range(3)]]

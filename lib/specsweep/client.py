@@ -72,6 +72,7 @@ __all__ = [
     "make_client",
     "parse_exchange",
     "send_streaming",
+    "spec_request_options",
     "stream_request",
 ]
 
@@ -171,6 +172,21 @@ def build_body(
     if extra:
         body.update(extra)
     return body
+
+
+def spec_request_options(server: str, flavour: Flavour) -> dict[str, Any]:
+    """Top-level body keys that ask ``server`` for per-request speculation figures, where it takes them.
+
+    SGLang's OpenAI routes send ``sglext.spec_tokens_details`` only when the body asks with
+    ``return_spec_tokens_details: true`` (0.5.23 ``entrypoints/openai/protocol.py``); SGLang's
+    OpenAI request models ignore unknown top-level keys, so an older SGLang is not disturbed.
+    Nothing elsewhere: SGLang's ``/generate`` always puts the figures in ``meta_info``, vLLM needs a
+    server flag (``--per-request-spec-decode-metrics``), not a request field, llama.cpp always sends
+    ``timings``, and a generic OpenAI-compatible server may reject a field it does not know.
+    """
+    if server == "sglang" and flavour in ("openai-completions", "openai-chat"):
+        return {"return_spec_tokens_details": True}
+    return {}
 
 
 def _is_token_ids(prompt: object) -> bool:
@@ -621,18 +637,101 @@ def _norm_finish(fr: object) -> str | None:
     return str(fr) if fr is not None else None
 
 
-_SGLANG_SERVER_KEYS = {
-    "e2e_latency": "e2e_latency_s",
-    "spec_accept_length": "spec_accept_length",
+#: SGLang's per-request speculation figures (``RequestRecord.server`` names): the final
+#: ``meta_info`` of ``/generate`` (0.5.23 ``tokenizer_manager._calculate_spec_decoding_metrics``,
+#: sent only when the request had a verify step) and, on the OpenAI routes asked with
+#: ``return_spec_tokens_details``, the ``sglext.spec_tokens_details`` object built from them
+_SGLANG_SPEC_KEYS = {
+    "spec_accept_length": "spec_accept_length",  # completion tokens / verify steps
     "spec_verify_ct": "spec_verify_ct",
-    "spec_accept_rate": "spec_accept_rate",
+    "spec_accept_rate": "spec_accept_rate",  # correct drafts / proposed drafts
     "spec_num_correct_drafts": "spec_num_correct_drafts",
     "spec_num_proposed_drafts": "spec_num_proposed_drafts",
 }
+_SGLANG_SERVER_KEYS = {"e2e_latency": "e2e_latency_s", **_SGLANG_SPEC_KEYS}
+#: vLLM's ``metrics.speculative_decoding`` (``--per-request-spec-decode-metrics summary|detailed``,
+#: vLLM PR #48915): top-level ``metrics`` of the final usage chunk
 _VLLM_SPEC_KEYS = {
-    "mean_acceptance_length": "spec_mean_acceptance_length",
+    "mean_acceptance_length": "spec_mean_acceptance_length",  # 1 + accepted / steps
     "draft_acceptance_rate": "spec_draft_acceptance_rate",
+    "num_spec_steps": "spec_verify_ct",
+    "num_accepted_draft_tokens": "spec_accepted_tokens",
+    "num_draft_tokens": "spec_draft_tokens",
+    "num_spec_tokens": "spec_num_spec_tokens",
 }
+
+
+def _histogram(value: object) -> list[int] | None:
+    """An acceptance histogram (index j = verify steps that accepted exactly j draft tokens) as a
+    dense list: a JSON list, or an object keyed by j as text; None when it is neither."""
+    if isinstance(value, Mapping):
+        try:
+            pairs = {int(k): v for k, v in value.items()}
+        except (TypeError, ValueError):
+            return None
+        if not pairs or min(pairs) < 0:
+            return None
+        value = [pairs.get(j, 0) for j in range(max(pairs) + 1)]
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                              for v in value):
+        return None
+    return value
+
+
+def _per_position(hist: list[int] | None, server: dict[str, float]) -> None:
+    """Accepted tokens per draft position from an acceptance histogram, as
+    ``server["spec_accepted_pos_<i>"]``: verify steps whose i-th draft token was accepted, i.e. that
+    accepted more than i (acceptance stops at the first rejected draft), the per-request
+    counterpart of vLLM's ``spec_decode_num_accepted_tokens_per_pos`` counter. At least position 0
+    is recorded (0 when no step accepted a draft), so its presence says the server sent a histogram."""
+    if hist is None or not hist:
+        return
+    above = sum(hist[1:])
+    for i in range(max(len(hist) - 1, 1)):
+        server[f"spec_accepted_pos_{i}"] = float(above)
+        above -= hist[i + 1] if i + 1 < len(hist) else 0
+
+
+def _sglang_spec(src: Mapping[str, Any], server: dict[str, float]) -> None:
+    """SGLang's figures from a final ``meta_info`` or an ``sglext.spec_tokens_details`` object,
+    its ``spec_correct_drafts_histogram`` as accepted tokens per draft position."""
+    for k, name in _SGLANG_SPEC_KEYS.items():
+        v = _num(src.get(k))
+        if v is not None:
+            server[name] = v
+    _per_position(_histogram(src.get("spec_correct_drafts_histogram")), server)
+
+
+def _sglext_spec(sglext: Mapping[str, Any], server: dict[str, float]) -> None:
+    """SGLang's OpenAI ``sglext.spec_tokens_details`` (a list with ``n > 1``: the first choice's).
+    An object without verify steps is skipped, as ``meta_info`` has no figures then."""
+    details = sglext.get("spec_tokens_details")
+    if isinstance(details, list):
+        details = details[0] if details else None
+    if isinstance(details, Mapping) and (_num(details.get("spec_verify_ct")) or 0) > 0:
+        _sglang_spec(details, server)
+
+
+def _vllm_spec(spec: Mapping[str, Any], server: dict[str, float]) -> None:
+    """vLLM's ``metrics.speculative_decoding``: counts under the names the other servers' figures
+    use (``spec_verify_ct`` = ``num_spec_steps``, ``spec_accepted_tokens``, ``spec_draft_tokens``),
+    ``mean_acceptance_length`` also as the request's ``spec_accept_length``, and the
+    ``acceptance_histogram`` (or, without one, the ``detailed`` level's ``per_step_accepted``) as
+    accepted tokens per draft position. ``acceptance_histogram_by_draft_length`` is not read."""
+    for k, name in _VLLM_SPEC_KEYS.items():
+        v = _num(spec.get(k))
+        if v is not None:
+            server[name] = v
+    if "spec_mean_acceptance_length" in server:
+        server["spec_accept_length"] = server["spec_mean_acceptance_length"]
+    hist = _histogram(spec.get("acceptance_histogram"))
+    steps = spec.get("per_step_accepted")
+    if hist is None and isinstance(steps, list) and all(isinstance(a, int) and not isinstance(a, bool) and a >= 0
+                                                        for a in steps):
+        hist = [0] * (max(steps, default=0) + 1)
+        for a in steps:
+            hist[a] += 1
+    _per_position(hist, server)
 
 
 def _llamacpp_timings(timings: Mapping[str, Any], server: dict[str, float]) -> None:
@@ -698,7 +797,7 @@ _FINISH_RE = re.compile(rb'"finish_reason":("[^"\\]*(?:\\.[^"\\]*)*")')
 _PROMPT_RE = re.compile(rb'"prompt_tokens":(\d+)[,}]')
 #: bytes that send a stream to the general parser: errors, server figures, reasoning text, a second
 #: choice, CR line ends (each is one memchr-speed scan)
-_SLOW_MARKS = (b"\r", b'"error"', b'"timings"', b'"metrics"', b'"index":1')
+_SLOW_MARKS = (b"\r", b'"error"', b'"timings"', b'"metrics"', b'"sglext"', b'"index":1')
 
 
 def _json_list(items: list[bytes]) -> list[Any]:
@@ -795,9 +894,12 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     When counts arrive only at the end, chunk times are those of content chunks and
     ``chunk_tokens`` is None; when no count arrives at all, ``output_tokens`` is the number of
     content chunks with ``token_source="chunks"`` and the text is kept in ``output_text`` (for
-    ``probe.TokenCounter``). llama.cpp's final ``timings`` (``draft_n``, ``draft_n_accepted``)
-    become ``server["spec_draft_tokens"]``, ``["spec_accepted_tokens"]``, ``["spec_verify_ct"]``
-    and ``["spec_accept_length"]``.
+    ``probe.TokenCounter``). Per-request speculation figures go to ``rec.server``: llama.cpp's
+    final ``timings`` (``draft_n``, ``draft_n_accepted``) become ``server["spec_draft_tokens"]``,
+    ``["spec_accepted_tokens"]``, ``["spec_verify_ct"]`` and ``["spec_accept_length"]``; vLLM's
+    ``metrics.speculative_decoding`` the same names (``_vllm_spec``); SGLang's final ``meta_info``
+    or OpenAI ``sglext.spec_tokens_details`` ``spec_accept_length``, ``spec_verify_ct`` and the
+    rest of ``_SGLANG_SPEC_KEYS``; an acceptance histogram ``["spec_accepted_pos_<i>"]``.
     """
     _check_flavour(flavour)
     rec = RequestRecord(t_sent=raw.t_sent, t_end=raw.t_end, http_status=raw.http_status)
@@ -893,10 +995,10 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
                 finish = _norm_finish(fr)
                 if finish == "abort" and isinstance(fr, Mapping):
                     abort_msg = _message_of(fr)
-                for k, name in _SGLANG_SERVER_KEYS.items():
-                    v = _num(meta.get(k))
-                    if v is not None:
-                        server[name] = v
+                v = _num(meta.get("e2e_latency"))
+                if v is not None:
+                    server["e2e_latency_s"] = v
+                _sglang_spec(meta, server)
             t_txt = obj.get("text")
             if isinstance(t_txt, str):
                 text = t_txt
@@ -912,13 +1014,12 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
                 p = usage.get("prompt_tokens")
                 if isinstance(p, int):
                     prompt_tokens = p
-                spec = (obj.get("metrics") or usage.get("metrics") or {})
-                spec = spec.get("speculative_decoding") if isinstance(spec, dict) else None
-                if isinstance(spec, dict):
-                    for k, name in _VLLM_SPEC_KEYS.items():
-                        v = _num(spec.get(k))
-                        if v is not None:
-                            server[name] = v
+            metrics = obj.get("metrics")
+            if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+                _vllm_spec(metrics["speculative_decoding"], server)
+            sglext = obj.get("sglext")
+            if isinstance(sglext, dict):
+                _sglext_spec(sglext, server)
             timings = obj.get("timings")
             if isinstance(timings, dict):
                 _llamacpp_timings(timings, server)

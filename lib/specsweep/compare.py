@@ -451,11 +451,16 @@ def _measured_requests(rs: ResultSet) -> pd.DataFrame | None:
 
 
 def _aggregate_levels(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
-    """One row per concurrency of an arm's level rows ``lv``: numeric columns averaged over repeats."""
+    """One row per concurrency of an arm's level rows ``lv``: numeric columns averaged over repeats,
+    plus ``spec_accept_length_source`` (the repeats' sources, joined) where the levels name it."""
     lv = lv.copy()
     numeric = [c for c in lv.columns if c not in {"run_id", "arm", "token_source"} and pd.api.types.is_numeric_dtype(lv[c])]
     agg = lv.groupby("concurrency", as_index=False)[[c for c in numeric if c not in {"concurrency"}]].mean()
     agg["n_repeats"] = lv.groupby("concurrency")["repeat"].nunique().to_numpy()
+    if "spec_accept_length_source" in lv.columns:  # named, not averaged: which figures the acceptance came from
+        sources = lv.groupby("concurrency")["spec_accept_length_source"].agg(
+            lambda s: "; ".join(sorted(set(s.dropna().astype(str)))) or None)
+        agg["spec_accept_length_source"] = sources.reindex(agg["concurrency"]).to_numpy()
     agg = agg.drop(columns=["repeat"], errors="ignore")
     agg.insert(0, "arm", rs.arm)
     agg["has_requests"] = _measured_requests(rs) is not None

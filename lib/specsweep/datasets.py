@@ -608,8 +608,8 @@ def category_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     use the category's own window [its first send, its last finish]: in a mixed workload the
     categories interleave, so that is close to the level's window and the figure is the
     category's share. ``steady_*`` needs all C slots and is NaN unless the category is the whole
-    level. ``spec_accept_length`` is Σ output tokens / Σ verify steps over the category's
-    requests that carry ``spec_verify_ct`` (as the sweep computes it per level), else NaN.
+    level. ``spec_accept_length`` is the sweep's per-request acceptance over the category's
+    requests (``metrics.acceptance_from_requests``), NaN unless each of them carries the server's figures.
     ``category_share``: the category's fraction of the level's measured requests.
     """
     from specsweep.metrics import level_metrics  # noqa: PLC0415 (keeps this module light to import)
@@ -636,12 +636,10 @@ def category_metrics(requests: pd.DataFrame) -> pd.DataFrame:
 
 
 def _accept_length(part: pd.DataFrame) -> float:
-    """The sweep's per-level acceptance (``sweep.server_figures``: Σ output tokens / Σ verify
-    steps over successful rows with a verify count), applied to one category's rows."""
-    from specsweep.sweep import server_figures  # noqa: PLC0415
+    """The sweep's per-level acceptance from per-request figures
+    (``metrics.acceptance_from_requests``), applied to one category's rows; NaN unless every
+    successful row carries them (counter deltas cannot be split by category)."""
+    from specsweep.metrics import acceptance_from_requests  # noqa: PLC0415
 
-    if "spec_verify_ct" not in part.columns:
-        return math.nan
-    figures = server_figures(part, [], (0.0, 0.0), {}, {}, "sglang")
-    value = figures.get("spec_accept_length")
-    return float(value) if value is not None else math.nan
+    acc = acceptance_from_requests(part)
+    return acc.accept_length if acc is not None else math.nan

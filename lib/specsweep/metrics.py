@@ -34,6 +34,11 @@ Per level (one concurrency, one repeat) over the measured window
 - ``decoding_concurrency`` = Σ (e2e_s − ttft_s) / window over successful requests: the mean
   number of requests between their first and last token. Far below C means requests wait before
   their first token (a server cap, a memory limit, a queue).
+
+Speculative acceptance over a level (:func:`acceptance_from_requests`): tokens per verify step,
+the bonus token included, summed from the server's per-request figures when every successful
+request carries them (``spec_accept_length_source`` = :data:`SOURCE_PER_REQUEST`); otherwise the
+sweep takes it from ``/metrics`` counter deltas (:data:`SOURCE_COUNTERS`).
 """
 from __future__ import annotations
 
@@ -97,7 +102,8 @@ METRICS: dict[str, MetricInfo] = {
     ),
     "spec_accept_length": MetricInfo(
         "Acceptance length", "tokens/step", "higher",
-        "server-side accepted tokens (incl. bonus) per verify step over the level",
+        "server-side accepted tokens (incl. bonus) per verify step over the level: from the server's per-request "
+        "figures when every request carries them, else from /metrics counter deltas (spec_accept_length_source)",
     ),
     "client_cpu_cores": MetricInfo(
         "Client CPU", "cores", "lower", "client CPU seconds / measured window"
@@ -266,6 +272,7 @@ def requests_frame(
             "spec_verify_ct": rec.server.get("spec_verify_ct"),
             "spec_draft_tokens": rec.server.get("spec_draft_tokens"),
             "spec_accepted_tokens": rec.server.get("spec_accepted_tokens"),
+            **{k: v for k, v in rec.server.items() if k.startswith("spec_accepted_pos_")},
         }
         if drafting and "timings_predicted_n" in rec.server and "spec_draft_tokens" not in rec.server:
             n = rec.server["timings_predicted_n"]
@@ -400,3 +407,83 @@ def level_metrics(requests: pd.DataFrame, concurrency: int) -> dict[str, float]:
         drafted = float(ok["spec_draft_tokens"].sum())  # llama.cpp timings: Σ accepted / Σ drafted
         out["spec_draft_acceptance_rate"] = float(ok["spec_accepted_tokens"].sum()) / drafted if drafted else math.nan
     return out
+
+
+# ------------------------------------------------------------------------- speculative acceptance
+
+#: where a level's acceptance length came from (``spec_accept_length_source``)
+SOURCE_PER_REQUEST = "per-request (server response)"
+SOURCE_COUNTERS = "per-level counter deltas (/metrics)"
+#: how per-request figures are summed over a level (``spec_accept_length_formula``)
+FORMULA_ACCEPTED = "1 + Σ accepted draft tokens / Σ verify steps"
+FORMULA_TOKENS = "Σ completion tokens / Σ verify steps"
+
+
+@dataclass(frozen=True)
+class LevelAcceptance:
+    """A level's speculative acceptance, from one named source.
+
+    ``accept_length``: output tokens per verify step, the bonus token included (tokens/step).
+    ``source``: :data:`SOURCE_PER_REQUEST` or :data:`SOURCE_COUNTERS`; ``formula``: how, in words.
+    ``detail``: ``spec_draft_acceptance_rate`` (accepted ÷ drafted tokens, a fraction) and
+    ``spec_accept_rate_pos_<i>`` (verify steps whose i-th draft token was accepted ÷ verify steps)
+    where this source has them.
+    """
+
+    accept_length: float
+    source: str
+    formula: str
+    detail: dict[str, float]
+
+
+def acceptance_from_requests(requests: pd.DataFrame) -> LevelAcceptance | None:
+    """A level's acceptance from the servers' per-request figures, or None unless every
+    successful request carries them (then the level falls back to counter deltas).
+
+    ``requests``: :func:`requests_frame` rows of one level (or any subset, e.g. a category).
+    Each row's ``spec_verify_ct`` is its verify steps (vLLM ``num_spec_steps``, SGLang
+    ``spec_verify_ct``, llama.cpp predicted − accepted draft tokens). SGLang sends no figures for
+    a request that never reached a verify step (its one token came from the prefill): a
+    successful row without figures and with ≤ 1 output token counts as 0 steps.
+
+    * Rows with accepted draft counts (vLLM ``num_accepted_draft_tokens``, llama.cpp
+      ``draft_n_accepted``): :data:`FORMULA_ACCEPTED`, vLLM's definition, the same sums as its
+      ``1 + Δaccepted / Δdrafts`` counters; for llama.cpp, whose steps are predicted − accepted,
+      it equals Σ completion tokens / Σ steps.
+    * Else (SGLang): :data:`FORMULA_TOKENS`, SGLang's ``spec_accept_length`` summed, the same sums
+      as its ``Δgeneration tokens / Δspec_verify_calls`` (the prefill's token included).
+
+    ``detail``: ``spec_draft_acceptance_rate`` = Σ accepted ÷ Σ drafted tokens where every row
+    has both; ``spec_accept_rate_pos_<i>`` = Σ ``spec_accepted_pos_<i>`` ÷ Σ verify steps where
+    every row that had a step has an acceptance histogram (a position a row's histogram does not
+    reach counts 0 there), so 1 + Σ_i rate_i = :data:`FORMULA_ACCEPTED`.
+    """
+    if not len(requests) or "spec_verify_ct" not in requests.columns:
+        return None
+    ok = requests[_succeeded(requests)]
+    if not len(ok):
+        return None
+    have = ok["spec_verify_ct"].notna()
+    if not have.any() or not (have | (ok["output_tokens"] <= 1)).all():
+        return None
+    steps = ok["spec_verify_ct"].fillna(0.0)
+    total_steps = float(steps.sum())
+    if total_steps <= 0:
+        return None
+    detail: dict[str, float] = {}
+    counted = "spec_accepted_tokens" in ok.columns and bool(ok.loc[have, "spec_accepted_tokens"].notna().all())
+    if counted:
+        accepted = float(ok["spec_accepted_tokens"].fillna(0.0).sum())
+        length, formula = 1.0 + accepted / total_steps, FORMULA_ACCEPTED
+        if "spec_draft_tokens" in ok.columns and ok.loc[have, "spec_draft_tokens"].notna().all():
+            drafted = float(ok["spec_draft_tokens"].fillna(0.0).sum())
+            if drafted > 0:
+                detail["spec_draft_acceptance_rate"] = accepted / drafted
+    else:
+        length, formula = float(ok["output_tokens"].sum()) / total_steps, FORMULA_TOKENS
+    positions = sorted((int(c.rsplit("_", 1)[1]) for c in ok.columns if c.startswith("spec_accepted_pos_")))
+    stepped = steps > 0
+    if positions and positions[0] == 0 and ok.loc[stepped, "spec_accepted_pos_0"].notna().all():
+        for i in positions:
+            detail[f"spec_accept_rate_pos_{i}"] = float(ok[f"spec_accepted_pos_{i}"].fillna(0.0).sum()) / total_steps
+    return LevelAcceptance(length, SOURCE_PER_REQUEST, formula, detail)

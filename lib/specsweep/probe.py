@@ -388,6 +388,14 @@ def scrape(client: httpx.Client) -> list[tuple[str, dict[str, str], float]] | No
         return None
 
 
+#: how :func:`acceptance_from_counters` computes a level's acceptance length, per server family
+COUNTER_ACCEPTANCE_FORMULA: dict[str, str] = {
+    "vllm": "1 + Δvllm:spec_decode_num_accepted_tokens / Δvllm:spec_decode_num_drafts",
+    "llamacpp": "1 + Δllamacpp:spec_decode_num_accepted_tokens / Δllamacpp:spec_decode_num_drafts",
+    "sglang": "Δsglang:generation_tokens / Δsglang:spec_verify_calls",
+}
+
+
 def acceptance_from_counters(before: dict[str, float], after: dict[str, float], server: str) -> float | None:
     """Acceptance length over a level from counter deltas (tokens per verify step incl. bonus).
 

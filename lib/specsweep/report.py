@@ -454,8 +454,10 @@ def diagnostics_markdown(comp: Comparison) -> str:
                      "the server's own token counts.")
     if "spec_accept_length" in lv and lv[~lv["arm"].isin(list(comp.chunk_counted))]["spec_accept_length"].notna().any():
         acc = lv[~lv["arm"].isin(list(comp.chunk_counted))].dropna(subset=["spec_accept_length"])
+        src = {a: ", ".join(sorted(set(g.get("spec_accept_length_source", pd.Series()).dropna().astype(str)))) for a, g in acc.groupby("arm")}
         lines.append("Server-side acceptance length per level: " + "; ".join(
             f"{comp.labels[a]}: " + ", ".join(f"{r.spec_accept_length:.2f} at {int(r.concurrency)}" for r in g.itertuples())
+            + (f" — {md_text(src[a])}" if src[a] else "")
             for a, g in acc.groupby("arm")) + ".")
     if comp.chunk_counted:
         lines.append("⚠ Tokens were counted from SSE chunks, because the server reported no counts, for "

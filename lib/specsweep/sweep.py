@@ -41,11 +41,13 @@ import numpy as np
 import pandas as pd
 
 from specsweep import provenance
+from specsweep.client import spec_request_options
 from specsweep.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
 from specsweep.loadgen import LevelResult, LoadGenerator
-from specsweep.metrics import level_metrics, requests_frame
-from specsweep.probe import (MetricsPoller, ProbeError, ServerProbe, TokenCounter, acceptance_from_counters,
-                             flush_prefix_cache, probe, spec_level_figures)
+from specsweep.metrics import (SOURCE_COUNTERS, LevelAcceptance, acceptance_from_requests, level_metrics,
+                               requests_frame)
+from specsweep.probe import (COUNTER_ACCEPTANCE_FORMULA, MetricsPoller, ProbeError, ServerProbe, TokenCounter,
+                             acceptance_from_counters, flush_prefix_cache, probe, spec_level_figures)
 from specsweep.redact import redact_exception, redact_text
 from specsweep.store import (SCHEMA_VERSION, SchemaError, append_level, finished_levels, live_levels, load_result_set,
                              lock_run, read_meta, write_meta)
@@ -215,23 +217,30 @@ def server_figures(
 ) -> dict[str, Any]:
     """Server-side figures of one level: acceptance length, max running/queued, KV usage.
 
+    Acceptance (``spec_accept_length``, tokens per verify step): from the server's per-request
+    figures when every successful request carries them (``metrics.acceptance_from_requests``),
+    else from ``/metrics`` counter deltas; ``spec_accept_length_source`` names which
+    (``metrics.SOURCE_PER_REQUEST`` / ``SOURCE_COUNTERS``) and ``spec_accept_length_formula``
+    how. ``spec_accept_length_counters`` keeps the counters' figure whenever they moved, as a
+    cross-check. ``spec_draft_acceptance_rate`` and ``spec_accept_rate_pos_<i>`` come from the same
+    source as the acceptance length where it has them, else from counter deltas.
+
     ``samples``: polled gauges (perf_counter seconds, name, value); only those inside ``window``
     (the level's first send to last finish) count, and a gauge needs two of them.
     """
     out: dict[str, Any] = {}
-    ok = requests[requests["error"].isna() & requests["output_tokens"].notna()]
-    if "spec_verify_ct" in ok and ok["spec_verify_ct"].notna().any():
-        part = ok[ok["spec_verify_ct"].notna() & (ok["spec_verify_ct"] > 0)]
-        out["spec_accept_length"] = float(part["output_tokens"].sum() / part["spec_verify_ct"].sum())
-        out["spec_accept_length_source"] = (
-            "per-request timings (Σ completion tokens / Σ (predicted − accepted draft tokens))" if server == "llamacpp"
-            else "per-request meta_info (Σ completion tokens / Σ verify steps)")
-    else:
-        acc = acceptance_from_counters(before, after, server)
-        if acc is not None:
-            out["spec_accept_length"] = acc
-            out["spec_accept_length_source"] = "/metrics counter deltas"
+    counted = acceptance_from_counters(before, after, server)
+    acc = acceptance_from_requests(requests)
+    if acc is None and counted is not None:
+        acc = LevelAcceptance(counted, SOURCE_COUNTERS, COUNTER_ACCEPTANCE_FORMULA.get(server, ""), {})
+    if acc is not None:
+        out.update(spec_accept_length=acc.accept_length, spec_accept_length_source=acc.source,
+                   spec_accept_length_formula=acc.formula)
+    if counted is not None:
+        out["spec_accept_length_counters"] = counted
     out.update(spec_level_figures(before, after))
+    if acc is not None:
+        out.update(acc.detail)
     for key in ("generation_tokens", "requests"):
         if key in before and key in after:
             out[f"server_{key}_delta"] = after[key] - before[key]
@@ -383,7 +392,7 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
     """
     tokens = min(workload.output_tokens, 32)
     body = workload.bodies(info.flavour, [WARMUP_INDEX_BASE * 2], model=info.model, temperature=cfg.temperature,
-                           output_tokens=tokens)
+                           output_tokens=tokens, extra=spec_request_options(info.server, info.flavour))
     rec = None
     for _ in range(3):  # a server that fails a fraction of requests should not fail the preflight
         result = gen.run_level(body, 1)
@@ -667,6 +676,7 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
     output_tokens = workload.output_tokens
     run_id = meta["run_id"]
     offsets = _prompt_offsets(cfg)
+    spec_options = spec_request_options(info.server, info.flavour)  # per-request acceptance, where asked for
     poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
     evidence = _Evidence(info.base_url)
     current: tuple[int, int] | None = None
@@ -687,7 +697,8 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                 first = WARMUP_INDEX_BASE + offsets[(c, r)]
                 warm = warm_workload.bodies(info.flavour, range(first, first + n_warm), model=info.model,
                                             temperature=cfg.temperature,
-                                            output_tokens=min(WARMUP_OUTPUT_TOKENS, output_tokens))
+                                            output_tokens=min(WARMUP_OUTPUT_TOKENS, output_tokens),
+                                            extra=spec_options)
                 wres = gen.run_level(warm, min(c, n_warm), stop=stop)
                 if wres.stopped or (stop is not None and stop.is_set()):
                     raise KeyboardInterrupt
@@ -696,7 +707,7 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                     evidence.check(f"C={c}", f"every warm-up request failed (first: {wres.records[0].error})")
             n = cfg.requests_for(c)
             bodies = workload.bodies(info.flavour, range(offsets[(c, r)], offsets[(c, r)] + n),
-                                     model=info.model, temperature=cfg.temperature)
+                                     model=info.model, temperature=cfg.temperature, extra=spec_options)
             before = poller.snapshot() if poller else {}
             if poller:
                 poller.start()
@@ -810,7 +821,9 @@ def _level_line(row: pd.Series) -> str:
         f"{int(row.get('n_errors', 0))} error(s)",
     ]
     if not pd.isna(row.get("spec_accept_length", math.nan)):
-        parts.append(f"accept length {row['spec_accept_length']:.2f}")
+        source = row.get("spec_accept_length_source")
+        parts.append(f"accept length {row['spec_accept_length']:.2f}"
+                     + (f" [{source}]" if isinstance(source, str) and source else ""))
     if not pd.isna(row.get("server_running_max", math.nan)):
         parts.append(f"server ran ≤ {int(row['server_running_max'])}")
     return ", ".join(parts) + " — saved"
@@ -830,6 +843,7 @@ SUMMARY_COLUMNS: dict[str, str] = {
     "e2e_p99_s": "e2e p99 (s)",
     "tokens_per_chunk_mean": "tokens/chunk",
     "spec_accept_length": "accept length",
+    "spec_accept_length_source": "accept length source",
     "decoding_concurrency": "decoding concurrency",
     "server_running_max": "server running max",
     "server_queued_max": "server queued max",

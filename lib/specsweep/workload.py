@@ -45,7 +45,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -169,14 +169,15 @@ class Workload:
         return item
 
     def bodies(self, flavour: Flavour, indices: Sequence[int], *, model: str | None, temperature: float,
-               output_tokens: int | None = None) -> list[dict[str, Any]]:
+               output_tokens: int | None = None, extra: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         """Request bodies for prompts ``indices``: ``ignore_eos`` with ``max_tokens(i)`` tokens, or
         under ``output_length="natural"`` no ``ignore_eos`` (``output_tokens`` is the maximum).
 
         ``output_tokens`` overrides the workload's length (warm-up and preflight requests).
+        ``extra``: more top-level keys (``client.build_body``), e.g. ``client.spec_request_options``.
         """
         return [build_body(flavour, self.prompt(i, flavour), output_tokens or self.max_tokens(i),
-                           temperature=temperature, model=model, ignore_eos=self.ignore_eos)
+                           temperature=temperature, model=model, ignore_eos=self.ignore_eos, extra=extra)
                 for i in indices]
 
 

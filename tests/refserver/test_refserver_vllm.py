@@ -210,7 +210,9 @@ def test_sweep_takes_acceptance_from_vllm_counters(tmp_path: Path,
     assert res.complete and res.meta["server"]["name"] == "vllm"
     assert res.meta["api"] == "openai-completions"
     row = res.levels.iloc[0]
-    assert row["spec_accept_length_source"] == "/metrics counter deltas"
+    assert row["spec_accept_length_source"] == "per-level counter deltas (/metrics)"
+    assert row["spec_accept_length_formula"].startswith("1 + Δvllm:spec_decode_num_accepted_tokens")
+    assert row["spec_accept_length_counters"] == row["spec_accept_length"]
     assert 1.5 <= row["spec_accept_length"] <= 3.0
     req = load_result_set(res.run_dir).requests
     measured = req[~req["warmup"]]

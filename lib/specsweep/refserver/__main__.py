@@ -52,13 +52,17 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
 
 API surfaces (--api-surface; the simulated engine is the same under all):
   sglang  SGLang 0.5.23: /generate, /server_info, /model_info, /health (a generation, >= 1 s),
-          /v1/*, /metrics with sglang:* names; --spec mtp caps running requests at 48
+          /v1/*, /metrics with sglang:* names; --spec mtp caps running requests at 48; the
+          final meta_info carries each request's spec_* figures, and /v1/* sends them in an
+          sglext.spec_tokens_details chunk when the body has "return_spec_tokens_details": true
   vllm    vLLM 0.33 OpenAI server: /v1/completions, /v1/chat/completions, /v1/models
           (owned_by "vllm"), /version, /health (instant), /load, /metrics with vllm:* names
           (live gauges; spec counters vllm:spec_decode_num_drafts/_draft_tokens/_accepted_tokens);
           /generate, /server_info, /model_info, /health_generate, /ready answer 404; usage on
           every chunk only with include_usage AND continuous_usage_stats; --spec mtp uses the
-          non-speculative cap rule (vLLM does not lower --max-num-seqs for speculation)
+          non-speculative cap rule (vLLM does not lower --max-num-seqs for speculation);
+          --per-request-spec-decode-metrics summary|detailed puts each request's acceptance in
+          metrics.speculative_decoding on the final usage chunk
   llamacpp llama.cpp llama-server: /v1/completions, /v1/chat/completions (and without /v1),
           /v1/models (owned_by "llamacpp", meta.n_vocab), /props (total_slots = the running cap,
           n_ctx, speculative.n_max), /slots, /health ({"status":"ok"}), /tokenize ({"content"}),
@@ -123,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(vLLM 0.33 OpenAI server: /version, vllm:* metrics, no /generate or "
                         "/server_info, no cap reset under --spec mtp) or llamacpp (llama-server: "
                         "/props, /slots, llamacpp:* metrics, timings in the final chunk); see below")
+    p.add_argument("--per-request-spec-decode-metrics", choices=("none", "summary", "detailed"),
+                   default="none",
+                   help="vLLM surface only, as vLLM's flag: 'summary' adds metrics.speculative_decoding "
+                        "(acceptance length, draft acceptance rate, acceptance histogram, step and token "
+                        "counts) to the final usage chunk, 'detailed' also per-step arrays; needs --spec "
+                        "mtp (default none)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=30000,
                    help="port (default 30000; 0 picks a free one, see the ready line)")
@@ -253,6 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                              omit_usage=args.fault_omit_usage)
     except (ProfileError, ValueError) as exc:
         parser.error(str(exc))
+    if args.per_request_spec_decode_metrics != "none":
+        if args.api_surface != "vllm":
+            parser.error("--per-request-spec-decode-metrics is a vLLM flag: use it with --api-surface vllm "
+                         "(the sglang surface answers return_spec_tokens_details instead)")
+        if args.spec != "mtp":  # vLLM refuses the flag without --speculative-config
+            parser.error("--per-request-spec-decode-metrics requires speculative decoding to be enabled "
+                         "(--spec mtp), as vLLM requires --speculative-config")
     if args.describe:
         print(json.dumps({"profile": profile.name, **cfg.describe()}, indent=2))
         return 0
@@ -268,7 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         emit_log_path=args.emit_log, timer_spin_ms=args.timer_spin_ms, gate_ms=args.gate_ms,
         launch_command="python -m specsweep.refserver " + shlex.join(argv_list),
         profile_name=profile.name, faults=faults, api_surface=args.api_surface,
-        fault_echo_auth=args.fault_echo_auth, parent_pid=args.parent_pid)
+        fault_echo_auth=args.fault_echo_auth, parent_pid=args.parent_pid,
+        per_request_spec_decode_metrics=args.per_request_spec_decode_metrics)
     state = ServerState(cfg, options)
     loop_factory = None
     if not args.no_uvloop:

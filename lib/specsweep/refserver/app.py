@@ -32,6 +32,12 @@ Errors are JSON ``{"error": {"message", "type", "param", "code"}}`` (vLLM's shap
 clients: SGLang rejects unknown ``sampling_params`` keys (``stream`` included) with a 400 naming
 the key; a wrong OpenAI ``model`` is a 404 ``The model `x` does not exist.``; a missing prompt
 is a 400. OpenAI extra keys are ignored on both surfaces.
+
+Per-request speculation figures (shapes in ``streaming.py``): the SGLang surface's final
+``meta_info`` always carries them; its OpenAI routes send them in an ``sglext`` chunk when the body
+asks with ``"return_spec_tokens_details": true`` (SGLang 0.5.23). The vLLM surface sends
+``metrics.speculative_decoding`` on the final usage chunk only when started with
+``--per-request-spec-decode-metrics summary|detailed`` (``ServerOptions``), as vLLM does.
 """
 from __future__ import annotations
 
@@ -82,6 +88,8 @@ VLLM_SERVER_HEADER = f"specsweep-refserver/{REFSERVER_VERSION} (simulated vLLM {
 LLAMACPP_SERVER_HEADER = f"specsweep-refserver/{REFSERVER_VERSION} (simulated llama.cpp {LLAMACPP_BUILD})"
 #: the APIs the server can present (``--api-surface``)
 API_SURFACES = ("sglang", "vllm", "llamacpp")
+#: vLLM's ``--per-request-spec-decode-metrics`` levels
+SPEC_DECODE_METRICS_LEVELS = ("none", "summary", "detailed")
 
 #: SGLang 0.5.23 ``SamplingParams`` fields; any other key in ``sampling_params`` is a 400
 SAMPLING_PARAM_KEYS = (
@@ -120,11 +128,18 @@ class ServerOptions:
     fault_echo_auth: bool = False
     #: exit when this process (the launcher) is gone; None: never
     parent_pid: int | None = None
+    #: vLLM surface: ``--per-request-spec-decode-metrics`` ("none", "summary" or "detailed")
+    per_request_spec_decode_metrics: str = "none"
 
     def __post_init__(self) -> None:
         if self.api_surface not in API_SURFACES:
             raise ValueError(f"api_surface must be one of {', '.join(API_SURFACES)}; "
                              f"got {self.api_surface!r}")
+        if self.per_request_spec_decode_metrics not in SPEC_DECODE_METRICS_LEVELS:
+            raise ValueError("per_request_spec_decode_metrics must be one of "
+                             f"{', '.join(SPEC_DECODE_METRICS_LEVELS)}; got {self.per_request_spec_decode_metrics!r}")
+        if self.per_request_spec_decode_metrics != "none" and self.api_surface != "vllm":
+            raise ValueError("per_request_spec_decode_metrics is a vLLM flag: it needs api_surface 'vllm'")
 
 
 class ApiError(Exception):
@@ -475,7 +490,8 @@ class Handlers:
                          prompt_tokens=gen.prompt_tokens, max_new_tokens=gen.max_new_tokens,
                          output=output,
                          spec_draft_tokens=st.cfg.num_draft_tokens if st.cfg.spec else None,
-                         omit_usage=fault.omit_usage, timings=st.llamacpp, **ctx_extra)
+                         omit_usage=fault.omit_usage, timings=st.llamacpp,
+                         spec_metrics=st.options.per_request_spec_decode_metrics, **ctx_extra)
         fmt: SGLangFormat | CompletionFormat | ChatFormat
         if kind == "sglang":
             fmt = SGLangFormat(ctx)
@@ -637,6 +653,8 @@ class Handlers:
         if self.state.llamacpp:  # llama.cpp sends usage on the final chunk only
             continuous = False
         extra = {"include_usage": include_usage, "continuous_usage": continuous}
+        if self.state.surface == "sglang":  # SGLang 0.5.23: speculation figures in an sglext chunk
+            extra["spec_details"] = _bool_param(body.get("return_spec_tokens_details"), "return_spec_tokens_details")
         return gen, extra
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

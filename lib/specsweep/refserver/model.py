@@ -55,8 +55,9 @@ as independent draws with the per-class probabilities.
   rejection, so ``P(L >= j+1) = p^j`` for ``j <= k`` and ``E[L] = sum_{i=0..k} p^i``; ``p`` is
   solved from the profile's ``mean_accept_length`` (bisection). A request never gains more than
   it has left (its last step is truncated at ``max_new_tokens``); per request the engine counts
-  ``verify_ct`` (its speculative steps) and correct drafts, so SGLang's ``spec_accept_length =
-  completion_tokens / verify_ct`` includes the prefill's token, as SGLang's does.
+  ``verify_ct`` (its speculative steps), correct drafts and the accepted drafts of each step in
+  order (``accepts``), so SGLang's ``spec_accept_length = completion_tokens / verify_ct`` includes
+  the prefill's token, as SGLang's does, and the per-request histograms of SGLang and vLLM follow.
 * **Prefill step** over ``n`` prompt tokens: ``t = (prefill.fixed_ms + max(mem_ms(n, 0),
   n * prefill.ms_per_token)) * (speculative.prefill_factor if spec else 1)`` (the factor is the
   draft model's extend pass).
@@ -408,6 +409,9 @@ class SimRequest:
     new_tokens: int = 0
     verify_ct: int = 0
     correct_drafts: int = 0
+    #: accepted drafts of each verify step, in order (the bonus token excluded; speculation only):
+    #: the per-request histograms and per-step arrays SGLang and vLLM report are built from it
+    accepts: list[int] = field(default_factory=list)
     admitted_t: float | None = None
     first_token_t: float | None = None
     finish_t: float | None = None
@@ -609,6 +613,7 @@ class EngineCore:
                 req.new_tokens = n
                 req.verify_ct += 1
                 req.correct_drafts += n - 1
+                req.accepts.append(n - 1)
                 gained += n
                 verify += 1
                 out.append(req)

@@ -7,8 +7,27 @@ Shapes follow ``shared/reference/server-apis.md`` (SGLang 0.5.23):
   ``meta_info`` adds ``finish_reason`` (``{"type":"length","length":N}`` or
   ``{"type":"stop","matched":EOS}``), ``e2e_latency`` and, with speculation and at least one
   verify step, ``spec_accept_rate``, ``spec_accept_length`` (= completion_tokens / verify_ct),
-  ``spec_num_correct_drafts``, ``spec_num_proposed_drafts`` and ``spec_verify_ct``. Every
+  ``spec_num_correct_drafts``, ``spec_num_proposed_drafts``, ``spec_verify_ct`` and
+  ``spec_correct_drafts_histogram`` (index j = verify steps that accepted exactly j drafts, grown to
+  the largest j seen: ``schedule_batch.Req.update_spec_correct_drafts_histogram``). Every
   ``meta_info`` also carries ``"simulated": true``.
+* SGLang's OpenAI routes with ``"return_spec_tokens_details": true`` (0.5.23,
+  ``serving_completions.py`` / ``serving_chat.py``): the same figures as a ``SpecTokensDetails``
+  object (``spec_cap_length``, ``spec_block_accept_length`` 0.0 and ``spec_cap_lens_histogram``
+  ``[]``, SGLang's defaults when the engine reports no capped verify) in a chunk of its own,
+  ``{..., "choices": [], "usage": null, "sglext": {"spec_tokens_details": {...}}}``, after the
+  last content chunk and before the usage chunk; the non-streaming body carries ``sglext`` too.
+  A request with no verify step gets none (SGLang builds it from the meta_info spec fields).
+* vLLM surface with ``--per-request-spec-decode-metrics summary|detailed`` (vLLM PR #48915,
+  ``docs/features/speculative_decoding/acceptance_metrics.md``): the final usage chunk (and the
+  non-streaming body) carries a top-level ``"metrics": {"speculative_decoding": {...}}`` with
+  ``mean_acceptance_length`` (1 + accepted / steps; 1.0 without steps), ``draft_acceptance_rate``
+  (accepted / drafted; 0.0 without drafts), ``acceptance_histogram`` (dense, ``k + 1`` buckets:
+  index j = steps that accepted exactly j drafts), ``acceptance_histogram_by_draft_length``
+  (``{"k": histogram}``; ``{}`` without steps), ``num_spec_steps``, ``num_accepted_draft_tokens``,
+  ``num_draft_tokens`` (steps × k) and ``num_spec_tokens`` (k); ``detailed`` adds
+  ``per_step_accepted`` and ``per_step_drafted`` when the request had steps. No usage chunk, no
+  metrics (vLLM sends them on the usage chunk only).
 * OpenAI chunks carry **delta** text, ``usage: null`` unless ``continuous_usage_stats`` (then
   cumulative usage on every chunk); chat opens with a ``{"role":"assistant","content":""}`` delta
   (sent together with the first content chunk). The last content chunk carries the
@@ -68,6 +87,32 @@ class ReqContext:
     omit_usage: bool = False
     #: llama.cpp: the final chunk carries ``timings`` (prompt_n, predicted_n, draft_n, draft_n_accepted)
     timings: bool = False
+    #: vLLM ``--per-request-spec-decode-metrics``: "none", "summary" or "detailed"
+    spec_metrics: str = "none"
+    #: SGLang OpenAI ``return_spec_tokens_details``: send the ``sglext.spec_tokens_details`` chunk
+    spec_details: bool = False
+
+    def metrics_bytes(self, req: SimRequest) -> bytes:
+        """``,"metrics":{"speculative_decoding":{...}}`` for vLLM's usage chunk (empty when off)."""
+        if self.spec_metrics == "none" or not self.spec_draft_tokens:
+            return b""
+        spec = vllm_spec_decoding(req, self.spec_draft_tokens - 1, self.spec_metrics == "detailed")
+        return b',"metrics":' + _dumps({"speculative_decoding": spec})
+
+    def spec_tokens_details(self, req: SimRequest) -> dict[str, Any] | None:
+        """SGLang's ``SpecTokensDetails`` of this request, or None (not asked, or no verify step)."""
+        if not self.spec_details or not self.spec_draft_tokens:
+            return None
+        fields = sglang_spec_fields(req, self.spec_draft_tokens)
+        if not fields:
+            return None
+        return {"spec_accept_rate": fields["spec_accept_rate"], "spec_accept_length": fields["spec_accept_length"],
+                "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
+                "spec_num_correct_drafts": fields["spec_num_correct_drafts"],
+                "spec_num_proposed_drafts": fields["spec_num_proposed_drafts"],
+                "spec_verify_ct": fields["spec_verify_ct"],
+                "spec_correct_drafts_histogram": fields["spec_correct_drafts_histogram"],
+                "spec_cap_lens_histogram": []}
 
     def timings_bytes(self, req: SimRequest) -> bytes:
         """``,"timings":{...}`` for llama.cpp's final chunk (empty otherwise or without counts)."""
@@ -87,6 +132,49 @@ class ReqContext:
 
 def _dumps(obj: Any) -> bytes:
     return orjson.dumps(obj)
+
+
+def _histogram(accepts: list[int], size: int = 0) -> list[int]:
+    """Index j = verify steps that accepted exactly j drafts; at least ``size`` buckets."""
+    hist = [0] * max(size, max(accepts) + 1 if accepts else 0)
+    for a in accepts:
+        hist[a] += 1
+    return hist
+
+
+def sglang_spec_fields(req: SimRequest, num_draft_tokens: int) -> dict[str, Any]:
+    """SGLang 0.5.23's final ``meta_info`` speculation fields (``_calculate_spec_decoding_metrics``),
+    in its order; empty when the request had no verify step (SGLang then sends none)."""
+    proposed = req.verify_ct * (num_draft_tokens - 1)
+    if req.verify_ct <= 0 or proposed <= 0:
+        return {}
+    return {"spec_accept_rate": req.correct_drafts / proposed,
+            "spec_accept_length": req.generated / req.verify_ct,
+            "spec_num_correct_drafts": req.correct_drafts,
+            "spec_num_proposed_drafts": proposed,
+            "spec_verify_ct": req.verify_ct,
+            "spec_correct_drafts_histogram": _histogram(req.accepts)}
+
+
+def vllm_spec_decoding(req: SimRequest, k: int, detailed: bool) -> dict[str, Any]:
+    """vLLM's per-request ``metrics.speculative_decoding`` (``k`` = ``num_speculative_tokens``)."""
+    steps, accepted = req.verify_ct, req.correct_drafts
+    drafted = steps * k
+    hist = _histogram(req.accepts, k + 1)
+    out: dict[str, Any] = {
+        "mean_acceptance_length": 1.0 + accepted / steps if steps else 1.0,
+        "draft_acceptance_rate": accepted / drafted if drafted else 0.0,
+        "acceptance_histogram": hist,
+        "acceptance_histogram_by_draft_length": {str(k): hist} if steps else {},
+        "num_spec_steps": steps,
+        "num_accepted_draft_tokens": accepted,
+        "num_draft_tokens": drafted,
+        "num_spec_tokens": k,
+    }
+    if detailed and steps:
+        out["per_step_accepted"] = list(req.accepts)
+        out["per_step_drafted"] = [k] * steps
+    return out
 
 
 class SGLangFormat:
@@ -136,13 +224,8 @@ class SGLangFormat:
         meta["cached_tokens"] = 0
         finish_t = req.finish_t if req.finish_t is not None else time.perf_counter()
         meta["e2e_latency"] = round(finish_t - req.arrival_t, 6)
-        if ctx.spec_draft_tokens and req.verify_ct > 0:
-            proposed = req.verify_ct * (ctx.spec_draft_tokens - 1)
-            meta["spec_accept_rate"] = req.correct_drafts / proposed if proposed else 0.0
-            meta["spec_accept_length"] = n / req.verify_ct
-            meta["spec_num_correct_drafts"] = req.correct_drafts
-            meta["spec_num_proposed_drafts"] = proposed
-            meta["spec_verify_ct"] = req.verify_ct
+        if ctx.spec_draft_tokens:
+            meta.update(sglang_spec_fields(req, ctx.spec_draft_tokens))
         meta["simulated"] = True
         return {"text": ctx.output.text_prefix(n).decode(), "output_ids": ctx.output.id_list(n),
                 "meta_info": meta}
@@ -190,10 +273,29 @@ class _OpenAIFormat:
         """The final usage chunk (``choices: []``) when the client asked for usage (with llama.cpp's
         ``timings`` when ``req`` is given and the surface sends them)."""
         ctx = self.ctx
+        sglext = self._sglext_chunk(req) if req is not None else b""
         if ctx.include_usage and not ctx.omit_usage:
-            tail = ctx.timings_bytes(req) if req is not None else b""
-            return self._head + b'],"usage":' + _dumps(self._usage(n, chat=chat)) + tail + b"}\n\n"
-        return b""
+            tail = (ctx.timings_bytes(req) + ctx.metrics_bytes(req)) if req is not None else b""
+            return sglext + self._head + b'],"usage":' + _dumps(self._usage(n, chat=chat)) + tail + b"}\n\n"
+        return sglext
+
+    def _sglext_chunk(self, req: SimRequest) -> bytes:
+        """SGLang's ``sglext`` chunk (``choices: []``, ``usage: null``) with ``spec_tokens_details``."""
+        details = self.ctx.spec_tokens_details(req)
+        if details is None:
+            return b""
+        return self._head + b'],"usage":null,"sglext":' + _dumps({"spec_tokens_details": details}) + b"}\n\n"
+
+    def _body_extras(self, req: SimRequest, body: dict[str, Any]) -> dict[str, Any]:
+        """The non-streaming body with vLLM's ``metrics`` / SGLang's ``sglext`` where asked for."""
+        ctx = self.ctx
+        if ctx.spec_metrics != "none" and ctx.spec_draft_tokens:
+            body["metrics"] = {"speculative_decoding": vllm_spec_decoding(
+                req, ctx.spec_draft_tokens - 1, ctx.spec_metrics == "detailed")}
+        details = ctx.spec_tokens_details(req)
+        if details is not None:
+            body["sglext"] = {"spec_tokens_details": details}
+        return body
 
     def _last_timings(self, req: SimRequest) -> bytes:
         """llama.cpp's ``timings`` on the last content chunk when no usage chunk follows."""
@@ -248,7 +350,7 @@ class CompletionFormat(_OpenAIFormat):
                          "matched_stop": EOS_TOKEN_ID if kind == "stop" else None}],
             "usage": None if ctx.omit_usage else self._usage(n, chat=False),
         }
-        return _dumps(body)
+        return _dumps(self._body_extras(req, body))
 
 
 class ChatFormat(_OpenAIFormat):
@@ -302,7 +404,7 @@ class ChatFormat(_OpenAIFormat):
                          "matched_stop": EOS_TOKEN_ID if kind == "stop" else None}],
             "usage": None if ctx.omit_usage else self._usage(n, chat=True),
         }
-        return _dumps(body)
+        return _dumps(self._body_extras(req, body))
 
 
 Format = SGLangFormat | CompletionFormat | ChatFormat
