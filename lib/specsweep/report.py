@@ -792,8 +792,9 @@ def _quoted(r: dict[str, Any], name: str) -> float:
 
 
 def _quoted_pct(r: dict[str, Any], name: str) -> str:
-    """:func:`_quoted` as text, "fitted" before it where it is the fitted Δ%."""
-    return ("fitted " if r.get(f"{name}_ci_kind") == "band" else "") + f"{_quoted(r, name):+.0f}%"
+    """:func:`_quoted` as text (whole %, never "-0%"), "fitted" before it where it is the fitted Δ%."""
+    value = round(_quoted(r, name)) or 0.0
+    return ("fitted " if r.get(f"{name}_ci_kind") == "band" else "") + f"{value:+.0f}%"
 
 
 def category_sentences(comp: Comparison, sets: Sequence[Any], deltas: pd.DataFrame | None = None) -> list[str]:
