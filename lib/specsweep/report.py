@@ -859,7 +859,8 @@ def category_crossover_sentences(comp: Comparison, crossovers: pd.DataFrame) -> 
             parts = []
             for r in g[g["status"] == "crossover"].to_dict("records"):
                 way = "lower" if r["direction"] == "gain_to_loss" else "higher"
-                more = f" (and {r['n_crossovers'] - 1} more sign change)" if r["n_crossovers"] > 1 else ""
+                extra = r["n_crossovers"] - 1
+                more = f" (and {extra} more sign change{'s' if extra > 1 else ''} after it)" if extra else ""
                 parts.append(f"for {md_text(r['category'])} it is credibly {way} than on the baseline above about "
                              f"**{r['crossover_concurrency']:.0f}** concurrent requests (its fitted curve crosses 0 "
                              f"between {int(r['c_low'])} and {int(r['c_high'])}){more}")
@@ -948,12 +949,15 @@ def category_intro_markdown(comp: Comparison) -> str:
 def category_crossover_markdown(comp: Comparison, sets: Sequence[Any],
                                 curves: dict[tuple[str, str, str], CategoryFit] | None = None) -> str:
     """How a category's crossover is decided, then :func:`category_crossover_sentences` as a list."""
+    from specsweep.compare import MIN_REQUESTS
+
     fits = category_curves(comp, sets) if curves is None else curves
     families = sorted({fit.family for fit in fits.values() if fit.curve is not None})
     family = (f" ({' or '.join(str(f) for f in families)} curves: 2 figures × the fitted categories)"
               if families else "")
     lines = [
-        f"Where a category was measured at {MIN_CATEGORY_LEVELS} or more levels with at least 3 of its requests in "
+        f"Where a category was measured at {MIN_CATEGORY_LEVELS} or more levels with at least {MIN_REQUESTS} of its "
+        "requests in "
         "every run on both arms, its Δ% against the baseline is modelled exactly as the verdict's (see "
         "Definitions: the same curve, noise source and 95% simultaneous band), with the band's Bonferroni "
         f"correction taken over every category curve of the arm{family}. A crossover is claimed only between "
