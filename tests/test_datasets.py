@@ -17,6 +17,7 @@ from specsweep import datasets as ds
 from specsweep.datasets import DatasetError, PromptRecord
 from specsweep.metrics import level_metrics, requests_frame
 from specsweep.records import RequestRecord
+from specsweep.refserver.launch import RefServer
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,6 +212,54 @@ def test_load_hf_reads_a_local_dataset_folder(tmp_path: Path, monkeypatch: pytes
         ds.load_hf(str(folder), "nope", cache_dir=str(tmp_path / "cache"))
 
 
+@pytest.mark.slow
+def test_an_hf_workload_runs_through_a_sweep_offline(tmp_path: Path, refserver_mtp: RefServer) -> None:
+    """``workload="hf:<dataset>"`` end to end (issue 10): a sweep in its own process, offline
+    (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``, its own ``HF_HOME``), reads a local Hugging Face
+    dataset folder (MT-Bench shape) through the ``datasets`` library, sends its prompts to the
+    reference server and stores each prompt's category on its request rows. The server sees the
+    text: it counts one prompt token per word, and accepts more drafts on the code edits."""
+    import os
+    import subprocess
+
+    require_extra("datasets", "datasets")
+    from specsweep.store import load_result_set
+
+    code = ds.builtin_prompts(["code-edit"])[:3]
+    writing = ds.builtin_prompts(["creative-writing"])[:3]
+    rows = []
+    for c, w in zip(code, writing):  # alternating, relabelled: the categories come from the dataset's rows
+        rows += [{"question_id": len(rows), "category": "code", "turns": [c.prompt, "And then?"]},
+                 {"question_id": len(rows) + 1, "category": "writing", "turns": [w.prompt, "And then?"]}]
+    folder = tmp_path / "local-mtbench"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = f"hf:{folder}"
+    params = {"endpoint": refserver_mtp.url, "arm": "mtp", "workload": spec, "concurrency": [2, 3],
+              "output_tokens": 24, "requests_per_level": 6, "warmup_requests": 0, "out_dir": str(tmp_path / "runs")}
+    hf_home = tmp_path / "hf-home"
+    env = {**os.environ, "PYTHONPATH": str(Path(ds.__file__).resolve().parents[1]), "HF_HOME": str(hf_home),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    script = ("import json, sys; from specsweep.sweep import run_sweep; "
+              "print(run_sweep(json.loads(sys.argv[1]), progress=False, log=lambda _: None).run_dir)")
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(params)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert any((hf_home / "datasets").iterdir())  # read through the datasets library, into its own cache
+
+    rs = load_result_set(Path(done.stdout.strip().splitlines()[-1]))
+    workload = rs.meta["workload"]
+    assert workload["kind"] == "hf-dataset" and workload["value"] == spec
+    assert str(workload["dataset_digest"]).startswith("hf-fingerprint:")
+    req = rs.requests[~rs.requests["warmup"].astype(bool)]
+    assert len(req) == 12 and req["error"].isna().all()
+    n = len(rows)
+    assert list(req["category"]) == [rows[int(i) % n]["category"] for i in req["prompt_id"]]
+    assert list(req["prompt_tokens"]) == [len(rows[int(i) % n]["turns"][0].split()) for i in req["prompt_id"]]
+    acc = ds.category_metrics(req).groupby("category")["spec_accept_length"].mean()
+    assert set(acc.index) == {"code", "writing"} and acc["code"] > acc["writing"]
+
+
 # ----------------------------------------------------------------------------------- built-in set
 
 
@@ -324,6 +373,31 @@ def test_load_spec_names_every_source(monkeypatch: pytest.MonkeyPatch) -> None:
         ds.load_spec("hf:nvidia/SPEED-Bench:test:qualitative")
     with pytest.raises(DatasetError, match=r"workload '': give 'builtin'"):
         ds.load_spec("")
+
+
+@pytest.mark.parametrize("prefix, fixture, fmt", [
+    ("prompts", "prompts.jsonl", "prompts"), ("jsonl", "prompts.jsonl", "prompts"),
+    ("prompt-file", "prompts.jsonl", "prompts"), ("txt", "prompts.txt", "prompts"),
+    ("sharegpt", "sharegpt.json", "sharegpt"), ("instructcoder", "instructcoder.jsonl", "instructcoder"),
+    ("turns", "mt_bench.jsonl", "turns"), ("mt-bench", "mt_bench.jsonl", "turns"), ("mtbench", "mt_bench.jsonl", "turns"),
+    ("spec-bench", "spec_bench.jsonl", "turns"), ("specbench", "spec_bench.jsonl", "turns"),
+    ("speed-bench", "speed_bench.jsonl", "turns"), ("speedbench", "speed_bench.jsonl", "turns"),
+])
+def test_every_format_prefix_reads_its_file_as_that_format(prefix: str, fixture: str, fmt: str) -> None:
+    d = ds.load_spec(f"{prefix}:{FIX / fixture}")
+    assert d.format == fmt and d.records == ds.load(FIX / fixture, fmt).records
+
+
+def test_the_readme_names_every_workload_value() -> None:
+    """The README's workload table has a row (with an example) for every value ``load_spec`` and the
+    sweep accept: each format and alias as a ``<name>:`` prefix, the built-in set, hf:, random IDs/text, auto."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("| `workload` | what is sent | example |")[1].split("\n\n")[0]
+    names = [f"`{name}:" for name in (*ds.FORMATS, *ds._ALIASES)]
+    names += ["`builtin`", "`builtin:", "`hf:", "`random-ids`", "`random-text`", "`auto`"]
+    missing = [n for n in names if n not in table]
+    assert not missing, f"README workload table lacks {missing}"
+    assert all(row.count("`-p workload") >= 1 for row in table.strip().splitlines()[1:])  # one example each
 
 
 def test_category_metrics_groups_by_arm_concurrency_and_repeat() -> None:

@@ -18,6 +18,23 @@ def test_the_published_demo_is_the_demo_study() -> None:
     assert study.spec.sweep["concurrency"] == [1, 4, 16, 32, 64, 128]
 
 
+def test_the_category_demo_is_published_and_measures_the_builtin_set() -> None:
+    """``make reports`` also runs the category demo: baseline vs MTP on the built-in prompt set,
+    every prompt once per level (so every category is at every level, enough for its own curve)."""
+    from specsweep.datasets import builtin_prompts
+    from specsweep.report import MIN_CATEGORY_LEVELS
+
+    pub = next(p for p in PUBLISHED if p.name == "demo-categories")
+    study = load_study(REPO_ROOT / str(pub.study))
+    assert study.name == pub.name and [a.name for a in study.arms] == ["baseline", "mtp"]
+    sweep = study.spec.sweep
+    assert sweep["workload"] == "builtin" and sweep["requests_per_level"] == len(builtin_prompts())
+    assert len(sweep["concurrency"]) >= MIN_CATEGORY_LEVELS and max(sweep["concurrency"]) <= sweep["requests_per_level"]
+    for p in PUBLISHED:  # a study's report lands at reports/<its name>.html: the published name
+        if p.study:
+            assert load_study(REPO_ROOT / p.study).name == p.name
+
+
 def test_a_published_study_runs_fresh_with_per_arm_and_per_level_progress(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     doc = {"title": "Progress", "name": "progress", "out_dir": str(tmp_path / "runs"),

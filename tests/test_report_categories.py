@@ -1,19 +1,22 @@
 """The report's category view (issue 10 item 5): per-category Δ% built from real sweeps on the
-reference server, checked against ``datasets.category_metrics``; the sentence names the best and
-worst category; category names from the dataset stay text; synthetic-workload caveat, the setup
-table's workload line and the Reproduce parameters."""
+reference server, checked against ``datasets.category_metrics``; each category's delta curve is
+the verdict's fit over its own rows, and its crossover is said with the numbers beside it (or
+"too few levels"); the sentence names the best and worst category; category names from the
+dataset stay text; synthetic-workload caveat, the setup table's workload line and the Reproduce
+parameters."""
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from helpers import SEED
 from specsweep import charts, report
-from specsweep.compare import compare
+from specsweep.compare import compare, curve_crossovers, fit_delta_curve, fit_metric
 from specsweep.datasets import builtin_prompts, category_metrics
 from specsweep.markup import markdown_html
 from specsweep.refserver.launch import RefServer
@@ -54,8 +57,15 @@ def mixed_sets(tmp: Path, refserver: RefServer, refserver_mtp: RefServer, concur
 @pytest.fixture(scope="module")
 def category_sets(tmp_path_factory: pytest.TempPathFactory, refserver: RefServer,
                   refserver_mtp: RefServer) -> list[ResultSet]:
-    """:func:`mixed_sets` at C = 1 and 4, one run per level."""
+    """:func:`mixed_sets` at C = 1 and 4, one run per level: too few levels for a category curve."""
     return mixed_sets(tmp_path_factory.mktemp("categories"), refserver, refserver_mtp, [1, 4])
+
+
+@pytest.fixture(scope="module")
+def category_sets3(tmp_path_factory: pytest.TempPathFactory, refserver: RefServer,
+                   refserver_mtp: RefServer) -> list[ResultSet]:
+    """:func:`mixed_sets` at C = 1, 2 and 4, one run per level: each category gets its own curves."""
+    return mixed_sets(tmp_path_factory.mktemp("categories3"), refserver, refserver_mtp, [1, 2, 4])
 
 
 def test_repeats_give_category_intervals(tmp_path: Path, refserver: RefServer, refserver_mtp: RefServer) -> None:
@@ -97,8 +107,21 @@ def test_category_figures_are_category_metrics_and_the_sentence_names_best_and_w
 
     sentence = next(s for s in report.category_sentences(comp, category_sets) if s.startswith("At concurrency 1,"))
     best, worst = sentence.split("Per-user gain is highest for ")[1].split(" and lowest for ")
-    assert best == "code-edit" and worst.startswith(report.md_text(PAYLOAD))
-    assert "single run" in sentence
+    code = d[(d["concurrency"] == 1) & (d["category"] == "code-edit")].iloc[0]
+    assert best == f"code-edit ({code.user_delta_pct:+.0f}%)" and worst.startswith(report.md_text(PAYLOAD))
+    assert "single run" in sentence and "fitted" not in sentence  # two levels: no curve, the measured Δ%
+    assert set(d["user_ci_kind"]) == {"none"}
+
+    # two levels: no category curve, so no crossover is claimed, and the page says why
+    curves = report.category_curves(comp, category_sets)
+    assert curves and all(fit.curve is None and fit.levels == [1, 4] for fit in curves.values())
+    cx = report.category_crossovers(comp, category_sets, curves)
+    assert set(cx["status"]) == {"too few levels"} and len(cx) == 4
+    said = report.category_crossover_sentences(comp, cx)
+    assert len(said) == 2 and all(f"too few levels for a curve for {report.md_text(PAYLOAD)}, code-edit (fewer than 3 "
+                                  "levels" in s for s in said)
+    shown = report.category_crossover_table(comp, category_sets, curves)
+    assert set(shown["crossover"]) == {"too few levels (2)"} and set(shown["C=1"]) == {"—"}
 
     table_html = report.table(report.category_table(comp, category_sets)).data
     text_html = markdown_html(report.category_markdown(comp, category_sets))
@@ -113,6 +136,91 @@ def test_category_figures_are_category_metrics_and_the_sentence_names_best_and_w
     assert len(spec["hconcat"]) == 2
     points = charts.category_chart(comp, d, levels=[1]).hconcat[0].layer[1].data
     assert set(points["concurrency"]) == {1} and set(points["category"]) == {"code-edit", PAYLOAD}
+
+
+def test_category_curves_are_the_verdicts_fit_over_each_categorys_rows(category_sets3: list[ResultSet]) -> None:
+    sets = category_sets3
+    comp = compare(sets)
+    curves = report.category_curves(comp, sets)
+    assert set(curves) == {("mtp", cat, fig) for cat in ("code-edit", PAYLOAD) for fig in ("aggregate", "user")}
+    cm_b, cm_a = (category_metrics(rs.requests) for rs in sets)
+    for (_, cat, fig), fit in curves.items():
+        curve = fit.curve
+        assert curve is not None and fit.levels == [1, 2, 4] and fit.family == 4  # 2 figures × 2 categories
+        assert "Bonferroni over 3 levels × 4 category curves" in curve.method()
+        col = comp.user_metric if fig == "user" else "output_tok_s"
+        a = cm_a[cm_a["category"] == cat].set_index("concurrency")[col]
+        b = cm_b[cm_b["category"] == cat].set_index("concurrency")[col]
+        assert np.allclose(curve.observed, np.log(a[[1, 2, 4]].to_numpy() / b[[1, 2, 4]].to_numpy()))
+        if fig == "aggregate":  # not a per-request statistic: the assumed noise, exactly as the verdict's fit
+            again = fit_metric(col, [1, 2, 4], cm_a[cm_a["category"] == cat], cm_b[cm_b["category"] == cat],
+                               None, None, 400, np.random.default_rng(0), 4, comp.assumed_noise_pct)
+            assert again is not None and again.model == curve.model
+            assert np.allclose(again.fitted, curve.fitted) and np.allclose(again.half_width, curve.half_width)
+
+    cx = report.category_crossovers(comp, sets, curves)
+    for r in cx.to_dict("records"):
+        curve = curves[(r["arm"], r["category"], r["figure"])].curve
+        found = curve_crossovers(curve)
+        assert r["status"] == ("crossover" if found else "none") and r["n_crossovers"] == len(found)
+        assert r["above"] == [int(c) for c, s in zip(curve.concurrency, curve.credible) if s > 0]
+        assert r["below"] == [int(c) for c, s in zip(curve.concurrency, curve.credible) if s < 0]
+
+    # the per-level view takes its intervals from the same curves: the band around the fitted Δ%
+    d = report.category_deltas(comp, sets, curves)
+    assert set(d["user_ci_kind"]) == set(d["aggregate_ci_kind"]) == {"band"}
+    for r in d.to_dict("records"):
+        curve = curves[("mtp", r["category"], "aggregate")].curve
+        i = [int(c) for c in curve.concurrency].index(r["concurrency"])
+        f, h = curve.fitted[i], curve.half_width[i]
+        assert r["aggregate_fit_pct"] == pytest.approx((math.exp(f) - 1) * 100)
+        assert (r["aggregate_ci_low_pct"], r["aggregate_ci_high_pct"]) == pytest.approx(
+            ((math.exp(f - h) - 1) * 100, (math.exp(f + h) - 1) * 100))
+        assert report._interval_cell(r, "aggregate").endswith(f"around fitted {r['aggregate_fit_pct']:+.1f}%")
+    for s in report.category_sentences(comp, sets, d):
+        assert "single run" not in s and "fitted" in s
+    assert charts.category_curve_chart(comp, curves) is not None
+
+
+def test_a_category_crossover_is_said_with_the_numbers_beside_it(category_sets: list[ResultSet]) -> None:
+    """Hand-made curves (the verdict's fit on given values): a credible gain then a credible loss
+    is a crossover, placed where the curve crosses 0; a flat credible gain is none; a category
+    without a curve has too few levels. The sentence, the table and the chart agree."""
+    comp = compare(category_sets)
+    cs = [1, 2, 4, 8, 16]
+    v = np.full(len(cs), 2.0)
+    step = fit_delta_curve(cs, np.log([1.3, 1.3, 1.25, 0.8, 0.75]), v, 1e-4, math.inf, family=4)
+    flat = fit_delta_curve(cs, np.log([1.2] * 5), v, 1e-4, math.inf, family=4)
+    assert step is not None and flat is not None
+    curves = {("mtp", "code-edit", "aggregate"): report.CategoryFit("mtp", "code-edit", "aggregate", cs, step, 4),
+              ("mtp", PAYLOAD, "aggregate"): report.CategoryFit("mtp", PAYLOAD, "aggregate", cs, flat, 4),
+              ("mtp", "code-edit", "user"): report.CategoryFit("mtp", "code-edit", "user", [1, 2], None, 4)}
+    cx = report.category_crossovers(comp, category_sets, curves)
+    row = cx[(cx["category"] == "code-edit") & (cx["figure"] == "aggregate")].iloc[0]
+    at = curve_crossovers(step)[0]["crossover_concurrency"]
+    assert row["status"] == "crossover" and (row["c_low"], row["c_high"]) == (4, 8) and 4 < at < 8
+    assert row["direction"] == "gain_to_loss" and row["crossover_concurrency"] == pytest.approx(at)
+
+    said = report.category_crossover_sentences(comp, cx)
+    agg = next(s for s in said if s.startswith("Aggregate share by category"))
+    assert (f"for code-edit it is credibly lower than on the baseline above about **{at:.0f}** concurrent requests "
+            "(its fitted curve crosses 0 between 4 and 8)") in agg
+    assert f"no crossover is claimed for {report.md_text(PAYLOAD)} (credibly above 0 at 1, 2, 4, 8, 16, below at no level)" in agg
+    user = next(s for s in said if s.startswith("Per-user speed by category"))
+    assert "too few levels for a curve for code-edit" in user and "crosses" not in user
+
+    table = report.category_crossover_table(comp, category_sets, curves)
+    shown = table[(table["category"] == "code-edit") & (table["Δ of"] == "aggregate share")].iloc[0]
+    assert shown["crossover"] == f"≈{at:.0f} (gain → loss, between 4 and 8)"
+    for i, c in enumerate(cs):  # each cell is the fitted Δ% and its band: the credible levels are where it excludes 0
+        f, h = step.fitted[i], step.half_width[i]
+        lo, mid, hi = ((math.exp(z) - 1) * 100 for z in (f - h, f, f + h))
+        assert shown[f"C={c}"] == f"{mid:+.0f}% [{lo:+.0f}, {hi:+.0f}]"
+        assert (lo > 0) == (c <= 4) and (hi < 0) == (c >= 8)
+    few = table[(table["category"] == "code-edit") & (table["Δ of"] == "per-user speed")].iloc[0]
+    assert few["crossover"] == "too few levels (2)" and few["C=1"] == "—"
+    spec = json.dumps(charts.category_curve_chart(comp, curves).to_dict())
+    assert spec.count('"crossover near"') == 1  # one dashed rule: code-edit's aggregate share
 
 
 def test_repeat_intervals_and_the_pays_rule() -> None:
@@ -176,18 +284,21 @@ def test_sweep_parameters_carry_the_workload_value_and_output_length() -> None:
     assert shared is not None and shared["workload"] == "sharegpt:tests/fixtures/datasets/sharegpt.json"
 
 
-def test_report_shows_the_category_view_escaped(category_sets: list[ResultSet], tmp_path: Path) -> None:
-    """The notebook end to end: the category section with its table, sentence and chart; the
-    dataset's category name is shown as text, never as markup."""
+def test_report_shows_the_category_view_escaped(category_sets3: list[ResultSet], tmp_path: Path) -> None:
+    """The notebook end to end: the category section with its crossover table, curves, per-level
+    table, sentences and charts; the dataset's category name is shown as text, never as markup."""
     import html as html_lib
     import re
 
     from test_report import chart_count
 
-    path = report.build_report([rs.path for rs in category_sets], "categories", out_dir=tmp_path)
+    path = report.build_report([rs.path for rs in category_sets3], "categories", out_dir=tmp_path)
     page = path.read_text()
-    assert "<script>alert(1)</script>" not in page
+    assert "<script>alert(1)</script>" not in page and "<strong>loud" not in page
     text = re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", page)))
-    assert "By prompt category" in text and "Per-user gain is highest for code-edit and lowest for" in text
-    assert "a share of the level's throughput" in text and "single run" in text
-    assert "aggregate share by category" in page and chart_count(page) >= 7  # the category chart is drawn
+    assert "By prompt category" in text and "Per-user gain is highest for code-edit (fitted " in text
+    assert "a share of the level's throughput" in text and "Crossover by category" in text
+    assert "Aggregate share by category, mtp:" in text and "Per-user speed by category, mtp:" in text
+    assert "12 curves" not in text and "4 curves: 2 figures × the fitted categories" in text
+    assert "around fitted" in text  # per-level intervals are the category curves' bands
+    assert "aggregate share by category" in page and chart_count(page) >= 8  # the curve and category charts

@@ -534,14 +534,24 @@ def delta_fit_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, a
     return alt.hconcat(*panels).resolve_scale(y="independent") if panels else None
 
 
+def _interval_text(lo: float, hi: float, kind: str, fit: float) -> str:
+    """A category point's interval for its tooltip."""
+    if pd.isna(lo):
+        return "single run, no interval"
+    if kind == "band":
+        return f"[{lo:+.1f}%, {hi:+.1f}%] band around fitted {fit:+.1f}%"
+    return f"[{lo:+.1f}%, {hi:+.1f}%] (repeats)"
+
+
 def category_chart(comp: Comparison, categories: pd.DataFrame, *, arms: Arms = None, levels: Levels = None,
                    concurrency: Range = None, colours: Colours = None, width: int | None = None,
                    height: int | None = None) -> alt.HConcatChart | None:
     """Δ% against the baseline per prompt category: per-user speed and aggregate share, one panel each.
 
     ``categories`` is :func:`specsweep.report.category_deltas` (one row per arm, level and
-    category). One point per (arm, level, category), coloured by arm, shaped by level, with the 95 %
-    interval from repeats as an error bar where there is one. None when there is nothing to draw
+    category). One point per (arm, level, category) at the measured Δ%, coloured by arm, shaped by
+    level, with its 95 % interval as an error bar where there is one (the category curve's band
+    around the fitted Δ%, else an interval from repeats). None when there is nothing to draw
     (one category only). ``width``/``height`` size each panel (keyword arguments: module doc).
     """
     if categories is None or categories.empty:
@@ -553,13 +563,16 @@ def category_chart(comp: Comparison, categories: pd.DataFrame, *, arms: Arms = N
     if d.empty:
         return None
     d = d.assign(level=d["concurrency"].map(lambda c: f"C = {int(c)}"))
+    level_order = [f"C = {int(c)}" for c in sorted(d["concurrency"].unique())]
     panels = []
     for name, title in (("user", f"Δ {metric_info(comp.user_metric).label} by category"),
                         ("aggregate", "Δ aggregate share by category")):
+        kinds = d[f"{name}_ci_kind"] if f"{name}_ci_kind" in d else pd.Series("repeats", index=d.index)
+        fits = d[f"{name}_fit_pct"] if f"{name}_fit_pct" in d else pd.Series(math.nan, index=d.index)
         part = d.assign(
             delta_pct=d[f"{name}_delta_pct"], ci_low_pct=d[f"{name}_ci_low_pct"], ci_high_pct=d[f"{name}_ci_high_pct"],
-            interval=[("single run, no interval" if pd.isna(lo) else f"[{lo:+.1f}%, {hi:+.1f}%] (repeats)")
-                      for lo, hi in zip(d[f"{name}_ci_low_pct"], d[f"{name}_ci_high_pct"])])
+            interval=[_interval_text(lo, hi, kind, fit)
+                      for lo, hi, kind, fit in zip(d[f"{name}_ci_low_pct"], d[f"{name}_ci_high_pct"], kinds, fits)])
         part = part[["arm_label", "level", "concurrency", "category", "delta_pct", "ci_low_pct", "ci_high_pct",
                      "interval", "accept_length"]]
         tips = [alt.Tooltip("arm_label:N", title="arm"), alt.Tooltip("category:N", title="category"),
@@ -569,14 +582,95 @@ def category_chart(comp: Comparison, categories: pd.DataFrame, *, arms: Arms = N
                 alt.Tooltip("accept_length:Q", title="accept length (arm)", format=".2f")]
         x = alt.X("category:N", title="Prompt category", sort=sorted(part["category"].unique()))
         base = alt.Chart(part).encode(x=x, y=alt.Y("delta_pct:Q", title="Δ% vs baseline"),
-                                      color=v.colour(spec_only=True), shape=alt.Shape("level:N", title="Level"),
-                                      xOffset=alt.XOffset("level:N"), tooltip=tips)
+                                      color=v.colour(spec_only=True),
+                                      shape=alt.Shape("level:N", title="Level", sort=level_order),
+                                      xOffset=alt.XOffset("level:N", sort=level_order), tooltip=tips)
         layers = [_zero_rule(),
                   base.mark_point(filled=True, size=70)]
         ci = part[part["ci_low_pct"].notna()]
         if len(ci):
             layers.append(alt.Chart(ci).mark_errorbar(ticks=True).encode(
-                x=x, xOffset=alt.XOffset("level:N"), y=alt.Y("ci_low_pct:Q", title="Δ% vs baseline"),
+                x=x, xOffset=alt.XOffset("level:N", sort=level_order), y=alt.Y("ci_low_pct:Q", title="Δ% vs baseline"),
                 y2="ci_high_pct:Q", color=v.colour(spec_only=True), tooltip=tips))
         panels.append(alt.layer(*layers).properties(width=width or PANEL_WIDTH, height=height or HEIGHT, title=title))
     return alt.hconcat(*panels).resolve_scale(y="independent")
+
+
+#: the category curve chart's panel size (one small panel per category and figure)
+CATEGORY_PANEL = (150, 140)
+
+
+def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str], object], *, arms: Arms = None,
+                         colours: Colours = None, width: int | None = None,
+                         height: int | None = None) -> alt.VConcatChart | None:
+    """Each prompt category's fitted delta curve: one small panel per category (columns) and figure
+    (rows: aggregate share, per-user speed; the y axis says which) with the fitted Δ% (line), its 95 % simultaneous band
+    (shaded, evaluated at the fitted levels and joined by straight lines), the measured Δ% (points)
+    and a dashed red rule at each credible crossover.
+
+    ``curves`` is :func:`specsweep.report.category_curves` ((arm, category, figure) →
+    ``CategoryFit``). None when no category has a curve. ``width``/``height`` size each panel.
+    """
+    from specsweep.compare import curve_crossovers  # noqa: PLC0415
+
+    v = _view(comp, arms, None, None, colours)
+    shown = set(v.comp.spec_arms)
+    rows: dict[str, list[dict[str, object]]] = {}
+    marks: dict[str, list[dict[str, object]]] = {}
+    for (arm, cat, figure), fit in curves.items():
+        curve = getattr(fit, "curve", None)
+        if curve is None or arm not in shown:
+            continue
+        for i, c in enumerate(curve.concurrency):
+            f, h = float(curve.fitted[i]), float(curve.half_width[i])
+            rows.setdefault(figure, []).append({
+                "arm": arm, "category": cat, "concurrency": int(c),
+                "delta_pct": (math.exp(float(curve.observed[i])) - 1) * 100,
+                "fit_delta_pct": (math.exp(f) - 1) * 100, "ci_low_pct": (math.exp(f - h) - 1) * 100,
+                "ci_high_pct": (math.exp(f + h) - 1) * 100, "method": curve.method()})
+        for cx in curve_crossovers(curve):
+            marks.setdefault(figure, []).append({"arm": arm, "category": cat, "x": cx["crossover_concurrency"],
+                                                 "between": f"{cx['c_low']} and {cx['c_high']}"})
+    if not rows:
+        return None
+    pw, ph = width or CATEGORY_PANEL[0], height or CATEGORY_PANEL[1]
+    titles = {"aggregate": "Δ% aggregate share", "user": "Δ% per-user speed"}
+    figure_rows = []
+    for figure in ("aggregate", "user"):
+        if figure not in rows:
+            continue
+        frame = _with_labels(v.comp, pd.DataFrame(rows[figure]))
+        levels = sorted(frame["concurrency"].unique())
+        x_scale = alt.Scale(type="log", base=2, domain=[min(levels) / 1.3, max(levels) * 1.3], nice=False)
+        x = alt.X("concurrency:Q", title="Concurrency (log2)", scale=x_scale,
+                  axis=alt.Axis(values=[int(c) for c in levels], format="d", grid=False))
+        y_lo, y_hi = _padded(pd.concat([frame["ci_low_pct"], frame["ci_high_pct"], frame["delta_pct"],
+                                        pd.Series([0.0])]))
+        y_scale = alt.Scale(domain=[y_lo, y_hi])
+        y = alt.Y("ci_low_pct:Q", title=titles[figure], scale=y_scale)
+        tips = [alt.Tooltip("arm_label:N", title="arm"), alt.Tooltip("category:N", title="category"),
+                alt.Tooltip("concurrency:Q", title="concurrency"),
+                alt.Tooltip("delta_pct:Q", title="measured Δ%", format="+.1f"),
+                alt.Tooltip("fit_delta_pct:Q", title="fitted Δ%", format="+.1f"),
+                alt.Tooltip("ci_low_pct:Q", title="band low", format="+.1f"),
+                alt.Tooltip("ci_high_pct:Q", title="band high", format="+.1f"),
+                alt.Tooltip("method:N", title="model")]
+        panels = []
+        for cat in sorted(frame["category"].unique()):
+            part = frame[frame["category"] == cat]
+            base = alt.Chart(part).encode(x=x, color=v.colour(spec_only=True), tooltip=tips)
+            layers = [_zero_rule(),
+                      base.mark_area(opacity=0.18).encode(y=y, y2="ci_high_pct:Q"),
+                      base.mark_line(strokeWidth=2).encode(y=alt.Y("fit_delta_pct:Q", scale=y_scale)),
+                      base.mark_point(filled=True, size=35).encode(y=alt.Y("delta_pct:Q", scale=y_scale))]
+            cx = [m for m in marks.get(figure, []) if m["category"] == cat]
+            if cx:
+                layers.append(alt.Chart(_with_labels(v.comp, pd.DataFrame(cx))).mark_rule(
+                    color="#dc2626", strokeDash=[5, 4], strokeWidth=1.5).encode(
+                    x=alt.X("x:Q", scale=x_scale),
+                    tooltip=[alt.Tooltip("arm_label:N", title="arm"), alt.Tooltip("category:N", title="category"),
+                             alt.Tooltip("x:Q", title="crossover near", format=".0f"),
+                             alt.Tooltip("between:N", title="between levels")]))
+            panels.append(alt.layer(*layers).properties(width=pw, height=ph, title=cat))
+        figure_rows.append(alt.hconcat(*panels))
+    return alt.vconcat(*figure_rows)

@@ -283,6 +283,8 @@ class DeltaCurve:
     _var: np.ndarray | None = None
     #: how many curves share the 5 % error budget with this one (the metrics a verdict reads)
     family: int = 1
+    #: what the ``family`` curves are, as :meth:`method` names them
+    family_label: str = "verdict metrics"
 
     @property
     def credible(self) -> np.ndarray:
@@ -308,7 +310,7 @@ class DeltaCurve:
     def method(self) -> str:
         """One line naming the model, the noise source and the band."""
         k = len(self.concurrency)
-        over = f"{k} levels × {self.family} verdict metrics" if self.family > 1 else f"{k} levels"
+        over = f"{k} levels × {self.family} {self.family_label}" if self.family > 1 else f"{k} levels"
         return (f"{self.model} fit on log2(concurrency), noise from {self.noise}; 95% simultaneous band "
                 f"(Bonferroni over {over})")
 
@@ -442,7 +444,8 @@ def curve_crossovers(curve: DeltaCurve) -> list[dict[str, Any]]:
     return out
 
 
-def _measured_requests(rs: ResultSet) -> pd.DataFrame | None:
+def measured_requests(rs: ResultSet) -> pd.DataFrame | None:
+    """The arm's measured requests that succeeded (no warm-up, no error, at least one output token), or None."""
     if rs.requests is None or rs.requests.empty:
         return None
     req = rs.requests[~rs.requests["warmup"].astype(bool)]
@@ -463,7 +466,7 @@ def _aggregate_levels(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
         agg["spec_accept_length_source"] = sources.reindex(agg["concurrency"]).to_numpy()
     agg = agg.drop(columns=["repeat"], errors="ignore")
     agg.insert(0, "arm", rs.arm)
-    agg["has_requests"] = _measured_requests(rs) is not None
+    agg["has_requests"] = measured_requests(rs) is not None
     return agg
 
 
@@ -528,13 +531,17 @@ def _bootstrap_log_var(samples: np.ndarray, stat: str, n_boot: int, rng: np.rand
     return float(np.log(boots).var(ddof=1)) if (boots > 0).all() else math.nan
 
 
-def _fit_metric(
+def fit_metric(
     metric: str, cs: list[int], raw_a: pd.DataFrame, raw_b: pd.DataFrame,
     req_a: pd.DataFrame | None, req_b: pd.DataFrame | None, n_boot: int, rng: np.random.Generator, family: int = 1,
     assumed_noise_pct: float | None = ASSUMED_NOISE_PCT,
 ) -> DeltaCurve | None:
     """The delta curve of one metric between an arm and the baseline (see :func:`fit_delta_curve`).
 
+    ``raw_a`` / ``raw_b``: one row per (concurrency, repeat) with the metric's column (values in
+    its own unit); ``cs``: the levels to fit; ``req_a`` / ``req_b``: measured requests (for the
+    bootstrap of per-request statistics, :data:`REQUEST_STATS`), or None. The whole-run verdict
+    fits every metric of every arm with it; the report's category view fits each category's rows.
     Without repeats, run-to-run noise cannot be measured: ``assumed_noise_pct`` (per run and arm)
     stands in for it, as an independent noise estimate, and floors a within-run bootstrap; None
     falls back to the residuals of the fitted curve (few degrees of freedom: wide bands).
@@ -641,7 +648,7 @@ def compare(
         if c not in NOT_METRICS and c not in {"has_requests", "concurrency_estimate", "effective_concurrency_kind"}
         and pd.api.types.is_numeric_dtype(levels[c])
     ]
-    requests = {a: _measured_requests(by_arm[a]) for a in arms}
+    requests = {a: measured_requests(by_arm[a]) for a in arms}
     rng = np.random.default_rng(seed)
     # the metrics a verdict reads share one 5 % error budget: aggregate, per-user speed and the waits
     waits = [m for m in WAIT_METRICS if m in metrics] or [m for m in (ESTIMATED_WAIT,) if m in metrics]
@@ -658,7 +665,7 @@ def compare(
                   if not (pd.isna(base_rows[c][metric]) or pd.isna(arm_rows[c][metric]) or base_rows[c][metric] == 0)]
             if not cs:
                 continue
-            curve = _fit_metric(metric, cs, raw_levels[arm], raw_levels[baseline], requests[arm], requests[baseline],
+            curve = fit_metric(metric, cs, raw_levels[arm], raw_levels[baseline], requests[arm], requests[baseline],
                                 n_boot, rng, family, assumed_noise_pct)
             if curve is not None:
                 curves[(arm, metric)] = curve

@@ -6,10 +6,13 @@
 - ``demo``: the demo study ``data/studies/demo.yaml`` run from scratch by :mod:`specsweep.study`
   — every arm (baseline, MTP, MTP with ``--max-running-requests 128``) swept by
   ``notebooks/sweep.ipynb`` on the embedded, simulated reference server (seed profile), each
-  arm's and each level's progress on the terminal — then its report.
+  arm's and each level's progress on the terminal — then its report;
+- ``demo-categories``: the category demo ``data/studies/demo-categories.yaml``, run the same way —
+  baseline and MTP on the same simulated server with the built-in categorised prompt set — whose
+  report shows the "By prompt category" view (per-category crossovers, acceptance and Δ%).
 
-Published reports are generated, never edited by hand. ``--skip-sweeps`` resumes the last demo
-study in its out dir (``data/runs/studies/demo``) instead of starting over: complete arms are not
+Published reports are generated, never edited by hand. ``--skip-sweeps`` resumes each study's last
+run in its out dir (``data/runs/studies/<name>``) instead of starting over: complete arms are not
 measured again, so only the report is rebuilt.
 """
 from __future__ import annotations
@@ -47,6 +50,7 @@ PUBLISHED: tuple[Published, ...] = (
         title="MTP on Qwen3.5-122B-A10B (SGLang, 4× RTX PRO 6000 Blackwell): the seed benchmark",
     ),
     Published(name="demo", study="data/studies/demo.yaml"),
+    Published(name="demo-categories", study="data/studies/demo-categories.yaml"),
 )
 
 
