@@ -66,6 +66,34 @@ def test_models_health_ready_and_routes(refserver: RefServer) -> None:
     assert info["is_generation"] is True and info["simulated"] is True
 
 
+def test_running_gauge_moves_when_requests_finish_in_lockstep_before_40_steps(refserver_factory) -> None:  # noqa: ANN001
+    """Without speculation, a closed loop of equal requests of 24 tokens finishes in lockstep and the
+    server idles between rounds. SGLang refreshes its gauges every 40th decode step since start
+    (``forward_ct_decode % decode_log_interval``), so within a few rounds a refresh falls mid-round;
+    a counter that an idle spell resets would never reach 40 and the gauge would read 0 forever."""
+    server = refserver_factory("off")
+    seen: list[float] = []
+
+    async def main() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            done = asyncio.Event()
+
+            async def poll() -> None:
+                while not done.is_set():
+                    seen.append(_metric((await client.get("/metrics")).text, "sglang:num_running_reqs"))
+                    await asyncio.sleep(0.005)
+
+            poller = asyncio.create_task(poll())
+            body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 24, "ignore_eos": True}}
+            for _ in range(8):  # 8 rounds x 24 steps: the 40th, 80th, ... step falls inside a round
+                await asyncio.gather(*(client.post("/generate", json=body) for _ in range(6)))
+            done.set()
+            await poller
+
+    asyncio.run(main())
+    assert max(seen) == 6.0, sorted(set(seen))
+
+
 def test_metrics_names_and_counters(refserver_mtp: RefServer) -> None:
     url = refserver_mtp.url
     before = httpx.get(url + "/metrics").text

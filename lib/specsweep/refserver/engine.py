@@ -132,7 +132,10 @@ class Engine:
         self._log_tokens = 0
         self._log_spec_tokens = 0
         self._log_spec_verify = 0
-        self._log_decode_steps = 0
+        #: decode steps since start; the gauges refresh when it reaches a multiple of the interval,
+        #: as SGLang's ``forward_ct_decode % decode_log_interval`` (never reset by an idle spell, so
+        #: requests that finish in lockstep before 40 steps still see the gauges move)
+        self._decode_ct = 0
         #: scheduled end of the step being waited for (None when idle), and its length
         self.deadline: float | None = None
         self._step_len = 0.0
@@ -245,8 +248,8 @@ class Engine:
             self._deliver(actions, target)
             self._open_gate()
             if step.kind == Step.DECODE:
-                self._log_decode_steps += 1
-                if self._log_decode_steps >= self.decode_log_interval:
+                self._decode_ct += 1
+                if self._decode_ct % self.decode_log_interval == 0:
                     self._refresh_gauges(target, idle=False)
 
     async def _sleep_until(self, target: float) -> None:
@@ -313,7 +316,6 @@ class Engine:
         self._log_tokens = core.generated_total
         self._log_spec_tokens = core.spec_tokens_total
         self._log_spec_verify = core.spec_verify_total
-        self._log_decode_steps = 0
         m = self.metrics
         if m is None:
             return
