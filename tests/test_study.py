@@ -529,6 +529,9 @@ def test_cap_markdown_says_what_held_each_arm_and_what_raising_the_cap_did() -> 
     text = cap_markdown([bound, other])
     assert "*mtp*: at C=64 the server ran at most 48 requests at once — its cap of 48 binds." in text
     assert "Raising the cap" not in text
+    # a gauge that read 0 all level (it missed a short level) is not taken as "held below the offer"
+    missed = _capped("mtp", 48, [(32, 1500.0, 0), (64, 1080.0, 48)])
+    assert "*mtp*: at C=64 the server ran at most 48 requests at once — its cap of 48 binds." in cap_markdown([missed])
     assert cap_markdown([base]) == ""
     freed = _capped("mtp-cap128", 128, [(64, 1300.0, 64)])  # a pool big enough: the higher cap does let more run
     text = cap_markdown([_capped("mtp", 48, [(64, 1080.0, 48)]), freed])

@@ -506,7 +506,9 @@ def cap_markdown(sets: Sequence[ResultSet]) -> str:
         cap = srv.get("max_running_requests")
         if not cap or run.empty:
             continue
-        held = run[run.index > run["server_running_max"]]
+        # a level whose gauge read 0 throughout (refreshed only every N decode steps, it can miss a
+        # short level) says nothing about what ran: it is not counted as held below the offer
+        held = run[(run["server_running_max"] > 0) & (run.index > run["server_running_max"])]
         if held.empty:
             continue
         most = int(held["server_running_max"].max())
