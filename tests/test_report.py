@@ -118,6 +118,21 @@ def test_top_of_report_warns_about_chunk_counts_and_meta_warnings(tmp_path: Path
     assert "Bonferroni over" in definitions_markdown(comp)
 
 
+def test_a_warning_both_arms_recorded_is_said_once_naming_both(tmp_path: Path) -> None:
+    from specsweep.compare import compare
+    from specsweep.report import top_warnings
+    from specsweep.store import load_result_sets
+
+    slow = {c: {"tokens": 30, "step_s": 0.02, "ttft_s": 0.05, "jitter": 0.05} for c in (1, 4, 16)}
+    same = "prompts repeat across levels"
+    base = write_measured(tmp_path / "baseline", "baseline", slow, warnings=[same])
+    spec = write_measured(tmp_path / "spec", "spec", slow, warnings=[same, "only here"])
+    lines = top_warnings(compare(load_result_sets([base, spec])))
+    assert sum(same in line for line in lines) == 1 and sum("only here" in line for line in lines) == 1
+    both = next(line for line in lines if same in line)
+    assert both.count("**") == 4 and "each one's meta.json" in both
+
+
 def test_fitted_delta_chart_draws_the_model_or_nothing(tmp_path: Path) -> None:
     from helpers import write_level_only
     from specsweep import charts

@@ -191,8 +191,13 @@ def top_warnings(comp: Comparison) -> list[str]:
                    "server's own counts, because the server reported none. Under speculation one chunk carries "
                    "several tokens, so its aggregate throughput, per-user speed and acceptance are not trusted: no "
                    "throughput or acceptance verdict is given for it.")
+    by_text: dict[str, list[str]] = {}  # the same warning on several arms is said once, naming them all
     for arm, text in comp.warnings:
-        out.append(f"⚠ **{md_text(comp.labels[arm])}** (recorded in its meta.json): {md_text(text)}")
+        by_text.setdefault(text, []).append(arm)
+    for text, arms in by_text.items():
+        names = ", ".join(f"**{md_text(comp.labels[a])}**" for a in arms)
+        where = "its meta.json" if len(arms) == 1 else "each one's meta.json"
+        out.append(f"⚠ {names} (recorded in {where}): {md_text(text)}")
     return out
 
 
