@@ -18,6 +18,7 @@ from specsweep.datasets import DatasetError, PromptRecord
 from specsweep.metrics import level_metrics, requests_frame
 from specsweep.records import RequestRecord
 from specsweep.refserver.launch import RefServer
+from specsweep.workload import record_index
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,9 +254,10 @@ def test_an_hf_workload_runs_through_a_sweep_offline(tmp_path: Path, refserver_m
     assert str(workload["dataset_digest"]).startswith("hf-fingerprint:")
     req = rs.requests[~rs.requests["warmup"].astype(bool)]
     assert len(req) == 12 and req["error"].isna().all()
-    n = len(rows)
-    assert list(req["category"]) == [rows[int(i) % n]["category"] for i in req["prompt_id"]]
-    assert list(req["prompt_tokens"]) == [len(rows[int(i) % n]["turns"][0].split()) for i in req["prompt_id"]]
+    n, seed = len(rows), int(rs.meta["workload"]["seed"])
+    sent = [rows[record_index(seed, n, int(i))] for i in req["prompt_id"]]  # the sweep's shuffled order
+    assert list(req["category"]) == [r["category"] for r in sent]
+    assert list(req["prompt_tokens"]) == [len(r["turns"][0].split()) for r in sent]
     acc = ds.category_metrics(req).groupby("category")["spec_accept_length"].mean()
     assert set(acc.index) == {"code", "writing"} and acc["code"] > acc["writing"]
 

@@ -19,7 +19,7 @@ from specsweep.refserver.profiles import load_profile
 from specsweep.refserver.tokens import natural_length, prompt_digest
 from specsweep.store import load_result_set
 from specsweep.sweep import run_sweep
-from specsweep.workload import make_workload
+from specsweep.workload import make_workload, record_index
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 
@@ -46,7 +46,7 @@ def test_every_workload_value_builds_prompts_with_categories(spec: str, fmt: str
     w = make_workload(spec, 100, 32, 0)
     d = datasets.load_spec(spec)
     assert w.prompts == tuple(r.prompt for r in d.records)
-    assert [w.category(i) for i in range(len(d.records) + 2)] == datasets.category_of(d.records, range(len(d.records) + 2))
+    assert [w.category(i) for i in range(len(d.records) + 2)] == datasets.category_of(d.records, range(len(d.records) + 2), seed=0)
     if categories is not None:
         assert set(w.categories) == categories
     meta = w.describe()
@@ -109,7 +109,10 @@ def test_builtin_sweep_recovers_each_categorys_acceptance(tmp_path: Path, refser
     req = rs.requests
     assert req["error"].isna().all() and (req["output_tokens"] == 128).all()
     records = datasets.builtin_prompts()
-    assert list(req.sort_values("prompt_id")["category"]) == [r.category for r in records]  # stored per row
+    ids = req.sort_values("prompt_id")["prompt_id"].astype(int)
+    sent = [records[record_index(int(rs.meta["workload"]["seed"]), n, i)] for i in ids]  # the shuffled order
+    assert sorted(r.text() for r in sent) == sorted(r.text() for r in records)  # every prompt once
+    assert list(req.sort_values("prompt_id")["category"]) == [r.category for r in sent]  # stored per row
     assert rs.meta["workload"]["kind"] == "builtin" and rs.meta["workload"]["dataset"]["prompts"] == n
     cats = category_metrics(req).set_index("category")
     assert set(cats.index) == set(configured) - {"all"}
@@ -170,7 +173,8 @@ def test_reference_lengths_run_end_to_end(tmp_path: Path, refserver: RefServer) 
     assert rs.meta["workload"]["output_length"] == "reference" and rs.meta["workload"]["ignore_eos"] is True
     req = rs.requests.sort_values("prompt_id")
     refs = [r.reference_output_tokens for r in datasets.builtin_prompts(["code-edit", "qa"])]
-    expected = [min(80, refs[int(i) % len(refs)]) for i in req["prompt_id"]]
+    seed = int(rs.meta["workload"]["seed"])
+    expected = [min(80, refs[record_index(seed, len(refs), int(i))]) for i in req["prompt_id"]]
     assert list(req["requested_output_tokens"]) == expected and list(req["output_tokens"]) == expected
-    assert len(set(expected)) > 3 and 80 in expected  # varied, and some capped
+    assert len(set(expected)) > 1 and 80 in expected  # varied, and some capped
     assert (rs.levels["short_outputs"] == 0).all()

@@ -30,14 +30,17 @@ def test_prompt_file(tmp_path: Path) -> None:
     f.write_text('{"prompt": "hello there"}\n{"input_ids": [5, 6, 7]}\n\n'
                  '{"messages": [{"role": "user", "content": "hi"}]}\n')
     w = prompt_file(f, 32)
-    assert w.prompt(0, "sglang") == "hello there"
-    assert w.prompt(1, "openai-completions") == [5, 6, 7]
-    assert w.prompt(2, "openai-chat") == [{"role": "user", "content": "hi"}]
-    assert w.prompt(2, "sglang") == "hi"  # messages flattened for non-chat APIs
-    assert w.prompt(3, "sglang") == "hello there"  # cycles
+    at = {w.record(i): i for i in range(3)}  # prompt number of each record in the first pass
+    assert sorted(at) == [0, 1, 2]
+    assert w.prompt(at[0], "sglang") == "hello there"
+    assert w.prompt(at[1], "openai-completions") == [5, 6, 7]
+    assert w.prompt(at[2], "openai-chat") == [{"role": "user", "content": "hi"}]
+    assert w.prompt(at[2], "sglang") == "hi"  # messages flattened for non-chat APIs
+    assert sorted(map(str, (w.prompt(i, "sglang") for i in range(3, 6)))) == \
+        sorted(map(str, (w.prompt(i, "sglang") for i in range(3))))  # the next pass sends them again
     assert w.dataset_digest.startswith("sha256:")
     with pytest.raises(ValueError, match=r"token IDs, which chat endpoints do not accept"):
-        w.prompt(1, "openai-chat")
+        w.prompt(at[1], "openai-chat")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"text": "wrong key"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2: needs 'prompt'"):
@@ -118,3 +121,25 @@ def test_unrelated_400s_are_not_blamed_on_the_vocabulary() -> None:
 
     err = "HTTP 400: max_tokens must be >= 1, got 0"
     assert explain_rejection(err, random_ids(16, 8), "openai-completions") == err
+
+
+def test_prompt_sets_go_in_a_seeded_shuffled_order_with_categories_interleaved() -> None:
+    from specsweep.compare import workload_differences
+    from specsweep.workload import make_workload, pass_order
+
+    w = make_workload("builtin", 100, 32, 7)
+    n = len(w.prompts)
+    first = [w.record(i) for i in range(n)]
+    second = [w.record(i) for i in range(n, 2 * n)]
+    assert sorted(first) == sorted(second) == list(range(n)) and first != second  # each pass: its own permutation
+    assert first == [make_workload("builtin", 100, 32, 7).record(i) for i in range(n)]  # same seed, same order
+    assert first != [make_workload("builtin", 100, 32, 8).record(i) for i in range(n)]
+    assert list(pass_order(7, n, 0)) == first
+    # the file is sorted by category; the first 24 prompts sent mix at least four of its six categories
+    assert w.categories == tuple(sorted(w.categories, key=w.categories.index))
+    assert len({w.category(i) for i in range(24)}) >= 4
+    assert w.describe()["order"] == "shuffled"
+    # a result set written in record order is a different workload
+    old = {**w.describe()}
+    del old["order"]
+    assert any("order" in d for d in workload_differences(w.describe(), old))

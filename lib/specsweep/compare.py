@@ -55,10 +55,12 @@ METHOD: str = (
     "the waits), i.e. each level at t quantile 1 − 0.025 ÷ (k × m). Intervals are not bootstrap intervals except "
     "where the noise source says so.")
 #: workload fields that must match for a comparison to be fair
-WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest", "output_length")
+WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest", "output_length",
+                                   "order")
 #: the value a workload field takes when a meta.json predates it (result sets written before
-#: ``output_length`` existed all used the requested length with ignore_eos)
-WORKLOAD_DEFAULTS: dict[str, Any] = {"output_length": "fixed"}
+#: ``output_length`` existed all used the requested length with ignore_eos; before ``order``, prompt
+#: sets went in record order)
+WORKLOAD_DEFAULTS: dict[str, Any] = {"output_length": "fixed", "order": "record"}
 #: per-request statistics that can be bootstrapped from request samples: metric -> (column, stat)
 REQUEST_STATS: dict[str, tuple[str, str]] = {
     "user_tok_s_mean": ("user_tok_s", "mean"),

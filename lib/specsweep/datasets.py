@@ -571,23 +571,32 @@ def load_spec(spec: str, **kwargs: Any) -> Dataset:
 # ---------------------------------------------------------------------------------- categories
 
 
-def category_of(records: Sequence[PromptRecord], prompt_ids: Iterable[int] | None = None) -> list[str]:
+def category_of(records: Sequence[PromptRecord], prompt_ids: Iterable[int] | None = None,
+                seed: int | None = None) -> list[str]:
     """The category of each prompt: of ``records`` in order, or of prompt ``i`` for each of
-    ``prompt_ids`` (prompts cycle through the records, as the workload does: ``records[i % n]``)."""
+    ``prompt_ids`` as the workload sends them — with the sweep's ``seed``, the shuffled order
+    (:func:`specsweep.workload.record_index`); with ``seed=None``, the record order of result sets
+    written before shuffling (``records[i % n]``)."""
     if prompt_ids is None:
         return [r.category for r in records]
     if not records:
         raise ValueError("category_of: no records")
+    from specsweep.workload import record_index
+
     n = len(records)
-    return [records[int(i) % n].category for i in prompt_ids]
+    if seed is None:
+        return [records[int(i) % n].category for i in prompt_ids]
+    return [records[record_index(seed, n, int(i))].category for i in prompt_ids]
 
 
-def with_category(requests: pd.DataFrame, records: Sequence[PromptRecord] | None = None) -> pd.DataFrame:
+def with_category(requests: pd.DataFrame, records: Sequence[PromptRecord] | None = None,
+                  seed: int | None = None) -> pd.DataFrame:
     """``requests`` with a ``category`` column (a copy): from ``records`` by ``prompt_id`` when
-    given, else the frame's own column, else ``"all"`` (result sets written before categories)."""
+    given (``seed``: as :func:`category_of`), else the frame's own column, else ``"all"`` (result
+    sets written before categories)."""
     out = requests.copy()
     if records is not None:
-        out["category"] = category_of(records, out["prompt_id"].astype(int)) if len(out) else []
+        out["category"] = category_of(records, out["prompt_id"].astype(int), seed) if len(out) else []
     elif "category" not in out.columns:
         out["category"] = ALL
     out["category"] = out["category"].astype("string").fillna(ALL)

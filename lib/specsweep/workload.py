@@ -2,7 +2,7 @@
 
 Every arm of a study must see the same prompts in the same order, so prompt ``i`` depends only
 on (workload, i): random IDs come from ``numpy.random.default_rng([seed, i])``; a prompt file is
-read in file order and cycled. Output length is fixed: every request asks for ``output_tokens``
+read in a seeded shuffled order per pass through it (see below). Output length is fixed: every request asks for ``output_tokens``
 with ``ignore_eos`` (``client.build_body``), so arms do the same amount of work.
 
 Chat endpoints take no token IDs: with ``random-ids`` the ``openai-chat`` flavour sends the same
@@ -25,8 +25,14 @@ Prompt sets (every other ``workload`` value, read by :func:`specsweep.datasets.l
 ``builtin`` / ``builtin:code-edit,math`` (the project's categorised set), ``<format>:<path>``
 (``sharegpt:``, ``mt-bench:``, ``spec-bench:``, ``speed-bench:``, ``instructcoder:``,
 ``prompts:``), ``hf:<id>[:split[:config]]`` or a plain path (format detected; ``.jsonl``,
-``.json``, ``.parquet``, ``.txt``). Prompts go in record order and cycle; prompt ``i`` carries
-the category of record ``i % n`` (``"all"`` where the format has none). The file's SHA-256 (or
+``.json``, ``.parquet``, ``.txt``). Prompt ``i`` is record ``perm_p[i mod n]`` of the ``n``
+records, where pass ``p = i div n`` through the set has its own seeded permutation
+(:func:`pass_order`): every arm with the same seed sends the same prompts in the same order, and
+categories are interleaved within each level rather than sent in the file's blocks (a file sorted
+by category would otherwise put one category at the head of every level, where a server that caps
+its running requests admits it first). Prompt ``i`` carries its record's category (``"all"`` where
+the format has none). Result sets written before this (``meta.workload.order`` absent) used
+record order, ``records[i mod n]``. The file's SHA-256 (or
 the Hugging Face fingerprint) is the dataset digest; ``Dataset.describe()`` goes to meta.json.
 Bad records stop the sweep with the file and line.
 
@@ -41,6 +47,7 @@ without a reference length ask for ``output_tokens``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -70,6 +77,27 @@ _WORDS = (
 ).split()
 
 Prompt = str | list[int] | list[dict[str, Any]]
+
+
+#: ``meta.workload.order`` of prompt sets: each pass through the set in its own seeded order
+SHUFFLED = "shuffled"
+#: the order of result sets written before prompt sets were shuffled (and of random prompts)
+RECORD_ORDER = "record"
+
+
+@functools.lru_cache(maxsize=256)
+def pass_order(seed: int, n: int, p: int) -> np.ndarray:
+    """The record order of pass ``p`` through a set of ``n`` prompts: a permutation of ``range(n)``
+    drawn by ``numpy.random.default_rng([seed, n, p])`` (read-only)."""
+    order = np.random.default_rng([seed, n, p]).permutation(n)
+    order.flags.writeable = False
+    return order
+
+
+def record_index(seed: int, n: int, i: int) -> int:
+    """The record (0-based, of ``n``) that prompt number ``i`` of a shuffled prompt set sends."""
+    p, k = divmod(int(i), n)
+    return int(pass_order(seed, n, p)[k])
 
 
 @dataclass(frozen=True)
@@ -105,14 +133,18 @@ class Workload:
         """Output tokens requested for prompt number ``i``: ``output_tokens``, or under
         ``output_length="reference"`` the prompt's reference length capped at ``output_tokens``."""
         if self.output_length == REFERENCE and self.references:
-            ref = self.references[i % len(self.references)]
+            ref = self.references[self.record(i)]
             if ref is not None:
                 return max(1, min(ref, self.output_tokens))
         return self.output_tokens
 
+    def record(self, i: int) -> int:
+        """The record of the prompt set that prompt number ``i`` sends (:func:`record_index`)."""
+        return record_index(self.seed, len(self.prompts), i)
+
     def category(self, i: int) -> str:
-        """Category of prompt number ``i`` (prompts cycle: record ``i % n``); ``"all"`` when none."""
-        return self.categories[i % len(self.categories)] if self.categories else "all"
+        """Category of prompt number ``i`` (its record's); ``"all"`` when none."""
+        return self.categories[self.record(i)] if self.categories else "all"
 
     def describe(self) -> dict[str, Any]:
         """The ``workload`` record of meta.json."""
@@ -146,7 +178,9 @@ class Workload:
                 out["dataset"] = self.dataset
             cats = self.dataset.get("categories") if self.dataset else None
             where = self.spec if self.kind != PROMPT_FILE or not self.path else self.path.name
-            out["description"] = (f"{len(self.prompts)} prompts from {where} in record order, cycled"
+            out["order"] = SHUFFLED
+            out["description"] = (f"{len(self.prompts)} prompts from {where}, each pass through them in its own "
+                                  "seeded order (numpy default_rng([seed, prompts, pass]).permutation)"
                                   + (f" ({len(cats)} categories: {', '.join(cats)})" if cats and list(cats) != ["all"]
                                      else "") + f"; {length}")
         return out
@@ -160,9 +194,9 @@ class Workload:
             if flavour == "openai-chat" or self.kind == RANDOM_TEXT:
                 return " ".join(_WORDS[t % len(_WORDS)] for t in ids)
             return ids
-        item = self.prompts[i % len(self.prompts)]
+        item = self.prompts[self.record(i)]
         if flavour == "openai-chat" and isinstance(item, list) and item and isinstance(item[0], int):
-            raise ValueError(f"{self.path}: prompt {i % len(self.prompts)} is token IDs, which chat endpoints do "
+            raise ValueError(f"{self.path}: prompt {self.record(i)} is token IDs, which chat endpoints do "
                              "not accept; use api openai-completions or sglang, or give text prompts")
         if flavour != "openai-chat" and isinstance(item, list) and item and isinstance(item[0], dict):
             return "\n".join(str(m.get("content", "")) for m in item)
