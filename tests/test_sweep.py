@@ -157,7 +157,13 @@ def test_warmup_never_sends_a_measured_prompt(tmp_path: Path, refserver_factory)
     short = tmp_path / "short.jsonl"
     short.write_text('{"prompt": "one"}\n{"prompt": "two"}\n')
     res = run_sweep(small(tmp_path, srv.url, arm="short", workload=str(short), concurrency=[1]), progress=False, log=quiet)
-    assert any("prompts repeat across levels" in w for w in res.warnings)
+    assert any("prompts repeat within a level" in w for w in res.warnings)
+    res = run_sweep(small(tmp_path, srv.url, arm="short2", workload=str(short), concurrency=[1, 2],
+                          requests_per_level=2), progress=False, log=quiet)
+    assert any("prompts repeat across levels" in w and "flush_cache=true" in w for w in res.warnings)
+    res = run_sweep(small(tmp_path, srv.url, arm="short3", workload=str(short), concurrency=[1, 2],
+                          requests_per_level=2, flush_cache=True), progress=False, log=quiet)
+    assert not any("prompts repeat" in w for w in res.warnings)  # the cache is emptied between levels
 
 
 def test_resume_refuses_a_different_server(tmp_path: Path, refserver: RefServer, refserver_mtp: RefServer) -> None:

@@ -544,10 +544,22 @@ class _Evidence:
 
 
 def _workload_warnings(cfg: SweepConfig, workload: Workload) -> list[str]:
+    """Where a prompt set is too small for the sweep, so that a prefix cache can serve repeats.
+
+    Within a level nothing empties the cache; across levels ``flush_cache`` does (where the server
+    offers a route: ``meta.prefix_cache_flush`` says whether it did)."""
+    n = len(workload.prompts)
+    if not n:
+        return []
+    per_level = max(cfg.requests_for(c) for c, _ in cfg.plan())
     needed = sum(cfg.requests_for(c) for c, _ in cfg.plan())
-    if workload.prompts and len(workload.prompts) < needed:
-        return [f"The prompt set has {len(workload.prompts)} prompts but the sweep sends {needed} measured requests, "
-                "so prompts repeat across levels and a server's prefix cache can serve the repeats (shorter TTFT)."]
+    if per_level > n:
+        return [f"The prompt set has {n} prompts but a level sends up to {per_level} measured requests, so prompts "
+                "repeat within a level and a server's prefix cache can serve the repeats (shorter TTFT)."]
+    if needed > n and not cfg.flush_cache:
+        return [f"The prompt set has {n} prompts but the sweep sends {needed} measured requests, so prompts repeat "
+                "across levels and a server's prefix cache can serve the repeats (shorter TTFT); flush_cache=true "
+                "empties it before each level where the server offers a route."]
     return []
 
 
