@@ -282,8 +282,8 @@ def run_specsweep(variant: str, url: str, conc: int, n: int, max_tokens: int) ->
     out = _Out(n)
     for i, rec in zip(res.request_index, res.records):
         out.t_sent[i], out.t_end[i] = rec.t_sent, rec.t_end
-        out.times[i] = rec.chunk_times
-        out.tokens[i] = rec.chunk_tokens or []
+        out.times[i] = rec.chunk_times.tolist()
+        out.tokens[i] = rec.chunk_tokens.tolist() if rec.chunk_tokens is not None else []
         if rec.error:
             out.errors += 1
     d = out.dump()

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 import orjson
 import pytest
 
@@ -124,7 +125,7 @@ def test_completions_tokens_from_cumulative_usage_with_multi_token_chunks() -> N
     stream = _sse(_cmpl(" a", 1), _cmpl(" b c d", 4), _cmpl(" e f", 6, "length"), _cmpl(None, 6, choices=False))
     rec = parse_exchange("openai-completions", _raw(_events(stream)))
     assert rec.error is None and rec.ok
-    assert rec.chunk_tokens == [1, 3, 2] and rec.chunk_times == [1.0, 2.0, 3.0]
+    assert rec.chunk_tokens.tolist() == [1, 3, 2] and rec.chunk_times.tolist() == [1.0, 2.0, 3.0]
     assert rec.output_tokens == 6 and rec.token_source == "usage"
     assert rec.prompt_tokens == 6 and rec.finish_reason == "length"
     assert rec.output_digest == _digest(" a b c d e f")
@@ -141,8 +142,8 @@ def test_chat_ttft_skips_role_and_usage_only_chunks() -> None:
     usage_only = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}}
     stream = _sse(role, content("x", 1), content("yz", 3, "length"), usage_only)
     rec = parse_exchange("openai-chat", _raw(_events(stream), [0.5, 2.0, 3.0, 4.0, 4.5]))
-    assert rec.chunk_times == [2.0, 3.0]  # TTFT on the first token-carrying chunk, not the role chunk
-    assert rec.chunk_tokens == [1, 2] and rec.output_tokens == 3 and rec.error is None
+    assert rec.chunk_times.tolist() == [2.0, 3.0]  # TTFT on the first token-carrying chunk, not the role chunk
+    assert rec.chunk_tokens.tolist() == [1, 2] and rec.output_tokens == 3 and rec.error is None
     assert rec.output_digest == _digest("xyz")
 
 
@@ -150,7 +151,7 @@ def test_chat_reasoning_tokens_count() -> None:
     c1 = {"choices": [{"delta": {"reasoning_content": "think"}}], "usage": {"completion_tokens": 2}}
     c2 = {"choices": [{"delta": {"content": "ok"}, "finish_reason": "stop"}], "usage": {"completion_tokens": 3}}
     rec = parse_exchange("openai-chat", _raw([_sse(c1, c2)]))
-    assert rec.chunk_tokens == [2, 1] and rec.finish_reason == "stop"
+    assert rec.chunk_tokens.tolist() == [2, 1] and rec.finish_reason == "stop"
 
 
 def test_sglang_cumulative_counts_text_and_server_figures() -> None:
@@ -164,7 +165,7 @@ def test_sglang_cumulative_counts_text_and_server_figures() -> None:
     stream = _sse(chunk(" a", 1), chunk(" a b c", 3), chunk(" a b c d e", 5, final=True))
     rec = parse_exchange("sglang", _raw(_events(stream)))
     assert rec.error is None
-    assert rec.chunk_tokens == [1, 2, 2] and rec.output_tokens == 5 and rec.token_source == "usage"
+    assert rec.chunk_tokens.tolist() == [1, 2, 2] and rec.output_tokens == 5 and rec.token_source == "usage"
     assert rec.finish_reason == "length" and rec.prompt_tokens == 4
     assert rec.server == {"e2e_latency_s": 0.41, "spec_accept_length": 2.5, "spec_verify_ct": 2.0,
                           "spec_accept_rate": 0.6}
@@ -186,21 +187,21 @@ def test_counts_only_at_the_end() -> None:
     stream = _sse(_cmpl(" a", None), _cmpl(" b", None), _cmpl(" c", None, "length"), _cmpl(None, 7, choices=False))
     rec = parse_exchange("openai-completions", _raw(_events(stream)))
     assert rec.output_tokens == 7 and rec.token_source == "usage"
-    assert rec.chunk_tokens is None and rec.chunk_times == [1.0, 2.0, 3.0]
+    assert rec.chunk_tokens is None and rec.chunk_times.tolist() == [1.0, 2.0, 3.0]
 
 
 def test_counts_that_grow_on_chunks_without_text_still_count_per_chunk() -> None:
     # e.g. special tokens rendered as empty text: the counts still say which chunk carried tokens
     stream = _sse(_cmpl("", 1), _cmpl("", 3, "length"), _cmpl(None, 3, choices=False))
     rec = parse_exchange("openai-completions", _raw(_events(stream)))
-    assert rec.chunk_tokens == [1, 2] and rec.chunk_times == [1.0, 2.0] and rec.output_tokens == 3
+    assert rec.chunk_tokens.tolist() == [1, 2] and rec.chunk_times.tolist() == [1.0, 2.0] and rec.output_tokens == 3
 
 
 def test_no_counts_falls_back_to_chunks() -> None:
     stream = _sse(_cmpl(" a", None), _cmpl("", None), _cmpl(" b", None, "length"))
     rec = parse_exchange("openai-completions", _raw(_events(stream)))
     assert rec.token_source == "chunks" and rec.output_tokens == 2 and rec.chunk_tokens is None
-    assert rec.chunk_times == [1.0, 3.0]
+    assert rec.chunk_times.tolist() == [1.0, 3.0]
 
 
 def test_events_split_across_reads_take_the_completing_read_time() -> None:
@@ -210,7 +211,7 @@ def test_events_split_across_reads_take_the_completing_read_time() -> None:
     reads = [stream[:cut1], stream[cut1:second_end], stream[second_end:]]
     rec = parse_exchange("openai-completions", _raw(reads, [1.0, 2.0, 3.0]))
     # event 1 completed by read 2, event 2 also in read 2 (same time), event 3 in read 3
-    assert rec.chunk_times == [2.0, 2.0, 3.0] and rec.chunk_tokens == [1, 1, 1]
+    assert rec.chunk_times.tolist() == [2.0, 2.0, 3.0] and rec.chunk_tokens.tolist() == [1, 1, 1]
 
 
 def test_http_error_bodies() -> None:
@@ -244,7 +245,7 @@ def test_dropped_stream_and_malformed_json() -> None:
 
 def test_transport_error_and_non_streaming_reply() -> None:
     r = parse_exchange("openai-completions", _raw([_sse(_cmpl(" a", 1), done=False)], error="stream dropped: x"))
-    assert r.error == "stream dropped: x" and r.output_tokens == 1 and r.chunk_times == [1.0]
+    assert r.error == "stream dropped: x" and r.output_tokens == 1 and r.chunk_times.tolist() == [1.0]
     r = parse_exchange("openai-completions", RawExchange(t_sent=1.0, t_end=2.0, error="connect error: refused"))
     assert r.error == "connect error: refused" and r.http_status is None and r.output_tokens is None
     r = parse_exchange("openai-completions", _raw([b'{"choices":[]}'], ctype="application/json"))
@@ -266,7 +267,7 @@ def test_real_socket_each_flavour(server_url: str, transport: C.TransportKind) -
 
     for rec in asyncio.run(main()):
         assert rec.error is None and rec.http_status == 200
-        assert rec.output_tokens == 10 and rec.chunk_tokens == [3, 3, 3, 1] and rec.token_source == "usage"
+        assert rec.output_tokens == 10 and rec.chunk_tokens.tolist() == [3, 3, 3, 1] and rec.token_source == "usage"
         assert rec.finish_reason == "length" and rec.output_digest == _digest("".join(f" w{i}" for i in range(10)))
         assert rec.t_sent < rec.chunk_times[0] <= rec.chunk_times[-1] <= rec.t_end
         assert rec.prompt_tokens in (2, 3)
@@ -358,7 +359,7 @@ def test_usage_on_some_content_chunks_only_keeps_ttft_on_the_first() -> None:
                       reads=[chunk("a", None), chunk("b c", None), chunk("d", 4), b"data: [DONE]\n\n"],
                       times=[1.0, 1.2, 1.3, 1.31])
     rec = parse_exchange("openai-completions", raw)
-    assert rec.chunk_times == [1.0, 1.2, 1.3] and rec.chunk_tokens is None
+    assert rec.chunk_times.tolist() == [1.0, 1.2, 1.3] and rec.chunk_tokens is None
     assert rec.output_tokens == 4 and rec.token_source == "usage" and rec.error is None
 
 
@@ -480,7 +481,7 @@ def test_fast_openai_path_equals_general_parser(case: str, split: str, monkeypat
     general = parse_exchange(flavour, _raw(list(reads)))  # type: ignore[arg-type]
     assert got == general
     if fast:
-        assert got.output_tokens and got.chunk_times and got.output_digest
+        assert got.output_tokens and got.chunk_times.size and got.output_digest
 
 
 def test_fast_path_keeps_exact_counts_of_a_real_fastsse_stream() -> None:
@@ -490,5 +491,6 @@ def test_fast_path_keeps_exact_counts_of_a_real_fastsse_stream() -> None:
     reads = [body[i:i + 1000] for i in range(0, len(body), 1000)]
     rec = C.RequestRecord(t_sent=0.0, t_end=10.0, http_status=200)
     assert C._parse_openai_fast("openai-completions", _raw(reads), rec)
-    assert rec.output_tokens == 300 and sum(rec.chunk_tokens or []) == 300 and len(rec.chunk_times) == 100
-    assert rec.chunk_times == sorted(rec.chunk_times) and rec.finish_reason == "length" and rec.prompt_tokens == 4
+    assert rec.output_tokens == 300 and len(rec.chunk_times) == 100
+    assert rec.chunk_tokens is not None and rec.chunk_tokens.sum() == 300
+    assert (np.diff(rec.chunk_times) >= 0).all() and rec.finish_reason == "length" and rec.prompt_tokens == 4

@@ -123,3 +123,42 @@ def test_llamacpp_requests_that_drafted_nothing_count_as_zero_drafts() -> None:
     # a baseline server (no request drafted) gets no speculation figures at all
     base = requests_frame([idle, idle], t0=0.0, run_id="r", arm="a", concurrency=2, repeat=0)
     assert base["spec_verify_ct"].isna().all() and "spec_draft_acceptance_rate" not in level_metrics(base, 2)
+
+
+def test_frame_in_place_uses_the_records_own_arrays() -> None:
+    """in_place: each row's chunk_t_s is its record's chunk_times shifted to t0, not a copy; the values
+    are those of the copying frame, to the bit."""
+    def records() -> list[RequestRecord]:
+        return [rec(10.0, [10.5, 10.6, 10.9], [1, 2, 1]), rec(10.2, [10.7], [3]),
+                RequestRecord(t_sent=10.3, t_end=10.4, http_status=500, error="HTTP 500")]
+
+    copied = requests_frame(records(), t0=10.0, run_id="r", arm="a", concurrency=2, repeat=0)
+    mine = records()
+    shifted = requests_frame(mine, t0=10.0, run_id="r", arm="a", concurrency=2, repeat=0, in_place=True)
+    chunk_cols = ["chunk_t_s", "chunk_tokens"]
+    pd.testing.assert_frame_equal(shifted.drop(columns=chunk_cols), copied.drop(columns=chunk_cols), check_exact=True)
+    for r, a, b in zip(mine, copied["chunk_t_s"], shifted["chunk_t_s"]):
+        assert b.dtype == np.float64 and np.array_equal(a, b)
+    assert shifted["chunk_t_s"][0] is mine[0].chunk_times and shifted["chunk_t_s"][1] is mine[1].chunk_times
+    assert [t.tolist() for t in shifted["chunk_tokens"]] == [[1, 2, 1], [3], []]
+    assert mine[0].chunk_times.tolist() == [10.5 - 10.0, 10.6 - 10.0, 10.9 - 10.0]
+
+
+def test_pooled_level_percentiles_are_numpys_over_all_observations() -> None:
+    """The level's ITL and chunk-gap figures are np.mean/np.percentile over every observation of every
+    successful request, in request order, exactly (the pooled array is filled and partitioned in place)."""
+    rng = np.random.default_rng(7)
+    records = []
+    for i in range(60):
+        n = int(rng.integers(1, 200))
+        times = (i + np.cumsum(rng.exponential(0.02, n) * rng.choice([1e-3, 1.0, 7.0], n))).tolist()
+        tokens = rng.integers(1, 5, n).tolist() if i % 3 else None
+        records.append(rec(float(i), times, tokens, out=None if tokens else 2 * n))
+    frame = requests_frame(records, t0=0.0, run_id="r", arm="a", concurrency=4, repeat=0)
+    lv = level_metrics(frame, 4)
+    itl = np.concatenate([token_normalised_itl(r.chunk_times, r.chunk_tokens, r.output_tokens) for r in records])
+    gaps = np.concatenate([np.diff(r.chunk_times) for r in records])
+    for kind, values in (("itl", itl), ("chunk_gap", gaps)):
+        assert lv[f"{kind}_mean_s"] == float(np.mean(values))
+        for p in (50, 90, 99):
+            assert lv[f"{kind}_p{p}_s"] == float(np.percentile(values, p)), (kind, p)

@@ -69,7 +69,7 @@ def test_vllm_histogram_as_an_object_or_only_per_step_arrays() -> None:
 
 def test_sglang_sglext_chunk_parsed_exactly() -> None:
     rec = parse_exchange("openai-completions", _raw(FIXTURES / "sglang" / "completions-stream-spec-tokens-details.txt"))
-    assert rec.error is None and rec.output_tokens == 106 and rec.chunk_tokens == [1, 3, 102]
+    assert rec.error is None and rec.output_tokens == 106 and rec.chunk_tokens.tolist() == [1, 3, 102]
     # histogram [11, 14, 11, 4, 0, 3]: steps accepting more than 0, 1, 2, 3, 4 drafts
     assert rec.server == {
         "spec_accept_length": 2.4651162790697674, "spec_verify_ct": 43.0, "spec_accept_rate": 0.2930232558139535,

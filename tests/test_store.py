@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from helpers import SEED, base_meta, write_level_only
@@ -228,3 +230,76 @@ def test_a_study_skips_and_names_a_run_that_never_finished_a_level(tmp_path: Pat
     assert [s.arm for s in sets] == ["a"]
     with pytest.raises(SchemaError, match=r"levels.parquet: missing"):  # named directly, it is still an error
         load_result_sets(empty)
+
+
+def _timeline_frame(n: int, c: int = 1) -> pd.DataFrame:
+    """Request rows with chunk timelines as numpy arrays (int32 tokens, a broadcast run of ones, an
+    empty timeline, a row without one) and text cells with missing values."""
+    rng = np.random.default_rng(c)
+    _, rq = _level(c, float(c))
+    rq = pd.concat([rq] * (n // 3 + 1), ignore_index=True).iloc[:n].assign(request_index=range(n))
+    times, tokens = [], []
+    for i in range(n):
+        k = int(rng.integers(0, 7))
+        times.append(np.cumsum(rng.random(k)) if i % 5 else None)
+        tokens.append(np.broadcast_to(np.int32(1), (k,)) if i % 2 else rng.integers(1, 4, k).astype(np.int32))
+    rq["error"] = pd.Series([None if i % 4 else f"e{i}" for i in range(n)], dtype="string")
+    return rq.assign(chunk_t_s=times, chunk_tokens=tokens)
+
+
+def _as_lists(frame: pd.DataFrame) -> pd.DataFrame:
+    """The same rows with Python lists in the array columns (how they were written before arrays)."""
+    return frame.assign(**{c: [v.tolist() if isinstance(v, np.ndarray) else v for v in frame[c]]
+                           for c in ("chunk_t_s", "chunk_tokens")})
+
+
+def _assert_same_rows(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(got.drop(columns=["chunk_t_s", "chunk_tokens"]),
+                                  want.drop(columns=["chunk_t_s", "chunk_tokens"]), check_exact=True)
+    for col, dtype in (("chunk_t_s", np.float64), ("chunk_tokens", np.int64)):
+        for a, b in zip(got[col], want[col]):
+            assert (a is None) == (b is None), col
+            if a is not None:
+                assert a.dtype == dtype and b.dtype == dtype and np.array_equal(a, b), col
+
+
+def test_array_columns_are_written_in_parts_as_pandas_writes_lists(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """write_frame stores numpy-array cells part by part, and the file reads back exactly as the frame
+    with lists written by pandas: same schema and pandas metadata, same values (int tokens as int64)."""
+    import pyarrow.parquet as pq
+
+    from specsweep import store
+
+    monkeypatch.setattr(store, "PART_VALUES", 20)
+    frame = _timeline_frame(40)
+    frame.attrs["note"] = "kept"
+    assert store.array_columns(frame) == {"chunk_t_s": pa.float64(), "chunk_tokens": pa.int64()}
+    store.write_frame(tmp_path, "arrays", frame)
+    _as_lists(frame).to_parquet(tmp_path / "lists.parquet", index=False)
+    got, want = (tmp_path / "arrays.parquet", tmp_path / "lists.parquet")
+    assert pq.read_schema(got).equals(pq.read_schema(want), check_metadata=True)
+    assert pq.ParquetFile(got).metadata.num_row_groups > 5  # written in parts
+    _assert_same_rows(pd.read_parquet(got), pd.read_parquet(want))
+    assert pd.read_parquet(got).attrs == {"note": "kept"}
+
+
+def test_append_level_copies_stored_rows_part_by_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Levels appended one by one, one measured again, give the rows and flags the pandas way gives."""
+    from specsweep import store
+
+    monkeypatch.setattr(store, "PART_VALUES", 30)
+    streamed: list[int] = []
+    kept_rows = store._kept_rows
+    monkeypatch.setattr(store, "_kept_rows", lambda *a: (streamed.append(1), kept_rows(*a))[1])
+    levels = {1: _timeline_frame(30, 1), 4: _timeline_frame(20, 4)}
+    again = _timeline_frame(25, 1).assign(value=9.0)
+    for c, rq in [*levels.items(), (1, again)]:
+        append_level(tmp_path, _level(c, float(rq["value"].iloc[0]))[0], rq)
+    assert len(streamed) == 4  # requests and levels, for the second and third append
+    got = pd.read_parquet(tmp_path / "requests.parquet")
+    want = pd.concat([_as_lists(levels[1]).assign(superseded=True), _as_lists(levels[4]).assign(superseded=False),
+                      _as_lists(again).assign(superseded=False)], ignore_index=True)
+    want.to_parquet(tmp_path / "want.parquet", index=False)
+    _assert_same_rows(got, pd.read_parquet(tmp_path / "want.parquet"))
+    assert pd.read_parquet(tmp_path / "levels.parquet")["superseded"].tolist() == [True, False, False]

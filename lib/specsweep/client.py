@@ -51,7 +51,7 @@ import httpx
 import numpy as np
 import orjson
 
-from .records import RequestRecord, output_fingerprint
+from .records import RequestRecord, output_fingerprint, times_array, tokens_array
 from .sse import decode_reads
 
 __all__ = [
@@ -873,8 +873,8 @@ def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -
     before = np.maximum.accumulate(np.concatenate(([0], c[:-1])))  # running max of earlier counts
     np.maximum(before, 0, out=before)
     rise = c > before
-    rec.chunk_times = ev_times[rise].tolist()
-    rec.chunk_tokens = (c - before)[rise].tolist()
+    rec.chunk_times = ev_times[rise]
+    rec.chunk_tokens = tokens_array((c - before)[rise])
     rec.output_tokens = int(max(0, c.max()))
     rec.token_source = "usage"
     rec.prompt_tokens = int(m.group(1)) if m is not None else None
@@ -1063,12 +1063,12 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
                     chunk_times.append(t)
                     chunk_tokens.append(c - last)
                     last = c
-        rec.chunk_times = chunk_times
-        rec.chunk_tokens = chunk_tokens
+        rec.chunk_times = times_array(chunk_times)
+        rec.chunk_tokens = tokens_array(chunk_tokens)
         rec.output_tokens = last
         rec.token_source = "usage"
     else:
-        rec.chunk_times = [t for t, has in zip(ts, contents) if has]
+        rec.chunk_times = times_array([t for t, has in zip(ts, contents) if has])
         rec.chunk_tokens = None
         counts = [c for c in cums if c is not None]
         if counts:

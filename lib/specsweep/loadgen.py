@@ -16,8 +16,9 @@ Memory per level is bounded: when the finished, unparsed responses hold more tha
 ``parse_budget_bytes`` (default 64 MiB), they are written to a temporary file of the level
 (:class:`_Spool`: body bytes, read lengths and read times; a sequential buffered write, about
 0.1 µs per token in the loop) and read back one at a time when the level is parsed, so resident
-memory is the budget plus the parsed records (about 40 bytes per token-carrying chunk: a float and
-an int in two lists). ``spill=False`` parses them in the loop instead (slower timestamps).
+memory is the budget plus the parsed records (numpy arrays: 12 bytes per token-carrying chunk, a
+float64 time and an int32 count, or 8 when every chunk carried one token; see ``records``).
+``spill=False`` parses them in the loop instead (slower timestamps).
 
 With ``workers=N`` (N > 1) the C slots are split over N processes ("spawn"), which take body
 indices from one shared counter, so issue order and the closed loop stay global. Times are

@@ -2,12 +2,19 @@
 
 All times are absolute ``time.perf_counter()`` seconds taken in the measuring process; result
 sets store them relative to the level's start (see ``store``).
+
+Per-chunk data is held compactly, as numpy arrays: 8 bytes per token-carrying chunk for its time
+(float64) and 4 for its token count (int32), or none for the counts when every chunk carried one
+token (see :func:`tokens_array`), so that a level of 20 million chunks fits in a few hundred MB.
 """
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from typing import Literal
+
+import numpy as np
 
 TokenSource = Literal["usage", "tokenize", "chunks"]
 
@@ -41,28 +48,55 @@ def output_fingerprint(text: str) -> tuple[str, str, bytes]:
     return digest, text[:HEAD_CHARS], blocks
 
 
-@dataclass(slots=True)
+_NO_TIMES = np.empty(0, dtype=np.float64)
+_NO_TIMES.flags.writeable = False
+_ONE = np.ones(1, dtype=np.int32)
+_ONE.flags.writeable = False
+
+
+def times_array(times: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Chunk arrival times (seconds) as a float64 array; a float64 array is kept as it is."""
+    return np.asarray(times, dtype=np.float64)
+
+
+def tokens_array(tokens: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Tokens per chunk as an int32 array.
+
+    When every chunk carried exactly one token (no speculation: the longest streams) the result is a
+    read-only view of a single 1 (``np.broadcast_to``): it reads as the full array, element by
+    element, but costs no memory per chunk. Copy it (``np.array``) before writing to it.
+    """
+    arr = np.asarray(tokens, dtype=np.int32)
+    if arr.size and (arr == 1).all():
+        return np.broadcast_to(_ONE, arr.shape)
+    return arr
+
+
+@dataclass(slots=True, eq=False)
 class RequestRecord:
     """What happened to one request.
 
-    ``chunk_times`` holds the arrival time (seconds, perf_counter) of every SSE chunk that carried
-    at least one new output token, in order; ``chunk_tokens`` the number of new output tokens each
-    of those chunks carried (from the server's cumulative counts), or ``None`` when the server gave
-    no per-chunk counts. ``output_tokens`` is the server's own count (``usage.completion_tokens``
-    or SGLang ``meta_info.completion_tokens``) with ``token_source="usage"``; only when the server
-    gives none is it the number of token-carrying chunks, with ``token_source="chunks"``, until the
-    returned text (kept in ``output_text`` only in that case) is counted with the server's
-    tokenizer (``token_source="tokenize"``). It is never the requested length.
+    ``chunk_times`` holds the arrival time (seconds, perf_counter; a float64 array) of every SSE
+    chunk that carried at least one new output token, in order; ``chunk_tokens`` the number of new
+    output tokens each of those chunks carried (from the server's cumulative counts; an int32
+    array, see :func:`tokens_array`), or ``None`` when the server gave no per-chunk counts. Lists
+    given to the constructor are converted. ``output_tokens`` is the server's own count
+    (``usage.completion_tokens`` or SGLang ``meta_info.completion_tokens``) with
+    ``token_source="usage"``; only when the server gives none is it the number of token-carrying
+    chunks, with ``token_source="chunks"``, until the returned text (kept in ``output_text`` only
+    in that case) is counted with the server's tokenizer (``token_source="tokenize"``). It is
+    never the requested length.
 
     A failed request keeps whatever arrived before the failure and says why in ``error``.
+    Records compare field by field, the chunk arrays by dtype and values.
     """
 
     t_sent: float
     t_end: float
     http_status: int | None = None
     error: str | None = None
-    chunk_times: list[float] = field(default_factory=list)
-    chunk_tokens: list[int] | None = None
+    chunk_times: np.ndarray = field(default_factory=lambda: _NO_TIMES)
+    chunk_tokens: np.ndarray | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     token_source: TokenSource | None = None
@@ -77,6 +111,26 @@ class RequestRecord:
     server: dict[str, float] = field(default_factory=dict)
     #: the generated text, kept only when the server gave no token counts (for ``/tokenize``)
     output_text: str | None = None
+
+    def __post_init__(self) -> None:
+        self.chunk_times = times_array(self.chunk_times)
+        if self.chunk_tokens is not None:
+            self.chunk_tokens = tokens_array(self.chunk_tokens)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+                if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+                        and np.array_equal(a, b)):
+                    return False
+            elif a != b:
+                return False
+        return True
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as with the dataclass default
 
     @property
     def ok(self) -> bool:

@@ -20,15 +20,20 @@ Every reader error names the file and says what is missing or malformed.
 from __future__ import annotations
 
 import contextlib
+import io
+import itertools
 import json
 import os
 import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal
+from typing import Any, BinaryIO, Iterable, Iterator, Literal
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specsweep.redact import redact, redact_frame
@@ -351,20 +356,29 @@ def current_umask() -> int:
     return mask
 
 
-def atomic_write_bytes(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` so readers see the old file or the new one, never a torn one."""
+@contextlib.contextmanager
+def atomic_file(target: Path) -> Iterator[BinaryIO]:
+    """A binary file open for writing that becomes ``target`` when the block ends without error
+    (fsync, then rename), so readers see the old file or the new one, never a torn one; on error
+    the partial file is deleted. The file follows the user's umask."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; result files follow the umask
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(target: Path, data: bytes) -> None:
+    """Write ``data`` to ``target`` so readers see the old file or the new one, never a torn one."""
+    with atomic_file(target) as handle:
+        handle.write(data)
 
 
 def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
@@ -376,13 +390,166 @@ def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
     atomic_write_bytes(run_dir / "meta.json", (json.dumps(redact(meta), indent=2, default=str) + "\n").encode())
 
 
-def write_frame(run_dir: Path, stem: str, frame: pd.DataFrame) -> None:
-    """Atomically (re)write ``<stem>.parquet`` (with the API key's value masked in text cells)."""
-    import io
+#: array values (all array columns together) per Parquet row group when a frame is written in parts
+PART_VALUES = 1 << 20
 
-    buffer = io.BytesIO()
-    redact_frame(frame).reset_index(drop=True).to_parquet(buffer, index=False)
-    atomic_write_bytes(run_dir / f"{stem}.parquet", buffer.getvalue())
+
+def _is_missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
+
+
+def array_columns(frame: pd.DataFrame) -> dict[str, pa.DataType]:
+    """The object columns of ``frame`` whose cells are all 1-D numeric numpy arrays (or missing),
+    such as the chunk timelines ``chunk_t_s`` and ``chunk_tokens``, with the Arrow element type
+    they are stored as: float64 for float arrays, int64 for integer arrays of any width (as lists
+    of Python ints always were). Other object columns are left to pyarrow's own inference.
+    """
+    out: dict[str, pa.DataType] = {}
+    for col in frame.columns:
+        if frame[col].dtype != object:
+            continue
+        kinds: set[str] = set()
+        for value in frame[col]:
+            if isinstance(value, np.ndarray) and value.ndim == 1:
+                kinds.add(value.dtype.kind)
+            elif not _is_missing(value):
+                kinds = set()
+                break
+        if kinds and kinds <= {"f"}:
+            out[col] = pa.float64()
+        elif kinds and kinds <= {"i", "u"}:
+            out[col] = pa.int64()
+    return out
+
+
+def _arrow_schema(frame: pd.DataFrame, arrays: dict[str, pa.DataType]) -> pa.Schema:
+    """The schema ``frame.to_parquet(index=False)`` writes (pandas metadata and ``attrs`` included),
+    with the ``arrays`` columns typed as lists without converting their cells."""
+    rest = pa.Schema.from_pandas(frame.drop(columns=list(arrays)), preserve_index=False)
+    fields = [pa.field(c, pa.list_(arrays[c])) if c in arrays else rest.field(c) for c in frame.columns]
+    schema = pa.Table.from_pandas(frame.iloc[:0], schema=pa.schema(fields), preserve_index=False).schema
+    if frame.attrs:  # as pandas' to_parquet stores them
+        schema = schema.with_metadata({**schema.metadata, b"PANDAS_ATTRS": json.dumps(frame.attrs).encode()})
+    return schema
+
+
+def _list_array(cells: Iterable[object], value_type: pa.DataType) -> pa.ListArray:
+    """Cells that are 1-D numpy arrays or missing (null) as one Arrow list array, built from their
+    values concatenated once (as ``value_type``) and offsets: no Python object per value."""
+    cells = list(cells)
+    present = np.fromiter((isinstance(v, np.ndarray) for v in cells), bool, len(cells))
+    offsets = np.zeros(len(cells) + 1, dtype=np.int32)
+    np.cumsum([v.size if isinstance(v, np.ndarray) else 0 for v in cells], out=offsets[1:])
+    dtype = value_type.to_pandas_dtype()
+    flat = np.concatenate([v for v in cells if isinstance(v, np.ndarray)] or [np.empty(0, dtype)], dtype=dtype)
+    mask = None if present.all() else pa.array(~present)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), mask=mask)
+
+
+def _table(frame: pd.DataFrame, schema: pa.Schema, arrays: dict[str, pa.DataType]) -> pa.Table:
+    """``frame`` as an Arrow table of ``schema``: array columns by :func:`_list_array`, the rest by pyarrow."""
+    rest = pa.Table.from_pandas(frame.drop(columns=list(arrays)), preserve_index=False,
+                                schema=pa.schema([f for f in schema if f.name not in arrays]))
+    columns = [_list_array(frame[f.name], arrays[f.name]) if f.name in arrays else rest[f.name] for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _parts(frame: pd.DataFrame, schema: pa.Schema, arrays: dict[str, pa.DataType]) -> Iterator[pa.Table]:
+    """``frame`` as Arrow tables of consecutive rows holding about :data:`PART_VALUES` values of the
+    ``arrays`` columns each (one table when there are none): one part's values are copied at a time."""
+    sizes = np.zeros(len(frame), dtype=np.int64)
+    for col in arrays:
+        sizes += np.fromiter((v.size if isinstance(v, np.ndarray) else 0 for v in frame[col]), np.int64, len(frame))
+    start, held = 0, 0
+    for i, size in enumerate(sizes.tolist()):
+        if held and held + size > PART_VALUES:
+            yield _table(frame.iloc[start:i], schema, arrays)
+            start, held = i, 0
+        held += size
+    if start < len(frame):
+        yield _table(frame.iloc[start:], schema, arrays)
+
+
+def _write_rows(target: Path, frame: pd.DataFrame, before: Iterable[pa.Table] = (),
+                schema: pa.Schema | None = None) -> None:
+    """Atomically write the tables ``before`` (of ``schema``), then ``frame``'s rows, as one Parquet
+    file with pandas' defaults (snappy); ``schema``: the file's, by default ``frame``'s."""
+    if schema is None and frame.empty:  # nothing to stream: pandas writes it
+        buffer = io.BytesIO()
+        frame.to_parquet(buffer, index=False)
+        atomic_write_bytes(target, buffer.getvalue())
+        return
+    arrays = array_columns(frame)
+    if schema is None:
+        schema = _arrow_schema(frame, arrays)
+    with atomic_file(target) as handle, pq.ParquetWriter(handle, schema, compression="snappy") as writer:
+        for table in itertools.chain(before, _parts(frame, schema, arrays)):
+            writer.write_table(table)
+
+
+def write_frame(run_dir: Path, stem: str, frame: pd.DataFrame) -> None:
+    """Atomically (re)write ``<stem>.parquet`` (with the API key's value masked in text cells).
+
+    The file is what ``frame.to_parquet(index=False)`` writes (schema, pandas metadata and values),
+    but numpy-array columns (:func:`array_columns`) reach their Arrow lists part by part
+    (:data:`PART_VALUES` values per row group), straight into the file: writing a level of 20
+    million chunks holds one part's copy of them, never the whole column's nor the file's bytes.
+    """
+    _write_rows(run_dir / f"{stem}.parquet", redact_frame(frame).reset_index(drop=True))
+
+
+def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
+    """Same column names, order and Arrow types (metadata aside)."""
+    return a.names == b.names and a.remove_metadata().equals(b.remove_metadata())
+
+
+def _kept_rows(stored: pq.ParquetFile, schema: pa.Schema, keys: set[tuple[int, int]],
+               finished: set[tuple[int, int]]) -> Iterator[pa.Table]:
+    """The stored rows :func:`append_level` keeps, part by part: rows of ``keys`` levels are marked
+    superseded when their level had finished (``finished``) and dropped when it had not."""
+    md = stored.metadata
+    values = max((sum(md.row_group(g).column(j).num_values for g in range(md.num_row_groups))
+                  for j in range(md.num_columns)), default=0)
+    rows = max(1, PART_VALUES * md.num_rows // max(values, 1))
+    for batch in stored.iter_batches(batch_size=rows):
+        table = pa.Table.from_batches([batch])
+        levels = list(zip(table["concurrency"].to_pylist(), table["repeat"].to_pylist()))
+        same = np.fromiter((lv in keys for lv in levels), bool, len(levels))
+        done = np.fromiter((lv in finished for lv in levels), bool, len(levels))
+        superseded = table["superseded"].to_numpy() | (same & done)
+        table = table.set_column(table.schema.get_field_index("superseded"), "superseded", pa.array(superseded))
+        yield table.filter(pa.array(~same | done)).cast(schema)
+
+
+def _add_level_rows(run_dir: Path, stem: str, new: pd.DataFrame, keys: set[tuple[int, int]],
+                    finished: set[tuple[int, int]]) -> None:
+    """Rewrite ``<stem>.parquet`` with one level's rows ``new`` added (see :func:`append_level`).
+
+    When the stored file has the columns ``new`` brings, its rows are copied part by part as
+    Arrow tables (memory of one part); otherwise (a file of an older specsweep, columns that came
+    or went) the stored rows are read whole and combined with ``new`` by pandas.
+    """
+    new = redact_frame(new.assign(superseded=False)).reset_index(drop=True)
+    path = run_dir / f"{stem}.parquet"
+    stored = pq.ParquetFile(path) if path.is_file() else None
+    if stored is None or stored.metadata.num_rows == 0 or not stored.schema_arrow.names:
+        _write_rows(path, new)
+        return
+    if not new.empty:
+        arrays = array_columns(new)
+        schema = _arrow_schema(new, arrays)
+        if _same_columns(stored.schema_arrow, schema):
+            _write_rows(path, new, _kept_rows(stored, schema, keys, finished), schema)
+            return
+    old = pd.read_parquet(path)
+    if "superseded" not in old:
+        old = old.assign(superseded=False)
+    level = list(zip(old["concurrency"], old["repeat"]))
+    same = np.fromiter((lv in keys for lv in level), bool, len(level))
+    was_finished = np.fromiter((lv in finished for lv in level), bool, len(level))
+    old.loc[same & was_finished, "superseded"] = True
+    kept = old[~same | was_finished]
+    _write_rows(path, redact_frame(pd.concat([kept, new], ignore_index=True)) if not kept.empty else new)
 
 
 def append_level(
@@ -400,38 +567,21 @@ def append_level(
 
     Each file is rewritten atomically, requests first and levels last: a level counts as finished
     only once its row is in ``levels.parquet``, so an interruption between the writes leaves at
-    worst orphan request rows, which the next write of that level replaces.
+    worst orphan request rows, which the next write of that level replaces. Stored rows are copied
+    part by part (:func:`write_frame`), so memory does not grow with the levels already written.
     """
-    keys = level[["concurrency", "repeat"]].drop_duplicates()
+    keys = {(int(c), int(r)) for c, r in level[["concurrency", "repeat"]].itertuples(index=False)}
+    finished: set[tuple[int, int]] = set()
     levels_path = run_dir / "levels.parquet"
-    finished = pd.DataFrame(columns=["concurrency", "repeat"])
     if levels_path.is_file():
         old_levels = pd.read_parquet(levels_path)
         if "superseded" in old_levels:
             old_levels = old_levels[~old_levels["superseded"].fillna(False).astype(bool).to_numpy()]
-        finished = old_levels[["concurrency", "repeat"]].merge(keys, on=["concurrency", "repeat"])
-
-    def merged(stem: str, new: pd.DataFrame) -> pd.DataFrame:
-        new = new.assign(superseded=False)
-        path = run_dir / f"{stem}.parquet"
-        if not path.is_file():
-            return new
-        old = pd.read_parquet(path)
-        if old.empty:
-            return new
-        if "superseded" not in old:
-            old = old.assign(superseded=False)
-        same = (old.merge(keys, on=["concurrency", "repeat"], how="left", indicator=True)["_merge"] == "both").to_numpy()
-        was_finished = (old.merge(finished.drop_duplicates(), on=["concurrency", "repeat"], how="left",
-                                  indicator=True)["_merge"] == "both").to_numpy()
-        old.loc[same & was_finished, "superseded"] = True
-        kept = old[~same | was_finished]
-        return pd.concat([kept, new], ignore_index=True) if not kept.empty else new
-
-    write_frame(run_dir, "requests", merged("requests", requests))
+        finished = {(int(c), int(r)) for c, r in old_levels[["concurrency", "repeat"]].itertuples(index=False)} & keys
+    _add_level_rows(run_dir, "requests", requests, keys, finished)
     if server_metrics is not None:
-        write_frame(run_dir, "server_metrics", merged("server_metrics", server_metrics))
-    write_frame(run_dir, "levels", merged("levels", level))
+        _add_level_rows(run_dir, "server_metrics", server_metrics, keys, finished)
+    _add_level_rows(run_dir, "levels", level, keys, finished)
 
 
 def live_levels(run_dir: Path) -> pd.DataFrame:

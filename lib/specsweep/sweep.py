@@ -271,11 +271,14 @@ def summarise_level(
     ``"all"`` without a workload or for formats without categories) and the tokens it asked for
     (``requested_output_tokens``). ``short_outputs`` counts requests that returned fewer than
     they asked for with ``ignore_eos`` only: with natural lengths a short output is the point.
+    The records' chunk times become level-relative (``requests_frame(in_place=True)``).
     """
     t0 = result.t_start
     prompt_ids = [prompt_offset + i for i in result.request_index]
+    # in place: the records' chunk times become the frame's (level-relative) timelines, not a copy of them
     req = requests_frame(result.records, t0=t0, run_id=run_id, arm=cfg.arm, concurrency=concurrency, repeat=repeat,
-                         request_indices=result.request_index, prompt_ids=prompt_ids, keep_chunks=cfg.keep_chunks)
+                         request_indices=result.request_index, prompt_ids=prompt_ids, keep_chunks=cfg.keep_chunks,
+                         in_place=True)
     req["category"] = pd.Series([workload.category(i) if workload else "all" for i in prompt_ids],
                                 index=req.index, dtype="string")
     # tokens each request asked for (output_length="reference": its prompt's reference length)
