@@ -8,9 +8,10 @@ Runs, each in fresh processes (server pinned to ``--server-core``, client to ``-
    ``p20-k1-c256`` (256 streams paced at 20 ms) for ``ref-aiohttp-any`` (plain aiohttp
    ``iter_any`` + split + ``json``, as vLLM's bench client) and specsweep's default client, variants
    interleaved within each repeat, medians of ``--reps``;
-2. ``bench/level_memory.py``: peak resident memory of one level per size, spilling (the default)
-   and holding every read until the level ends (as before), and the spill figure extrapolated to
-   10,000 × 2,000 tokens from the slope between the two largest sizes;
+2. ``bench/level_memory.py``: peak resident memory of one level per size (1,000 and 10,000
+   requests × 2,000 tokens by default) while it is measured and parsed, and while it is summarised
+   and stored as a sweep does, spilling raw reads (the default); the smallest size also holding
+   every read until the level ends (as before spilling);
 3. ``bench/report_build.py``: ``python -m specsweep.report`` on the seed result set.
 
 Figures:
@@ -26,7 +27,7 @@ Figures:
 Run from the repository root (about 5–10 minutes on a 2-core VM)::
 
     .venv/bin/python bench/run_all.py
-    .venv/bin/python bench/run_all.py --reps 1 --mem-sizes 1000x2000 --skip-report
+    .venv/bin/python bench/run_all.py --reps 1 --mem-sizes 1000x2000 --skip-report   # quicker, no goal-2 verdict
 """
 from __future__ import annotations
 
@@ -96,10 +97,11 @@ def client_figures(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str
     return out
 
 
-def memory_rows(sizes: list[str], server_core: str, client_core: str) -> list[dict[str, Any]]:
+def memory_rows(sizes: list[str], modes: list[str], server_core: str, client_core: str) -> list[dict[str, Any]]:
+    """bench/level_memory.py's rows for every size in every mode."""
     with tempfile.TemporaryDirectory() as tmp:
         js = os.path.join(tmp, "mem.json")
-        _run([sys.executable, str(HERE / "level_memory.py"), "--sizes", *sizes, "--modes", "spill", "hold",
+        _run([sys.executable, str(HERE / "level_memory.py"), "--sizes", *sizes, "--modes", *modes,
               "--server-core", server_core, "--client-core", client_core, "--json-out", js], timeout=3600)
         return json.loads(Path(js).read_text())
 
@@ -122,7 +124,9 @@ def _yes(ok: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=3, help="repeats of each client run (medians)")
-    ap.add_argument("--mem-sizes", nargs="*", default=["1000x2000", "2500x2000"], help="REQUESTSxTOKENS")
+    ap.add_argument("--mem-sizes", nargs="*", default=["1000x2000", "10000x2000"], help="REQUESTSxTOKENS")
+    ap.add_argument("--mem-hold-sizes", nargs="*", default=["1000x2000"],
+                    help="sizes also measured holding every raw read (no spill)")
     ap.add_argument("--report-reps", type=int, default=1)
     ap.add_argument("--server-core", default="0")
     ap.add_argument("--client-core", default="1")
@@ -164,19 +168,30 @@ def main(argv: list[str] | None = None) -> int:
         other = max(v["other"] for v in fig.values())
         lines.append(f"| – | other processes' cores during the client windows (max of medians) | {other:.2f} | | | |")
     if not args.skip_memory:
-        mem = memory_rows(args.mem_sizes, args.server_core, args.client_core)
+        mem = memory_rows(args.mem_sizes, ["spill"], args.server_core, args.client_core)
+        if args.mem_hold_sizes:
+            mem += memory_rows(args.mem_hold_sizes, ["hold"], args.server_core, args.client_core)
         dump["memory"] = mem
         for r in mem:
-            lines.append(f"| 2 | level {r['n']:,} × {r['tokens']:,} tokens, {r['mode']}: peak RSS MB (level's own) | "
-                         f"{r['peak_mib']:.0f} ({r['level_mib']:.0f}) | | | exact counts: {_yes(r['exact'])} |")
-        spill = sorted((r for r in mem if r["mode"] == "spill"), key=lambda r: r["tokens_sent"])
-        if len(spill) >= 2:
-            a, b = spill[-2], spill[-1]
-            slope = (b["peak_mib"] - a["peak_mib"]) * 2**20 / (b["tokens_sent"] - a["tokens_sent"])
-            est = b["peak_mib"] + slope * (GOAL_LEVEL_TOKENS - b["tokens_sent"]) / 2**20
-            lines.append(f"| 2 | 10,000 × 2,000, spill: peak RSS MB **extrapolated** from the two largest levels "
-                         f"({slope:.0f} B per extra token) | {est:.0f} | | ≤ {GOAL_LEVEL_MIB:.0f} | "
-                         f"{_yes(est <= GOAL_LEVEL_MIB)} |")
+            # the goal: a 10,000 × 2,000-token level, spilling, under 500 MB at its peak (measuring or storing),
+            # judged for the whole process (the sweep's imports included) and for the level's own share
+            goal = r["mode"] == "spill" and r["tokens_sent"] >= GOAL_LEVEL_TOKENS
+            own = (r["level_peak_mib"] - r["base_mib"], r["store_peak_mib"] - r["base_mib"])
+            target = f"≤ {GOAL_LEVEL_MIB:.0f}" if goal else ""
+            met = (f"process {_yes(r['peak_mib'] <= GOAL_LEVEL_MIB)}, own {_yes(max(own) <= GOAL_LEVEL_MIB)}; "
+                   if goal else "")
+            lines.append(f"| 2 | level {r['n']:,} × {r['tokens']:,} tokens, {r['mode']}: peak RSS MB measuring and "
+                         f"parsing / summarising and storing; (the level's own: − base {r['base_mib']:.0f}) | "
+                         f"{r['level_peak_mib']:.0f} / {r['store_peak_mib']:.0f} ({own[0]:.0f} / {own[1]:.0f}) | | "
+                         f"{target} | {met}exact counts: {_yes(r['exact'])} |")
+        if not any(r["mode"] == "spill" and r["tokens_sent"] >= GOAL_LEVEL_TOKENS for r in mem):
+            lines.append("| 2 | 10,000 × 2,000 level not measured (see --mem-sizes) | | | "
+                         f"≤ {GOAL_LEVEL_MIB:.0f} | **no verdict** |")
+        spill = [r for r in mem if r["mode"] == "spill" and r["chunks"]]
+        if spill:
+            big = max(spill, key=lambda r: r["chunks"])
+            lines.append(f"| 2 | parsed records: bytes per token-carrying chunk (1 token per chunk; 12 with "
+                         f"several) | {big['bytes_per_chunk']:.1f} | | | |")
     if not args.skip_report:
         rep = report_seconds(args.report_reps)
         dump["report"] = rep

@@ -195,10 +195,14 @@ def _is_token_ids(prompt: object) -> bool:
 
 
 def encode_body(body: Mapping[str, Any] | bytes) -> bytes:
-    """JSON-encode a body (``orjson``); bytes pass through unchanged."""
+    """JSON-encode a body (``orjson``); bytes pass through unchanged.
+
+    The result is a copy of exactly its length: ``orjson.dumps`` returns its 4 KiB work buffer,
+    which would make a level's 10,000 prepared bodies hold 40 MB instead of one.
+    """
     if isinstance(body, (bytes, bytearray, memoryview)):
         return bytes(body)
-    return orjson.dumps(body)
+    return bytes(memoryview(orjson.dumps(body)))
 
 
 def auth_headers() -> dict[str, str]:
