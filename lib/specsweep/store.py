@@ -531,16 +531,19 @@ def _add_level_rows(run_dir: Path, stem: str, new: pd.DataFrame, keys: set[tuple
     """
     new = redact_frame(new.assign(superseded=False)).reset_index(drop=True)
     path = run_dir / f"{stem}.parquet"
-    stored = pq.ParquetFile(path) if path.is_file() else None
-    if stored is None or stored.metadata.num_rows == 0 or not stored.schema_arrow.names:
+    if not path.is_file():
         _write_rows(path, new)
         return
-    if not new.empty:
-        arrays = array_columns(new)
-        schema = _arrow_schema(new, arrays)
-        if _same_columns(stored.schema_arrow, schema):
-            _write_rows(path, new, _kept_rows(stored, schema, keys, finished), schema)
+    with pq.ParquetFile(path) as stored:
+        if stored.metadata.num_rows == 0 or not stored.schema_arrow.names:
+            _write_rows(path, new)
             return
+        if not new.empty:
+            arrays = array_columns(new)
+            schema = _arrow_schema(new, arrays)
+            if _same_columns(stored.schema_arrow, schema):
+                _write_rows(path, new, _kept_rows(stored, schema, keys, finished), schema)
+                return
     old = pd.read_parquet(path)
     if "superseded" not in old:
         old = old.assign(superseded=False)
@@ -568,7 +571,7 @@ def append_level(
     Each file is rewritten atomically, requests first and levels last: a level counts as finished
     only once its row is in ``levels.parquet``, so an interruption between the writes leaves at
     worst orphan request rows, which the next write of that level replaces. Stored rows are copied
-    part by part (:func:`write_frame`), so memory does not grow with the levels already written.
+    part by part (:func:`_add_level_rows`), so memory does not grow with the levels already written.
     """
     keys = {(int(c), int(r)) for c, r in level[["concurrency", "repeat"]].itertuples(index=False)}
     finished: set[tuple[int, int]] = set()
