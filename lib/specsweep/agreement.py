@@ -29,7 +29,7 @@ are accepted without proper verification tends to differ early and at every leve
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,6 +57,17 @@ def _text(value: object) -> str | None:
 
 def _bytes(value: object) -> bytes | None:
     return bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else None
+
+
+def _paired(rs: ResultSet, base: ResultSet) -> pd.DataFrame:
+    """The prompts both answered, one row per pair: the arm's columns and the baseline's (``_base``)."""
+    return _answered(rs).merge(_answered(base), on=["repeat", "prompt_id"], suffixes=("", "_base"))
+
+
+def _place(row: Any) -> tuple[int, bool] | None:
+    """:func:`first_difference` of one :func:`_paired` row (baseline first)."""
+    return first_difference(_text(row.output_head_base), _bytes(row.output_blocks_base),
+                            _text(row.output_head), _bytes(row.output_blocks))
 
 
 def first_difference(head_a: str | None, blocks_a: bytes | None,
@@ -99,21 +110,17 @@ def output_agreement(sets: Sequence[ResultSet], baseline: str = "baseline") -> p
     by_arm = {rs.arm: rs for rs in sets}
     if baseline not in by_arm:
         return pd.DataFrame(columns=COLUMNS)
-    base = _answered(by_arm[baseline])
     rows = []
     for arm, rs in by_arm.items():
         if arm == baseline:
             continue
         temperature = float(rs.meta.get("sweep", {}).get("temperature", 0.0) or 0.0)
-        pairs = _answered(rs).merge(base, on=["repeat", "prompt_id"], suffixes=("", "_base"))
+        pairs = _paired(rs, by_arm[baseline])
         for c, part in pairs.groupby("concurrency"):
             equal = part["output_digest"] == part["output_digest_base"]
             same = int(equal.sum())
             pct = 100.0 * same / len(part) if len(part) else float("nan")
-            places = [first_difference(_text(r.output_head_base), _bytes(r.output_blocks_base),
-                                       _text(r.output_head), _bytes(r.output_blocks))
-                      for r in part[~equal].itertuples()]
-            known = [p for p in places if p is not None]
+            known = [p for p in map(_place, part[~equal].itertuples()) if p is not None]
             rows.append({"arm": arm, "concurrency": int(c), "pairs": int(len(part)), "identical": same,
                          "identical_pct": pct,
                          "first_diff_median_chars": float(np.median([p for p, _ in known])) if known else float("nan"),
@@ -175,12 +182,10 @@ def first_difference_example(sets: Sequence[ResultSet], arm: str, baseline: str 
     by_arm = {rs.arm: rs for rs in sets}
     if baseline not in by_arm or arm not in by_arm:
         return None
-    pairs = _answered(by_arm[arm]).merge(_answered(by_arm[baseline]), on=["repeat", "prompt_id"],
-                                         suffixes=("", "_base"))
+    pairs = _paired(by_arm[arm], by_arm[baseline])
     best: tuple[int, object] | None = None
     for r in pairs[pairs["output_digest"] != pairs["output_digest_base"]].itertuples():
-        place = first_difference(_text(r.output_head_base), _bytes(r.output_blocks_base),
-                                 _text(r.output_head), _bytes(r.output_blocks))
+        place = _place(r)
         if place is not None and place[1] and (best is None or place[0] < best[0]):
             best = (place[0], r)
     if best is None:
