@@ -42,7 +42,6 @@ sweep takes it from ``/metrics`` counter deltas (:data:`SOURCE_COUNTERS`).
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from typing import Iterable, Literal, Sequence
@@ -203,11 +202,6 @@ def request_metrics(rec: RequestRecord) -> RequestMetrics:
         chunk_gap_mean_s=float(gaps.mean()) if gaps.size else math.nan,
         chunk_gap_p99_s=_nan_percentile(gaps, 99),
     )
-
-
-def output_digest(text: str) -> str:
-    """A short, stable fingerprint of generated text (first 16 hex digits of SHA-256)."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def requests_frame(
