@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 import pandas as pd
@@ -352,31 +352,193 @@ def _pct(values: pd.Series, q: float) -> float:
     return float(np.percentile(arr, q)) if arr.size else math.nan
 
 
-def _pooled(requests: pd.DataFrame, kind: Literal["itl", "chunk_gap"]) -> np.ndarray:
-    """All token-normalised ITL observations (or chunk gaps) of a level, from chunk timelines, in
-    request order: one array of 8 bytes per observation, filled request by request."""
-    rows = list(requests[["chunk_t_s", "chunk_tokens", "output_tokens"]].itertuples(index=False))
-    sizes = []
-    for row in rows:  # observations per request: one per chunk gap, or per token after the first chunk
-        n = len(row.chunk_t_s)
-        if n < 2:
-            sizes.append(0)
-        elif kind == "itl" and len(row.chunk_tokens):
-            sizes.append(int(np.sum(row.chunk_tokens[1:])))
-        else:
-            sizes.append(n - 1)
-    out = np.empty(sum(sizes))
-    at = 0
-    for row, size in zip(rows, sizes):
-        times = np.asarray(row.chunk_t_s, float)
+# ------------------------------------------------------------------ pooled observations of a level
+
+#: observations per batch when a level's ITLs are pooled: 256 Ki × 8 bytes, so the pooled figures
+#: need a few MB however many tokens the level had
+_POOL_BATCH = 1 << 18
+#: a rank is found by sorting what is left of its candidates once at most this many remain
+_POOL_GATHER = 1 << 16
+_DIGIT_BITS = 16
+_SIGN = np.uint64(1 << 63)
+
+#: one batch of observations: values (float64) and how many times each occurs (None: once each)
+Batch = tuple[np.ndarray, "np.ndarray | None"]
+
+
+@dataclass(frozen=True)
+class PooledStats:
+    """Count, mean and percentiles of a level's pooled observations (seconds; NaN when none)."""
+
+    count: int
+    mean: float
+    percentiles: dict[float, float]
+
+
+def _order_keys(values: np.ndarray) -> np.ndarray:
+    """uint64 keys whose unsigned order is the numeric order of float64 ``values`` (no NaN)."""
+    u = np.ascontiguousarray(values, dtype=np.float64).view(np.uint64)
+    return np.where(u >= _SIGN, ~u, u | _SIGN)
+
+
+def _key_value(key: int) -> float:
+    """The float64 whose :func:`_order_keys` key is ``key``."""
+    k = np.array([key], dtype=np.uint64)
+    u = np.where(k >= _SIGN, k & ~_SIGN, ~k)
+    return float(u.view(np.float64)[0])
+
+
+def _batched(batches: Iterable[Batch]) -> Iterator[Batch]:
+    """Regroup batches into ones of about :data:`_POOL_BATCH` observations (fewer numpy calls)."""
+    vals: list[np.ndarray] = []
+    wts: list[np.ndarray | None] = []
+    size = 0
+    for v, w in batches:
+        if not v.size:
+            continue
+        vals.append(v)
+        wts.append(w)
+        size += v.size
+        if size >= _POOL_BATCH:
+            yield _join(vals, wts)
+            vals, wts, size = [], [], 0
+    if vals:
+        yield _join(vals, wts)
+
+
+def _join(vals: list[np.ndarray], wts: list[np.ndarray | None]) -> Batch:
+    v = vals[0] if len(vals) == 1 else np.concatenate(vals)
+    if all(w is None for w in wts):
+        return v, None
+    w = np.concatenate([np.ones(len(x), np.int64) if y is None else np.asarray(y, np.int64)
+                        for x, y in zip(vals, wts)])
+    return v, w
+
+
+def pooled_stats(batches: Callable[[], Iterable[Batch]], percentiles: Sequence[float]) -> PooledStats:
+    """Count, mean and percentiles of every observation the batches hold, pooled — without holding
+    them all at once.
+
+    ``batches()`` yields ``(values, weights)``: float64 values and, per value, how many
+    observations share it (int, ≥ 1; ``None``: one each); it is called once per pass (two to five
+    passes), so it must give the same observations every time. Memory: a few MB whatever the
+    number of observations (a level of 20 million tokens pooled into one array held 160 MB).
+
+    Percentiles are exactly ``np.percentile(pooled, percentiles)`` (numpy's default ``linear``
+    method) of the array that repeats each value its weight times, to the last bit: each needed
+    order statistic is found by radix selection on an order-preserving 64-bit key of the values
+    (16 bits a pass, counting with weights), then by sorting its last few candidates, and the two
+    around each percentile are interpolated with numpy's own formula. The mean is Σ value × weight
+    / count summed batch by batch (equal to ``np.mean`` to rounding, about 1e-15 relative).
+    A NaN among the values makes every figure NaN, as with numpy.
+    """
+    n = 0
+    total = 0.0
+    has_nan = False
+    top = np.zeros(1 << _DIGIT_BITS)
+    shift0 = np.uint64(64 - _DIGIT_BITS)
+    for v, w in _batched(batches()):
+        n += int(v.size if w is None else w.sum())
+        if has_nan or np.isnan(v).any():
+            has_nan = True
+            continue
+        total += float(v.sum() if w is None else np.dot(v, w))
+        top += np.bincount((_order_keys(v) >> shift0).astype(np.intp), weights=w, minlength=1 << _DIGIT_BITS)
+    if n == 0 or has_nan:
+        return PooledStats(n, math.nan, {float(p): math.nan for p in percentiles})
+    qs = np.true_divide(np.asarray(percentiles, dtype=np.float64), 100)
+    virtual = (n - 1) * qs  # numpy's "linear": the (virtual) index in the sorted pooled array
+    prev = np.floor(virtual)
+    nxt = prev + 1
+    last = virtual >= n - 1
+    prev[last] = -1  # numpy takes the last element there (and the gamma below uses -1, as it does)
+    nxt[last] = -1
+    gamma = virtual - prev
+    wanted = {int(r) % n for r in np.concatenate((prev, nxt))}
+    found = _select_ranks(batches, sorted(wanted), top, n)
+    out: dict[float, float] = {}
+    for p, a_rank, b_rank, t in zip(percentiles, prev, nxt, gamma):
+        a, b = np.float64(found[int(a_rank) % n]), np.float64(found[int(b_rank) % n])
+        diff = b - a
+        out[float(p)] = float(b - diff * (1 - t)) if t >= 0.5 else float(a + diff * t)
+    return PooledStats(n, total / n, out)
+
+
+def _select_ranks(batches: Callable[[], Iterable[Batch]], ranks: list[int], top: np.ndarray,
+                  n: int) -> dict[int, float]:
+    """The value of every 0-based rank of the pooled (weight-expanded) observations.
+
+    Each rank narrows a key prefix 16 bits a pass (``top`` is the weighted count of the first 16
+    bits, already counted); once its prefix holds at most :data:`_POOL_GATHER` observations, the
+    next pass gathers them and the rank is read off their sorted order.
+    """
+    # per rank: (prefix, prefix bits, rank among the observations with that prefix, how many they are)
+    state: dict[int, tuple[int, int, int, int]] = {}
+    for r in ranks:
+        state[r] = _descend(top, 0, 0, r)
+    found: dict[int, float] = {}
+    while True:
+        for r, (prefix, bits, rem, count) in list(state.items()):
+            if bits == 64:  # the whole key is known: that is the value
+                found[r] = _key_value(prefix)
+                del state[r]
+        if not state:
+            return found
+        groups = sorted({(prefix, bits, count) for prefix, bits, _, count in state.values()})
+        hists = {(p, b): np.zeros(1 << _DIGIT_BITS) for p, b, c in groups if c > _POOL_GATHER}
+        gathered: dict[tuple[int, int], list[Batch]] = {(p, b): [] for p, b, c in groups if c <= _POOL_GATHER}
+        for v, w in _batched(batches()):
+            keys = _order_keys(v)
+            for p, b, _ in groups:
+                sel = (keys >> np.uint64(64 - b)) == np.uint64(p)
+                if not sel.any():
+                    continue
+                k = keys[sel]
+                kw = w[sel] if w is not None else None
+                if (p, b) in hists:
+                    digits = ((k >> np.uint64(64 - b - _DIGIT_BITS)) & np.uint64((1 << _DIGIT_BITS) - 1)).astype(np.intp)
+                    hists[(p, b)] += np.bincount(digits, weights=kw, minlength=1 << _DIGIT_BITS)
+                else:
+                    gathered[(p, b)].append((k, kw))
+        for r, (prefix, bits, rem, count) in list(state.items()):
+            if (prefix, bits) in hists:
+                state[r] = _descend(hists[(prefix, bits)], prefix, bits, rem)
+            else:
+                parts = gathered[(prefix, bits)]
+                k = np.concatenate([x for x, _ in parts])
+                kw = np.concatenate([np.ones(len(x), np.int64) if y is None else y for x, y in parts])
+                order = np.argsort(k, kind="stable")
+                cum = np.cumsum(kw[order])
+                found[r] = _key_value(int(k[order][int(np.searchsorted(cum, rem, side="right"))]))
+                del state[r]
+
+
+def _descend(hist: np.ndarray, prefix: int, bits: int, rem: int) -> tuple[int, int, int, int]:
+    """One radix step: the 16-bit digit under which the ``rem``-th observation of ``prefix`` lies."""
+    cum = np.cumsum(hist)
+    digit = int(np.searchsorted(cum, rem, side="right"))
+    below = int(cum[digit - 1]) if digit else 0
+    return (prefix << _DIGIT_BITS) | digit, bits + _DIGIT_BITS, rem - below, int(hist[digit])
+
+
+def _observations(requests: pd.DataFrame, kind: Literal["itl", "chunk_gap"]) -> Iterator[Batch]:
+    """A level's token-normalised ITL observations (or chunk gaps), request by request, as
+    :func:`pooled_stats` batches: a chunk of k tokens gives its gap / k with weight k (the k
+    observations :func:`token_normalised_itl` repeats), computed from the chunk timelines."""
+    for times, toks, out in requests[["chunk_t_s", "chunk_tokens", "output_tokens"]].itertuples(index=False):
+        times = np.asarray(times, dtype=np.float64)
+        if times.size < 2:
+            continue
+        gaps = np.diff(times)
         if kind == "chunk_gap":
-            values = chunk_gaps(times)
+            yield gaps, None
+        elif len(toks):
+            k = np.asarray(toks[1:], dtype=np.int64)
+            if k.size != gaps.size or (k < 1).any():
+                raise ValueError("chunk_tokens must give >= 1 token for every token-carrying chunk")
+            yield gaps / k, (None if (k == 1).all() else k)
         else:
-            toks = row.chunk_tokens if len(row.chunk_tokens) else None
-            values = token_normalised_itl(times, toks, int(row.output_tokens))
-        out[at:at + size] = values
-        at += size
-    return out
+            yield token_normalised_itl(times, None, int(out)), None
 
 
 def level_metrics(requests: pd.DataFrame, concurrency: int) -> dict[str, float]:
@@ -413,14 +575,10 @@ def level_metrics(requests: pd.DataFrame, concurrency: int) -> dict[str, float]:
     out["tokens_per_chunk_mean"] = tokens / chunks if chunks else math.nan
     if "chunk_t_s" in ok.columns and len(ok):
         for kind in ("itl", "chunk_gap"):
-            pooled = _pooled(ok, kind)  # type: ignore[arg-type]
-            out[f"{kind}_mean_s"] = float(pooled.mean()) if pooled.size else math.nan
-            # percentiles are order statistics: partitioning the pooled array in place (after its
-            # mean) gives the same values without a copy of it
-            qs = np.percentile(pooled, PERCENTILES, overwrite_input=True) if pooled.size else None
-            for i, p in enumerate(PERCENTILES):
-                out[f"{kind}_p{p}_s"] = float(qs[i]) if qs is not None else math.nan
-            del pooled
+            st = pooled_stats(lambda kind=kind: _observations(ok, kind), PERCENTILES)  # type: ignore[misc]
+            out[f"{kind}_mean_s"] = st.mean
+            for p in PERCENTILES:
+                out[f"{kind}_p{p}_s"] = st.percentiles[float(p)]
     in_flight = (requests["t_end_s"] - requests["t_start_s"]).sum()
     out["effective_concurrency"] = float(in_flight) / window if window > 0 else math.nan
     decoding = (ok["e2e_s"] - ok["ttft_s"]).sum()
