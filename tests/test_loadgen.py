@@ -208,3 +208,80 @@ def test_spool_round_trips_reads_times_and_errors(tmp_path: Any) -> None:
     ha, hb = spool.put(a), spool.put(b)
     assert spool.get(hb) == b and spool.get(ha) == a
     spool.close()
+
+
+def test_long_streams_spill_while_they_stream(server_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the budget, a stream in flight moves its reads to the spool every SPILL_STEP_BYTES of
+    body (it never holds the whole response) and the level still parses to the same records."""
+    from specsweep import loadgen
+    from specsweep.client import SPILL_STEP_BYTES
+
+    moved: list[int] = []
+    real_spill = loadgen._Spool.spill
+
+    def counting_spill(self: Any, raw: RawExchange) -> None:
+        moved.append(raw.nbytes)
+        real_spill(self, raw)
+
+    monkeypatch.setattr(loadgen._Spool, "spill", counting_spill)
+    bodies = _bodies(8, tokens=900, itl_ms=0)  # ≈ 200 KB a response: three spill steps or more
+    held = run_level(server_url, FLAVOUR, bodies, 4)
+    assert moved == []  # within the default budget nothing leaves memory
+    spilled = run_level(server_url, FLAVOUR, bodies, 4, parse_budget_bytes=0, spill_dir=str(tmp_path))
+    assert len(moved) >= 8 * 2 and min(moved) >= SPILL_STEP_BYTES and max(moved) < 4 * SPILL_STEP_BYTES
+    for a, b in zip(held.records, spilled.records):
+        assert b.ok and b.output_tokens == 900 and b.output_digest == a.output_digest
+        assert np.array_equal(b.chunk_tokens, a.chunk_tokens) and len(b.chunk_times) == len(a.chunk_times)
+        assert np.all(np.diff(b.chunk_times) >= 0) and b.t_sent <= b.chunk_times[0] and b.chunk_times[-1] <= b.t_end
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sglang_cumulative_streams_are_not_spilled_while_streaming(server_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Their bytes grow with the square of their length: parsed when they end, never spooled in steps."""
+    from specsweep import loadgen
+
+    def refuse(self: Any, raw: RawExchange) -> None:
+        raise AssertionError("an SGLang cumulative stream was spilled while streaming")
+
+    monkeypatch.setattr(loadgen._Spool, "spill", refuse)
+    bodies = [build_body("sglang", [i, 1, 2], 600, extra={"rid": i, "fastsse": {"k": 3}}) for i in range(3)]
+    res = run_level(server_url, "sglang", bodies, 3, parse_budget_bytes=0)
+    assert all(r.ok and r.output_tokens == 600 for r in res.records)
+
+
+def test_spool_round_trips_a_response_spilled_in_steps(tmp_path: Any) -> None:
+    """Blocks written while the response streamed, then its rest: read back as one exchange."""
+    from specsweep.loadgen import _Spool
+
+    reads = [bytes([65 + i % 26]) * (i + 1) for i in range(40)]
+    times = [10.0 + i / 7 for i in range(40)]
+    whole = RawExchange(t_sent=9.0, t_end=20.0, http_status=200, content_type="text/event-stream",
+                        reads=list(reads), times=list(times))
+    spool = _Spool(str(tmp_path))
+    # hold some reads, spill them, hold more: steps of 7, 1 and 17 reads, then the last 15 held
+    ex = RawExchange(t_sent=9.0, t_end=20.0, http_status=200, content_type="text/event-stream")
+    at = 0
+    for cut in (7, 8, 25):
+        ex.reads.extend(reads[at:cut])
+        ex.times.extend(times[at:cut])
+        spool.spill(ex)
+        assert ex.reads == [] and ex.times == [] and ex.nbytes == 0
+        at = cut
+    ex.reads.extend(reads[at:])
+    ex.times.extend(times[at:])
+    handle = spool.put(ex)
+    assert len(handle.segments) == 4 and spool.get(handle) == whole
+    ex2 = RawExchange(t_sent=1.0, t_end=2.0, http_status=200, reads=[b"x"], times=[1.5])
+    spool.spill(ex2)
+    only_spilled = spool.put(ex2)  # nothing held after the last step: no empty block
+    assert len(only_spilled.segments) == 1 and spool.get(only_spilled).reads == [b"x"]
+    spool.close()
+
+
+def test_parse_exchange_refuses_an_exchange_with_reads_still_spilled() -> None:
+    from specsweep.client import parse_exchange
+
+    ex = RawExchange(t_sent=1.0, t_end=2.0, http_status=200, content_type="text/event-stream",
+                     spilled=[(0, 1, 10)])
+    with pytest.raises(ValueError, match="spilled"):
+        parse_exchange(FLAVOUR, ex)

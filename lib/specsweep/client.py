@@ -40,8 +40,9 @@ import asyncio
 import os
 import re
 import ssl
+import sys
 from array import array
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Literal
@@ -452,6 +453,9 @@ class RawExchange:
     ``t_sent``/``t_end``: perf_counter seconds just before the request was sent and when the
     response ended (or failed). ``reads``/``times``: the bytes of every read of the body and its
     arrival time. ``error``: transport-level failure text (None when the body was read to its end).
+    ``spilled``: handles of earlier reads that a :data:`SpillFn` moved out of memory while the
+    response streamed (in order, before ``reads``); only their owner can put them back, and an
+    exchange is parsed whole (``parse_exchange`` refuses one with reads still spilled).
     """
 
     t_sent: float = 0.0
@@ -461,11 +465,20 @@ class RawExchange:
     reads: list[bytes] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     error: str | None = None
+    spilled: list[Any] = field(default_factory=list)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of body received."""
+        """Bytes of body held in ``reads`` (spilled reads not counted)."""
         return sum(map(len, self.reads))
+
+
+#: ``spill(exchange, held_bytes) -> moved``: called from the hot path each time a response's reads
+#: held in memory grew by :data:`SPILL_STEP_BYTES`; it may move ``exchange.reads``/``times`` out
+#: (appending a handle to ``exchange.spilled`` and clearing both lists in place) and says whether it did
+SpillFn = Callable[[RawExchange, int], bool]
+#: bytes of a streaming response held in memory between two calls of its :data:`SpillFn`
+SPILL_STEP_BYTES = 1 << 16
 
 
 def _describe_error(exc: BaseException, read_timeout_s: float | None) -> str:
@@ -491,12 +504,23 @@ def _describe_error_long(exc: BaseException, read_timeout_s: float | None) -> st
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _read_aiohttp(stream: _AiohttpStream, times: list[float], reads: list[bytes]) -> None:
+def _spill_step(spill: SpillFn, ex: RawExchange, held: int) -> tuple[int, int]:
+    """Offer ``ex``'s reads to ``spill`` (``held`` bytes of them in memory); the bytes held after
+    it and the count at which to offer them next (bytes)."""
+    if spill(ex, held):
+        return 0, SPILL_STEP_BYTES
+    return held, held + SPILL_STEP_BYTES
+
+
+async def _read_aiohttp(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn | None) -> None:
     """The hot loop over :class:`AiohttpTransport`'s response: per read, ``perf_counter()`` (seconds)
-    then append the bytes; aiohttp failures become httpx exceptions as in ``_AiohttpStream``."""
+    then append the bytes (and, with ``spill``, count them: see :data:`SpillFn`); aiohttp failures
+    become httpx exceptions as in ``_AiohttpStream``."""
     readany = stream._resp.content.readany
-    t_append = times.append
-    r_append = reads.append
+    t_append = ex.times.append
+    r_append = ex.reads.append
+    held = 0
+    mark = SPILL_STEP_BYTES if spill is not None else sys.maxsize
     try:
         while True:
             data = await readany()
@@ -504,6 +528,9 @@ async def _read_aiohttp(stream: _AiohttpStream, times: list[float], reads: list[
                 break
             t_append(perf_counter())
             r_append(data)
+            held += len(data)
+            if held >= mark:
+                held, mark = _spill_step(spill, ex, held)  # type: ignore[arg-type]
     except aiohttp.ClientError as exc:
         raise _map_aiohttp_error(exc) from exc
     except asyncio.TimeoutError as exc:  # aiohttp's read timeout (sock_read)
@@ -531,17 +558,19 @@ async def send_streaming(
     *,
     timeout_s: float | None = None,
     read: ReadPath = "raw",
+    spill: SpillFn | None = None,
 ) -> RawExchange:
     """The hot path: send a prepared request and, per read of the body, ``perf_counter()`` then append.
 
     ``request``: from ``client.build_request`` (prepare requests before a level starts: building one
     costs about 60 µs). ``timeout_s``: limit on the whole request in seconds (None: none; the
-    client's read timeout still catches stalls). Never raises for a failed request (the failure is
-    in ``.error``); ``asyncio.CancelledError`` propagates. A request object can be sent only once.
+    client's read timeout still catches stalls). ``spill``: offered the reads every
+    :data:`SPILL_STEP_BYTES` of body, so that a long response need not stay in memory until it ends
+    (``loadgen`` moves them to the level's spool file). Never raises for a failed request (the
+    failure is in ``.error``); ``asyncio.CancelledError`` propagates. A request object can be sent
+    only once.
     """
     ex = RawExchange()
-    reads = ex.reads
-    times = ex.times
     try:
         async with asyncio.timeout(timeout_s):
             ex.t_sent = perf_counter()
@@ -549,26 +578,20 @@ async def send_streaming(
             try:
                 ex.http_status = response.status_code
                 ex.content_type = response.headers.get("content-type")
-                direct = False
                 inner = getattr(response.stream, "_stream", None)  # httpx's BoundAsyncStream wraps it
                 if read == "raw" and inner.__class__ is _AiohttpStream:
                     # our own transport: read aiohttp's buffer directly (three async-generator
                     # layers less per read than aiter_raw)
                     response.is_stream_consumed = True
-                    await _read_aiohttp(inner, times, reads)  # type: ignore[arg-type]
-                    direct = True
-                elif read == "raw":
-                    it = response.aiter_raw()
-                elif read == "stream":
-                    it = response.stream.__aiter__()  # type: ignore[union-attr]
+                    await _read_aiohttp(inner, ex, spill)  # type: ignore[arg-type]
                 else:
-                    it = response.aiter_bytes()
-                if not direct:
-                    t_append = times.append
-                    r_append = reads.append
-                    async for data in it:
-                        t_append(perf_counter())
-                        r_append(data)
+                    if read == "raw":
+                        it = response.aiter_raw()
+                    elif read == "stream":
+                        it = response.stream.__aiter__()  # type: ignore[union-attr]
+                    else:
+                        it = response.aiter_bytes()
+                    await _read_iter(it, ex, spill)
             finally:
                 await response.aclose()
     except TimeoutError:
@@ -577,6 +600,20 @@ async def send_streaming(
         ex.error = _describe_error(exc, client.timeout.read)
     ex.t_end = perf_counter()
     return ex
+
+
+async def _read_iter(it: AsyncIterator[bytes], ex: RawExchange, spill: SpillFn | None) -> None:
+    """The hot loop over an httpx byte iterator (the other read paths): as :func:`_read_aiohttp`."""
+    t_append = ex.times.append
+    r_append = ex.reads.append
+    held = 0
+    mark = SPILL_STEP_BYTES if spill is not None else sys.maxsize
+    async for data in it:
+        t_append(perf_counter())
+        r_append(data)
+        held += len(data)
+        if held >= mark:
+            held, mark = _spill_step(spill, ex, held)  # type: ignore[arg-type]
 
 
 async def fetch(
@@ -906,6 +943,8 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     rest of ``_SGLANG_SPEC_KEYS``; an acceptance histogram ``["spec_accepted_pos_<i>"]``.
     """
     _check_flavour(flavour)
+    if raw.spilled:
+        raise ValueError("parse_exchange: the exchange still has spilled reads; put them back first")
     rec = RequestRecord(t_sent=raw.t_sent, t_end=raw.t_end, http_status=raw.http_status)
     if raw.http_status is None:
         rec.error = raw.error or "no response"

@@ -12,17 +12,22 @@ flight is C until the bodies run out. The hot path only timestamps and stores by
 (``client.send_streaming``); SSE/JSON are parsed after the level, except that a response over
 1 MiB (SGLang's cumulative-text streams) is parsed as soon as it ends (in the loop: a few ms).
 
-Memory per level is bounded: when the finished, unparsed responses hold more than
-``parse_budget_bytes`` (default 64 MiB), they are written to a temporary file of the level
-(:class:`_Spool`: body bytes, read lengths and read times; a sequential buffered write, about
-0.1 µs per token in the loop) and read back one at a time when the level is parsed. While the
-level runs, memory holds the budget, the streams in flight (C × the bytes of a response so far)
-and aiohttp's read buffers; afterwards, the parsed records (numpy arrays: 12 bytes per
-token-carrying chunk, a float64 time and an int32 count, or 8 when every chunk carried one token;
-see ``records``). The level is parsed on its own loop thread, whose heap the reads freed, and the
-free memory is then handed back to the system (glibc ``malloc_trim``), so the records do not add
-to the level's peak and what comes next starts from the records, not from that peak.
-``spill=False`` parses them in the loop instead (slower timestamps).
+Memory per level is bounded: unparsed response bytes held in memory — finished responses and the
+reads of streams still in flight — count toward ``parse_budget_bytes`` (default 64 MiB). Once
+they exceed it the level gets a temporary file (:class:`_Spool`: read lengths, read times and
+body bytes; a sequential buffered write, about 0.1 µs per token in the loop): the finished
+responses held so far go there, and from then on a stream in flight moves its reads there every
+``client.SPILL_STEP_BYTES`` (64 KiB) of body (``client.SpillFn``), so it holds at most about that
+much however long it runs. Responses are read back one at a time when the level is parsed.
+SGLang's native ``/generate`` stream (cumulative text: bytes grow with the square of its length)
+is not spilled while it streams; it is parsed as soon as it ends instead, when over 1 MiB. While
+the level runs, memory holds the budget, C × 64 KiB of streams in flight and aiohttp's read
+buffers; afterwards, the parsed records (numpy arrays: 12 bytes per token-carrying chunk, a
+float64 time and an int32 count, or 8 when every chunk carried one token; see ``records``). The
+level is parsed on its own loop thread, whose heap the reads freed, and the free memory is then
+handed back to the system (glibc ``malloc_trim``), so the records do not add to the level's peak
+and what comes next starts from the records, not from that peak. ``spill=False`` parses them in
+the loop instead (slower timestamps). ``bench/level_memory.py`` measures the peaks.
 
 With ``workers=N`` (N > 1) the C slots are split over N processes ("spawn"), which take body
 indices from one shared counter, so issue order and the closed loop stay global. Times are
@@ -59,6 +64,7 @@ from .client import (
     Flavour,
     RawExchange,
     ReadPath,
+    SpillFn,
     TransportKind,
     encode_body,
     make_client,
@@ -83,21 +89,21 @@ _SPOOL_BUFFER = 1 << 20
 class _Spilled:
     """A finished response whose reads and read times are in the level's spool file.
 
-    ``meta``: the exchange without its reads/times; ``offset``: where its block starts (bytes);
-    ``n_reads``/``n_bytes``: how many reads and body bytes the block holds.
+    ``meta``: the exchange without its reads/times; ``segments``: where its blocks start (bytes)
+    and how many reads and body bytes each holds, in order (one block, or several when the response
+    was spilled while it streamed).
     """
 
     meta: RawExchange
-    offset: int
-    n_reads: int
-    n_bytes: int
+    segments: list[tuple[int, int, int]]
 
 
 class _Spool:
-    """One level's temporary file of finished, unparsed responses (deleted when closed).
+    """One level's temporary file of unparsed responses (deleted when closed).
 
     A block is the read lengths (int64), the read times (float64 perf_counter seconds) and the body
-    bytes, back to back. Written from the measuring loop (buffered: one ``write`` system call per
+    bytes, back to back; a response is one block or several (``client.SpillFn``: reads moved out
+    while it streamed). Written from the measuring loop (buffered: one ``write`` system call per
     MiB), read back after the level.
     """
 
@@ -107,39 +113,52 @@ class _Spool:
         self._file = tempfile.TemporaryFile(prefix="specsweep-level-", dir=directory, buffering=_SPOOL_BUFFER)
         self._pos = 0
 
-    def put(self, raw: RawExchange) -> _Spilled:
-        """Write ``raw``'s reads and times; return the handle that reads them back."""
-        reads = raw.reads
+    def put_block(self, reads: list[bytes], times: list[float]) -> tuple[int, int, int]:
+        """Write one block of reads and their times; its ``(offset, reads, body bytes)``."""
         lens = array("q", map(len, reads))
-        times = array("d", raw.times)
         body = b"".join(reads)
+        n_bytes = len(body)
         w = self._file.write
         w(lens)
-        w(times)
+        w(array("d", times))
         w(body)
+        at = self._pos
+        self._pos += 16 * len(reads) + n_bytes
+        return at, len(reads), n_bytes
+
+    def spill(self, raw: RawExchange) -> None:
+        """Move ``raw``'s reads and times (held so far) to the file: a handle in ``raw.spilled``."""
+        raw.spilled.append(self.put_block(raw.reads, raw.times))
+        raw.reads.clear()
+        raw.times.clear()
+
+    def put(self, raw: RawExchange) -> _Spilled:
+        """Write ``raw``'s reads and times (after any spilled while it streamed); the handle that
+        reads them all back."""
+        segments = [*raw.spilled]
+        if raw.reads or not segments:
+            segments.append(self.put_block(raw.reads, raw.times))
         meta = RawExchange(t_sent=raw.t_sent, t_end=raw.t_end, http_status=raw.http_status,
                            content_type=raw.content_type, error=raw.error)
-        out = _Spilled(meta, self._pos, len(reads), len(body))
-        self._pos += 16 * len(reads) + len(body)
-        return out
+        return _Spilled(meta, segments)
 
     def get(self, sp: _Spilled) -> RawExchange:
         """The exchange ``sp`` stands for, reads and times restored."""
         f = self._file
         f.flush()
-        f.seek(sp.offset)
-        n = sp.n_reads
-        lens = array("q")
-        lens.frombytes(f.read(8 * n))
-        times = array("d")
-        times.frombytes(f.read(8 * n))
-        body = f.read(sp.n_bytes)
-        f.seek(0, os.SEEK_END)
         reads: list[bytes] = []
-        pos = 0
-        for ln in lens:
-            reads.append(body[pos:pos + ln])
-            pos += ln
+        times = array("d")
+        for offset, n, n_bytes in sp.segments:
+            f.seek(offset)
+            lens = array("q")
+            lens.frombytes(f.read(8 * n))
+            times.frombytes(f.read(8 * n))
+            body = f.read(n_bytes)
+            pos = 0
+            for ln in lens:
+                reads.append(body[pos:pos + ln])
+                pos += ln
+        f.seek(0, os.SEEK_END)
         m = sp.meta
         return RawExchange(t_sent=m.t_sent, t_end=m.t_end, http_status=m.http_status,
                            content_type=m.content_type, reads=reads, times=times.tolist(), error=m.error)
@@ -328,8 +347,39 @@ async def _engine(
     results: dict[int, RawExchange | RequestRecord | _Spilled] = {}
     spool: _Spool | None = None
     unparsed: list[int] = []
-    state = {"inflight": 0, "max": 0, "gap_sum": 0.0, "gap_n": 0, "unparsed_bytes": 0}
+    state = {"inflight": 0, "max": 0, "gap_sum": 0.0, "gap_n": 0, "unparsed_bytes": 0, "inflight_bytes": 0}
+    # long responses move to the spool while they stream, except SGLang's native cumulative-text
+    # stream (its bytes grow with the square of its length: it is parsed as soon as it ends instead)
+    spill_long = cfg.spill and flavour != "sglang"
     active: set[int] = set()
+
+    def spill_hook() -> tuple[SpillFn, Callable[[], None]]:
+        """A response's :data:`client.SpillFn` and what to call when it ends.
+
+        The response's reads held in memory count toward the level's budget with the finished,
+        unparsed ones; once they exceed it the level gets its spool, and from then on every long
+        response moves its reads there each :data:`client.SPILL_STEP_BYTES` of body, so a stream in
+        flight holds at most about that much.
+        """
+        counted = 0
+
+        def spill(ex: RawExchange, held: int) -> bool:
+            nonlocal spool, counted
+            state["inflight_bytes"] += held - counted
+            counted = held
+            if spool is None:
+                if state["inflight_bytes"] + state["unparsed_bytes"] <= budget:
+                    return False
+                spool = _Spool(cfg.spill_dir)
+            spool.spill(ex)
+            state["inflight_bytes"] -= counted
+            counted = 0
+            return True
+
+        def settle() -> None:
+            state["inflight_bytes"] -= counted
+
+        return spill, settle
 
     async def slot() -> None:
         nonlocal spool
@@ -344,13 +394,25 @@ async def _engine(
                 state["max"] = state["inflight"]
             req = prepared[i]
             prepared[i] = None  # a request is sent once
-            raw = await send_streaming(client, req, timeout_s=timeout_s, read=read)  # type: ignore[arg-type]
+            if spill_long:
+                spill, settle = spill_hook()
+                try:
+                    raw = await send_streaming(client, req, timeout_s=timeout_s, read=read,  # type: ignore[arg-type]
+                                               spill=spill)
+                finally:
+                    settle()
+            else:
+                raw = await send_streaming(client, req, timeout_s=timeout_s, read=read)  # type: ignore[arg-type]
             state["inflight"] -= 1
             active.discard(i)
             if prev_end is not None:
                 state["gap_sum"] += raw.t_sent - prev_end
                 state["gap_n"] += 1
             prev_end = raw.t_end
+            if raw.spilled:  # part of it is in the spool already: the rest goes there too
+                results[i] = spool.put(raw)  # type: ignore[union-attr]
+                on_done()
+                continue
             nbytes = raw.nbytes
             if nbytes > _EAGER_PARSE_BYTES:  # e.g. SGLang's cumulative text: parse now, memory stays flat
                 results[i] = parse_exchange(flavour, raw)
@@ -359,7 +421,7 @@ async def _engine(
             results[i] = raw
             unparsed.append(i)
             state["unparsed_bytes"] += nbytes
-            if state["unparsed_bytes"] > budget:  # bound memory: spill (or parse) what finished so far
+            if state["unparsed_bytes"] + state["inflight_bytes"] > budget:  # bound memory: spill (or parse) what finished so far
                 if cfg.spill and spool is None:
                     spool = _Spool(cfg.spill_dir)
                 for j in unparsed:
@@ -470,9 +532,11 @@ class LoadGenerator:
     ``timeout_s``: limit on one whole request (seconds, None = none). ``read_timeout_s``: longest
     silence between two reads before a request fails as stalled. ``transport``/``read``: see
     ``client.make_client`` and ``client.stream_request``. ``parse_budget_bytes``: unparsed response
-    bytes held in memory during a level; above it they are spilled to a temporary file of the level
-    (``spill=True``, in ``spill_dir`` or the system's temp folder) or, with ``spill=False``, parsed
-    inside the loop (0 = spill or parse each response as it ends).
+    bytes held in memory during a level (finished responses and streams in flight); above it they
+    are spilled to a temporary file of the level, and long streams then spill as they go
+    (``spill=True``, in ``spill_dir`` or the system's temp folder: up to the level's whole body
+    bytes, about 230 bytes per token for OpenAI streams), or, with ``spill=False``, finished
+    responses are parsed inside the loop (0 = spill or parse each response as it ends).
     Use as a context manager, or call :meth:`close`.
     """
 
