@@ -40,6 +40,25 @@ from specsweep.redact import redact, redact_frame
 
 SCHEMA_VERSION = 1
 
+
+def use_system_allocator() -> bool:
+    """Make the C library's malloc Arrow's default memory pool, unless ``ARROW_DEFAULT_MEMORY_POOL``
+    chose one; True when it did.
+
+    Arrow holds more than Parquet files here: pandas 3 keeps string columns in Arrow buffers, so a
+    level's request frame (tens of MB of text and digests for 10,000 requests) lives in Arrow's
+    pool. pyarrow's default pool (mimalloc) kept 40–70 MB more resident through a level's summary
+    and store than malloc does, whose free memory specsweep hands back after each level (see
+    ``loadgen``); ``bench/level_memory.py`` measures it. Called when this module is imported.
+    """
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return False
+    pa.set_memory_pool(pa.system_memory_pool())
+    return True
+
+
+use_system_allocator()
+
 #: per-level columns every result set must have
 LEVEL_REQUIRED: dict[str, str] = {
     "run_id": "string",
@@ -391,7 +410,7 @@ def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
 
 
 #: array values (all array columns together) per Parquet row group when a frame is written in parts
-PART_VALUES = 1 << 20
+PART_VALUES = 1 << 18
 
 
 def _is_missing(value: object) -> bool:
@@ -424,9 +443,11 @@ def array_columns(frame: pd.DataFrame) -> dict[str, pa.DataType]:
 
 def _arrow_schema(frame: pd.DataFrame, arrays: dict[str, pa.DataType]) -> pa.Schema:
     """The schema ``frame.to_parquet(index=False)`` writes (pandas metadata and ``attrs`` included),
-    with the ``arrays`` columns typed as lists without converting their cells."""
-    rest = pa.Schema.from_pandas(frame.drop(columns=list(arrays)), preserve_index=False)
-    fields = [pa.field(c, pa.list_(arrays[c])) if c in arrays else rest.field(c) for c in frame.columns]
+    with the ``arrays`` columns typed as lists without converting their cells. Other columns' types
+    are inferred one column at a time, as pyarrow infers them, so that only one column's Arrow copy
+    is held at once (a level's text and digest columns hold tens of MB)."""
+    fields = [pa.field(c, pa.list_(arrays[c])) if c in arrays
+              else pa.Schema.from_pandas(frame[[c]], preserve_index=False).field(c) for c in frame.columns]
     schema = pa.Table.from_pandas(frame.iloc[:0], schema=pa.schema(fields), preserve_index=False).schema
     if frame.attrs:  # as pandas' to_parquet stores them
         schema = schema.with_metadata({**schema.metadata, b"PANDAS_ATTRS": json.dumps(frame.attrs).encode()})
