@@ -17,9 +17,10 @@ does after each level: ``sweep.summarise_level`` (``requests_frame`` and ``level
   then ``chunk_tokens`` is a view of a single 1);
 - ``B/token``: (peak − base) per output token: what a larger level of the same shape costs.
 
-``spill`` rows use the default 64 MiB budget (finished, unparsed responses beyond it go to a
-temporary file of the level); ``hold`` rows keep every raw read in memory until the level ends
-(``parse_budget_bytes`` larger than the level, the behaviour before spilling).
+``spill`` rows use the default 64 MiB budget (unparsed bytes of finished responses and of streams
+in flight beyond it go to a temporary file of the level, long streams in 64 KiB steps as they
+stream); ``hold`` rows keep every raw read in memory until the level ends (``parse_budget_bytes``
+larger than the level, the behaviour before spilling).
 
 Run from the repository root::
 
