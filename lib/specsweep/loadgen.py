@@ -15,14 +15,14 @@ flight is C until the bodies run out. The hot path only timestamps and stores by
 Memory per level is bounded: unparsed response bytes held in memory — finished responses and the
 reads of streams still in flight — count toward ``parse_budget_bytes`` (default 64 MiB). Once
 they exceed it the level gets a temporary file (:class:`_Spool`: read lengths, read times and
-body bytes; a sequential buffered write, about 0.1 µs per token in the loop): the finished
-responses held so far go there, and from then on a stream in flight moves its reads there every
-``client.SPILL_STEP_BYTES`` (64 KiB) of body (``client.SpillFn``), so it holds at most about that
-much however long it runs. Responses are read back one at a time when the level is parsed.
-SGLang's native ``/generate`` stream (cumulative text: bytes grow with the square of its length)
-is not spilled while it streams; it is parsed as soon as it ends instead, when over 1 MiB. While
-the level runs, memory holds the budget, C × 64 KiB of streams in flight and aiohttp's read
-buffers; afterwards, the parsed records (numpy arrays: 12 bytes per token-carrying chunk, a
+body bytes; a sequential buffered write, about 0.1 µs per token in the loop): whenever a response
+ends with the total over the budget, the finished ones held go there, and a stream in flight
+moves its reads there every ``client.SPILL_STEP_BYTES`` (64 KiB) of body (``client.SpillFn``), so
+it holds at most about that much however long it runs. Responses are read back one at a time
+when the level is parsed. SGLang's native ``/generate`` stream (cumulative text: bytes grow with
+the square of its length) is not spilled while it streams; it is parsed as soon as it ends
+instead, when over 1 MiB. While the level runs, memory holds the budget, C × 64 KiB of streams
+in flight and aiohttp's read buffers; afterwards, the parsed records (numpy arrays: 12 bytes per token-carrying chunk, a
 float64 time and an int32 count, or 8 when every chunk carried one token; see ``records``). The
 level is parsed on its own loop thread, whose heap the reads freed, and the free memory is then
 handed back to the system (glibc ``malloc_trim``), so the records do not add to the level's peak
