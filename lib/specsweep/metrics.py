@@ -156,18 +156,28 @@ def token_normalised_itl(
 
     ``chunk_tokens=None`` spreads ``output_tokens`` evenly over the chunks.
     """
+    values, weights = weighted_itl(chunk_times, chunk_tokens, output_tokens)
+    return values if weights is None else np.repeat(values, weights)
+
+
+def weighted_itl(
+    chunk_times: Sequence[float], chunk_tokens: Sequence[int] | None, output_tokens: int | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`token_normalised_itl` without the repeats: each gap / the tokens k its chunk carried
+    (seconds/token) and k, the observations it stands for (None when every k is 1 or the tokens are
+    spread evenly)."""
     gaps = chunk_gaps(chunk_times)
     if gaps.size == 0:
-        return np.empty(0)
+        return np.empty(0), None
     if chunk_tokens is None:
         if not output_tokens:
-            return gaps
+            return gaps, None
         per_chunk = output_tokens / len(chunk_times)
-        return gaps / per_chunk
+        return gaps / per_chunk, None
     tokens = np.asarray(chunk_tokens[1:], dtype=np.int64)
     if tokens.size != gaps.size or (tokens < 1).any():
         raise ValueError("chunk_tokens must give >= 1 token for every token-carrying chunk")
-    return np.repeat(gaps / tokens, tokens)
+    return gaps / tokens, (None if (tokens == 1).all() else tokens)
 
 
 def _nan_percentile(values: np.ndarray, q: float) -> float:
@@ -455,7 +465,7 @@ def pooled_stats(batches: Callable[[], Iterable[Batch]], percentiles: Sequence[f
     nxt[last] = -1
     gamma = virtual - prev
     wanted = {int(r) % n for r in np.concatenate((prev, nxt))}
-    found = _select_ranks(batches, sorted(wanted), top, n)
+    found = _select_ranks(batches, sorted(wanted), top)
     out: dict[float, float] = {}
     for p, a_rank, b_rank, t in zip(percentiles, prev, nxt, gamma):
         a, b = np.float64(found[int(a_rank) % n]), np.float64(found[int(b_rank) % n])
@@ -464,8 +474,7 @@ def pooled_stats(batches: Callable[[], Iterable[Batch]], percentiles: Sequence[f
     return PooledStats(n, total / n, out)
 
 
-def _select_ranks(batches: Callable[[], Iterable[Batch]], ranks: list[int], top: np.ndarray,
-                  n: int) -> dict[int, float]:
+def _select_ranks(batches: Callable[[], Iterable[Batch]], ranks: list[int], top: np.ndarray) -> dict[int, float]:
     """The value of every 0-based rank of the pooled (weight-expanded) observations.
 
     Each rank narrows a key prefix 16 bits a pass (``top`` is the weighted count of the first 16
@@ -505,11 +514,13 @@ def _select_ranks(batches: Callable[[], Iterable[Batch]], ranks: list[int], top:
                 state[r] = _descend(hists[(prefix, bits)], prefix, bits, rem)
             else:
                 parts = gathered[(prefix, bits)]
-                k = np.concatenate([x for x, _ in parts])
-                kw = np.concatenate([np.ones(len(x), np.int64) if y is None else y for x, y in parts])
-                order = np.argsort(k, kind="stable")
-                cum = np.cumsum(kw[order])
-                found[r] = _key_value(int(k[order][int(np.searchsorted(cum, rem, side="right"))]))
+                k, kw = _join([x for x, _ in parts], [y for _, y in parts])
+                if kw is None:  # one observation each: the rank is an index
+                    found[r] = _key_value(int(np.sort(k)[rem]))
+                else:
+                    order = np.argsort(k, kind="stable")
+                    cum = np.cumsum(kw[order])
+                    found[r] = _key_value(int(k[order][int(np.searchsorted(cum, rem, side="right"))]))
                 del state[r]
 
 
@@ -523,22 +534,15 @@ def _descend(hist: np.ndarray, prefix: int, bits: int, rem: int) -> tuple[int, i
 
 def _observations(requests: pd.DataFrame, kind: Literal["itl", "chunk_gap"]) -> Iterator[Batch]:
     """A level's token-normalised ITL observations (or chunk gaps), request by request, as
-    :func:`pooled_stats` batches: a chunk of k tokens gives its gap / k with weight k (the k
-    observations :func:`token_normalised_itl` repeats), computed from the chunk timelines."""
+    :func:`pooled_stats` batches (:func:`weighted_itl`: a chunk of k tokens gives its gap / k with
+    weight k), computed from the chunk timelines."""
     for times, toks, out in requests[["chunk_t_s", "chunk_tokens", "output_tokens"]].itertuples(index=False):
-        times = np.asarray(times, dtype=np.float64)
-        if times.size < 2:
+        if len(times) < 2:
             continue
-        gaps = np.diff(times)
         if kind == "chunk_gap":
-            yield gaps, None
-        elif len(toks):
-            k = np.asarray(toks[1:], dtype=np.int64)
-            if k.size != gaps.size or (k < 1).any():
-                raise ValueError("chunk_tokens must give >= 1 token for every token-carrying chunk")
-            yield gaps / k, (None if (k == 1).all() else k)
+            yield chunk_gaps(times), None
         else:
-            yield token_normalised_itl(times, None, int(out)), None
+            yield weighted_itl(times, toks if len(toks) else None, int(out))
 
 
 def level_metrics(requests: pd.DataFrame, concurrency: int) -> dict[str, float]:
