@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
+from specsweep.startup import defer_rfc3987_syntax as _defer_rfc3987_syntax
+
+_defer_rfc3987_syntax()  # before anything imports jsonschema: see specsweep.startup
+
 try:
     __version__: str = _metadata.version("specsweep")
 except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
