@@ -1316,6 +1316,23 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], *
                                kernel_manager_class=kernel_manager_class(), **extra)
 
 
+_H1 = re.compile(r"<h1[^>]*>(.*?)</h1>", re.S | re.I)
+
+
+def page_title(nb: Any) -> str | None:
+    """The text of the first ``<h1>`` among the notebook's outputs (tags stripped, entities decoded):
+    the report's own title, for the HTML page's ``<title>``; None when no output has one."""
+    import html as _html
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            m = _H1.search(str((out.get("data") or {}).get("text/html", "")))
+            if m:
+                text = _html.unescape(re.sub(r"<[^>]+>", "", m.group(1))).strip()
+                return " ".join(text.split()) or None
+    return None
+
+
 def export_html(notebook: Path | Any, html_path: Path) -> Path:
     """Export an executed notebook to self-contained HTML: no code, no stderr, no CDN scripts.
 
@@ -1330,6 +1347,9 @@ def export_html(notebook: Path | Any, html_path: Path) -> Path:
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs = [o for o in cell.get("outputs", []) if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+    heading = page_title(nb)
+    if heading:
+        nb.metadata["title"] = heading  # the browser tab and bookmarks show the report's title, not "Notebook"
     exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(template_dir())], exclude_input=True)
     exporter.exclude_input_prompt = True
     exporter.exclude_output_prompt = True
