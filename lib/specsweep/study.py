@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import functools
 import json
 import logging
 import os
@@ -51,7 +53,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 from urllib.parse import urlsplit
 
 import httpx
@@ -63,8 +65,8 @@ from specsweep.agreement import agreement_markdown, first_difference_example, ou
 from specsweep.markup import md_text
 from specsweep.report import REPO_ROOT, build_report, kernel_manager_class
 from specsweep.store import ResultSet, atomic_write_bytes, load_result_set, write_frame, write_meta
-from specsweep.study_file import (SECRET_NAME, Arm, Study, StudyError, endpoint_of, free_port, load_study,
-                                  secret_argv_values)
+from specsweep.study_file import (DEFAULT_MAX_ARMS, HARD_MAX_ARMS, SECRET_NAME, Arm, Study, StudyError, endpoint_of,
+                                  free_port, load_study, secret_argv_values)
 
 SWEEP_NOTEBOOK = REPO_ROOT / "notebooks" / "sweep.ipynb"
 RUNS = "_runs"
@@ -259,10 +261,11 @@ class ServerProcess:
                 time.sleep(poll_s)
 
     def _foreign_listener(self) -> str | None:
-        """A listener on the endpoint's port outside the guard's process tree (None: none visible)."""
-        assert self.process is not None
+        """A listener on the endpoint's port outside the started server's own process tree (its
+        pid and descendants; not an orphan it left to the guard): None when none is visible."""
+        pid = self.server_pid
         try:
-            ours = {self.process.pid, *(p.pid for p in psutil.Process(self.process.pid).children(recursive=True))}
+            ours = {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
         except psutil.Error:
             return None
         pids = _listener_pids(self.endpoint)
@@ -812,6 +815,73 @@ def _excerpt(text: str, mark: int) -> str:
     return line(text[:mark]) + "▌" + line(text[mark:])
 
 
+STUDY_LOCK = ".specsweep-study.lock"
+
+
+@contextlib.contextmanager
+def lock_study_folder(out: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<out>/.specsweep-study.lock`` while a runner uses the study
+    folder, as sweeps lock their run folders (:func:`specsweep.store.lock_run`): a second runner on
+    the same folder gets a :class:`StudyError` naming the holder (pid, host, since). The kernel
+    drops the lock however the holder exits. A file system without ``flock``: used unlocked."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / STUDY_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+            except (ValueError, UnicodeDecodeError):
+                holder = {}
+            raise StudyError(f"{out}: another study runner is using this folder (pid {holder.get('pid', '?')} on host "
+                             f"{holder.get('host', '?')}, since {holder.get('started_utc', '?')}); wait for it to "
+                             "finish or stop it (then --resume), or choose another --out-dir") from None
+        except OSError:
+            yield
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "started_utc": provenance.utc_now()}).encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def clear_leftovers(out: Path, log: Callable[[str], None] = print) -> list[str]:
+    """Before a study runs in ``out``: stop every server that pid files of a killed runner name
+    (:func:`clear_leftover`); the problems that remain (the arm will then refuse to start)."""
+    problems = []
+    for pid_file in sorted((out / RUNS).glob(f"*/r*/{PID_FILE}")):
+        try:
+            clear_leftover(pid_file, log)
+        except ServerError as exc:
+            problems.append(str(exc))
+            log(f"⚠ {exc}")
+    return problems
+
+
+def _study_folder_guarded(fn: Callable[..., "StudyResult"]) -> Callable[..., "StudyResult"]:
+    """Run :func:`run_study` holding the study folder's lock, after stopping what a killed runner left."""
+    @functools.wraps(fn)
+    def wrapper(study: Study, *, out_dir: str | Path | None = None, dry_run: bool = False,
+                log: Callable[[str], None] = print, **kw: Any) -> StudyResult:
+        if dry_run:
+            return fn(study, out_dir=out_dir, dry_run=dry_run, log=log, **kw)
+        out = Path(out_dir) if out_dir else study.default_out_dir()
+        with lock_study_folder(out):
+            clear_leftovers(out, log)
+            return fn(study, out_dir=out_dir, dry_run=dry_run, log=log, **kw)
+    return wrapper
+
+
+@_study_folder_guarded
 def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: str | Path | None = None,
               resume: bool = False, dry_run: bool = False, report: bool = True, backend: Backend = "local",
               fresh: bool = False, log: Callable[[str], None] = print) -> StudyResult:
@@ -914,11 +984,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print every arm and command in run order; start nothing")
     parser.add_argument("--fresh", action="store_true", help="delete the study a previous run left in the out dir and start over")
     parser.add_argument("--no-report", action="store_true", help="measure and merge only")
+    parser.add_argument("--allow-large-grid", action="store_true",
+                        help=f"accept a study of more than max_arms arms (default {DEFAULT_MAX_ARMS}) up to {HARD_MAX_ARMS}")
     parser.add_argument("--backend", default="local", choices=["local", "ray"],
                         help="local: arms one after another on this machine; ray: arms as Ray tasks (pip install -e '.[ray]')")
     args = parser.parse_args(argv)
     try:
-        study = load_study(args.study)
+        study = load_study(args.study, allow_large_grid=args.allow_large_grid)
         result = run_study(study, out_dir=args.out_dir, report_dir=args.report_dir, resume=args.resume,
                            dry_run=args.dry_run, report=not args.no_report, backend=args.backend, fresh=args.fresh)
     except StudyError as exc:
