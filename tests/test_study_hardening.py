@@ -54,12 +54,14 @@ print("escaped", int(os.read(r, 64)), flush=True)
 server = subprocess.Popen([sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", port,
                            "--health-delay-s", delay])
 print("refserver", server.pid, flush=True)
-def on_term(*_):
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+while server.poll() is None and not stop:
+    time.sleep(0.05)
+if stop:
     server.terminate()
     server.wait()
     sys.exit(status)
-signal.signal(signal.SIGTERM, on_term)
-server.wait()
 sys.exit(server.returncode)
 '''
 
@@ -230,7 +232,8 @@ def test_children_in_their_own_session_die_at_stop_and_a_bad_exit_fails_the_arm(
     text = Path(outcome.server_log).read_text()
     escaped = _pids(text, "escaped")[0]
     assert _gone(escaped), "a process the server started in a session of its own outlived the arm"
-    assert any(f"pid {escaped} (" in line and "outlived the server at stop; killed" in line for line in logged), logged
+    assert any(f"pid {escaped} (" in line and "ran outside its process group (a session of its own); stopped with "
+               "the tree" in line for line in logged), logged
     assert not (out / "_runs" / "baseline" / "r0" / PID_FILE).exists()
     if status == 0:
         assert outcome.status == "complete", outcome.error
@@ -386,3 +389,36 @@ def test_bad_study_files_name_the_file_and_line_and_never_escape_as_tracebacks(
     assert main([str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert re.search(expected, err) and "Traceback" not in err
+
+
+# ------------------------------------------------------------- item 12: Ctrl-C under papermill
+
+
+@pytest.mark.slow
+def test_ctrl_c_under_papermill_ends_with_how_to_resume(tmp_path: Path) -> None:
+    from specsweep.report import REPO_ROOT
+
+    # a server that takes a minute to get ready: the study is interrupted while it waits
+    path = _study(tmp_path, [PY, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
+                             "--health-delay-s", "120"], start_timeout_s=300)
+    out = tmp_path / "out"
+    cmd = [PY, "-m", "papermill", str(REPO_ROOT / "notebooks" / "study.ipynb"), str(tmp_path / "out.ipynb"),
+           "-p", "study_file", str(path), "-p", "out_dir", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    pid_file = out / "_runs" / "baseline" / "r0" / PID_FILE
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None and not (
+            pid_file.is_file() and json.loads(pid_file.read_text()).get("server")):
+        time.sleep(0.1)
+    server = json.loads(pid_file.read_text())["server"]["pid"]
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    text, _ = proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    assert _gone(server)
+    hint = (f"To continue, run: python -m specsweep.study {path} --out-dir {out} --resume (notebook: papermill "
+            f"notebooks/study.ipynb OUT.ipynb -p study_file {path} -p out_dir {out} -p resume True)")
+    assert hint in text, text[-3000:]
+    # papermill's own 'Aborted!' ends the output; what comes last before it (progress bars aside) is the hint
+    lines = [ln for ln in text.replace("\r", "\n").splitlines()
+             if ln.strip() and not ln.startswith("Executing") and ln.strip() != "Aborted!"]
+    assert lines[-1].endswith(hint), lines[-5:]

@@ -24,8 +24,10 @@ The guard (its own session, so a signal to the runner's terminal group does not 
 
 The pid file's ``final`` entry says how it ended: ``server_status`` (negative: killed by that
 signal), ``stopped_by`` (``runner``, ``runner gone`` or null when the server exited by itself),
-``killed_after_grace`` and ``remained`` (processes of the tree still alive after the server's leader
-exited, all killed). :func:`leftovers` and :func:`kill_leftovers` read a pid file a killed runner
+``killed_after_grace``, ``outside_group`` (processes of the tree in a session or group of their
+own, which a signal to the server's group misses: stopped with the tree), ``remained`` (processes
+of the tree still alive after the server's leader exited, all killed) and ``still_alive`` (what
+could not be killed). :func:`leftovers` and :func:`kill_leftovers` read a pid file a killed runner
 left behind. Linux gets every protection; elsewhere the guard still polls its parent.
 """
 from __future__ import annotations
@@ -188,6 +190,11 @@ class _Guard:
         assert self.server is not None
         killed_after_grace = False
         self.refresh()
+        outside = [e for e in self.tree.values() if e["pid"] != self.server.pid and _pgid(e["pid"]) not in
+                   (None, self.server.pid)]
+        for e in outside:
+            print(f"# specsweep guard: {describe(e)} runs outside the server's process group (a session of its own); "
+                  "stopping it with the server's tree", flush=True)
         if self.server.poll() is None:
             _killpg(self.server.pid, signal.SIGTERM)
             signal_all(list(self.tree.values()), signal.SIGTERM)
@@ -214,7 +221,8 @@ class _Guard:
             print(f"# specsweep guard: {describe(e)} of the server's tree outlived the server; "
                   + ("could not kill it" if e in still else "killed"), flush=True)
         return {"server_status": status, "stopped_by": self.stop_reason, "killed_after_grace": killed_after_grace,
-                "remained": remained, "still_alive": still}
+                "outside_group": outside, "remained": remained,
+                "still_alive": still + [e for e in outside if same_process(e) and e not in still]}
 
     def reap(self) -> None:
         while True:
@@ -256,6 +264,13 @@ class _Guard:
         self.save(final=final)
         status = final["server_status"]
         return status if status >= 0 else 128 - status
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -37,6 +37,7 @@ already holds a study is refused; ``--fresh`` deletes that study first (``make r
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
 import contextlib
 import functools
@@ -44,6 +45,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -541,10 +543,15 @@ def _stop_server(server: ServerProcess, outcome: ArmOutcome, log: Callable[[str]
     (a server that exited before the stop or with a non-zero status), None after a clean stop."""
     rc = server.stop()
     log(f"arm {outcome.arm}: server stopped (status {rc})")
+    final = server.final or {}
+    still = {x.get("pid") for x in final.get("still_alive") or []}
+    for e in final.get("outside_group") or []:
+        log(f"arm {outcome.arm}: {serverguard.describe(e)} of the server's process tree ran outside its process group "
+            "(a session of its own); " + ("it could not be killed: stop it by hand" if e.get("pid") in still
+                                          else "stopped with the tree"))
     for e in server.remained():
-        still = any(x.get("pid") == e.get("pid") for x in (server.final or {}).get("still_alive") or [])
         log(f"arm {outcome.arm}: {serverguard.describe(e)} of the server's process tree outlived the server "
-            + ("and could not be killed: stop it by hand" if still else "at stop; killed"))
+            + ("and could not be killed: stop it by hand" if e.get("pid") in still else "at stop; killed"))
     problem = server.stop_problem()
     return problem if problem is not None and outcome.status == "complete" else None
 
@@ -877,8 +884,41 @@ def _study_folder_guarded(fn: Callable[..., "StudyResult"]) -> Callable[..., "St
         out = Path(out_dir) if out_dir else study.default_out_dir()
         with lock_study_folder(out):
             clear_leftovers(out, log)
-            return fn(study, out_dir=out_dir, dry_run=dry_run, log=log, **kw)
+            try:
+                return fn(study, out_dir=out_dir, dry_run=dry_run, log=log, **kw)
+            except KeyboardInterrupt:
+                _tell_how_to_resume(study, out)
+                raise
     return wrapper
+
+
+def resume_hint(study: Study, out: Path) -> str:
+    """What to run to continue an interrupted study, from the command line and as a notebook."""
+    file = shlex.quote(str(study.path)) if study.path else "STUDY.yaml"
+    folder = shlex.quote(str(out))
+    return (f"specsweep study {study.name} interrupted: its finished sweeps in {out} are kept and the servers it "
+            f"started are stopped. To continue, run: python -m specsweep.study {file} --out-dir {folder} --resume "
+            f"(notebook: papermill notebooks/study.ipynb OUT.ipynb -p study_file {file} -p out_dir {folder} "
+            "-p resume True)")
+
+
+def _tell_how_to_resume(study: Study, out: Path) -> None:
+    """After Ctrl-C inside a Jupyter kernel (``notebooks/study.ipynb`` under papermill), the cell's
+    output reaches only the output notebook: say on the terminal (the kernel's own stderr) how to
+    continue, now and once more when the kernel exits, after the kernel's and papermill's own
+    shutdown messages (papermill's final ``Aborted!`` still follows)."""
+    if "ipykernel" not in sys.modules or sys.__stderr__ is None or sys.__stderr__ is sys.stderr:
+        return
+    hint = resume_hint(study, out)
+
+    def say() -> None:
+        try:
+            sys.__stderr__.write(f"\n{hint}\n")
+            sys.__stderr__.flush()
+        except (OSError, ValueError):
+            pass
+    say()
+    atexit.register(say)
 
 
 @_study_folder_guarded
