@@ -193,8 +193,8 @@ class _Guard:
         outside = [e for e in self.tree.values() if e["pid"] != self.server.pid and _pgid(e["pid"]) not in
                    (None, self.server.pid)]
         for e in outside:
-            print(f"# specsweep guard: {describe(e)} runs outside the server's process group (a session of its own); "
-                  "stopping it with the server's tree", flush=True)
+            _say(f"{describe(e)} runs outside the server's process group (a session of its own); "
+                 "stopping it with the server's tree")
         if self.server.poll() is None:
             _killpg(self.server.pid, signal.SIGTERM)
             signal_all(list(self.tree.values()), signal.SIGTERM)
@@ -218,8 +218,8 @@ class _Guard:
         self.reap()
         still = [e for e in remained if same_process(e)]
         for e in remained:
-            print(f"# specsweep guard: {describe(e)} of the server's tree outlived the server; "
-                  + ("could not kill it" if e in still else "killed"), flush=True)
+            _say(f"{describe(e)} of the server's tree outlived the server; " + ("could not kill it" if e in still
+                                                                               else "killed"))
         return {"server_status": status, "stopped_by": self.stop_reason, "killed_after_grace": killed_after_grace,
                 "outside_group": outside, "remained": remained,
                 "still_alive": still + [e for e in outside if same_process(e) and e not in still]}
@@ -248,7 +248,7 @@ class _Guard:
             self.server = subprocess.Popen(args.argv, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                            start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as exc:
-            print(f"# could not start: {exc}", flush=True)
+            _say(f"could not start: {exc}")
             self.save(final={"error": f"could not start {args.argv[0]!r}: {exc}", "server_status": None})
             return 127
         self.server_entry = identity(self.server.pid) or {"pid": self.server.pid, "create_time": None}
@@ -264,6 +264,14 @@ class _Guard:
         self.save(final=final)
         status = final["server_status"]
         return status if status >= 0 else 128 - status
+
+
+def _say(text: str) -> None:
+    """A line for the server's log (the runner's pipe); nothing when the runner is gone (no reader)."""
+    try:
+        print(f"# specsweep guard: {text}", flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def _pgid(pid: int) -> int | None:

@@ -4,16 +4,23 @@
 (or ``notebooks/study.ipynb``) reads a study file (:mod:`specsweep.study_file`) and, for each
 (repeat, arm) in the study's interleaved order (forward on even repeats, reversed on odd ones):
 
-1. ``serve`` arms: starts the argument list (never a shell) in its own process group with the
-   arm's environment and working directory, its stdout+stderr streamed through a redactor into
-   ``server.log``; waits until ``ready_url`` answers 2xx (≤ ``start_timeout_s``) and the server
-   answers specsweep's probe. ``embedded`` arms: the sweep notebook starts the reference server.
+1. ``serve`` arms: refuses the arm if its URL already answers (naming the process that holds the
+   port), then starts the argument list (never a shell) through a guard process
+   (:mod:`specsweep.serverguard`) in a session of its own, with the arm's environment and working
+   directory, its stdout+stderr streamed through a redactor into ``server.log``; the guard kills
+   the server and its whole process tree (children in sessions of their own included) when the
+   runner dies, even by ``kill -9``, and records their pids and start times in ``server.pid.json``.
+   Waits until ``ready_url`` answers 2xx (≤ ``start_timeout_s``) while the started server still
+   runs and (where visible) holds the port, and the server answers specsweep's probe.
+   ``embedded`` arms: the sweep notebook starts the reference server (its own watchdog).
    ``endpoint`` arms: the server is already running.
 2. Runs ``notebooks/sweep.ipynb`` with papermill (its output logged live) with the shared sweep
    parameters, ``repeats=1``, prompt seed ``seed + repeat`` and ``flush_cache`` on unless the
    study says otherwise: the sweep empties the server's prefix cache before each level where it
    offers a route (SGLang ``/flush_cache``, vLLM ``/reset_prefix_cache``), so arms are measured alike.
-3. Stops the server: SIGTERM to the process group, SIGKILL after ``stop_grace_s``.
+3. Stops the server: SIGTERM to its process group and tree, SIGKILL after ``stop_grace_s``, then
+   whatever of its tree remains (logged). A server that exited before the stop, or with a non-zero
+   status when stopped, fails the arm: its run moves to ``_rejected/`` and is measured again on resume.
 4. Keeps the executed sweep notebook (``sweep.ipynb``) and the server's log (``server.log``; for
    ``embedded`` arms the sweep writes it), secrets redacted, in the run folder.
 
@@ -29,6 +36,10 @@ Folders::
     <out_dir>/study.json              the plan and every (arm, repeat) outcome, rewritten after each
     <out_dir>/<arm>/                  the arm's merged result set (what the report reads)
     <out_dir>/_runs/<arm>/r<k>/<run_id>/   each sweep run, with sweep.ipynb and server.log
+
+A runner holds a lock on ``<out_dir>/.specsweep-study.lock``: a second runner on the same folder
+is refused, naming the first. Before measuring, the processes that pid files of a killed runner
+name are stopped, each verified by its start time (a reused pid is never touched).
 
 ``--resume`` skips (arm, repeat) pairs whose run is complete (its ``meta.json``), continues an
 incomplete run from its finished levels, and retries failed ones. Without it an ``out_dir`` that

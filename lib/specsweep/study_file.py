@@ -35,7 +35,13 @@ Placeholders: ``{port}`` in ``serve`` (argv, env values, ready_url, endpoint) is
 picked when the arm starts; ``{key}`` of a grid is replaced in the arm's name, label and every
 string of its server description. Other braces (a JSON ``--speculative-config``) are left alone.
 A grid arm whose name has no placeholder gets ``-<key><value>`` appended per key
-(``mtp`` × {steps: [2], cap: [128]} → ``mtp-steps2-cap128``).
+(``mtp`` × {steps: [2], cap: [128]} → ``mtp-steps2-cap128``). ``port_range: [30000, 30100]``
+(top level, or per arm) confines ``{port}`` to that range (inclusive).
+
+Limits: a study of more than ``max_arms`` arms (grids expanded; default 256) is refused before any
+grid is expanded, with its number of sweeps and a rough duration; raise ``max_arms`` (≤ 100,000)
+or pass ``--allow-large-grid`` to mean it. A study file is UTF-8, at most 1 MiB, nested at most
+64 levels, with no key twice in one mapping; each of these errors names the file and line.
 
 ``backend: ray`` (``python -m specsweep.study FILE --backend ray``) runs arms in parallel as Ray
 tasks, each with its ``resources``; the top-level ``ray: {address, max_retries}`` says where and how
