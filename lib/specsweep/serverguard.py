@@ -94,7 +94,8 @@ def same_process(entry: dict[str, Any]) -> bool:
     (a reused pid belongs to another process), not a zombie."""
     try:
         p = psutil.Process(int(entry["pid"]))
-        return abs(p.create_time() - float(entry["create_time"])) < 0.05 and p.status() != psutil.STATUS_ZOMBIE
+        # within a second: the kernel's boot time, from which start times are derived, can shift by that much
+        return abs(p.create_time() - float(entry["create_time"])) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, KeyError, TypeError, ValueError):
         return False
 
