@@ -4,16 +4,23 @@
 (or ``notebooks/study.ipynb``) reads a study file (:mod:`specsweep.study_file`) and, for each
 (repeat, arm) in the study's interleaved order (forward on even repeats, reversed on odd ones):
 
-1. ``serve`` arms: starts the argument list (never a shell) in its own process group with the
-   arm's environment and working directory, its stdout+stderr streamed through a redactor into
-   ``server.log``; waits until ``ready_url`` answers 2xx (≤ ``start_timeout_s``) and the server
-   answers specsweep's probe. ``embedded`` arms: the sweep notebook starts the reference server.
+1. ``serve`` arms: refuses the arm if its URL already answers (naming the process that holds the
+   port), then starts the argument list (never a shell) through a guard process
+   (:mod:`specsweep.serverguard`) in a session of its own, with the arm's environment and working
+   directory, its stdout+stderr streamed through a redactor into ``server.log``; the guard kills
+   the server and its whole process tree (children in sessions of their own included) when the
+   runner dies, even by ``kill -9``, and records their pids and start times in ``server.pid.json``.
+   Waits until ``ready_url`` answers 2xx (≤ ``start_timeout_s``) while the started server still
+   runs and (where visible) holds the port, and the server answers specsweep's probe.
+   ``embedded`` arms: the sweep notebook starts the reference server (its own watchdog).
    ``endpoint`` arms: the server is already running.
 2. Runs ``notebooks/sweep.ipynb`` with papermill (its output logged live) with the shared sweep
    parameters, ``repeats=1``, prompt seed ``seed + repeat`` and ``flush_cache`` on unless the
    study says otherwise: the sweep empties the server's prefix cache before each level where it
    offers a route (SGLang ``/flush_cache``, vLLM ``/reset_prefix_cache``), so arms are measured alike.
-3. Stops the server: SIGTERM to the process group, SIGKILL after ``stop_grace_s``.
+3. Stops the server: SIGTERM to its process group and tree, SIGKILL after ``stop_grace_s``, then
+   whatever of its tree remains (logged). A server that exited before the stop, or with a non-zero
+   status when stopped, fails the arm: its run moves to ``_rejected/`` and is measured again on resume.
 4. Keeps the executed sweep notebook (``sweep.ipynb``) and the server's log (``server.log``; for
    ``embedded`` arms the sweep writes it), secrets redacted, in the run folder.
 
@@ -30,6 +37,10 @@ Folders::
     <out_dir>/<arm>/                  the arm's merged result set (what the report reads)
     <out_dir>/_runs/<arm>/r<k>/<run_id>/   each sweep run, with sweep.ipynb and server.log
 
+A runner holds a lock on ``<out_dir>/.specsweep-study.lock``: a second runner on the same folder
+is refused, naming the first. Before measuring, the processes that pid files of a killed runner
+name are stopped, each verified by its start time (a reused pid is never touched).
+
 ``--resume`` skips (arm, repeat) pairs whose run is complete (its ``meta.json``), continues an
 incomplete run from its finished levels, and retries failed ones. Without it an ``out_dir`` that
 already holds a study is refused; ``--fresh`` deletes that study first (``make reports`` uses it).
@@ -37,31 +48,38 @@ already holds a study is refused; ``--fresh`` deletes that study first (``make r
 from __future__ import annotations
 
 import argparse
+import atexit
 import collections
+import contextlib
+import functools
 import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
+from urllib.parse import urlsplit
 
 import httpx
 import pandas as pd
+import psutil
 
-from specsweep import provenance
+from specsweep import provenance, serverguard
 from specsweep.agreement import agreement_markdown, first_difference_example, output_agreement
 from specsweep.markup import md_text
 from specsweep.report import REPO_ROOT, build_report, kernel_manager_class
 from specsweep.store import ResultSet, atomic_write_bytes, load_result_set, write_frame, write_meta
-from specsweep.study_file import (SECRET_NAME, Arm, Study, StudyError, endpoint_of, free_port, load_study,
-                                  secret_argv_values)
+from specsweep.study_file import (DEFAULT_MAX_ARMS, HARD_MAX_ARMS, SECRET_NAME, Arm, Study, StudyError, endpoint_of,
+                                  free_port, load_study, secret_argv_values)
 
 SWEEP_NOTEBOOK = REPO_ROOT / "notebooks" / "sweep.ipynb"
 RUNS = "_runs"
@@ -109,44 +127,64 @@ class ServerError(RuntimeError):
 
 
 class ServerProcess:
-    """A ``serve`` arm's server: started in its own process group, its output redacted into a log.
+    """A ``serve`` arm's server, started through the guard (:mod:`specsweep.serverguard`): in a
+    session of its own, killed with its whole process tree when the runner dies or stops it,
+    its output redacted into a log and its pids (with start times) in ``server.pid.json``.
 
     ``argv``, ``env`` values, ``ready_url`` and ``endpoint`` may hold ``{port}``: a free port is
-    picked at :meth:`start`.
+    picked at :meth:`start` (within the arm's or study's ``port_range`` when given).
     """
 
-    def __init__(self, arm: Arm, log_path: Path, redact: Redactor) -> None:
+    def __init__(self, arm: Arm, log_path: Path, redact: Redactor, pid_file: Path | None = None) -> None:
         if arm.serve is None:
             raise ValueError(f"arm {arm.name!r} has no 'serve' section")
         self.arm = arm
         self.spec = arm.serve
         self.log_path = log_path
+        self.pid_file = pid_file or log_path.parent / PID_FILE
         self.redact = redact
+        #: the guard process (its exit status is the server's; see :attr:`final`)
         self.process: subprocess.Popen[bytes] | None = None
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._reader: threading.Thread | None = None
         self.port: int | None = None
         self.ready_url = self.spec.ready_url
         self.endpoint = self.spec.endpoint or endpoint_of(self.spec.ready_url)
+        #: the pid file's ``final`` entry once the guard exited (server status, who stopped it, what remained)
+        self.final: dict[str, Any] | None = None
 
     def _sub(self, text: str) -> str:
         return text.replace("{port}", str(self.port))
 
     def start(self) -> None:
-        """Start the process (new session = own process group); output goes to the log, redacted."""
+        """Refuse a port that already answers (naming its holder), then start the guard, which
+        starts the server; output goes to the log, redacted."""
         s = self.spec
         uses_port = any("{port}" in t for t in [*s.argv, *s.env.values(), s.ready_url, s.endpoint or ""])
-        self.port = free_port() if uses_port else None
+        try:
+            self.port = free_port(port_range=self.arm.port_range) if uses_port else None
+        except OSError as exc:
+            raise ServerError(f"arm {self.arm.name}: {exc}") from exc
         argv = [self._sub(a) for a in s.argv]
         env = {**os.environ, **{k: self._sub(v) for k, v in s.env.items()}, "PYTHONUNBUFFERED": "1"}
         self.ready_url, self.endpoint = self._sub(self.ready_url), self._sub(self.endpoint)
+        for url in dict.fromkeys([self.ready_url, self.endpoint]):
+            holder = port_holder(url)
+            if holder:
+                raise ServerError(f"arm {self.arm.name}: {url} already answers before its server was started "
+                                  f"(held by {holder}); this study measures only servers it starts: stop that "
+                                  "process or give the arm another port")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_file.unlink(missing_ok=True)
         log = self.log_path.open("w", encoding="utf-8")
         log.write(self.redact(f"# {provenance.utc_now()} specsweep study: arm {self.arm.name}: "
                               f"{self.arm.describe()}\n# port {self.port}\n"))
         log.flush()
+        guard = [sys.executable, "-c", _GUARD_BOOT, "--pid-file", str(self.pid_file.resolve()),
+                 "--runner-pid", str(os.getpid()), "--grace-s", repr(float(s.stop_grace_s)), "--arm", self.arm.name,
+                 "--", *argv]
         try:
-            self.process = subprocess.Popen(argv, cwd=s.cwd, env=env, stdin=subprocess.DEVNULL,
+            self.process = subprocess.Popen(guard, cwd=s.cwd, env=env, stdin=subprocess.DEVNULL,
                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                             start_new_session=True)
         except OSError as exc:
@@ -170,51 +208,211 @@ class ServerProcess:
         """The server's last lines (redacted)."""
         return "\n".join(self.tail)
 
+    def record(self) -> dict[str, Any]:
+        """The pid file as the guard last wrote it (empty before it did)."""
+        return serverguard.read_json(self.pid_file) or {}
+
+    @property
+    def server_pid(self) -> int | None:
+        """The server's own pid (the guard's child), once the guard recorded it."""
+        server = self.record().get("server")
+        return int(server["pid"]) if isinstance(server, dict) else None
+
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        """Whether the server this runner started still runs (the guard exits when it exits)."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        server = self.record().get("server")
+        return not isinstance(server, dict) or serverguard.same_process(server)
+
+    @property
+    def returncode(self) -> int | None:
+        """The server's exit status (negative: killed by that signal); None while it runs."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        final = self.final or self.record().get("final") or {}
+        status = final.get("server_status")
+        return int(status) if status is not None else self.process.returncode
+
+    def _exited_error(self) -> ServerError:
+        self.process.wait() if self.process else None
+        self._drain()
+        final = self.record().get("final") or {}
+        if final.get("error"):
+            return ServerError(f"arm {self.arm.name}: {final['error']} (check 'serve.argv' and 'serve.cwd')",
+                               self.log_tail())
+        return ServerError(f"arm {self.arm.name}: the server exited with status {self.returncode} before it was "
+                           f"ready ({self.ready_url})", self.log_tail())
 
     def wait_ready(self, poll_s: float = 0.5) -> None:
-        """Wait until GET ``ready_url`` answers 2xx; raise :class:`ServerError` with the log tail if
-        the process exits first or ``start_timeout_s`` passes."""
+        """Wait until GET ``ready_url`` answers 2xx *and* the server this runner started still runs
+        and (on this host, where visible) holds the port; raise :class:`ServerError` with the log
+        tail if it exits first, another process answers, or ``start_timeout_s`` passes."""
         deadline = time.monotonic() + self.spec.start_timeout_s
         with httpx.Client(timeout=5.0, trust_env=False) as client:
             while True:
                 if not self.alive():
-                    rc = self.process.wait() if self.process else None
-                    self._drain()
-                    raise ServerError(f"arm {self.arm.name}: the server exited with status {rc} before it was "
-                                      f"ready ({self.ready_url})", self.log_tail())
+                    raise self._exited_error()
                 try:
-                    if client.get(self.ready_url).is_success:
-                        return
+                    answered = client.get(self.ready_url).is_success
                 except httpx.HTTPError:
-                    pass
+                    answered = False
+                if answered:
+                    if not self.alive():  # it answered, but our server is gone: someone else answered
+                        raise self._exited_error()
+                    if self.server_pid is not None:
+                        foreign = self._foreign_listener()
+                        if foreign:
+                            raise ServerError(f"arm {self.arm.name}: {self.ready_url} is answered by {foreign}, "
+                                              "not by the server this study started; stop that process",
+                                              self.log_tail())
+                        return
                 if time.monotonic() > deadline:
                     raise ServerError(f"arm {self.arm.name}: {self.ready_url} did not answer 2xx within "
                                       f"{self.spec.start_timeout_s:g} s (raise serve.start_timeout_s if the "
                                       "server needs longer to load)", self.log_tail())
                 time.sleep(poll_s)
 
+    def _foreign_listener(self) -> str | None:
+        """A listener on the endpoint's port outside the started server's own process tree (its
+        pid and descendants; not an orphan it left to the guard): None when none is visible."""
+        pid = self.server_pid
+        try:
+            ours = {pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))}
+        except psutil.Error:
+            return None
+        pids = _listener_pids(self.endpoint)
+        others = [pid for pid in pids if pid is not None and pid not in ours]
+        return _named(others) if others and not any(pid in ours for pid in pids) else None
+
     def _drain(self) -> None:
         if self._reader is not None:
             self._reader.join(timeout=5)
 
     def stop(self) -> int | None:
-        """SIGTERM the whole process group, SIGKILL it after ``stop_grace_s``; returns the status."""
+        """Ask the guard to stop the server (SIGTERM to its group and tree, SIGKILL after
+        ``stop_grace_s``, then whatever of its tree remains); returns the server's status.
+        :attr:`final` then says who stopped it and what remained; the pid file is removed once
+        nothing of the server runs."""
         proc = self.process
         if proc is None:
             return None
         if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=self.spec.stop_grace_s)
-            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
                 pass
-        # the leader may be gone while its children still run: kill whatever is left of the group
-        _signal_group(proc.pid, signal.SIGKILL)
-        proc.wait()
+            try:
+                proc.wait(timeout=self.spec.stop_grace_s + 15)
+            except subprocess.TimeoutExpired:  # the guard hangs: kill the recorded tree from here
+                left = serverguard.leftovers(self.pid_file)
+                proc.kill()
+                proc.wait()
+                if left is not None:
+                    serverguard.kill_leftovers(left, grace_s=1.0)
         self._drain()
-        return proc.returncode
+        self.final = self.record().get("final") or {}
+        left = serverguard.leftovers(self.pid_file)
+        if left is None or not left.alive:
+            self.pid_file.unlink(missing_ok=True)
+        return self.returncode
+
+    def stop_problem(self) -> str | None:
+        """Why the arm must count as failed after :meth:`stop` (None: a clean stop): the server
+        exited before the study stopped it, or exited with a non-zero status when stopped (death
+        by the SIGTERM the study sent, or by SIGKILL after ``stop_grace_s``, counts as a stop)."""
+        final = self.final or {}
+        status = self.returncode
+        if self.process is None:
+            return None
+        if final.get("stopped_by") is None:
+            return (f"the server exited by itself (status {status}) before the study stopped it: what was measured "
+                    "may not have been this server")
+        if status in (0, -signal.SIGTERM) or (status == -signal.SIGKILL and final.get("killed_after_grace")):
+            return None
+        return f"the server exited with status {status} when stopped (a server that stops cleanly exits 0)"
+
+    def remained(self) -> list[dict[str, Any]]:
+        """Processes of the server's tree that outlived its leader at stop (all killed unless said)."""
+        return list((self.final or {}).get("remained") or [])
+
+
+#: how the runner starts the guard: by file location, so it works from any ``serve.cwd``
+_GUARD_BOOT = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r}); "
+               "from specsweep.serverguard import main; sys.exit(main())")
+PID_FILE = "server.pid.json"
+
+
+def _host_port(url: str) -> tuple[str, int] | None:
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return (parts.hostname or "127.0.0.1", port)
+
+
+def _listener_pids(url: str) -> list[int | None]:
+    """Pids listening on the URL's port on this host (None for a socket this user cannot attribute)."""
+    hp = _host_port(url)
+    if hp is None:
+        return []
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return []
+    return [c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == hp[1]]
+
+
+def _named(pids: Sequence[int]) -> str:
+    named = []
+    for pid in dict.fromkeys(pids):
+        entry = serverguard.identity(pid)
+        named.append(serverguard.describe(entry) if entry else f"pid {pid}")
+    return ", ".join(named)
+
+
+def port_holder(url: str) -> str | None:
+    """Who answers on the URL's host and port already (None: nothing accepts a connection there):
+    'pid N (name)' from the listening sockets where this user may see them, else 'something'."""
+    hp = _host_port(url)
+    if hp is None:
+        return None
+    try:
+        with socket.create_connection(hp, timeout=1.0):
+            pass
+    except OSError:
+        return None
+    pids = [p for p in _listener_pids(url) if p is not None]
+    return _named(pids) if pids else "something (a process this user cannot see)"
+
+
+def clear_leftover(pid_file: Path, log: Callable[[str], None] = print) -> None:
+    """Handle the pid file a killed runner left: stop the processes it names that still run (each
+    checked by its start time, so a reused pid is never touched) and remove it; raise
+    :class:`ServerError` naming the pid where that is impossible (another host, another user)."""
+    left = serverguard.leftovers(pid_file)
+    if left is None:
+        return
+    if left.other_host:
+        server = left.doc.get("server") or {}
+        raise ServerError(f"{pid_file} was written by a runner on host {left.other_host} (server pid "
+                          f"{server.get('pid', '?')}); this host cannot check that it is gone: stop it there, "
+                          "then delete the file and resume")
+    runner = left.doc.get("runner")
+    if isinstance(runner, dict) and runner.get("pid") != os.getpid() and serverguard.same_process(runner) \
+            and any(e.get("pid") != runner.get("pid") for e in left.alive):
+        raise ServerError(f"{pid_file}: its server is still run by another study runner "
+                          f"({serverguard.describe(runner)}); wait for it or stop it, then resume")
+    if left.alive:
+        log(f"{pid_file}: a server from an earlier run still runs "
+            f"({', '.join(serverguard.describe(e) for e in left.alive)}): stopping it")
+        still = serverguard.kill_leftovers(left)
+        if still:
+            raise ServerError(f"{pid_file}: could not stop {', '.join(serverguard.describe(e) for e in still)} left by "
+                              "an earlier run; stop it, then resume")
+        log(f"{pid_file}: stopped {', '.join(serverguard.describe(e) for e in left.alive)}")
+    pid_file.unlink(missing_ok=True)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -310,7 +508,8 @@ def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int
     log(redact(f"arm {arm.name} repeat {repeat}: {arm.describe()}"))
     try:
         if arm.kind == "serve":
-            server = ServerProcess(arm, folder / f"server-{stamp}.log", redact)
+            clear_leftover(folder / PID_FILE, log)
+            server = ServerProcess(arm, folder / f"server-{stamp}.log", redact, folder / PID_FILE)
             outcome.server_log = str(server.log_path)
             server.start()
             server.wait_ready()
@@ -322,7 +521,7 @@ def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int
                 raise ServerError(f"arm {arm.name}: the server is up but does not answer specsweep's probe: {exc}",
                                   server.log_tail()) from exc
             params["endpoint"] = server.endpoint
-            log(f"arm {arm.name}: server ready at {server.endpoint} (pid {server.process.pid if server.process else '?'})")
+            log(f"arm {arm.name}: server ready at {server.endpoint} (pid {server.server_pid})")
         elif arm.kind == "endpoint":
             params["endpoint"] = arm.endpoint
         _papermill_logging()
@@ -342,12 +541,49 @@ def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int
         log(f"arm {arm.name} repeat {repeat}: FAILED — {outcome.error}"
             + (f"\n--- last lines of its log ---\n{outcome.log_tail}" if outcome.log_tail else ""))
     finally:
-        if server is not None:
-            rc = server.stop()
-            log(f"arm {arm.name}: server stopped (status {rc})")
+        stop_problem = _stop_server(server, outcome, log) if server is not None else None
         outcome.finished_utc = provenance.utc_now()
         _keep_beside(outcome, folder, before, executed, server, redact, params.get("resume"))
+        if stop_problem is not None:
+            _reject_run(outcome, folder, redact(stop_problem), server, log)
     return outcome
+
+
+def _stop_server(server: ServerProcess, outcome: ArmOutcome, log: Callable[[str], None]) -> str | None:
+    """Stop a serve arm's server and say what remained of its tree; the reason the arm fails
+    (a server that exited before the stop or with a non-zero status), None after a clean stop."""
+    rc = server.stop()
+    log(f"arm {outcome.arm}: server stopped (status {rc})")
+    final = server.final or {}
+    still = {x.get("pid") for x in final.get("still_alive") or []}
+    for e in final.get("outside_group") or []:
+        log(f"arm {outcome.arm}: {serverguard.describe(e)} of the server's process tree ran outside its process group "
+            "(a session of its own); " + ("it could not be killed: stop it by hand" if e.get("pid") in still
+                                          else "stopped with the tree"))
+    for e in server.remained():
+        log(f"arm {outcome.arm}: {serverguard.describe(e)} of the server's process tree outlived the server "
+            + ("and could not be killed: stop it by hand" if e.get("pid") in still else "at stop; killed"))
+    problem = server.stop_problem()
+    return problem if problem is not None and outcome.status == "complete" else None
+
+
+def _reject_run(outcome: ArmOutcome, folder: Path, problem: str, server: ServerProcess | None,
+                log: Callable[[str], None]) -> None:
+    """Fail an (arm, repeat) whose sweep finished but whose server did not stop cleanly: its run
+    folder moves to ``<folder>/_rejected/`` (kept, never merged) and --resume measures it again."""
+    outcome.status, outcome.error = "failed", f"arm {outcome.arm} repeat {outcome.repeat}: {problem}"
+    outcome.log_tail = server.redact(server.log_tail()) if server is not None else None
+    run = Path(outcome.run_dir) if outcome.run_dir else None
+    if run is not None and run.is_dir() and run.parent == folder:
+        target = folder / "_rejected" / run.name
+        target.parent.mkdir(exist_ok=True)
+        os.replace(run, target)
+        for attr in ("run_dir", "notebook", "server_log"):
+            value = getattr(outcome, attr)
+            if value and Path(value).is_relative_to(run):
+                setattr(outcome, attr, str(target / Path(value).relative_to(run)))
+    log(f"arm {outcome.arm} repeat {outcome.repeat}: FAILED — {outcome.error}; its run is kept in "
+        f"{outcome.run_dir} and not merged (--resume measures it again)")
 
 
 def _notebook_tail(executed: Path) -> str:
@@ -597,6 +833,106 @@ def _excerpt(text: str, mark: int) -> str:
     return line(text[:mark]) + "▌" + line(text[mark:])
 
 
+STUDY_LOCK = ".specsweep-study.lock"
+
+
+@contextlib.contextmanager
+def lock_study_folder(out: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<out>/.specsweep-study.lock`` while a runner uses the study
+    folder, as sweeps lock their run folders (:func:`specsweep.store.lock_run`): a second runner on
+    the same folder gets a :class:`StudyError` naming the holder (pid, host, since). The kernel
+    drops the lock however the holder exits. A file system without ``flock``: used unlocked."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / STUDY_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                holder = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+            except (ValueError, UnicodeDecodeError):
+                holder = {}
+            raise StudyError(f"{out}: another study runner is using this folder (pid {holder.get('pid', '?')} on host "
+                             f"{holder.get('host', '?')}, since {holder.get('started_utc', '?')}); wait for it to "
+                             "finish or stop it (then --resume), or choose another --out-dir") from None
+        except OSError:
+            yield
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "started_utc": provenance.utc_now()}).encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def clear_leftovers(out: Path, log: Callable[[str], None] = print) -> list[str]:
+    """Before a study runs in ``out``: stop every server that pid files of a killed runner name
+    (:func:`clear_leftover`); the problems that remain (the arm will then refuse to start)."""
+    problems = []
+    for pid_file in sorted((out / RUNS).glob(f"*/r*/{PID_FILE}")):
+        try:
+            clear_leftover(pid_file, log)
+        except ServerError as exc:
+            problems.append(str(exc))
+            log(f"⚠ {exc}")
+    return problems
+
+
+def _study_folder_guarded(fn: Callable[..., "StudyResult"]) -> Callable[..., "StudyResult"]:
+    """Run :func:`run_study` holding the study folder's lock, after stopping what a killed runner left."""
+    @functools.wraps(fn)
+    def wrapper(study: Study, *, out_dir: str | Path | None = None, dry_run: bool = False,
+                log: Callable[[str], None] = print, **kw: Any) -> StudyResult:
+        if dry_run:
+            return fn(study, out_dir=out_dir, dry_run=dry_run, log=log, **kw)
+        out = Path(out_dir) if out_dir else study.default_out_dir()
+        with lock_study_folder(out):
+            clear_leftovers(out, log)
+            try:
+                return fn(study, out_dir=out_dir, dry_run=dry_run, log=log, **kw)
+            except KeyboardInterrupt:
+                _tell_how_to_resume(study, out)
+                raise
+    return wrapper
+
+
+def resume_hint(study: Study, out: Path) -> str:
+    """What to run to continue an interrupted study, from the command line and as a notebook."""
+    file = shlex.quote(str(study.path)) if study.path else "STUDY.yaml"
+    folder = shlex.quote(str(out))
+    return (f"specsweep study {study.name} interrupted: its finished sweeps in {out} are kept and the servers it "
+            f"started are stopped. To continue, run: python -m specsweep.study {file} --out-dir {folder} --resume "
+            f"(notebook: papermill notebooks/study.ipynb OUT.ipynb -p study_file {file} -p out_dir {folder} "
+            "-p resume True)")
+
+
+def _tell_how_to_resume(study: Study, out: Path) -> None:
+    """After Ctrl-C inside a Jupyter kernel (``notebooks/study.ipynb`` under papermill), the cell's
+    output reaches only the output notebook: say on the terminal (the kernel's own stderr) how to
+    continue, now and once more when the kernel exits, after the kernel's and papermill's own
+    shutdown messages (papermill's final ``Aborted!`` still follows)."""
+    if "ipykernel" not in sys.modules or sys.__stderr__ is None or sys.__stderr__ is sys.stderr:
+        return
+    hint = resume_hint(study, out)
+
+    def say() -> None:
+        try:
+            sys.__stderr__.write(f"\n{hint}\n")
+            sys.__stderr__.flush()
+        except (OSError, ValueError):
+            pass
+    say()
+    atexit.register(say)
+
+
+@_study_folder_guarded
 def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: str | Path | None = None,
               resume: bool = False, dry_run: bool = False, report: bool = True, backend: Backend = "local",
               fresh: bool = False, log: Callable[[str], None] = print) -> StudyResult:
@@ -699,11 +1035,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print every arm and command in run order; start nothing")
     parser.add_argument("--fresh", action="store_true", help="delete the study a previous run left in the out dir and start over")
     parser.add_argument("--no-report", action="store_true", help="measure and merge only")
+    parser.add_argument("--allow-large-grid", action="store_true",
+                        help=f"accept a study of more than max_arms arms (default {DEFAULT_MAX_ARMS}) up to {HARD_MAX_ARMS}")
     parser.add_argument("--backend", default="local", choices=["local", "ray"],
                         help="local: arms one after another on this machine; ray: arms as Ray tasks (pip install -e '.[ray]')")
     args = parser.parse_args(argv)
     try:
-        study = load_study(args.study)
+        study = load_study(args.study, allow_large_grid=args.allow_large_grid)
         result = run_study(study, out_dir=args.out_dir, report_dir=args.report_dir, resume=args.resume,
                            dry_run=args.dry_run, report=not args.no_report, backend=args.backend, fresh=args.fresh)
     except StudyError as exc:

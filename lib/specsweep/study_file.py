@@ -35,7 +35,13 @@ Placeholders: ``{port}`` in ``serve`` (argv, env values, ready_url, endpoint) is
 picked when the arm starts; ``{key}`` of a grid is replaced in the arm's name, label and every
 string of its server description. Other braces (a JSON ``--speculative-config``) are left alone.
 A grid arm whose name has no placeholder gets ``-<key><value>`` appended per key
-(``mtp`` × {steps: [2], cap: [128]} → ``mtp-steps2-cap128``).
+(``mtp`` × {steps: [2], cap: [128]} → ``mtp-steps2-cap128``). ``port_range: [30000, 30100]``
+(top level, or per arm) confines ``{port}`` to that range (inclusive).
+
+Limits: a study of more than ``max_arms`` arms (grids expanded; default 256) is refused before any
+grid is expanded, with its number of sweeps and a rough duration; raise ``max_arms`` (≤ 100,000)
+or pass ``--allow-large-grid`` to mean it. A study file is UTF-8, at most 1 MiB, nested at most
+64 levels, with no key twice in one mapping; each of these errors names the file and line.
 
 ``backend: ray`` (``python -m specsweep.study FILE --backend ray``) runs arms in parallel as Ray
 tasks, each with its ``resources``; the top-level ``ray: {address, max_retries}`` says where and how
@@ -48,6 +54,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
+import random
 import re
 import shlex
 import socket
@@ -88,6 +96,26 @@ Scalar = str | int | float | bool
 
 class StudyError(ValueError):
     """The study file is invalid; the message names the file, the key, the line and the fix."""
+
+
+#: a study of more arms (grids expanded) is refused unless its ``max_arms`` or ``--allow-large-grid`` allows it
+DEFAULT_MAX_ARMS = 256
+#: never more arms than this, whatever is allowed (each arm is a folder and at least one sweep)
+HARD_MAX_ARMS = 100_000
+#: a study file larger than this (bytes) is refused before it is parsed
+MAX_STUDY_BYTES = 1 << 20
+#: deepest nesting of YAML collections a study file may have
+MAX_DEPTH = 64
+#: most YAML nodes a study file may expand to (aliases counted each time they are used)
+MAX_NODES = 200_000
+
+
+def _check_port_range(value: tuple[int, int] | None) -> tuple[int, int] | None:
+    if value is not None:
+        low, high = value
+        if not 1 <= low <= high <= 65535:
+            raise ValueError(f"give [low, high] with 1 <= low <= high <= 65535, e.g. [30000, 30100]; got [{low}, {high}]")
+    return value
 
 
 class ServeSpec(BaseModel):
@@ -131,6 +159,13 @@ class ArmSpec(BaseModel):
     grid: dict[str, list[Scalar]] | None = None
     resources: dict[str, float] = Field(default_factory=dict, description="backend ray: what the arm's task needs, "
                                         "e.g. {GPU: 4} (CPU and GPU are Ray's own; others are custom resources)")
+    port_range: tuple[int, int] | None = Field(None, description="serve arms: pick '{port}' in [low, high] "
+                                               "(inclusive); default: the study's port_range, else any free port")
+
+    @field_validator("port_range")
+    @classmethod
+    def _port_range(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        return _check_port_range(value)
 
     @field_validator("resources")
     @classmethod
@@ -196,7 +231,16 @@ class StudySpec(BaseModel):
     out_dir: str | None = None
     report_dir: str = "reports"
     ray: RayOptions = Field(default_factory=RayOptions)
+    port_range: tuple[int, int] | None = Field(None, description="serve arms pick '{port}' in [low, high] "
+                                               "(inclusive), e.g. [30000, 30100] where a firewall allows those")
+    max_arms: int | None = Field(None, ge=1, le=HARD_MAX_ARMS, description=f"refuse a study of more arms (grids expanded); "
+                                 f"default {DEFAULT_MAX_ARMS}, at most {HARD_MAX_ARMS}")
     arms: list[ArmSpec] = Field(min_length=1)
+
+    @field_validator("port_range")
+    @classmethod
+    def _port_range(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        return _check_port_range(value)
 
     @field_validator("name")
     @classmethod
@@ -232,6 +276,8 @@ class Arm:
     embedded: EmbeddedSpec | None = None
     grid_values: dict[str, Scalar] = field(default_factory=dict)
     resources: dict[str, float] = field(default_factory=dict)
+    #: serve arms: where ``{port}`` is picked, [low, high] inclusive (None: any free port)
+    port_range: tuple[int, int] | None = None
 
     def describe(self) -> str:
         """One line: the arm and how it is reached (the serve command with secret env values hidden)."""
@@ -291,8 +337,62 @@ def _name_part(value: Scalar) -> str:
     return re.sub(r"[^A-Za-z0-9._]+", "_", text)
 
 
-def expand_arm(spec: ArmSpec) -> list[Arm]:
-    """The arms of one entry: itself, or one per combination of its grid (in the grid's order)."""
+def grid_size(spec: ArmSpec) -> int:
+    """How many arms an entry expands to (the product of its grid's value counts), without expanding."""
+    return math.prod(len(v) for v in (spec.grid or {}).values())
+
+
+#: per-request output speed assumed by :func:`plan_duration_s` (tokens/s of one request's stream)
+ASSUMED_STREAM_TOK_S = 100.0
+
+
+def plan_duration_s(spec: StudySpec, n_arms: int) -> tuple[float, int, int]:
+    """A rough duration of a study of ``n_arms`` arms from its plan, in seconds, with its sweeps and
+    requests: each level runs ⌈(warm-up + measured requests) ÷ C⌉ rounds of ``output_tokens``
+    tokens at :data:`ASSUMED_STREAM_TOK_S` per request (server starts not counted)."""
+    cfg = SweepConfig.model_validate(spec.sweep)
+    out = cfg.output_tokens if isinstance(cfg.output_tokens, int) else SERVER_OUTPUT_TOKENS
+    per_sweep_s = sum(math.ceil((cfg.requests_for(c) + cfg.warmups_for(c)) / c) * out / ASSUMED_STREAM_TOK_S
+                      for c in cfg.concurrency)
+    requests = sum(cfg.requests_for(c) + cfg.warmups_for(c) for c in cfg.concurrency)
+    sweeps = n_arms * spec.repeats
+    return per_sweep_s * sweeps, sweeps, requests * sweeps
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:,.0f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:,.0f} hours"
+    return f"{seconds / 60:,.0f} minutes"
+
+
+def check_arm_count(spec: StudySpec, node: yaml.Node | None, source: str, allow_large_grid: bool = False) -> int:
+    """Count the arms the study expands to, before expanding; raise :class:`StudyError` beyond the
+    limit (``max_arms``, default :data:`DEFAULT_MAX_ARMS`; :data:`HARD_MAX_ARMS` with
+    ``allow_large_grid``; never above :data:`HARD_MAX_ARMS`) with how long the study would take."""
+    counts = [grid_size(entry) for entry in spec.arms]
+    total = sum(counts)
+    limit = HARD_MAX_ARMS if allow_large_grid else min(spec.max_arms or DEFAULT_MAX_ARMS, HARD_MAX_ARMS)
+    if total <= limit:
+        return total
+    biggest = max(range(len(counts)), key=counts.__getitem__)
+    line = _line(node, ("arms", biggest, "grid")) if spec.arms[biggest].grid else _line(node, ("arms",))
+    seconds, sweeps, requests = plan_duration_s(spec, total)
+    grid = spec.arms[biggest].grid or {}
+    shape = " × ".join(f"{len(v)} {k}" for k, v in grid.items())
+    how = ("this is above the hard limit of every study; split it into several studies" if total > HARD_MAX_ARMS
+           else f"if you mean it, set max_arms: {total} in the study (or pass --allow-large-grid)")
+    raise StudyError(
+        f"{source}{f' line {line}' if line else ''}: key 'arms.{biggest}.grid': the study expands to {total:,} arms "
+        f"(arm {biggest} alone: {shape or 1} = {counts[biggest]:,}), more than the limit of {limit:,}. With "
+        f"{spec.repeats} repeat(s) that is {sweeps:,} sweeps and {requests:,} requests: about {_duration(seconds)} "
+        f"at {ASSUMED_STREAM_TOK_S:g} tokens/s per request, not counting server starts. Shrink the grid; {how}")
+
+
+def expand_arm(spec: ArmSpec, port_range: tuple[int, int] | None = None) -> list[Arm]:
+    """The arms of one entry: itself, or one per combination of its grid (in the grid's order).
+    ``port_range``: the study's, for an entry without its own. Count first (:func:`grid_size`)."""
     grid = spec.grid or {}
     keys = list(grid)
     out = []
@@ -302,13 +402,13 @@ def expand_arm(spec: ArmSpec) -> list[Arm]:
         name = _fill(spec.name, {k: _name_part(v) for k, v in values.items()})
         if keys and not used & set(keys):
             name += "".join(f"-{k}{_name_part(v)}" for k, v in values.items())
-        data = spec.model_dump(exclude={"name", "grid", "resources"}, exclude_none=True)
+        data = spec.model_dump(exclude={"name", "grid", "resources", "port_range"}, exclude_none=True)
         data = _fill(data, values)
         out.append(Arm(
             name=name, label=data.get("label"), kind=next(k for k in ("endpoint", "serve", "embedded") if k in data),
             endpoint=data.get("endpoint"), serve=ServeSpec(**data["serve"]) if "serve" in data else None,
             embedded=EmbeddedSpec(**data["embedded"]) if "embedded" in data else None, grid_values=values,
-            resources=dict(spec.resources)))
+            resources=dict(spec.resources), port_range=spec.port_range or port_range))
     return out
 
 
@@ -411,11 +511,26 @@ class Study:
         return "\n".join(lines)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (for the ``{port}`` placeholder)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+def free_port(host: str = "127.0.0.1", port_range: tuple[int, int] | None = None) -> int:
+    """A TCP port that was free a moment ago (for the ``{port}`` placeholder): any, or the first
+    free one of ``port_range`` [low, high] (inclusive) from a random start, so that runners
+    sharing a range rarely race for one port. Raises OSError naming the range when none is free."""
+    if port_range is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return int(sock.getsockname()[1])
+    low, high = port_range
+    ports = list(range(low, high + 1))
+    start = random.randrange(len(ports))
+    for port in ports[start:] + ports[:start]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError(f"no free port in port_range [{low}, {high}] on {host}: every one is in use; widen the range "
+                  "or stop what holds them")
 
 
 def endpoint_of(url: str) -> str:
@@ -451,11 +566,68 @@ def _line(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
-def parse_study(text: str, source: str = "<study>") -> Study:
-    """Validate a study file's text; raise :class:`StudyError` naming each bad key and its line."""
+def _check_depth(text: str, source: str) -> None:
+    """Refuse nesting deeper than :data:`MAX_DEPTH` (PyYAML's composer recurses per level) by a
+    scan of the tokens, which does not recurse; names the line where it gets too deep."""
+    depth = 0
+    opening = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
+               yaml.FlowSequenceStartToken)
+    closing = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, opening):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise StudyError(f"{source} line {token.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep; "
+                                 "a study file needs a few levels (study, arms, serve, argv): check the brackets there")
+        elif isinstance(token, closing):
+            depth -= 1
+
+
+def _check_nodes(node: yaml.Node | None, source: str) -> None:
+    """Refuse a mapping with a key twice (naming both lines) and a document that expands, aliases
+    counted each time used, to more than :data:`MAX_NODES` nodes. Iterative: no recursion limit."""
+    seen = 0
+    stack: list[tuple[yaml.Node, str]] = [(node, "")] if node is not None else []
+    while stack:
+        current, path = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise StudyError(f"{source} line {current.start_mark.line + 1}: the file expands to more than {MAX_NODES:,} "
+                             "values (YAML aliases '*name' count each time they are used); a study file needs far "
+                             "fewer: remove the aliases")
+        if isinstance(current, yaml.MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key, value in current.value:
+                name = f"{path}.{key.value}" if path else str(key.value)
+                if isinstance(key, yaml.ScalarNode):
+                    ident = (key.tag, key.value)
+                    if ident in first:
+                        raise StudyError(f"{source} line {key.start_mark.line + 1}: key '{name}' appears twice in one "
+                                         f"mapping (first at line {first[ident]}); YAML would keep only the last one "
+                                         "silently: remove or rename one of them")
+                    first[ident] = key.start_mark.line + 1
+                stack.append((value, name))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend((item, f"{path}.{i}") for i, item in enumerate(current.value))
+
+
+def parse_study(text: str, source: str = "<study>", *, allow_large_grid: bool = False) -> Study:
+    """Validate a study file's text; raise :class:`StudyError` naming each bad key and its line.
+
+    Refused before parsing: more than :data:`MAX_STUDY_BYTES` of text, nesting deeper than
+    :data:`MAX_DEPTH`; after: a key twice in one mapping, more than :data:`MAX_NODES` values, and
+    more arms than the limit (:func:`check_arm_count`; ``allow_large_grid`` lifts ``max_arms``).
+    """
+    if len(text) > MAX_STUDY_BYTES:
+        raise StudyError(f"{source}: {len(text):,} characters, more than a study file may have ({MAX_STUDY_BYTES:,}); "
+                         "is this the study file? Long lists belong in grids, prompts in a workload file")
     try:
+        _check_depth(text, source)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        _check_nodes(node, source)
         raw = yaml.safe_load(text)
+    except RecursionError as exc:
+        raise StudyError(f"{source}: nested too deeply to read; check the brackets") from exc
     except yaml.YAMLError as exc:
         mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -480,17 +652,20 @@ def parse_study(text: str, source: str = "<study>") -> Study:
             line = _line(node, loc)
             problems.append(f"{source}{f' line {line}' if line else ''}: key '{key}': {msg}")
         raise StudyError("; ".join(problems)) from exc
+    check_arm_count(spec, node, source, allow_large_grid)
     arms: list[Arm] = []
+    names: set[str] = set()
     for i, entry in enumerate(spec.arms):
-        for arm in expand_arm(entry):
+        for arm in expand_arm(entry, spec.port_range):
             line = _line(node, ("arms", i, "name"))
             if not ARM_PATTERN.match(arm.name):
                 raise StudyError(f"{source} line {line}: key 'arms.{i}.name': arm name {arm.name!r} is not folder-safe; "
                                  "use letters, digits, '.', '_' or '-' (e.g. 'mtp-steps2-cap128')")
-            if any(a.name == arm.name for a in arms):
+            if arm.name in names:
                 raise StudyError(f"{source} line {line}: key 'arms.{i}.name': arm {arm.name!r} appears twice; "
                                  "every arm needs a unique name (grid arms get -<key><value> suffixes)")
             arms.append(arm)
+            names.add(arm.name)
     if spec.baseline not in {a.name for a in arms}:
         line = _line(node, ("baseline",))
         raise StudyError(f"{source}{f' line {line}' if line else ''}: key 'baseline': {spec.baseline!r} is not one "
@@ -498,11 +673,27 @@ def parse_study(text: str, source: str = "<study>") -> Study:
     return Study(spec=spec, arms=arms)
 
 
-def load_study(path: str | Path) -> Study:
-    """Read and validate a study file (see the module docstring)."""
+def load_study(path: str | Path, *, allow_large_grid: bool = False) -> Study:
+    """Read and validate a study file (see the module docstring): UTF-8, at most
+    :data:`MAX_STUDY_BYTES` bytes (read no further), errors naming the file and line."""
     path = Path(path)
     if not path.is_file():
         raise StudyError(f"{path}: no such study file; give the path of a .yaml study (e.g. data/studies/demo.yaml)")
-    study = parse_study(path.read_text(encoding="utf-8"), str(path))
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_STUDY_BYTES + 1)
+    except OSError as exc:
+        raise StudyError(f"{path}: cannot read the study file ({exc.strerror or exc})") from exc
+    if len(data) > MAX_STUDY_BYTES:
+        raise StudyError(f"{path}: larger than a study file may be ({MAX_STUDY_BYTES:,} bytes); is this the study "
+                         "file? Long lists belong in grids, prompts in a workload file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise StudyError(f"{path} line {line}: byte 0x{data[exc.start]:02x} at column {column} is not UTF-8 text; "
+                         "save the study file as UTF-8") from exc
+    study = parse_study(text, str(path), allow_large_grid=allow_large_grid)
     study.path = path
     return study
