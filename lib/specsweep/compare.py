@@ -515,6 +515,37 @@ def _as_list(value: Any) -> list[Any]:
     return [value] if isinstance(value, (str, dict)) else list(value)
 
 
+#: the id of specsweep's own definition of a metric (``meta.json`` ``metric_definition_ids`` names others)
+OWN_DEFINITION: str = "specsweep"
+
+
+def agreeing_definitions(metas: dict[str, dict[str, Any]], raw_levels: dict[str, pd.DataFrame]
+                         ) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """The arms' level frames without the metric columns whose definitions differ between arms, and one
+    note per metric left out, naming each arm's definition.
+
+    A result set imported from another tool names in ``meta.json`` ``metric_definition_ids`` the
+    definition behind each column where it is not specsweep's (:data:`OWN_DEFINITION` otherwise);
+    two arms compare a metric only where those ids agree, so figures of different definitions are
+    never set against each other.
+    """
+    ids = {a: (m.get("metric_definition_ids") or {}) for a, m in metas.items()}
+    if not any(ids.values()):
+        return raw_levels, []
+    columns = sorted({c for lv in raw_levels.values() for c in lv.columns})
+    notes, drop = [], []
+    for col in columns:
+        having = [a for a, lv in raw_levels.items() if col in lv.columns and lv[col].notna().any()]
+        seen = {a: str(ids[a].get(col, OWN_DEFINITION)) for a in having}
+        if len(set(seen.values())) > 1:
+            drop.append(col)
+            said = "; ".join(f"'{a}': {d}" for a, d in seen.items())
+            notes.append(f"Metric {col} is not compared: the arms define it differently ({said}).")
+    if not drop:
+        return raw_levels, []
+    return {a: lv.drop(columns=[c for c in drop if c in lv.columns]) for a, lv in raw_levels.items()}, notes
+
+
 def _chunk_counted(rs: ResultSet) -> str | None:
     """Where an arm's token counts came from SSE chunks (levels or requests), or None."""
     where = []
@@ -624,6 +655,7 @@ def compare(
     base = by_arm[baseline]
     arms = [baseline] + [a for a in by_arm if a != baseline]
     raw_levels = {a: _with_littles_law(by_arm[a]) for a in arms}
+    raw_levels, definition_notes = agreeing_definitions({a: by_arm[a].meta for a in arms}, raw_levels)
     base_cs = sorted(int(c) for c in raw_levels[baseline]["concurrency"].unique())
     for arm in arms[1:]:
         arm_cs = sorted(int(c) for c in raw_levels[arm]["concurrency"].unique())
@@ -632,7 +664,7 @@ def compare(
                 f"arm '{arm}' (concurrency {', '.join(map(str, arm_cs))}) and baseline '{baseline}' (concurrency "
                 f"{', '.join(map(str, base_cs))}) share no concurrency level, so nothing can be compared; "
                 "measure both arms at the same levels")
-    notes = _check_workloads(sets, base, allow_workload_mismatch)
+    notes = _check_workloads(sets, base, allow_workload_mismatch) + definition_notes
 
     levels = pd.concat([_aggregate_levels(by_arm[a], raw_levels[a]) for a in arms], ignore_index=True)
     user_metric = next(
