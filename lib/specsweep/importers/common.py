@@ -58,6 +58,9 @@ class Level:
     requests: list[RequestRecord] | None = None
     #: where in the source this level came from (file, line), for messages
     where: str = ""
+    #: token-carrying chunks per request where the records' chunk times are not the real timeline
+    #: (None: each record's ``chunk_times`` are the chunks the tool saw)
+    chunks: list[int | None] | None = None
 
 
 @dataclass
@@ -91,15 +94,22 @@ def file_digest(path: Path) -> str:
 
 
 def read_json_objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """The JSON objects of a file that holds one JSON object or JSON lines, as (line, object).
+    """The JSON objects of a file that holds one JSON object or JSON lines, as (line, object);
+    a ``.gz`` file is read through gzip.
 
     :class:`BadInput` naming the file and line when it is neither.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".gz":
+            import gzip
+
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                text = handle.read()
+        else:
+            text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BadInput(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise BadInput(f"{path}: cannot be read as UTF-8 text ({exc})") from None
     stripped = text.strip()
     if not stripped:
@@ -165,7 +175,16 @@ def slug(text: str) -> str:
 def _records_frame(level: Level, run_id: str, arm: str, repeat: int) -> pd.DataFrame:
     records = level.requests or []
     t0 = min((r.t_sent for r in records), default=0.0)
-    return requests_frame(records, t0=t0, run_id=run_id, arm=arm, concurrency=level.concurrency, repeat=repeat)
+    frame = requests_frame(records, t0=t0, run_id=run_id, arm=arm, concurrency=level.concurrency, repeat=repeat,
+                           keep_chunks=level.chunks is None)
+    if level.chunks is not None and not frame.empty:
+        # the tool gave first and last token times and a chunk count, not each chunk's time
+        chunks = pd.Series([float(c) if c else math.nan for c in level.chunks], index=frame.index)
+        frame["chunks"] = chunks.fillna(frame["chunks"].astype(float))
+        frame["tokens_per_chunk_mean"] = frame["output_tokens"] / frame["chunks"].where(frame["chunks"] > 0)
+        for col in ("itl_mean_s", "itl_p99_s", "chunk_gap_mean_s", "chunk_gap_p99_s"):
+            frame[col] = math.nan
+    return frame
 
 
 def build_frames(runs: Sequence[ToolRun], run_id: str, arm: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
