@@ -93,6 +93,11 @@ def _convert(param: NotebookParameter, text: str) -> Any:
                     value = [value]
                 if not isinstance(value, list):
                     raise ValueError(text)
+                inner = kind[5:-1] if kind.startswith("list[") else ""
+                if inner == "int" and not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                    raise ValueError(text)
+                if inner == "str":
+                    value = [str(v) for v in value]
                 return value
         except (ValueError, yaml.YAMLError):
             continue

@@ -656,6 +656,8 @@ def compare(
     arms = [baseline] + [a for a in by_arm if a != baseline]
     raw_levels = {a: _with_littles_law(by_arm[a]) for a in arms}
     raw_levels, definition_notes = agreeing_definitions({a: by_arm[a].meta for a in arms}, raw_levels)
+    if any("output_tok_s" not in lv.columns for lv in raw_levels.values()):
+        raise ValueError("the arms' aggregate throughput cannot be compared: " + " ".join(definition_notes))
     base_cs = sorted(int(c) for c in raw_levels[baseline]["concurrency"].unique())
     for arm in arms[1:]:
         arm_cs = sorted(int(c) for c in raw_levels[arm]["concurrency"].unique())
@@ -672,7 +674,8 @@ def compare(
         None,
     )
     if user_metric is None:
-        raise ValueError("no per-user speed metric (user_tok_s_mean or request_tok_s_mean) is present in every arm")
+        raise ValueError("no per-user speed metric (user_tok_s_mean or request_tok_s_mean) is present in every arm"
+                         + "".join(f" {n}" for n in definition_notes))
     levels["concurrency_estimate"] = levels["output_tok_s"] / levels[user_metric]
     measured = levels["effective_concurrency"] if "effective_concurrency" in levels else pd.Series(math.nan, index=levels.index)
     levels["effective_concurrency_kind"] = np.where(measured.notna(), "measured", "estimate")

@@ -131,6 +131,11 @@ def read(path: Path) -> ToolRun:
         wl["input_tokens"] = int(round(isl))
     models = [m.get("name") for m in (cfg.get("models") or {}).get("items", []) if isinstance(m, dict)]
     notes = []
+    if f.get("tpot_p50_s") == 0.0:
+        warnings.append(f"aiperf at concurrency {conc} ({path.name}): the median time per output token is 0 ms, so "
+                        "most tokens reached the client in bursts: the client, not the server, likely limited this "
+                        "level (re-run it on a less loaded client machine); its throughput and latencies describe "
+                        "the client.")
     mismatch = _stat(doc, "osl_mismatch_count", "avg", where)
     if mismatch == mismatch and mismatch > 0:
         notes.append(f"{where}: aiperf counted {mismatch:.0f} request(s) whose output length differs from the requested one")

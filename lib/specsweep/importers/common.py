@@ -285,6 +285,9 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
             "version": ", ".join(versions) if versions else None,
             "files": files,
             "reader": first.reader,
+            "citation": (f"{first.tool}{' ' + ', '.join(versions) if versions else ''} result file(s) "
+                         + ", ".join(f"{f['path']} (SHA-256 {f['sha256'][:12]}…)" for f in files)
+                         + f", imported by {first.reader or 'specsweep.importers'}"),
         },
         "tool": {"name": first.tool, "version": ", ".join(versions) if versions else None, "git_commit": None},
         "model": first.model,
