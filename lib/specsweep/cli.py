@@ -123,6 +123,10 @@ def _add_sweep(sub: Any) -> None:
     p.set_defaults(func=_run_sweep)
 
 
+#: errors the sweep notebook raises for parameters or files it cannot use (exit status 2)
+BAD_INPUT_ERRORS: frozenset[str] = frozenset({"ConfigError", "DatasetError", "SchemaError", "ValidationError"})
+
+
 def _run_sweep(args: argparse.Namespace) -> int:
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
@@ -138,7 +142,8 @@ def _run_sweep(args: argparse.Namespace) -> int:
                             progress_bar=False, cwd=str(Path.cwd()))
     except PapermillExecutionError as exc:
         print(f"{PROG} sweep: {exc.ename}: {exc.evalue} (the executed notebook is {target})", file=sys.stderr)
-        return BAD_INPUT if exc.ename in {"ConfigError", "ValidationError"} else FAILED
+        bad = exc.ename in BAD_INPUT_ERRORS or (exc.ename == "ValueError" and str(exc.evalue).startswith("parameter '"))
+        return BAD_INPUT if bad else FAILED
     print(f"{PROG} sweep: done; the executed notebook is {target}")
     return OK
 
