@@ -175,7 +175,7 @@ def test_sglang_openai_backend_names_the_requested_length_fallback(tmp_path):
     assert any("sglang-oai" in w for w in oai.meta["warnings"])
     assert "cumulative" in oai.meta["metric_definitions"]["sglang_accept_length"]
     # the two arms count tokens differently: nothing token-based is set against each other
-    with pytest.raises(ValueError, match="output_tok_s is not compared"):
+    with pytest.raises(ValueError, match="output_tok_s` is not compared"):
         compare([native, oai])
 
 
@@ -207,7 +207,7 @@ def test_aiperf_client_tokenizer_counts_are_not_compared_with_server_counts(tmp_
     assert client.levels["output_tok_s"].iloc[0] == raw["output_token_throughput"]["avg"]
     _, notes = agreeing_definitions({"baseline": server.meta, "mtp": client.meta},
                                     {"baseline": server.levels, "mtp": client.levels})
-    left_out = {n.split()[1] for n in notes}
+    left_out = {n.split()[1].strip("`") for n in notes}
     assert {"output_tok_s", "user_tok_s_mean", "tpot_p50_s"} <= left_out
     assert "ttft_p50_s" not in left_out  # time to first token does not depend on the count
 
@@ -320,4 +320,17 @@ def test_definitions_that_differ_leave_the_metric_out_and_say_so():
             assert notes == []
         for m, agree in truth.items():
             assert (m in kept["base"].columns) == agree
-            assert any(n.startswith(f"Metric {m} ") for n in notes) == (not agree)
+            assert any(n.startswith(f"Metric `{m}` ") for n in notes) == (not agree)
+
+
+def test_definition_notes_escape_what_meta_json_says():
+    import pandas as pd
+
+    evil = "[click](javascript:alert(1)) <img src=x onerror=alert(1)>"
+    frames = {a: pd.DataFrame({"concurrency": [1], "output_tok_s": [1.0]}) for a in ("base", "x")}
+    _, notes = agreeing_definitions({"base": {}, "x": {"metric_definition_ids": {"output_tok_s": evil}}}, frames)
+    from specsweep.markup import markdown_html
+
+    (note,) = notes
+    page = markdown_html(note)  # as the report renders its notes
+    assert "<img" not in page and "href" not in page and "[click](javascript:alert(1))" in page

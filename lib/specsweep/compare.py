@@ -539,8 +539,11 @@ def agreeing_definitions(metas: dict[str, dict[str, Any]], raw_levels: dict[str,
         seen = {a: str(ids[a].get(col, OWN_DEFINITION)) for a in having}
         if len(set(seen.values())) > 1:
             drop.append(col)
-            said = "; ".join(f"'{a}': {d}" for a, d in seen.items())
-            notes.append(f"Metric {col} is not compared: the arms define it differently ({said}).")
+            from specsweep.markup import md_text  # the notes are shown as Markdown; ids come from meta.json
+
+            said = "; ".join(f"'{md_text(a)}': {md_text(d)}" for a, d in seen.items())
+            name = f"`{col}`" if str(col).replace("_", "").isalnum() else md_text(col)
+            notes.append(f"Metric {name} is not compared: the arms define it differently ({said}).")
     if not drop:
         return raw_levels, []
     return {a: lv.drop(columns=[c for c in drop if c in lv.columns]) for a, lv in raw_levels.items()}, notes
