@@ -210,7 +210,7 @@ def build_frames(runs: Sequence[ToolRun], run_id: str, arm: str) -> tuple[pd.Dat
                 if k not in row or (isinstance(row[k], float) and math.isnan(row[k])):
                     row[k] = v
             level_rows.append(row)
-    levels = pd.DataFrame(level_rows)
+    levels = pd.DataFrame(level_rows).sort_values(["concurrency", "repeat"], kind="stable").reset_index(drop=True)
     if "output_tok_s" not in levels or levels["output_tok_s"].isna().all():
         raise BadInput(f"{runs[0].source}: no aggregate output throughput in the file; nothing to compare")
     requests = pd.concat(request_frames, ignore_index=True) if with_requests and request_frames else None

@@ -96,6 +96,9 @@ def read(path: Path) -> ToolRun:
         if tpot == tpot and tpot > 0:
             f["user_tok_s_mean"] = 1.0 / tpot
         levels.append(Level(conc, {k: v for k, v in f.items() if v == v}, None, where))
+        if isinstance(obj.get("ttfts"), list):
+            notes.append(f"{where}: per-request arrays (--output-details) carry no start times, so SGLang's level "
+                         "figures were used and no per-request rows were kept")
         info = obj.get("server_info") if isinstance(obj.get("server_info"), dict) else {}
         version = version or info.get("version")
         model = model or info.get("served_model_name") or info.get("model_path")

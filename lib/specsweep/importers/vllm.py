@@ -52,6 +52,9 @@ WARNING = ("Imported from vllm bench serve: vLLM's 'ITL' is one sample per strea
            "token counts are the server's usage figures or, when the server sent none, a client re-tokenisation "
            "(the file does not say which).")
 
+#: where the level's acceptance length came from (compare names it beside the figure)
+ACCEPT_SOURCE = "vllm bench serve: /metrics counter deltas over the run (1 + Δaccepted / Δdrafts)"
+
 _DETAIL = ("ttfts", "itls", "output_lens", "start_times", "latencies")
 
 
@@ -81,6 +84,7 @@ def _figures(obj: dict[str, Any], where: str, detailed: bool) -> tuple[dict[str,
     f["vllm_peak_output_tok_s"] = number(obj, "max_output_tokens_per_s", where)
     if not math.isnan(number(obj, "spec_decode_acceptance_length", where)):
         f["spec_accept_length"] = number(obj, "spec_decode_acceptance_length", where)
+        f["spec_accept_length_source"] = ACCEPT_SOURCE  # type: ignore[assignment]
     if detailed:
         return f, ids
     # level figures only: under specsweep names where the formula is specsweep's
@@ -101,7 +105,7 @@ def _figures(obj: dict[str, Any], where: str, detailed: bool) -> tuple[dict[str,
     if tpot == tpot and tpot > 0:
         f["user_tok_s_mean"] = 1.0 / tpot
         ids["user_tok_s_mean"] = USER_FROM_MEAN_TPOT
-    return {k: v for k, v in f.items() if v == v}, ids
+    return {k: v for k, v in f.items() if isinstance(v, str) or v == v}, ids
 
 
 def _level_requests(obj: dict[str, Any], where: str) -> list:
