@@ -30,7 +30,7 @@ def _files(tool: str, arm: str) -> list[Path]:
         "vllm-summary": [FIX / "vllm" / f"{arm}-summary.jsonl"],
         "sglang": [FIX / "sglang" / f"{arm}.jsonl"],
         "guidellm": [FIX / "guidellm" / f"{arm}.json.gz"],
-        "aiperf": sorted((FIX / "aiperf").glob(f"{arm}-c*.json")),
+        "aiperf": sorted((FIX / "aiperf").glob(f"{arm}-c*/profile_export_aiperf.json")),
         "table": [FIX / "table" / f"{arm}.csv"],
     }[tool]
 
@@ -199,7 +199,8 @@ def test_guidellm_tpot_includes_the_first_token_and_is_kept_apart(tmp_path):
 
 
 def test_aiperf_client_tokenizer_counts_are_not_compared_with_server_counts(tmp_path):
-    server = load_result_set(import_files("aiperf", [FIX / "aiperf" / "baseline-c1.json"], "baseline", tmp_path))
+    server = load_result_set(import_files("aiperf", [FIX / "aiperf" / "baseline-c1" / "profile_export_aiperf.json"],
+                                          "baseline", tmp_path))
     client_file = FIX / "aiperf" / "extra" / "mtp-c1-client-tokenizer.json"
     client = load_result_set(import_files("aiperf", [client_file], "mtp", tmp_path))
     assert any("client tokenizer" in w for w in client.meta["warnings"])
@@ -212,12 +213,31 @@ def test_aiperf_client_tokenizer_counts_are_not_compared_with_server_counts(tmp_
     assert "ttft_p50_s" not in left_out  # time to first token does not depend on the count
 
 
+def test_aiperf_per_request_rows_come_from_the_export_beside_the_summary(tmp_path):
+    folder = FIX / "aiperf" / "mtp-c8"
+    summary = _load_json(folder / "profile_export_aiperf.json")[0]
+    rows = [r for r in _load_json(folder / "profile_export.jsonl.gz") if r["metadata"]["benchmark_phase"] == "profiling"]
+    rs = load_result_set(import_files("aiperf", [folder / "profile_export_aiperf.json"], "mtp", tmp_path))
+    assert rs.meta["kind"] == "run" and len(rs.requests) == len(rows)
+    assert rs.requests["output_tokens"].sum() == summary["total_output_tokens"]["avg"]
+    by_start = sorted(rows, key=lambda r: r["metadata"]["request_start_ns"])
+    got = rs.requests.sort_values("t_start_s")
+    # the chunk timeline (TTFT, then aiperf's inter-chunk gaps) ends where aiperf's request latency does
+    latency = np.array([r["metrics"]["request_latency"]["value"] / 1000 for r in by_start])
+    assert np.allclose(got["e2e_s"].to_numpy(), latency, atol=1e-6)
+    assert list(got["chunks"]) == [len(r["metrics"]["inter_chunk_latency"]["value"]) + 1 for r in by_start]
+    osl = np.array([r["metrics"]["output_sequence_length"]["value"] for r in by_start])
+    ttft = np.array([r["metrics"]["time_to_first_token"]["value"] / 1000 for r in by_start])
+    assert np.allclose(got["tpot_s"], (latency - ttft) / (osl - 1), rtol=1e-5)  # aiperf's own per-request ITL
+
+
 def test_aiperf_level_whose_tokens_arrived_in_bursts_is_flagged_client_bound(tmp_path):
     bound = FIX / "aiperf" / "extra" / "baseline-c64-client-bound.json"
     assert _load_json(bound)[0]["inter_token_latency"]["p50"] == 0  # what the recorded file says
     flagged = load_result_set(import_files("aiperf", [bound], "baseline", tmp_path))
     assert any("client, not the server" in w for w in flagged.meta["warnings"])
-    fine = load_result_set(import_files("aiperf", [FIX / "aiperf" / "baseline-c64.json"], "again", tmp_path))
+    fine = load_result_set(import_files("aiperf", [FIX / "aiperf" / "baseline-c64" / "profile_export_aiperf.json"],
+                                        "again", tmp_path))
     assert not any("client, not the server" in w for w in fine.meta["warnings"])
 
 

@@ -12,8 +12,8 @@ its metric definitions in ai-dynamo/aiperf ``aiperf/metrics/types/*.py``. What t
 - ``output_token_throughput`` = Σ OSL / ``benchmark_duration`` (tok/s): specsweep's aggregate.
 - ``inter_token_latency`` = (request_latency − TTFT)/(OSL − 1) per request: specsweep's TPOT;
   ``output_token_throughput_per_user`` = mean over requests of 1/ITL: specsweep's per-user speed.
-- ``request_latency``: request sent → **last response** (the usage chunk or ``[DONE]``), a little
-  after specsweep's e2e (last token-carrying chunk).
+- ``request_latency``: request sent → last *content* response (usage-only chunks left out,
+  ``request_latency_metric.py``): specsweep's e2e.
 - ``inter_chunk_latency``: raw gaps between stream responses (kept as ``aiperf_icl_*``).
 - ``effective_concurrency``: time-weighted requests in flight (specsweep's effective concurrency).
 
@@ -25,21 +25,18 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specsweep.importers.common import BadInput, Level, ToolRun, concurrency_of, read_json_objects
+from specsweep.importers.common import BadInput, Level, ToolRun, concurrency_of, read_json_objects, record
 
 TOOL = "aiperf"
 READER = "specsweep.importers.aiperf (aiperf 0.13.0, profile_export_aiperf.json schema 1.4)"
 CLIENT_TOKENS = "output tokens counted by aiperf's client tokenizer"
-E2E_ID = "aiperf request_latency: request sent → last response (usage chunk or [DONE])"
 DEFINITIONS: dict[str, str] = {
     "aiperf_icl_mean_s": "aiperf inter-chunk latency, mean: raw gaps between stream responses",
     "aiperf_icl_p99_s": "aiperf inter-chunk latency, p99",
-    "e2e_mean_s": E2E_ID + ", mean", "e2e_p50_s": E2E_ID + ", p50", "e2e_p90_s": E2E_ID + ", p90",
-    "e2e_p99_s": E2E_ID + ", p99",
 }
 WARNING = ("Imported from aiperf: its 'ITL' is (latency − TTFT)/(OSL − 1) per request, i.e. specsweep's TPOT, and "
-           "appears here as TPOT; its request latency runs to the last response (after the last token), so e2e "
-           "latencies are compared only with arms that time them the same way.")
+           "appears here as TPOT (not as a distribution over token gaps); its per-user tok/s is the mean of 1/ITL, "
+           "specsweep's per-user speed.")
 WARNING_CLIENT = ("aiperf counted output tokens with its client tokenizer ({tokenizer}), not the server's usage "
                   "figures (run aiperf with --use-server-token-count): aggregate throughput, TPOT and per-user speed "
                   "are compared only with arms whose tokens were counted the same way.")
@@ -79,6 +76,46 @@ def _concurrency(cfg: dict[str, Any], where: str) -> int:
     return concurrency_of(loadgen.get("concurrency"), where, "input_config.loadgen.concurrency")
 
 
+#: aiperf's per-request export, written beside profile_export_aiperf.json
+RECORDS = ("profile_export.jsonl", "profile_export.jsonl.gz")
+
+
+def _records(path: Path, server_counts: bool) -> tuple[list[Any], Path] | None:
+    """The profiling requests of ``profile_export.jsonl`` beside ``path`` as records, or None when absent.
+
+    Per record: ``metadata.request_start_ns`` (epoch ns), ``metrics.time_to_first_token``,
+    ``request_latency`` and ``inter_chunk_latency`` (ms; one gap per token-carrying response after
+    the first), ``output_sequence_length`` (the count aiperf used), ``error``.
+    """
+    sibling = next((path.parent / n for n in RECORDS if (path.parent / n).is_file()), None)
+    if sibling is None:
+        return None
+    out = []
+    for line, rec in read_json_objects(sibling):
+        where = f"{sibling}, line {line}"
+        meta, metrics = rec.get("metadata") or {}, rec.get("metrics") or {}
+        if meta.get("benchmark_phase", "profiling") != "profiling" or meta.get("was_cancelled"):
+            continue
+
+        def value(name: str) -> Any:
+            entry = metrics.get(name)
+            return entry.get("value") if isinstance(entry, dict) else None
+
+        start = meta.get("request_start_ns")
+        if not isinstance(start, (int, float)):
+            raise BadInput(f"{where}: no metadata.request_start_ns; the file was edited or truncated")
+        error = rec.get("error")
+        err = (error.get("message") or error.get("type") or "error") if isinstance(error, dict) else error
+        gaps = value("inter_chunk_latency")
+        ttft, lat, osl = value("time_to_first_token"), value("request_latency"), value("output_sequence_length")
+        out.append(record(start / 1e9, ttft / 1000 if isinstance(ttft, (int, float)) else None,
+                          [g / 1000 for g in gaps] if isinstance(gaps, list) else [],
+                          lat / 1000 if isinstance(lat, (int, float)) else None, osl,
+                          error=str(err) if err else None, prompt_tokens=value("input_sequence_length"),
+                          token_source="usage" if server_counts else "tokenize"))
+    return (out, sibling) if out else None
+
+
 def read(path: Path) -> ToolRun:
     """One ``profile_export_aiperf.json``: one level."""
     (line, doc), *rest = read_json_objects(path)
@@ -112,7 +149,7 @@ def read(path: Path) -> ToolRun:
         raise BadInput(f"{where}: 'output_token_throughput.avg' is missing; the run produced no tokens")
     endpoint = cfg.get("endpoint") or {}
     server_counts = bool(endpoint.get("use_server_token_count"))
-    ids = {k: E2E_ID for k in ("e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s")}
+    ids: dict[str, str] = {}
     warnings = [WARNING]
     definitions = dict(DEFINITIONS)
     if not server_counts:
@@ -139,8 +176,13 @@ def read(path: Path) -> ToolRun:
     mismatch = _stat(doc, "osl_mismatch_count", "avg", where)
     if mismatch == mismatch and mismatch > 0:
         notes.append(f"{where}: aiperf counted {mismatch:.0f} request(s) whose output length differs from the requested one")
+    records = _records(path, server_counts)
+    if records is not None:
+        notes.append(f"{path.name}: per-request rows from {records[1].name} beside it; specsweep's figures were "
+                     "recomputed from them")
     return ToolRun(tool=TOOL, version=str(doc.get("aiperf_version") or "") or None,
-                   levels=[Level(conc, {k: v for k, v in f.items() if v == v}, None, where)], source=path,
+                   levels=[Level(conc, {k: v for k, v in f.items() if v == v}, records[0] if records else None,
+                                 where)], source=path,
                    model=models[0] if models else None, workload=wl, definitions=definitions, definition_ids=ids,
                    warnings=warnings, notes=notes, reader=READER,
                    server={"endpoint": (endpoint.get("urls") or [None])[0]})
