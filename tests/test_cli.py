@@ -78,6 +78,13 @@ def test_import_then_report_arguments_checked_before_the_notebook_runs(tmp_path,
     # an unknown baseline is bad input, said before any report is built
     assert main(["report", str(out), "--name", "x", "--baseline", "nope", "--out-dir", str(tmp_path)]) == 2
     assert "--baseline 'nope'" in capsys.readouterr().err
+    # arms whose tools define every compared figure differently cannot be compared: bad input, named
+    llama = tmp_path / "llama"
+    assert main(["import", "llamacpp", str(FIX / "llamacpp" / "baseline.jsonl"), "--arm", "baseline", "--out",
+                 str(llama)]) == 0
+    assert main(["report", str(llama / "baseline"), str(out / "mtp"), "--name", "x", "--out-dir", str(tmp_path),
+                 "--allow-workload-mismatch"]) == 2
+    assert "is not compared" in capsys.readouterr().err
     # the same import again is refused (exit 2) unless --force
     files = [str(p) for p in sorted((FIX / "vllm").glob("mtp-c*.json"))]
     assert main(["import", "vllm", *files, "--arm", "mtp", "--out", str(out)]) == 2

@@ -181,6 +181,12 @@ def _run_report(args: argparse.Namespace) -> int:
     if args.baseline not in {rs.arm for rs in sets}:
         raise BadInput(f"--baseline {args.baseline!r} is not among the arms ({', '.join(rs.arm for rs in sets)}); "
                        "pass --baseline ARM")
+    from specsweep.compare import compare
+
+    try:  # a comparison that cannot be made (workloads, levels, definitions) is bad input, said before the notebook runs
+        compare(sets, args.baseline, allow_workload_mismatch=args.allow_workload_mismatch, n_boot=0)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
     argv = [a for d in dirs for a in ("--result-set", d)] + ["--name", args.name, "--baseline", args.baseline,
                                                              "--out-dir", args.out_dir]
     if args.title:
