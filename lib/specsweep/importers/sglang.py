@@ -120,6 +120,9 @@ def read(path: Path) -> ToolRun:
         for col in ("output_tok_s", "tpot_mean_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s"):
             ids[col] = f"{col} with {REQUESTED_FALLBACK}"
             definitions[col] = f"as specsweep's, but {REQUESTED_FALLBACK}"
+        for col in ("e2e_mean_s", "e2e_p50_s", "e2e_p90_s", "e2e_p99_s"):
+            ids[col] = f"{col} to the stream's last line ([DONE]), SGLang OpenAI path"
+            definitions[col] = "as specsweep's e2e, but timed to the stream's last line ([DONE]), not the last token"
         warnings.append(WARNING_OAI.format(backend=backend))
     return ToolRun(tool=TOOL, version=str(version) if version else None, levels=levels, source=path,
                    model=str(model) if model else None, workload=workload, definitions=definitions,
