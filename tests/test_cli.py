@@ -147,3 +147,13 @@ def test_sweep_runs_the_notebook_and_writes_a_result_set(tmp_path):
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert bad.returncode == 2, bad.stderr[-3000:]
     assert "no-such-file.jsonl" in bad.stderr
+
+
+def test_import_help_lists_every_tool(capsys):
+    from specsweep.importers import TOOLS
+
+    assert main(["import", "--help"]) == 0
+    text = capsys.readouterr().out
+    for tool in TOOLS:
+        assert f"  {tool} " in text
+    assert "--arm" in text and "--out" in text

@@ -354,3 +354,12 @@ def test_definition_notes_escape_what_meta_json_says():
     (note,) = notes
     page = markdown_html(note)  # as the report renders its notes
     assert "<img" not in page and "href" not in page and "[click](javascript:alert(1))" in page
+
+
+def test_a_concurrency_seen_again_becomes_the_next_repeat(tmp_path):
+    lines = (FIX / "vllm" / "baseline-summary.jsonl").read_text().splitlines()
+    again = _write(tmp_path, "twice.jsonl", "\n".join(lines + lines[:1]))  # --append-result of a second run at c=1
+    rs = load_result_set(import_files("vllm", [again], "baseline", tmp_path / "out"))
+    first = json.loads(lines[0])["max_concurrency"]
+    assert sorted(rs.levels.loc[rs.levels["concurrency"] == first, "repeat"]) == [0, 1]
+    assert rs.meta["sweep"]["repeats"] == 2
