@@ -515,6 +515,40 @@ def _as_list(value: Any) -> list[Any]:
     return [value] if isinstance(value, (str, dict)) else list(value)
 
 
+#: the id of specsweep's own definition of a metric (``meta.json`` ``metric_definition_ids`` names others)
+OWN_DEFINITION: str = "specsweep"
+
+
+def agreeing_definitions(metas: dict[str, dict[str, Any]], raw_levels: dict[str, pd.DataFrame]
+                         ) -> tuple[dict[str, pd.DataFrame], list[str]]:
+    """The arms' level frames without the metric columns whose definitions differ between arms, and one
+    note per metric left out, naming each arm's definition.
+
+    A result set imported from another tool names in ``meta.json`` ``metric_definition_ids`` the
+    definition behind each column where it is not specsweep's (:data:`OWN_DEFINITION` otherwise);
+    two arms compare a metric only where those ids agree, so figures of different definitions are
+    never set against each other.
+    """
+    ids = {a: (m.get("metric_definition_ids") or {}) for a, m in metas.items()}
+    if not any(ids.values()):
+        return raw_levels, []
+    columns = sorted({c for lv in raw_levels.values() for c in lv.columns})
+    notes, drop = [], []
+    for col in columns:
+        having = [a for a, lv in raw_levels.items() if col in lv.columns and lv[col].notna().any()]
+        seen = {a: str(ids[a].get(col, OWN_DEFINITION)) for a in having}
+        if len(set(seen.values())) > 1:
+            drop.append(col)
+            from specsweep.markup import md_text  # the notes are shown as Markdown; ids come from meta.json
+
+            said = "; ".join(f"'{md_text(a)}': {md_text(d)}" for a, d in seen.items())
+            name = f"`{col}`" if str(col).replace("_", "").isalnum() else md_text(col)
+            notes.append(f"Metric {name} is not compared: the arms define it differently ({said}).")
+    if not drop:
+        return raw_levels, []
+    return {a: lv.drop(columns=[c for c in drop if c in lv.columns]) for a, lv in raw_levels.items()}, notes
+
+
 def _chunk_counted(rs: ResultSet) -> str | None:
     """Where an arm's token counts came from SSE chunks (levels or requests), or None."""
     where = []
@@ -624,6 +658,9 @@ def compare(
     base = by_arm[baseline]
     arms = [baseline] + [a for a in by_arm if a != baseline]
     raw_levels = {a: _with_littles_law(by_arm[a]) for a in arms}
+    raw_levels, definition_notes = agreeing_definitions({a: by_arm[a].meta for a in arms}, raw_levels)
+    if any("output_tok_s" not in lv.columns for lv in raw_levels.values()):
+        raise ValueError("the arms' aggregate throughput cannot be compared: " + " ".join(definition_notes))
     base_cs = sorted(int(c) for c in raw_levels[baseline]["concurrency"].unique())
     for arm in arms[1:]:
         arm_cs = sorted(int(c) for c in raw_levels[arm]["concurrency"].unique())
@@ -632,7 +669,7 @@ def compare(
                 f"arm '{arm}' (concurrency {', '.join(map(str, arm_cs))}) and baseline '{baseline}' (concurrency "
                 f"{', '.join(map(str, base_cs))}) share no concurrency level, so nothing can be compared; "
                 "measure both arms at the same levels")
-    notes = _check_workloads(sets, base, allow_workload_mismatch)
+    notes = _check_workloads(sets, base, allow_workload_mismatch) + definition_notes
 
     levels = pd.concat([_aggregate_levels(by_arm[a], raw_levels[a]) for a in arms], ignore_index=True)
     user_metric = next(
@@ -640,7 +677,8 @@ def compare(
         None,
     )
     if user_metric is None:
-        raise ValueError("no per-user speed metric (user_tok_s_mean or request_tok_s_mean) is present in every arm")
+        raise ValueError("no per-user speed metric (user_tok_s_mean or request_tok_s_mean) is present in every arm"
+                         + "".join(f" {n}" for n in definition_notes))
     levels["concurrency_estimate"] = levels["output_tok_s"] / levels[user_metric]
     measured = levels["effective_concurrency"] if "effective_concurrency" in levels else pd.Series(math.nan, index=levels.index)
     levels["effective_concurrency_kind"] = np.where(measured.notna(), "measured", "estimate")

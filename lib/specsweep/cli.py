@@ -1,0 +1,336 @@
+"""The ``specsweep`` console script: one command for the notebooks and modules.
+
+    specsweep sweep  --endpoint URL --arm NAME [--PARAM VALUE ...]   notebooks/sweep.ipynb via papermill
+    specsweep report DIR [DIR ...] --name NAME [...]                 python -m specsweep.report
+    specsweep study  FILE [...]                                       python -m specsweep.study
+    specsweep serve  [...]                                            the reference server (python -m specsweep.refserver)
+    specsweep serve llamacpp [...]                                    specsweep.engines.llamacpp, when installed
+    specsweep import TOOL FILE [FILE ...] --arm NAME [--out DIR]      a peer tool's results as a result set
+
+Exit status: 0 done; 1 the command ran and failed (a sweep or a report that did not finish);
+2 bad input (an unknown option, a bad value, a file that cannot be read), with a message naming it.
+``specsweep sweep --help`` lists the notebook's parameters, their types and units, from its
+``parameters`` cell (as ``papermill --help-notebook`` does). Every subcommand takes ``--help``.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import importlib.util
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from specsweep import __version__
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SWEEP_NOTEBOOK = REPO_ROOT / "notebooks" / "sweep.ipynb"
+PROG = "specsweep"
+OK, FAILED, BAD_INPUT = 0, 1, 2
+
+
+class BadInput(ValueError):
+    """Input the command cannot use; the message says which and what to do."""
+
+
+# ------------------------------------------------------------------------ notebook parameters
+
+
+@dataclass(frozen=True)
+class NotebookParameter:
+    """One line of a notebook's ``parameters`` cell: ``name = default  # type: T  help``."""
+
+    name: str
+    default: Any
+    type: str
+    help: str
+
+
+_PARAM = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*=\s*(?P<value>.+?)\s*#\s*type:\s*(?P<type>\S+)\s*(?P<help>.*)$")
+
+
+def notebook_parameters(notebook: Path = SWEEP_NOTEBOOK) -> list[NotebookParameter]:
+    """The parameters of ``notebook``'s cell tagged ``parameters``, in order."""
+    nb = json.loads(notebook.read_text())
+    cells = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise BadInput(f"{notebook}: needs exactly one cell tagged 'parameters', found {len(cells)}")
+    out = []
+    for line in "".join(cells[0]["source"]).splitlines():
+        m = _PARAM.match(line.strip())
+        if not m:
+            continue
+        out.append(NotebookParameter(m["name"], ast.literal_eval(m["value"]), m["type"], m["help"].strip()))
+    return out
+
+
+def _convert(param: NotebookParameter, text: str) -> Any:
+    """A command-line value for ``param``, by its declared type (YAML for lists; see the notebook)."""
+    import yaml
+
+    kinds = param.type.split("|")
+    if text.lower() in {"none", "null"} and "None" in kinds:
+        return None
+    for kind in kinds:
+        try:
+            if kind == "int":
+                return int(text)
+            if kind == "float":
+                return float(text)
+            if kind == "bool":
+                if text.lower() in {"true", "1", "yes"}:
+                    return True
+                if text.lower() in {"false", "0", "no"}:
+                    return False
+                raise ValueError(text)
+            if kind.startswith("list"):
+                value = yaml.safe_load(text)
+                if isinstance(value, (int, float, str)):
+                    value = [value]
+                if not isinstance(value, list):
+                    raise ValueError(text)
+                inner = kind[5:-1] if kind.startswith("list[") else ""
+                if inner == "int" and not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+                    raise ValueError(text)
+                if inner == "str":
+                    value = [str(v) for v in value]
+                return value
+        except (ValueError, yaml.YAMLError):
+            continue
+        if kind == "str":
+            return text
+    raise argparse.ArgumentTypeError(f"--{param.name.replace('_', '-')}: {text!r} is not a {param.type} "
+                                     f"(e.g. --{param.name.replace('_', '-')} {json.dumps(param.default)})")
+
+
+def _add_sweep(sub: Any) -> None:
+    params = notebook_parameters()
+    p = sub.add_parser("sweep", help="measure one arm across concurrency levels (notebooks/sweep.ipynb)",
+                       description="Run notebooks/sweep.ipynb through papermill with these parameters (the notebook's "
+                                   "parameters cell; units in each line). Lists take YAML or comma-free single "
+                                   "values: --concurrency '[1, 4, 16]'.")
+    for param in params:
+        p.add_argument(f"--{param.name.replace('_', '-')}", dest=f"nb_{param.name}", metavar=param.type.upper(),
+                       type=lambda text, param=param: _convert(param, text), default=argparse.SUPPRESS,
+                       help=f"{param.help} (default: {json.dumps(param.default)})".replace("%", "%%"))
+    p.add_argument("--output-notebook", metavar="PATH", default=None,
+                   help="where the executed notebook goes (default: OUT_DIR/sweep-ARM.ipynb)")
+    p.add_argument("--log-output", action="store_true", help="stream the notebook's output (progress bars) to stderr")
+    p.set_defaults(func=_run_sweep)
+
+
+#: errors the sweep notebook raises for parameters or files it cannot use (exit status 2)
+BAD_INPUT_ERRORS: frozenset[str] = frozenset({"ConfigError", "DatasetError", "SchemaError", "ValidationError"})
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    values = {k[3:]: v for k, v in vars(args).items() if k.startswith("nb_")}
+    defaults = {p.name: p.default for p in notebook_parameters()}
+    arm = values.get("arm", defaults["arm"])
+    out_dir = Path(values.get("out_dir", defaults["out_dir"]))
+    target = Path(args.output_notebook) if args.output_notebook else out_dir / f"sweep-{arm}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        pm.execute_notebook(str(SWEEP_NOTEBOOK), str(target), parameters=values, log_output=args.log_output,
+                            progress_bar=False, cwd=str(Path.cwd()))
+    except PapermillExecutionError as exc:
+        print(f"{PROG} sweep: {exc.ename}: {exc.evalue} (the executed notebook is {target})", file=sys.stderr)
+        bad = exc.ename in BAD_INPUT_ERRORS or (exc.ename == "ValueError" and str(exc.evalue).startswith("parameter '"))
+        return BAD_INPUT if bad else FAILED
+    print(f"{PROG} sweep: done; the executed notebook is {target}")
+    return OK
+
+
+# --------------------------------------------------------------------------------- report
+
+
+def _add_report(sub: Any) -> None:
+    p = sub.add_parser("report", help="build the offline HTML report of result sets (python -m specsweep.report)",
+                       description="Compare result sets (or study folders holding them) against a baseline arm and "
+                                   "write OUT_DIR/NAME.html, a self-contained page.")
+    p.add_argument("result_sets", nargs="*", metavar="DIR", help="result-set or study folders")
+    p.add_argument("--result-set", action="append", default=[], dest="more", metavar="DIR",
+                   help="another result-set folder (repeatable; as python -m specsweep.report)")
+    p.add_argument("--name", required=True, help="report name: writes OUT_DIR/NAME.html")
+    p.add_argument("--baseline", default="baseline", help="arm name of the baseline (default: baseline)")
+    p.add_argument("--title", default=None, help="report title")
+    p.add_argument("--profiles", default=None, metavar="YAML", help="workload profiles as a YAML list")
+    p.add_argument("--out-dir", default="reports", help="where NAME.html goes (default: ./reports)")
+    p.add_argument("--allow-workload-mismatch", action="store_true", help="compare arms measured with different workloads")
+    p.set_defaults(func=_run_report)
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from specsweep import report
+    from specsweep.store import SchemaError, load_result_sets
+
+    dirs = list(args.result_sets) + list(args.more)
+    if not dirs:
+        raise BadInput("name at least one result-set or study folder, e.g. specsweep report data/runs/imported --name x")
+    try:
+        sets = load_result_sets(dirs)
+    except SchemaError as exc:
+        raise BadInput(str(exc)) from None
+    if args.baseline not in {rs.arm for rs in sets}:
+        raise BadInput(f"--baseline {args.baseline!r} is not among the arms ({', '.join(rs.arm for rs in sets)}); "
+                       "pass --baseline ARM")
+    from specsweep.compare import compare
+
+    try:  # a comparison that cannot be made (workloads, levels, definitions) is bad input, said before the notebook runs
+        compare(sets, args.baseline, allow_workload_mismatch=args.allow_workload_mismatch, n_boot=0)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
+    argv = [a for d in dirs for a in ("--result-set", d)] + ["--name", args.name, "--baseline", args.baseline,
+                                                             "--out-dir", args.out_dir]
+    if args.title:
+        argv += ["--title", args.title]
+    if args.profiles:
+        argv += ["--profiles", args.profiles]
+    if args.allow_workload_mismatch:
+        argv.append("--allow-workload-mismatch")
+    return int(report.main(argv))
+
+
+# --------------------------------------------------------------------------------- import
+
+
+def _add_import(sub: Any) -> None:
+    from specsweep.importers import TOOLS
+
+    tools = "\n".join(f"  {name:<9} {what}" for name, (_, what) in TOOLS.items())
+    p = sub.add_parser("import", help="turn a peer tool's result files into a result set",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Read the result files one tool wrote for one configuration (one file per "
+                                   "concurrency, or one file holding them all) and write them as the result set "
+                                   "OUT/ARM, ready for `specsweep report OUT --name NAME`.",
+                       epilog="tools:\n" + tools + "\n\nThe page names the tool, and each definition that differs "
+                              "from specsweep's; two arms compare only the metrics whose definitions agree.")
+    p.add_argument("tool", choices=list(TOOLS), metavar="TOOL", help="one of: " + ", ".join(TOOLS))
+    p.add_argument("files", nargs="+", metavar="FILE", help="the tool's result files for this arm")
+    p.add_argument("--arm", required=True, help="name of the configuration measured (folder-safe), e.g. baseline, mtp")
+    p.add_argument("--out", default="data/runs/imported", metavar="DIR",
+                   help="the result set goes to DIR/ARM (default: data/runs/imported)")
+    p.add_argument("--label", default=None, help="human-readable description of the arm for reports")
+    p.add_argument("--output-tokens", type=_positive, default=None, metavar="N",
+                   help="requested output length per request, tokens (where the file does not say)")
+    p.add_argument("--input-tokens", type=_positive, default=None, metavar="N", help="prompt length per request, tokens")
+    p.add_argument("--select", default=None, metavar="WORD",
+                   help="table only: the word in the headers that marks this arm's columns (default: the arm name)")
+    p.add_argument("--force", action="store_true", help="replace an imported result set already at OUT/ARM")
+    p.set_defaults(func=_run_import)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from specsweep.importers import BadInput as ImportBadInput, import_files
+
+    try:
+        path = import_files(args.tool, args.files, args.arm, args.out, label=args.label,
+                            output_tokens=args.output_tokens, input_tokens=args.input_tokens,
+                            select=args.select, force=args.force)
+    except ImportBadInput as exc:
+        raise BadInput(str(exc)) from None
+    print(f"wrote {path}")
+    return OK
+
+
+# --------------------------------------------------------------------- pass-through commands
+
+
+def _delegate(module: str, prog: str) -> Callable[[list[str]], int]:
+    def run(argv: list[str]) -> int:
+        mod = importlib.import_module(module)
+        old = sys.argv[0]
+        sys.argv[0] = prog
+        try:
+            return int(mod.main(argv) or 0)
+        except SystemExit as exc:  # argparse: 2 for bad input, 0 for --help
+            return int(exc.code) if isinstance(exc.code, int) else BAD_INPUT
+        finally:
+            sys.argv[0] = old
+    return run
+
+
+LLAMACPP_ENGINE = "specsweep.engines.llamacpp"
+
+
+def _serve(argv: list[str]) -> int:
+    if argv[:1] == ["llamacpp"]:
+        if importlib.util.find_spec("specsweep.engines") is None or importlib.util.find_spec(LLAMACPP_ENGINE) is None:
+            print(f"{PROG} serve llamacpp: the llama.cpp engine ({LLAMACPP_ENGINE}) is not installed in this "
+                  "specsweep; install a specsweep that has it (pip install 'specsweep[llamacpp]'), or start "
+                  "llama-server yourself and pass its URL as --endpoint", file=sys.stderr)
+            return BAD_INPUT
+        return _delegate(LLAMACPP_ENGINE, f"{PROG} serve llamacpp")(argv[1:])
+    return _delegate("specsweep.refserver.__main__", f"{PROG} serve")(argv)
+
+
+#: subcommands whose options belong to the module they wrap (its own --help lists them)
+PASS_THROUGH: dict[str, tuple[Callable[[list[str]], int], str]] = {
+    "study": (_delegate("specsweep.study", f"{PROG} study"),
+              "run a study file: several arms, repeats, one report (python -m specsweep.study; --help for its options)"),
+    "serve": (_serve, "start the reference server (python -m specsweep.refserver; --help for its options), "
+                      "or 'serve llamacpp ...' for the llama.cpp engine"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="exit status: 0 done, 1 failed, 2 bad input")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_sweep(sub)
+    _add_report(sub)
+    for name, (_, text) in PASS_THROUGH.items():
+        sub.add_parser(name, help=text, add_help=False)
+    _add_import(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; returns the exit status (0 / 1 / 2, see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASS_THROUGH:
+        return PASS_THROUGH[argv[0]][0](argv[1:])
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else BAD_INPUT
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return BAD_INPUT
+    try:
+        return args.func(args)
+    except BadInput as exc:
+        print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
+        return BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return FAILED
+
+
+def entry() -> None:
+    """The console script."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,52 @@
+"""Bring your own benchmark: read peer tools' result files into ordinary result sets.
+
+``specsweep import TOOL FILE... --arm NAME [--out DIR]`` (see :mod:`specsweep.cli`), or
+:func:`import_files`. One module per tool reads its files into
+:class:`~specsweep.importers.common.ToolRun` (each module's docstring pins the peer version read
+and says what each of the tool's figures means); :mod:`specsweep.importers.common` writes them.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Sequence
+
+from specsweep.importers.common import BadInput, ToolRun, write_result_set
+
+#: tool name on the command line -> (module, what files it reads)
+TOOLS: dict[str, tuple[str, str]] = {
+    "vllm": ("specsweep.importers.vllm", "vllm bench serve --save-result JSON (one per concurrency; --save-detailed "
+                                         "adds per-request rows)"),
+    "sglang": ("specsweep.importers.sglang", "SGLang bench_serving --output-file JSON lines (one line per run)"),
+    "guidellm": ("specsweep.importers.guidellm", "guidellm benchmark --outputs benchmarks.json"),
+    "aiperf": ("specsweep.importers.aiperf", "aiperf profile_export_aiperf.json (one per concurrency)"),
+    "llamacpp": ("specsweep.importers.llamacpp", "llama.cpp llama-bench -o json / jsonl (parallel sequences as concurrency)"),
+    "table": ("specsweep.importers.table", "a Markdown or CSV table: concurrency x aggregate / per-request tok/s"),
+}
+
+
+def read_files(tool: str, files: Sequence[str | Path], **options: Any) -> list[ToolRun]:
+    """Each file read by ``tool``'s reader; :class:`BadInput` for an unknown tool or a bad file."""
+    if tool not in TOOLS:
+        raise BadInput(f"unknown tool {tool!r}; choose one of {', '.join(TOOLS)}")
+    module = importlib.import_module(TOOLS[tool][0])
+    runs = []
+    for f in files:
+        path = Path(f)
+        if not path.is_file():
+            raise BadInput(f"{path}: no such file")
+        runs.append(module.read(path, **options) if options else module.read(path))
+    return runs
+
+
+def import_files(tool: str, files: Sequence[str | Path], arm: str, out_dir: str | Path = "data/runs/imported", *,
+                 label: str | None = None, output_tokens: int | None = None, input_tokens: int | None = None,
+                 select: str | None = None, force: bool = False) -> Path:
+    """Read ``files`` with ``tool``'s reader and write them as the result set ``out_dir/arm``."""
+    options = {"select": select or arm} if tool == "table" else {}
+    runs = read_files(tool, files, **options)
+    return write_result_set(runs, arm, out_dir, label=label, output_tokens=output_tokens,
+                            input_tokens=input_tokens, force=force)
+
+
+__all__ = ["TOOLS", "BadInput", "read_files", "import_files"]

@@ -1,0 +1,145 @@
+"""Read guidellm's ``benchmarks.json`` (``guidellm run --output kind=json``; older releases
+``guidellm benchmark --outputs benchmarks.json``) into :class:`~specsweep.importers.common.ToolRun`.
+
+Written against guidellm 0.8.1 (the release that wrote the fixtures, ``metadata.version`` 2) and
+its source at commit ee7a77457ba668b4b5ccb40f110518829893b36a
+(``src/guidellm/schemas/request_stats.py``, ``src/guidellm/benchmark/schemas/``). A file holds
+one benchmark per strategy; specsweep reads the closed-loop ones (``concurrent``: one per
+``streams`` value; ``synchronous``: concurrency 1). What guidellm's figures mean there:
+
+- Per request (``requests.successful[]`` / ``errored[]``): ``info.timings.request_start``,
+  ``first_token_iteration``, ``last_token_iteration``, ``request_end`` (epoch seconds) and
+  ``token_iterations`` (stream chunks that carried tokens). ``output_tokens`` is the server's usage
+  figure (``output_metrics.total_tokens``, asked for with ``continuous_usage_stats``), or, when the
+  server sent none, the number of chunks.
+- ``time_per_output_token_ms`` = (last token − request start) / output tokens: **it includes the
+  first token** (and the wait for it), unlike specsweep's TPOT = (e2e − TTFT)/(tokens − 1).
+- ``inter_token_latency_ms`` = (last − first token)/(output tokens − 1): one value per request,
+  which is specsweep's TPOT, not a distribution over token gaps.
+- ``output_tokens_per_second``: a rate distribution over the measured window, not Σ tokens / window.
+
+The level's specsweep figures are computed from the per-request rows (TTFT, e2e, TPOT, tokens
+per chunk; no chunk timeline, so no inter-chunk or token-normalised ITL); guidellm's own summary
+figures are kept as ``guidellm_*``.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from specsweep.importers.common import BadInput, Level, ToolRun, concurrency_of, read_json_objects, record
+
+TOOL = "guidellm"
+READER = "specsweep.importers.guidellm (guidellm 0.8.1; source at commit ee7a77457ba668b4b5ccb40f110518829893b36a)"
+DEFINITIONS: dict[str, str] = {
+    "guidellm_tpot_mean_s": "guidellm 'TPOT', mean: (last token − request start) / output tokens, so it includes the "
+                            "first token and the wait for it (not specsweep's TPOT)",
+    "guidellm_itl_mean_s": "guidellm 'ITL', mean over requests of (last − first token) / (output tokens − 1) "
+                           "(= specsweep's TPOT per request)",
+    "guidellm_output_tok_s_mean": "guidellm output_tokens_per_second, mean of its rate distribution over the window",
+}
+WARNING = ("Imported from guidellm: its 'TPOT' includes the first token ((last token − start) / tokens) and is kept "
+           "as guidellm_tpot_*, not as specsweep's TPOT; its 'ITL' is one per-request average (specsweep's TPOT), not "
+           "a distribution over token gaps. specsweep's figures here are recomputed from guidellm's per-request "
+           "timings; there is no chunk timeline, so no inter-chunk or token-normalised ITL.")
+
+
+def _dig(obj: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(k)
+    return obj
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        else None
+
+
+def _concurrency(bench: dict[str, Any], where: str) -> int | None:
+    strategy = _dig(bench, "config", "strategy") or {}
+    kind = strategy.get("type_")
+    if kind == "synchronous":
+        return 1
+    if kind == "concurrent":
+        return concurrency_of(strategy.get("streams", strategy.get("max_concurrency")), where, "strategy.streams")
+    return None
+
+
+def _request(req: dict[str, Any], where: str, failed: bool) -> Any:
+    t = _dig(req, "info", "timings") or {}
+    start = _num(t.get("request_start")) or _num(req.get("request_start_time"))
+    if start is None:
+        raise BadInput(f"{where}: a request has no info.timings.request_start; the file was edited or truncated")
+    end = _num(t.get("request_end")) or _num(req.get("request_end_time"))
+    first, last = _num(t.get("first_token_iteration")), _num(t.get("last_token_iteration"))
+    if failed or first is None:
+        err = _dig(req, "info", "error") or ("errored" if failed else "no token received")
+        return record(start, None, None, (end - start) if end else None, None, error=str(err)), None
+    usage = _num(_dig(req, "output_metrics", "total_tokens"))
+    chunks = int(t.get("token_iterations") or 0)
+    tokens = usage if usage is not None else float(chunks or 0)
+    last = last if last is not None else first
+    rec = record(start, first - start, [last - first] if last > first else [], (end - start) if end else None,
+                 tokens, prompt_tokens=_num(req.get("prompt_tokens")),
+                 token_source="usage" if usage is not None else "chunks")
+    return rec, chunks
+
+
+def read(path: Path) -> ToolRun:
+    """One ``benchmarks.json``: a level per closed-loop benchmark."""
+    (line, doc), *rest = read_json_objects(path)
+    if rest or not isinstance(doc.get("benchmarks"), list):
+        raise BadInput(f"{path}: no 'benchmarks' list: not a guidellm benchmarks.json")
+    version = _dig(doc, "metadata", "guidellm_version")
+    levels, notes, skipped = [], [], []
+    workload: dict[str, Any] = {}
+    for i, bench in enumerate(doc["benchmarks"]):
+        where = f"{path}, benchmarks[{i}]"
+        if not isinstance(bench, dict):
+            raise BadInput(f"{where}: not an object")
+        conc = _concurrency(bench, where)
+        if conc is None:
+            skipped.append(str(_dig(bench, "config", "strategy", "type_")))
+            continue
+        reqs = bench.get("requests") or {}
+        records, chunks = [], []
+        for group, failed in (("successful", False), ("errored", True)):
+            for req in reqs.get(group) or []:
+                rec, n = _request(req, where, failed)
+                records.append(rec)
+                chunks.append(n)
+        if not records:
+            raise BadInput(f"{where}: no per-request samples (requests.successful is empty); re-run guidellm without "
+                           "a request sample limit")
+        m = bench.get("metrics") or {}
+        fig = {
+            "guidellm_tpot_mean_s": (_num(_dig(m, "time_per_output_token_ms", "successful", "mean")) or math.nan) / 1000,
+            "guidellm_itl_mean_s": (_num(_dig(m, "inter_token_latency_ms", "successful", "mean")) or math.nan) / 1000,
+            "guidellm_output_tok_s_mean": _num(_dig(m, "output_tokens_per_second", "successful", "mean")) or math.nan,
+        }
+        incomplete = len(reqs.get("incomplete") or [])
+        if incomplete:
+            notes.append(f"{where}: {incomplete} incomplete request(s) (cancelled at the end of the benchmark) left out")
+        levels.append(Level(conc, {k: v for k, v in fig.items() if v == v}, records, where, chunks=chunks))
+        data = _dig(bench, "config", "requests") or {}
+        workload.setdefault("source", data)
+    if skipped:
+        notes.append(f"{path.name}: benchmarks of open-loop strategies ({', '.join(sorted(set(skipped)))}) left out; "
+                     "specsweep compares closed-loop concurrency levels")
+    if not levels:
+        raise BadInput(f"{path}: no concurrent or synchronous benchmark; run guidellm with --profile kind=concurrent")
+    spec_data = _dig(doc, "config", "spec", "data") or []
+    data0 = spec_data[0] if spec_data and isinstance(spec_data[0], dict) else {}
+    wl: dict[str, Any] = {"kind": f"guidellm:{data0.get('kind', 'unknown')}"}
+    if isinstance(data0.get("output_tokens"), int):
+        wl["output_tokens"] = data0["output_tokens"]
+    if isinstance(data0.get("prompt_tokens"), int):
+        wl["input_tokens"] = data0["prompt_tokens"]
+    target = _dig(doc, "config", "spec", "backend", "target")
+    model = _dig(doc, "config", "spec", "backend", "model") or None
+    return ToolRun(tool=TOOL, version=str(version) if version else None, levels=levels, source=path, model=model,
+                   workload=wl, definitions=dict(DEFINITIONS), warnings=[WARNING], notes=notes, reader=READER,
+                   server={"endpoint": target} if target else {})

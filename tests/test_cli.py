@@ -1,0 +1,159 @@
+"""The ``specsweep`` console script (``specsweep.cli``): help from the notebook's parameters cell,
+exit codes 0 / 1 / 2, and each subcommand running the real thing (papermill, the reference
+server on 127.0.0.1, the importers)."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specsweep.cli import main
+from specsweep.store import load_result_set
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "importers"
+
+
+def _script() -> list[str]:
+    exe = shutil.which("specsweep", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "specsweep.cli"]
+
+
+def _parameter_lines() -> list[tuple[str, str, str]]:
+    """(name, type, help) of each parameter line of notebooks/sweep.ipynb, read here independently."""
+    nb = json.loads((ROOT / "notebooks" / "sweep.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    out = []
+    for line in "".join(cell["source"]).splitlines():
+        if "# type:" in line and "=" in line.split("#")[0]:
+            name = line.split("=")[0].strip()
+            kind, _, text = line.split("# type:")[1].strip().partition("  ")
+            out.append((name, kind, text.strip()))
+    return out
+
+
+def test_sweep_help_lists_every_notebook_parameter_with_its_type_and_unit(capsys):
+    assert main(["sweep", "--help"]) == 0
+    text = re.sub(r"\s+", " ", capsys.readouterr().out)
+    params = _parameter_lines()
+    assert len(params) >= 20
+    for name, kind, help_text in params:
+        flag = "--" + name.replace("_", "-")
+        assert f"{flag} {kind.upper()}" in text, flag
+        assert re.sub(r"\s+", " ", help_text)[:40] in text, flag
+    assert "seconds before one request counts as failed" in text  # a unit, from request_timeout_s
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "COMMAND"),
+    (["sweep", "--repeats", "three"], "--repeats"),
+    (["sweep", "--concurrency", "[1, many]"], "--concurrency"),
+    (["import", "nosuchtool", "f.json", "--arm", "a"], "TOOL"),
+    (["import", "vllm", "no-such-file.json", "--arm", "a"], "no-such-file.json: no such file"),
+    (["import", "table", str(FIX / "table" / "seed.md"), "--arm", "mtp", "--output-tokens", "0"], "--output-tokens"),
+    (["report", "no-such-folder", "--name", "x"], "no-such-folder"),
+])
+def test_bad_input_exits_2_with_a_message_naming_it(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_import_then_report_arguments_checked_before_the_notebook_runs(tmp_path, capsys):
+    out = tmp_path / "imported"
+    for arm in ("baseline", "mtp"):
+        files = [str(p) for p in sorted((FIX / "vllm").glob(f"{arm}-c*.json"))]
+        assert main(["import", "vllm", *files, "--arm", arm, "--out", str(out)]) == 0
+    assert f"wrote {out / 'mtp'}" in capsys.readouterr().out
+    assert load_result_set(out / "mtp").meta["source"]["tool"] == "vllm bench serve"
+    # an unknown baseline is bad input, said before any report is built
+    assert main(["report", str(out), "--name", "x", "--baseline", "nope", "--out-dir", str(tmp_path)]) == 2
+    assert "--baseline 'nope'" in capsys.readouterr().err
+    # arms whose tools define every compared figure differently cannot be compared: bad input, named
+    llama = tmp_path / "llama"
+    assert main(["import", "llamacpp", str(FIX / "llamacpp" / "baseline.jsonl"), "--arm", "baseline", "--out",
+                 str(llama)]) == 0
+    assert main(["report", str(llama / "baseline"), str(out / "mtp"), "--name", "x", "--out-dir", str(tmp_path),
+                 "--allow-workload-mismatch"]) == 2
+    assert "is not compared" in capsys.readouterr().err
+    # the same import again is refused (exit 2) unless --force
+    files = [str(p) for p in sorted((FIX / "vllm").glob("mtp-c*.json"))]
+    assert main(["import", "vllm", *files, "--arm", "mtp", "--out", str(out)]) == 2
+    assert main(["import", "vllm", *files, "--arm", "mtp", "--out", str(out), "--force"]) == 0
+
+
+def test_serve_llamacpp_says_what_to_do_when_the_engine_is_not_installed(capsys):
+    if importlib.util.find_spec("specsweep.engines") is not None and \
+            importlib.util.find_spec("specsweep.engines.llamacpp") is not None:
+        assert main(["serve", "llamacpp", "--help"]) == 0
+        return
+    assert main(["serve", "llamacpp", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "specsweep.engines.llamacpp" in err and "not installed" in err
+
+
+def test_serve_starts_the_reference_server_on_127_0_0_1():
+    proc = subprocess.Popen([*_script(), "serve", "--profile", "tiny", "--port", "0", "--health-delay-s", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = None
+        for _ in range(50):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"ready: (http://127\.0\.0\.1:\d+)", line)
+            if m:
+                url = m.group(1)
+                break
+        assert url, proc.stderr.read() if proc.poll() is not None else "no ready line"
+        models = httpx.get(f"{url}/v1/models", timeout=10).json()
+        assert models["data"][0]["id"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_study_dry_run_passes_through(capsys):
+    assert main(["study", str(ROOT / "data" / "studies" / "demo.yaml"), "--dry-run"]) == 0
+    assert capsys.readouterr().out.strip()
+    assert main(["study", "--no-such-option"]) == 2
+
+
+def test_sweep_runs_the_notebook_and_writes_a_result_set(tmp_path):
+    """The console script end to end: papermill runs notebooks/sweep.ipynb on the embedded server."""
+    out = tmp_path / "runs"
+    proc = subprocess.run([*_script(), "sweep", "--arm", "baseline", "--embedded-profile", "tiny",
+                           "--concurrency", "[2]", "--requests-per-level", "4", "--output-tokens", "16",
+                           "--input-tokens", "32", "--out-dir", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = [p for p in out.iterdir() if (p / "meta.json").exists()]
+    rs = load_result_set(run)
+    assert list(rs.levels["concurrency"]) == [2]
+    assert (rs.requests["output_tokens"] == 16).all()
+    assert (out / "sweep-baseline.ipynb").exists()
+    # a parameter the notebook rejects is bad input (2), named in the message
+    bad = subprocess.run([*_script(), "sweep", "--arm", "baseline", "--embedded-profile", "tiny",
+                          "--workload", "no-such-file.jsonl", "--out-dir", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert bad.returncode == 2, bad.stderr[-3000:]
+    assert "no-such-file.jsonl" in bad.stderr
+
+
+def test_import_help_lists_every_tool(capsys):
+    from specsweep.importers import TOOLS
+
+    assert main(["import", "--help"]) == 0
+    text = capsys.readouterr().out
+    for tool in TOOLS:
+        assert f"  {tool} " in text
+    assert "--arm" in text and "--out" in text
