@@ -826,6 +826,9 @@ def _sglang_meta(data: bytes) -> dict[str, Any] | None:
 
 
 _DONE_TAIL = b"data: [DONE]\n\n"
+#: the largest token count a server can claim for one request (int32: no context is longer); a
+#: larger one makes the request an error row (``parse_exchange``), never an ``OverflowError``
+MAX_COUNT = 2**31 - 1
 _COUNT_KEY = b'"completion_tokens":'
 #: per event, its first ``completion_tokens`` value (the rest of the event is skipped: one per event)
 _COUNT_RE = re.compile(rb'"completion_tokens":(-?\d+)[,}][^\n]*\n\n')
@@ -903,8 +906,10 @@ def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -
         m = _PROMPT_RE.match(body, p_at) if p_at >= 0 else None
         if p_at >= 0 and m is None:
             return False  # the last prompt count is not an integer: the general rules decide
-    except (orjson.JSONDecodeError, KeyError):
-        return False
+    except (orjson.JSONDecodeError, KeyError, OverflowError):
+        return False  # OverflowError: a count beyond int64; the general path makes it the request's error
+    if c.max() > MAX_COUNT or (m is not None and int(m.group(1)) > MAX_COUNT):
+        return False  # an impossible count: the general path makes it the request's error
     full = "".join(pieces)
     if not full:
         return False  # no content piece: the general rules decide what counts
@@ -1086,6 +1091,15 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
         contents.append(has_content)
         texts.append(text)
 
+    # counts beyond int32 cannot be real: the request fails with the reason; its other counts stay
+    bad = next((c for c in cums if c is not None and c > MAX_COUNT), None)
+    if bad is None and prompt_tokens is not None and prompt_tokens > MAX_COUNT:
+        bad, prompt_tokens = prompt_tokens, None
+        error = error or f"implausible prompt token count: the server claims {bad:,} prompt tokens"
+    if bad is not None:
+        cums = [None if c is not None and c > MAX_COUNT else c for c in cums]
+        error = error or (f"implausible token count: the server claims {bad:,} completion tokens "
+                          f"(more than {MAX_COUNT:,}, the most a count can be)")
     # token accounting
     # per-chunk counts: SGLang always; OpenAI only when *every* content chunk carries usage (a server
     # that counts on some chunks only would otherwise move TTFT to its first counted chunk); else the
