@@ -931,6 +931,13 @@ def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -
     return True
 
 
+def _huge(count: object) -> float | None:
+    """``count`` when it is a number beyond :data:`MAX_COUNT` that is not an int (or NaN), else None."""
+    if isinstance(count, float) and not count <= MAX_COUNT:
+        return count
+    return None
+
+
 def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     """Turn a :class:`RawExchange` into a :class:`RequestRecord` (no I/O; never raises on bad data).
 
@@ -996,6 +1003,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     is_sglang = flavour == "sglang"
     is_chat = flavour == "openai-chat"
     prev_sg_text = ""
+    huge: float | None = None  # a count beyond int32 written as a number JSON reads as a float (1e40)
     fast_upto = len(events) - 2  # the last events (final chunk, [DONE]) are always parsed in full
     skipped_text = False
     for i, (ev, t) in enumerate(zip(events, ev_times)):
@@ -1012,6 +1020,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
                     prompt_tokens = p
                 ts.append(t)
                 cums.append(c if isinstance(c, int) else None)
+                huge = huge if huge is not None else _huge(c)
                 contents.append(True)
                 skipped_text = True
                 continue
@@ -1035,6 +1044,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
             c = meta.get("completion_tokens")
             if isinstance(c, int):
                 cum = c
+            huge = huge if huge is not None else _huge(c)
             p = meta.get("prompt_tokens")
             if isinstance(p, int):
                 prompt_tokens = p
@@ -1059,6 +1069,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
                 c = usage.get("completion_tokens")
                 if isinstance(c, int):
                     cum = c
+                huge = huge if huge is not None else _huge(c)
                 p = usage.get("prompt_tokens")
                 if isinstance(p, int):
                     prompt_tokens = p
@@ -1092,13 +1103,14 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
         texts.append(text)
 
     # counts beyond int32 cannot be real: the request fails with the reason; its other counts stay
-    bad = next((c for c in cums if c is not None and c > MAX_COUNT), None)
+    bad: float | None = next((c for c in cums if c is not None and c > MAX_COUNT), huge)
     if bad is None and prompt_tokens is not None and prompt_tokens > MAX_COUNT:
         bad, prompt_tokens = prompt_tokens, None
         error = error or f"implausible prompt token count: the server claims {bad:,} prompt tokens"
     if bad is not None:
         cums = [None if c is not None and c > MAX_COUNT else c for c in cums]
-        error = error or (f"implausible token count: the server claims {bad:,} completion tokens "
+        claimed = f"{bad:,}" if isinstance(bad, int) else f"{bad:g}"
+        error = error or (f"implausible token count: the server claims {claimed} completion tokens "
                           f"(more than {MAX_COUNT:,}, the most a count can be)")
     # token accounting
     # per-chunk counts: SGLang always; OpenAI only when *every* content chunk carries usage (a server

@@ -51,6 +51,7 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
   --fault-echo-auth         injected errors quote the request's API key (as some servers do)
   --fault-count-scale K     multiply every completion_tokens count sent by K (over-counting)
   --fault-count-value N     send N as every completion_tokens count (e.g. 4294967295)
+  --fault-count-rate R      ... only for a drawn fraction R of requests (default 1: all)
   --fault-noninteger-counts-after I  requests from index I on send non-integer counts (n + 0.5)
   --fault-tokenize-tokens N POST /tokenize claims N tokens for any text
   --fault-flush {500,hang,reset}  the prefix-cache flush route fails that way
@@ -192,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multiply every completion_tokens count sent by K (count plausibility tests)")
     p.add_argument("--fault-count-value", type=int, default=None, metavar="N",
                    help="send N as every completion_tokens count")
+    p.add_argument("--fault-count-rate", type=_rate, default=1.0, metavar="R",
+                   help="fraction of requests whose counts --fault-count-scale/--fault-count-value rewrite (default 1)")
     p.add_argument("--fault-noninteger-counts-after", type=int, default=None, metavar="I",
                    help="requests from index I on send non-integer token counts")
     p.add_argument("--fault-tokenize-tokens", type=int, default=None, metavar="N",
@@ -280,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              stall_s=args.fault_stall_s, malformed_rate=args.fault_malformed_rate,
                              omit_usage=args.fault_omit_usage)
         data_faults = DataFaults(count_scale=args.fault_count_scale, count_value=args.fault_count_value,
+                                 count_rate=args.fault_count_rate, seed=args.seed,
                                  noninteger_after=args.fault_noninteger_counts_after,
                                  tokenize_tokens=args.fault_tokenize_tokens, flush=args.fault_flush,
                                  echo_env=args.fault_echo_env)

@@ -107,6 +107,8 @@ class DataFaults:
     * ``count_scale``: every ``completion_tokens`` the server sends is multiplied by this factor
       (a server that over-counts: 100 gives 100× the true throughput if nothing checks it);
     * ``count_value``: every ``completion_tokens`` is this number (e.g. 4294967295, 10**19);
+    * ``count_rate``: the fraction of requests (drawn per request index under the seed) whose counts
+      ``count_scale`` / ``count_value`` rewrite (default 1: all);
     * ``noninteger_after``: requests from this index on send non-integer counts (``n + 0.5``),
       a server that switches after the sweep's preflight;
     * ``tokenize_tokens``: ``POST /tokenize`` claims this many tokens whatever the text;
@@ -118,6 +120,8 @@ class DataFaults:
 
     count_scale: float = 1.0
     count_value: int | None = None
+    count_rate: float = 1.0
+    seed: int = 0
     noninteger_after: int | None = None
     tokenize_tokens: int | None = None
     flush: str | None = None
@@ -128,18 +132,22 @@ class DataFaults:
             raise ValueError(f"flush fault must be 500, hang or reset, not {self.flush!r}")
         if self.count_scale <= 0:
             raise ValueError("count_scale must be > 0")
+        if not 0.0 <= self.count_rate <= 1.0:
+            raise ValueError(f"count_rate must be within [0, 1], not {self.count_rate}")
+
+    def _miscounts(self, index: int) -> bool:
+        if self.count_scale == 1.0 and self.count_value is None:
+            return False
+        return self.count_rate >= 1.0 or random.Random(request_seed(self.seed, index, "count")).random() < self.count_rate
 
     def rewrites_counts(self, index: int) -> bool:
         """True when request ``index``'s token counts are to be rewritten."""
-        return (self.count_scale != 1.0 or self.count_value is not None
-                or (self.noninteger_after is not None and index >= self.noninteger_after))
+        return self._miscounts(index) or (self.noninteger_after is not None and index >= self.noninteger_after)
 
     def count_text(self, n: int, index: int) -> bytes:
         """What request ``index`` claims instead of its true count ``n``."""
-        if self.count_value is not None:
-            n = self.count_value
-        elif self.count_scale != 1.0:
-            n = int(n * self.count_scale)
+        if self._miscounts(index):
+            n = self.count_value if self.count_value is not None else int(n * self.count_scale)
         if self.noninteger_after is not None and index >= self.noninteger_after:
             return b"%d.5" % n
         return b"%d" % n

@@ -1,0 +1,178 @@
+"""Hardening round 3 (issue 17), the data path: counts checked for plausibility, a failing cache
+flush told from a missing one, a server that changes how it counts after the preflight, impossible
+values in result sets, prompt files that escape validation. Real reference servers on 127.0.0.1,
+with the data faults of ``specsweep.refserver.faults.DataFaults``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specsweep.client import MAX_COUNT, RawExchange, parse_exchange
+from specsweep.metrics import requests_frame
+from specsweep.probe import TokenCounter, try_flush_prefix_cache
+from specsweep.store import load_result_set
+from specsweep.sweep import run_sweep
+
+
+def small(tmp_path: Path, url: str, **kw) -> dict:
+    return {"endpoint": url, "concurrency": [2], "input_tokens": 32, "output_tokens": 40, "workload": "random-ids",
+            "out_dir": str(tmp_path), "metrics_interval_s": 0.05, "requests_per_level": 8, **kw}
+
+
+def _event(count: object, text: str = "a") -> bytes:
+    return (b'data: {"choices":[{"text":"%s","index":0,"finish_reason":null}],'
+            b'"usage":{"prompt_tokens":3,"completion_tokens":%s,"total_tokens":5}}\n\n' % (text.encode(), str(count).encode()))
+
+
+# ------------------------------------------------------------- 2: a count beyond int32 is one error row
+
+
+@pytest.mark.parametrize("count", [2**31, 4294967295, 10**15, 10**19, 10**40])
+@pytest.mark.parametrize("flavour", ["openai-completions", "sglang"])
+def test_a_count_beyond_int32_is_that_requests_error_row(count: int, flavour: str) -> None:
+    if flavour == "sglang":
+        body = b"".join(b'data: {"text":"%s","meta_info":{"prompt_tokens":3,"completion_tokens":%d}}\n\n'
+                        % (b"a" * (k + 1), c) for k, c in enumerate([1, 2, count])) + b"data: [DONE]\n\n"
+    else:
+        body = _event(1) + _event(2) + _event(count) + b"data: [DONE]\n\n"
+    raw = RawExchange(t_sent=0.0, t_end=1.0, http_status=200, content_type="text/event-stream",
+                      reads=[body], times=[0.5])
+    rec = parse_exchange(flavour, raw)  # never raises
+    claimed = f"{count:,}" if count < 2**64 else f"{float(count):g}"  # JSON reads 1e40 as a float
+    assert rec.error is not None and "implausible token count" in rec.error and claimed in rec.error
+    assert not rec.ok
+    frame = requests_frame([rec], t0=0.0, run_id="r", arm="a", concurrency=1, repeat=0)
+    assert frame["output_tokens"].iloc[0] <= MAX_COUNT
+
+
+def test_a_prompt_count_beyond_int32_is_an_error_too() -> None:
+    body = (b'data: {"choices":[{"text":"a","index":0,"finish_reason":null}],'
+            b'"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":5}}\n\n' % 10**19) + b"data: [DONE]\n\n"
+    rec = parse_exchange("openai-completions", RawExchange(0.0, 1.0, 200, "text/event-stream", [body], [0.5]))
+    assert rec.error is not None and "prompt token count" in rec.error and rec.prompt_tokens is None
+    requests_frame([rec], t0=0.0, run_id="r", arm="a", concurrency=1, repeat=0)
+
+
+@pytest.mark.parametrize("value", ["4294967295", "10000000000000000000"])
+def test_a_server_claiming_a_count_beyond_int32_does_not_stop_the_sweep(tmp_path: Path, refserver_factory,
+                                                                       value: str) -> None:
+    srv = refserver_factory(args=["--fault-count-value", value, "--fault-count-rate", "0.3", "--seed", "2"])
+    lines: list[str] = []
+    res = run_sweep(small(tmp_path, srv.url, requests_per_level=20), progress=False, log=lines.append)
+    rs = load_result_set(res.run_dir)
+    assert res.meta["complete"] and len(rs.requests) == 20
+    bad = rs.requests["error"].fillna("").str.contains("implausible token count")
+    assert 0 < bad.sum() < 20 and rs.requests.loc[~bad, "error"].isna().all()  # only those requests failed
+    assert rs.levels["n_ok"].iloc[0] == 20 - bad.sum()
+    assert rs.requests.loc[~bad, "output_tokens"].eq(40).all()
+
+
+# ------------------------------------------------ 3: impossible counts refused with request and reason
+
+
+def test_a_server_that_over_counts_gets_its_requests_refused(tmp_path: Path, refserver_factory) -> None:
+    srv = refserver_factory(args=["--fault-count-scale", "100"])
+    lines: list[str] = []
+    res = run_sweep(small(tmp_path, srv.url), progress=False, log=lines.append)
+    rs = load_result_set(res.run_dir)
+    errors = rs.requests["error"]
+    assert errors.notna().all()
+    assert errors.str.contains("claims 4,000 completion tokens .* at most 40", regex=True).all()
+    level = rs.levels.iloc[0]
+    assert level["implausible_counts"] == 8 and level["output_tok_s"] == 0
+    assert any("impossible token count" in w for w in res.meta["warnings"])
+    assert any("impossible token count" in n for n in rs.notes)  # what the report's notes say
+
+
+def test_an_honest_server_has_no_count_refused(tmp_path: Path, refserver) -> None:
+    res = run_sweep(small(tmp_path, refserver.url), progress=False, log=lambda _: None)
+    rs = load_result_set(res.run_dir)
+    assert rs.requests["error"].isna().all() and rs.levels["implausible_counts"].iloc[0] == 0
+    assert not any("impossible" in n for n in rs.notes)
+
+
+def test_tokenize_claiming_two_million_tokens_for_a_short_text_is_not_believed(tmp_path: Path,
+                                                                                refserver_factory) -> None:
+    srv = refserver_factory(args=["--fault-omit-usage", "--fault-tokenize-tokens", "2000000"])
+    counter = TokenCounter(srv.url, "sglang", None)
+    try:
+        assert counter.count("a short text") is None
+        assert "2,000,000 tokens" in (counter.why or "")
+    finally:
+        counter.close()
+    res = run_sweep(small(tmp_path, srv.url), progress=False, log=lambda _: None)
+    rs = load_result_set(res.run_dir)
+    assert set(rs.requests["token_source"]) == {"chunks"}  # counted from chunks, never 2 M a request
+    assert rs.requests["output_tokens"].max() <= 40
+    assert any("2,000,000 tokens" in w for w in res.meta["warnings"])
+
+
+def test_an_honest_tokenize_is_used(tmp_path: Path, refserver_factory) -> None:
+    srv = refserver_factory(args=["--fault-omit-usage"])
+    res = run_sweep(small(tmp_path, srv.url), progress=False, log=lambda _: None)
+    rs = load_result_set(res.run_dir)
+    assert set(rs.requests["token_source"]) == {"tokenize"}
+
+
+# ---------------------------------------------- 5: a failing flush is not "the server offers no route"
+
+
+@pytest.mark.parametrize("fault", ["500", "reset"])
+def test_a_failing_flush_is_told_from_a_missing_route(tmp_path: Path, refserver_factory, fault: str) -> None:
+    srv = refserver_factory(args=["--fault-flush", fault])
+    outcome = try_flush_prefix_cache(srv.url)
+    assert outcome.route is None and outcome.failure and "/flush_cache" in outcome.failure
+    assert outcome.describe.startswith("failed:")
+    lines: list[str] = []
+    res = run_sweep(small(tmp_path, srv.url, flush_cache=True), progress=False, log=lines.append)
+    assert res.meta["prefix_cache_flush"].startswith("failed:")
+    assert res.meta["prefix_cache_flush_failed"][0]["level"] == [2, 0]
+    assert any("flush failed" in line and "warm cache" in line for line in lines)
+    rs = load_result_set(res.run_dir)
+    assert rs.levels["prefix_cache_flush"].iloc[0].startswith("failed:")
+    assert any("may have read a warm cache" in n for n in rs.notes)
+
+
+def test_a_hanging_flush_is_a_failure(refserver_factory) -> None:
+    srv = refserver_factory(args=["--fault-flush", "hang"])
+    outcome = try_flush_prefix_cache(srv.url, timeout_s=0.5)
+    assert outcome.route is None and "no answer within 0.5 s" in (outcome.failure or "")
+
+
+def test_no_route_is_no_failure(tmp_path: Path, refserver, refserver_factory) -> None:
+    assert try_flush_prefix_cache(refserver.url).route == "/flush_cache"
+    outcome = try_flush_prefix_cache(refserver_factory(args=["--api-surface", "llamacpp"]).url)
+    assert outcome.route is None and outcome.failure is None
+    assert outcome.describe == "none: the server offers no route"
+    res = run_sweep(small(tmp_path, refserver.url, flush_cache=True), progress=False, log=lambda _: None)
+    rs = load_result_set(res.run_dir)
+    assert rs.levels["prefix_cache_flush"].iloc[0] == "/flush_cache" and "prefix_cache_flush_failed" not in res.meta
+    assert not any("warm cache" in n for n in rs.notes)
+
+
+# -------------------------------------- 11: counts that turn non-integer after the preflight are warned
+
+
+def test_counts_that_turn_non_integer_after_the_preflight_are_warned_at_once(tmp_path: Path,
+                                                                            refserver_factory) -> None:
+    srv = refserver_factory(args=["--fault-noninteger-counts-after", "1"])
+    lines: list[str] = []
+    res = run_sweep(small(tmp_path, srv.url, concurrency=[1, 2], requests_per_level=4), progress=False,
+                    log=lines.append)
+    meta = json.loads((res.run_dir / "meta.json").read_text())
+    assert meta["preflight_token_source"] == "usage"
+    changes = meta["count_changes"]
+    assert [c["level"] for c in changes] == [[1, 0], [2, 0]]  # one record per level, as each was saved
+    assert changes[0]["requests"] == 4 and set(changes[0]["token_sources"]) <= {"chunks", "tokenize"}
+    warned = [line for line in lines if "changed how it counts after the preflight" in line]
+    assert len(warned) == 2 and warned[0].startswith("⚠ C=1 repeat 0")
+    assert any("changed how it counts after the preflight" in w for w in meta["warnings"])
+
+
+def test_a_server_counting_alike_throughout_is_not_warned(tmp_path: Path, refserver) -> None:
+    res = run_sweep(small(tmp_path, refserver.url), progress=False, log=lambda _: None)
+    assert "count_changes" not in res.meta and res.meta["preflight_token_source"] == "usage"
