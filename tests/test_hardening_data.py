@@ -176,3 +176,90 @@ def test_counts_that_turn_non_integer_after_the_preflight_are_warned_at_once(tmp
 def test_a_server_counting_alike_throughout_is_not_warned(tmp_path: Path, refserver) -> None:
     res = run_sweep(small(tmp_path, refserver.url), progress=False, log=lambda _: None)
     assert "count_changes" not in res.meta and res.meta["preflight_token_source"] == "usage"
+
+
+# ------------------------------------------------- 10: impossible values in a result set, on load
+
+
+LEVELS = {1: dict(tokens=50, step_s=0.01, ttft_s=0.05), 4: dict(tokens=50, step_s=0.012, ttft_s=0.06),
+          8: dict(tokens=50, step_s=0.015, ttft_s=0.08)}
+
+
+def _two_arms(tmp_path: Path) -> tuple[Path, Path]:
+    from helpers import write_measured
+
+    base = write_measured(tmp_path / "base", "baseline", LEVELS)
+    mtp = write_measured(tmp_path / "mtp", "mtp", {c: {**k, "step_s": k["step_s"] / 2} for c, k in LEVELS.items()})
+    return base, mtp
+
+
+def _poke(folder: Path, stem: str, row: int, column: str, value: float) -> None:
+    frame = pd.read_parquet(folder / f"{stem}.parquet")
+    frame[column] = frame[column].astype(float)
+    frame.loc[row, column] = value
+    frame.to_parquet(folder / f"{stem}.parquet")
+
+
+@pytest.mark.parametrize(("column", "value", "why"), [
+    ("output_tok_s", float("nan"), "NaN"), ("output_tok_s", float("inf"), "infinite"),
+    ("user_tok_s_mean", float("-inf"), "infinite"), ("ttft_p50_s", -0.5, "negative"),
+    ("e2e_mean_s", -3.0, "negative"), ("output_tok_s", -100.0, "negative"),
+    ("request_per_s", -1.0, "negative"), ("effective_concurrency", 1e308, "beyond"),
+    ("output_tok_s", 1e300, "beyond"),
+])
+def test_impossible_level_values_are_dropped_with_file_column_and_row_named(tmp_path: Path, column: str,
+                                                                            value: float, why: str) -> None:
+    from specsweep import charts
+    from specsweep.compare import compare
+    from specsweep.store import load_result_sets
+
+    base, mtp = _two_arms(tmp_path)
+    _poke(mtp, "levels", 1, column, value)
+    rs = load_result_set(mtp)
+    assert list(rs.levels["concurrency"]) == [1, 8]  # the level of row 1 (C=4) is gone ...
+    assert set(rs.requests["concurrency"]) == {1, 8}  # ... with its requests
+    note = next(n for n in rs.notes if "impossible values dropped" in n)
+    assert str(mtp / "levels.parquet") in note and f"column '{column}'" in note and "row 1 (concurrency 4" in note
+    assert why in note
+    comp = compare(load_result_sets([base, mtp]), baseline="baseline")
+    assert any("impossible values dropped" in n for n in comp.notes)  # what the report shows on the page
+    charts.pareto_chart(comp).to_json()  # no crash
+    assert np.isfinite(comp.pareto["output_tok_s"]).all()
+
+
+@pytest.mark.parametrize(("column", "value"), [("concurrency", 1e308), ("concurrency", -4), ("repeat", 1e12)])
+def test_an_absurd_level_key_is_refused_naming_file_column_and_row(tmp_path: Path, column: str, value: float) -> None:
+    from specsweep.store import SchemaError
+
+    _, mtp = _two_arms(tmp_path)
+    _poke(mtp, "levels", 2, column, value)
+    with pytest.raises(SchemaError, match=rf"levels.parquet: column '{column}' must hold whole numbers in .*row 2"):
+        load_result_set(mtp)
+
+
+@pytest.mark.parametrize(("column", "value"), [("ttft_s", -0.01), ("e2e_s", -1.0), ("e2e_s", float("inf")),
+                                               ("output_tokens", -5.0), ("output_tokens", 1e300)])
+def test_impossible_request_values_are_dropped_and_said(tmp_path: Path, column: str, value: float) -> None:
+    _, mtp = _two_arms(tmp_path)
+    before = len(load_result_set(mtp).requests)
+    _poke(mtp, "requests", 3, column, value)
+    rs = load_result_set(mtp)
+    assert len(rs.requests) == before - 1
+    assert (rs.requests[column].dropna() >= 0).all()
+    note = next(n for n in rs.notes if "impossible values dropped" in n)
+    assert "requests.parquet" in note and f"column '{column}'" in note and "row 3" in note
+
+
+def test_a_clean_result_set_has_nothing_dropped(tmp_path: Path) -> None:
+    _, mtp = _two_arms(tmp_path)
+    rs = load_result_set(mtp)
+    assert len(rs.levels) == 3 and not rs.notes
+
+
+def test_a_level_without_successful_requests_is_kept(tmp_path: Path) -> None:
+    # NaN latencies mean "not measured" (no successful request), not an impossible value
+    _, mtp = _two_arms(tmp_path)
+    _poke(mtp, "levels", 0, "ttft_p50_s", float("nan"))
+    _poke(mtp, "levels", 0, "user_tok_s_mean", float("nan"))
+    rs = load_result_set(mtp)
+    assert len(rs.levels) == 3 and not rs.notes

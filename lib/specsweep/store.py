@@ -274,7 +274,7 @@ def _impossible_rows(frame: pd.DataFrame, columns: list[str], *, nan_bad: tuple[
         for i in np.flatnonzero(bad):
             if int(i) in out:
                 continue
-            x = v[i]
+            x = float(v[i])
             why = ("no value (NaN)" if np.isnan(x) else "infinite" if np.isinf(x) else
                    "negative" if x < 0 else f"beyond {MAX_METRIC:g}")
             out[int(i)] = f"column '{col}' holds {x!r} ({why})"
