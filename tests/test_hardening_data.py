@@ -263,3 +263,66 @@ def test_a_level_without_successful_requests_is_kept(tmp_path: Path) -> None:
     _poke(mtp, "levels", 0, "user_tok_s_mean", float("nan"))
     rs = load_result_set(mtp)
     assert len(rs.levels) == 3 and not rs.notes
+
+
+# ---------------------------------------------------- 9: prompt files that escaped validation
+
+
+@pytest.mark.parametrize(("name", "text"), [
+    ("deep.jsonl", '{"prompt": "hi"}\n' + "[" * 20000 + "]" * 20000 + "\n"),
+    ("deep-obj.jsonl", '{"prompt": "hi"}\n' + '{"a":' * 20000 + "1" + "}" * 20000 + "\n"),
+    ("deep.json", '[{"prompt": "hi"},\n' + "[" * 20000 + "]" * 20000 + "]"),
+    ("deep-lines.json", '{"prompt": "hi"}\n' + '{"a":' * 20000 + "1" + "}" * 20000 + "\n"),
+])
+def test_deeply_nested_json_is_an_error_naming_the_file_and_line(tmp_path: Path, name: str, text: str) -> None:
+    from specsweep.datasets import DatasetError, load
+
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DatasetError, match=r"nested too deeply") as err:
+        load(path)
+    assert f"{path}:2" in str(err.value)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_a_corrupt_parquet_prompt_file_is_an_error_naming_the_file(tmp_path: Path, damage: str) -> None:
+    from specsweep.datasets import DatasetError, load
+
+    path = tmp_path / "prompts.parquet"
+    pd.DataFrame({"prompt": [f"question {i}" for i in range(50)]}).to_parquet(path)
+    data = path.read_bytes()
+    path.write_bytes({"truncate": data[: len(data) // 2], "garbage": b"PAR1" + b"\x00garbage" * 40,
+                      "empty": b""}[damage])
+    with pytest.raises(DatasetError, match=r"cannot be read as Parquet") as err:
+        load(path)
+    assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("big", [2**31, 2**63, 2**64 + 5, 10**30])
+def test_input_ids_beyond_any_vocabulary_fail_at_load(tmp_path: Path, big: int) -> None:
+    from specsweep.datasets import DatasetError, load
+
+    path = tmp_path / "ids.jsonl"
+    path.write_text('{"input_ids": [1, 2, 3]}\n' + json.dumps({"input_ids": [5, big, 7]}) + "\n")
+    with pytest.raises(DatasetError, match=rf"{path}:2: 'input_ids' holds {big}, above 2,147,483,647"):
+        load(path)
+
+
+def test_input_ids_beyond_int64_in_parquet_fail_at_load(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from specsweep.datasets import DatasetError, load
+
+    path = tmp_path / "ids.parquet"
+    pq.write_table(pa.table({"input_ids": pa.array([[1, 2], [3, 2**64 - 1]], type=pa.list_(pa.uint64()))}), path)
+    with pytest.raises(DatasetError, match=r"\(row 2\): 'input_ids' holds 18446744073709551615"):
+        load(path)
+
+
+def test_input_ids_of_a_real_vocabulary_still_load(tmp_path: Path) -> None:
+    from specsweep.datasets import load
+
+    path = tmp_path / "ids.jsonl"
+    path.write_text(json.dumps({"input_ids": [0, 151_935, 2**31 - 1]}) + "\n")
+    assert load(path).records[0].prompt == [0, 151_935, 2**31 - 1]
