@@ -326,3 +326,63 @@ def test_input_ids_of_a_real_vocabulary_still_load(tmp_path: Path) -> None:
     path = tmp_path / "ids.jsonl"
     path.write_text(json.dumps({"input_ids": [0, 151_935, 2**31 - 1]}) + "\n")
     assert load(path).records[0].prompt == [0, 151_935, 2**31 - 1]
+
+
+# ------------------------------------------- 4: an arm's own secrets are masked in every file of a study
+
+ENV_CANARY = "canary-env-5f0c2e9d7b41"
+ARGV_CANARY = "canary-argv-3a8e61c0d9f2"
+
+
+def test_a_study_writes_an_arms_secrets_nowhere_when_its_server_quotes_them(tmp_path: Path) -> None:
+    import sys
+
+    import yaml
+
+    from specsweep.study import run_study
+    from specsweep.study_file import load_study
+
+    argv = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
+            "--health-delay-s", "0.2", "--fault-error-rate", "0.4", "--seed", "5",
+            "--fault-echo-env", "HF_TOKEN", "--fault-echo-token", ARGV_CANARY]
+    doc = {"title": "Canary study", "name": "canary", "baseline": "baseline",
+           "sweep": {"concurrency": [1, 2], "input_tokens": 32, "output_tokens": 16, "requests_per_level": 12},
+           "arms": [{"name": "baseline", "serve": {"argv": argv, "env": {"HF_TOKEN": ENV_CANARY},
+                                                   "ready_url": "http://127.0.0.1:{port}/health",
+                                                   "start_timeout_s": 60, "stop_grace_s": 5}},
+                    {"name": "mtp", "embedded": {"profile": "tiny", "spec": "mtp"}}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out, reports = tmp_path / "out", tmp_path / "reports"
+    result = run_study(load_study(path), out_dir=out, report_dir=reports, log=lambda _: None)
+    assert [o.status for o in result.outcomes] == ["complete", "complete"]
+    run = Path(result.outcomes[0].run_dir)
+    errors = load_result_set(run).requests["error"].dropna()
+    assert len(errors) > 0  # the server did quote both secrets in its error bodies ...
+    assert errors.str.contains(r"server token: \*\*\*\) \(api token: \*\*\*\)").all()
+    files = [p for p in [*out.rglob("*"), *reports.rglob("*")] if p.is_file()]
+    assert any(p.name == "requests.parquet" for p in files) and any(p.suffix == ".ipynb" for p in files)
+    assert any(p.suffix == ".html" for p in files)  # the report too
+    for p in files:  # ... and no file the study wrote holds either
+        data = p.read_bytes()
+        assert ENV_CANARY.encode() not in data and ARGV_CANARY.encode() not in data, p
+    # the secrets travel to the sweep's kernel in its environment, never as a notebook parameter
+    notebook = next(p for p in files if p.suffix == ".ipynb")
+    assert "SPECSWEEP_REDACT" not in notebook.read_text()
+
+
+def test_handed_secrets_are_masked_by_the_sweep_alone(tmp_path: Path, refserver_factory,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from specsweep.redact import REDACT_ENV
+
+    monkeypatch.setenv(REDACT_ENV, json.dumps([ENV_CANARY, "short"]))
+    monkeypatch.setenv("HF_TOKEN", ENV_CANARY)
+    srv = refserver_factory(args=["--fault-error-rate", "0.4", "--seed", "5", "--fault-echo-env", "HF_TOKEN"])
+    lines: list[str] = []
+    res = run_sweep(small(tmp_path, srv.url, requests_per_level=12), progress=False, log=lines.append)
+    errors = load_result_set(res.run_dir).requests["error"].dropna()
+    assert len(errors) and errors.str.contains(r"server token: \*\*\*").all()
+    for p in res.run_dir.rglob("*"):
+        if p.is_file():
+            assert ENV_CANARY.encode() not in p.read_bytes(), p
+    assert not any(ENV_CANARY in line for line in lines)

@@ -58,6 +58,7 @@ import pandas as pd
 from specsweep import provenance
 from specsweep.agreement import agreement_markdown, first_difference_example, output_agreement
 from specsweep.markup import md_text
+from specsweep.redact import kernel_manager_with_secrets
 from specsweep.report import REPO_ROOT, build_report, kernel_manager_class
 from specsweep.store import ResultSet, atomic_write_bytes, load_result_set, write_frame, write_meta
 from specsweep.study_file import (SECRET_NAME, Arm, Study, StudyError, endpoint_of, free_port, load_study,
@@ -329,7 +330,8 @@ def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int
         try:
             pm.execute_notebook(str(notebook), str(executed), parameters=params, cwd=os.getcwd(),
                                 kernel_name="python3", progress_bar=False, log_output=True,
-                                kernel_manager_class=kernel_manager_class())
+                                kernel_manager_class=kernel_manager_with_secrets(kernel_manager_class(),
+                                                                                 redact.secrets))
         except pm.PapermillExecutionError as exc:
             died = server is not None and not server.alive()
             why = (f"the server died mid-arm (status {server.process.returncode if server and server.process else '?'})"

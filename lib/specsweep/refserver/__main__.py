@@ -56,6 +56,7 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
   --fault-tokenize-tokens N POST /tokenize claims N tokens for any text
   --fault-flush {500,hang,reset}  the prefix-cache flush route fails that way
   --fault-echo-env NAME     injected errors quote the server's environment variable NAME
+  --fault-echo-token VALUE  injected errors quote VALUE (a secret-named flag, for redaction tests)
 
 API surfaces (--api-surface; the simulated engine is the same under all):
   sglang  SGLang 0.5.23: /generate, /server_info, /model_info, /health (a generation, >= 1 s),
@@ -203,6 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the prefix-cache flush route fails: HTTP 500, no answer, or a reset connection")
     p.add_argument("--fault-echo-env", default=None, metavar="NAME",
                    help="injected error bodies quote the server's environment variable NAME (redaction tests)")
+    p.add_argument("--fault-echo-token", default=None, metavar="VALUE",
+                   help="injected error bodies quote VALUE (redaction tests of secret argv values)")
     p.add_argument("--parent-pid", type=int, metavar="PID",
                    help="exit when process PID is gone (the launcher died, even by SIGKILL)")
     p.add_argument("--describe", action="store_true",
@@ -286,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  count_rate=args.fault_count_rate, seed=args.seed,
                                  noninteger_after=args.fault_noninteger_counts_after,
                                  tokenize_tokens=args.fault_tokenize_tokens, flush=args.fault_flush,
-                                 echo_env=args.fault_echo_env)
+                                 echo_env=args.fault_echo_env, echo_token=args.fault_echo_token)
     except (ProfileError, ValueError) as exc:
         parser.error(str(exc))
     if args.per_request_spec_decode_metrics != "none":

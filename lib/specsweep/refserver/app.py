@@ -478,6 +478,8 @@ class Handlers:
                 echo = f" Incorrect API key provided: {key}"
             if st.options.data_faults.echo_env:
                 echo += f" (server token: {os.environ.get(st.options.data_faults.echo_env, '')})"
+            if st.options.data_faults.echo_token:
+                echo += f" (api token: {st.options.data_faults.echo_token})"
             if fault.error_status == 503:
                 return error_response(503, "Service Unavailable (injected fault: the simulated "
                                       "server is overloaded)" + echo, type_="ServiceUnavailableError")

@@ -115,7 +115,9 @@ class DataFaults:
     * ``flush``: ``POST /flush_cache`` / ``/reset_prefix_cache`` fail: ``"500"`` (an HTTP 500),
       ``"hang"`` (no answer for an hour) or ``"reset"`` (the connection is closed unanswered);
     * ``echo_env``: injected error bodies quote the value of this environment variable of the
-      server (as a server may quote its own token in an error).
+      server (as a server may quote its own token in an error);
+    * ``echo_token``: injected error bodies quote this value (given as ``--fault-echo-token``, a
+      secret-named flag: what a study masks from a server's argv).
     """
 
     count_scale: float = 1.0
@@ -126,6 +128,7 @@ class DataFaults:
     tokenize_tokens: int | None = None
     flush: str | None = None
     echo_env: str | None = None
+    echo_token: str | None = None
 
     def __post_init__(self) -> None:
         if self.flush not in (None, "500", "hang", "reset"):
