@@ -386,3 +386,25 @@ def test_handed_secrets_are_masked_by_the_sweep_alone(tmp_path: Path, refserver_
         if p.is_file():
             assert ENV_CANARY.encode() not in p.read_bytes(), p
     assert not any(ENV_CANARY in line for line in lines)
+
+
+# ---------------------------------------- 3: a count beyond the text that arrived is flagged, not refused
+
+
+def test_a_count_beyond_the_text_received_is_flagged(tmp_path: Path, refserver_factory) -> None:
+    # every request stops at 8 tokens of its own (EOS honoured) but is claimed as 800: under the cap of
+    # 1,000 it asked for, so not impossible, but far more than its few dozen characters can hold
+    srv = refserver_factory(args=["--disregard-ignore-eos", "--set", "engine.natural_length_min=8",
+                                  "--set", "engine.natural_length_max=8", "--fault-count-scale", "100"])
+    lines: list[str] = []
+    res = run_sweep(small(tmp_path, srv.url, output_tokens=1000), progress=False, log=lines.append)
+    rs = load_result_set(res.run_dir)
+    assert rs.requests["error"].isna().all() and rs.requests["output_tokens"].eq(800).all()  # kept ...
+    assert rs.levels["suspect_counts"].iloc[0] == 8  # ... and flagged
+    assert any("more tokens than the text that arrived has bytes" in line for line in lines)
+    assert any("suspect" in n for n in rs.notes)
+
+
+def test_an_honest_count_is_not_flagged_for_its_text(tmp_path: Path, refserver) -> None:
+    res = run_sweep(small(tmp_path, refserver.url), progress=False, log=lambda _: None)
+    assert load_result_set(res.run_dir).levels["suspect_counts"].iloc[0] == 0

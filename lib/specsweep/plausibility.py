@@ -13,13 +13,17 @@ with the reason (its tokens then count toward no throughput), rather than a figu
 
 ``/tokenize`` counts of returned text are checked against the text's bytes where they are taken
 (``probe.TokenCounter``: a tokenizer yields at most about one token per UTF-8 byte).
+
+A server's own count is also compared with the text that arrived (:func:`suspect_count`): more
+tokens than the text has bytes is flagged, not refused, since tokens that decode to nothing
+(special tokens generated under ``ignore_eos``) are possible.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["implausible_count", "reject_implausible"]
+__all__ = ["implausible_count", "reject_implausible", "suspect_count"]
 
 #: prefix of the error of a request whose count was refused (what the report and tests look for)
 PREFIX = "implausible token count"
@@ -41,6 +45,29 @@ def implausible_count(rec: Any, max_tokens: int | None) -> str | None:
     if rec.token_source in ("usage", "tokenize") and rec.chunk_tokens is None and n < len(rec.chunk_times):
         return (f"{PREFIX}: the server claims {n:,} completion tokens ({rec.token_source}) but "
                 f"{len(rec.chunk_times):,} token-carrying chunks arrived")
+    return None
+
+
+#: tokens beyond the text's largest possible byte count before a count is flagged
+SUSPECT_SLACK = 16
+
+
+def suspect_count(rec: Any) -> str | None:
+    """Why ``rec``'s count (the server's own) is more than the text that arrived can hold, or None.
+
+    The text's length is bounded by its fingerprint (``output_blocks``: one 8-byte hash per
+    64 characters, see ``records.output_fingerprint``), its bytes by 4 per character (UTF-8); a
+    count above that plus :data:`SUSPECT_SLACK` is flagged.
+    """
+    from specsweep.records import BLOCK_CHARS, DIGEST_BYTES
+
+    n = rec.output_tokens
+    if n is None or rec.token_source != "usage" or rec.output_blocks is None or rec.error is not None:
+        return None
+    chars = len(rec.output_blocks) // DIGEST_BYTES * BLOCK_CHARS
+    if n > 4 * chars + SUSPECT_SLACK:
+        return (f"the server claims {n:,} completion tokens for a text of at most {chars:,} characters "
+                f"({4 * chars:,} bytes)")
     return None
 
 

@@ -344,6 +344,11 @@ def level_notes(levels: pd.DataFrame) -> list[str]:
         if (n > 0).any():
             notes.append(f"{int(n.sum())} request(s) claimed an impossible token count (more than they allowed, or "
                          "fewer than the chunks that arrived) and are counted as failed, not measured")
+    if "suspect_counts" in levels.columns:
+        n = pd.to_numeric(levels["suspect_counts"], errors="coerce").fillna(0)
+        if (n > 0).any():
+            notes.append(f"{int(n.sum())} request(s) claimed more tokens than the text that arrived has bytes; their "
+                         "counts are kept (tokens that decode to nothing are possible) but are suspect")
     return notes
 
 

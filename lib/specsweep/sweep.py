@@ -49,7 +49,7 @@ from specsweep.metrics import (SOURCE_COUNTERS, LevelAcceptance, acceptance_from
 from specsweep.probe import (COUNTER_ACCEPTANCE_FORMULA, MetricsPoller, ProbeError, ServerProbe, TokenCounter,
                              acceptance_from_counters, probe, spec_level_figures, try_flush_prefix_cache)
 from specsweep.plausibility import PREFIX as PLAUSIBILITY_PREFIX
-from specsweep.plausibility import implausible_count, reject_implausible
+from specsweep.plausibility import implausible_count, reject_implausible, suspect_count
 from specsweep.redact import redact_exception, redact_text
 from specsweep.store import (SCHEMA_VERSION, SchemaError, append_level, finished_levels, live_levels, load_result_set,
                              lock_run, read_meta, write_meta)
@@ -299,6 +299,7 @@ def summarise_level(
         client_cpu_cores=result.client_cores, client_mean_in_flight=result.mean_in_flight,
         client_max_in_flight=result.max_in_flight, client_loop_lag_p99_s=result.loop_lag_p99_s,
         client_workers=result.workers, implausible_counts=len(implausible),
+        suspect_counts=sum(suspect_count(rec) is not None for rec in result.records),
     )
     lv.update(server_figures(req, samples, (result.t_start, result.t_end), before, after, server))
     level = pd.DataFrame([lv])
@@ -813,6 +814,10 @@ def _warn_counts(row: pd.Series, req: pd.DataFrame, c: int, r: int, preflight_so
         first = errors[errors.str.startswith(PLAUSIBILITY_PREFIX)]
         warn(f"C={c} repeat {r}: {n_bad} request(s) claimed an impossible token count and are error rows, not "
              f"measured (first: {first.iloc[0] if len(first) else 'see requests.parquet'})")
+    n_suspect = int(row.get("suspect_counts", 0) or 0)
+    if n_suspect:
+        warn(f"C={c} repeat {r}: {n_suspect} request(s) claimed more tokens than the text that arrived has bytes "
+             "(possible only for tokens that decode to nothing); their counts are kept, check the server's counting")
     if preflight_source != "usage" or "token_source" not in req.columns:
         return
     fine = req["error"].isna() & req["token_source"].notna()
