@@ -826,6 +826,9 @@ def _sglang_meta(data: bytes) -> dict[str, Any] | None:
 
 
 _DONE_TAIL = b"data: [DONE]\n\n"
+#: the largest token count a server can claim for one request (int32: no context is longer); a
+#: larger one makes the request an error row (``parse_exchange``), never an ``OverflowError``
+MAX_COUNT = 2**31 - 1
 _COUNT_KEY = b'"completion_tokens":'
 #: per event, its first ``completion_tokens`` value (the rest of the event is skipped: one per event)
 _COUNT_RE = re.compile(rb'"completion_tokens":(-?\d+)[,}][^\n]*\n\n')
@@ -903,8 +906,10 @@ def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -
         m = _PROMPT_RE.match(body, p_at) if p_at >= 0 else None
         if p_at >= 0 and m is None:
             return False  # the last prompt count is not an integer: the general rules decide
-    except (orjson.JSONDecodeError, KeyError):
-        return False
+    except (orjson.JSONDecodeError, KeyError, OverflowError):
+        return False  # OverflowError: a count beyond int64; the general path makes it the request's error
+    if c.max() > MAX_COUNT or (m is not None and int(m.group(1)) > MAX_COUNT):
+        return False  # an impossible count: the general path makes it the request's error
     full = "".join(pieces)
     if not full:
         return False  # no content piece: the general rules decide what counts
@@ -924,6 +929,13 @@ def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -
     if rec.finish_reason == "abort":
         rec.error = "server aborted the request: no message"
     return True
+
+
+def _huge(count: object) -> float | None:
+    """``count`` when it is a number beyond :data:`MAX_COUNT` that is not an int (or NaN), else None."""
+    if isinstance(count, float) and not count <= MAX_COUNT:
+        return count
+    return None
 
 
 def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
@@ -991,6 +1003,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     is_sglang = flavour == "sglang"
     is_chat = flavour == "openai-chat"
     prev_sg_text = ""
+    huge: float | None = None  # a count beyond int32 written as a number JSON reads as a float (1e40)
     fast_upto = len(events) - 2  # the last events (final chunk, [DONE]) are always parsed in full
     skipped_text = False
     for i, (ev, t) in enumerate(zip(events, ev_times)):
@@ -1007,6 +1020,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
                     prompt_tokens = p
                 ts.append(t)
                 cums.append(c if isinstance(c, int) else None)
+                huge = huge if huge is not None else _huge(c)
                 contents.append(True)
                 skipped_text = True
                 continue
@@ -1030,6 +1044,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
             c = meta.get("completion_tokens")
             if isinstance(c, int):
                 cum = c
+            huge = huge if huge is not None else _huge(c)
             p = meta.get("prompt_tokens")
             if isinstance(p, int):
                 prompt_tokens = p
@@ -1054,6 +1069,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
                 c = usage.get("completion_tokens")
                 if isinstance(c, int):
                     cum = c
+                huge = huge if huge is not None else _huge(c)
                 p = usage.get("prompt_tokens")
                 if isinstance(p, int):
                     prompt_tokens = p
@@ -1086,6 +1102,16 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
         contents.append(has_content)
         texts.append(text)
 
+    # counts beyond int32 cannot be real: the request fails with the reason; its other counts stay
+    bad: float | None = next((c for c in cums if c is not None and c > MAX_COUNT), huge)
+    if bad is None and prompt_tokens is not None and prompt_tokens > MAX_COUNT:
+        bad, prompt_tokens = prompt_tokens, None
+        error = error or f"implausible prompt token count: the server claims {bad:,} prompt tokens"
+    if bad is not None:
+        cums = [None if c is not None and c > MAX_COUNT else c for c in cums]
+        claimed = f"{bad:,}" if isinstance(bad, int) else f"{bad:g}"
+        error = error or (f"implausible token count: the server claims {claimed} completion tokens "
+                          f"(more than {MAX_COUNT:,}, the most a count can be)")
     # token accounting
     # per-chunk counts: SGLang always; OpenAI only when *every* content chunk carries usage (a server
     # that counts on some chunks only would otherwise move TTFT to its first counted chunk); else the

@@ -184,6 +184,10 @@ def _parse_prompts(obj: Any, where: str, count: Callable[[str], int], category: 
         if not (isinstance(ids, list) and ids and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
                                                       for t in ids)):
             raise DatasetError(f"{where}: 'input_ids' must be a non-empty list of non-negative integers")
+        top = max(ids)
+        if top > MAX_TOKEN_ID:
+            raise DatasetError(f"{where}: 'input_ids' holds {top}, above {MAX_TOKEN_ID:,}, the largest token ID any "
+                               "model's vocabulary can have; the IDs must be the target model's own")
         prompt = ids
     elif "messages" in obj:
         msgs = obj["messages"]
@@ -339,6 +343,11 @@ def records_from_rows(rows: Iterable[tuple[str, Any]], fmt: str = "auto", *,
 # ------------------------------------------------------------------------------------ file reading
 
 
+#: the largest token ID a prompt file may hold (int32: no vocabulary is larger; servers store IDs so)
+MAX_TOKEN_ID = 2**31 - 1
+_TOO_DEEP = "nested too deeply to read (thousands of brackets inside one another); a prompt record is a flat object"
+
+
 def _jsonl_rows(path: Path, text: str) -> Iterator[tuple[str, Any]]:
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -348,6 +357,8 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[tuple[str, Any]]:
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno}); each line "
                                "must be one JSON object") from exc
+        except RecursionError:
+            raise DatasetError(f"{path}:{n}: {_TOO_DEEP}") from None
         yield f"{path}:{n}", obj
 
 
@@ -381,6 +392,8 @@ def _json_array_rows(path: Path, text: str) -> Iterator[tuple[str, Any]]:
             bad_line = text.count("\n", 0, exc.pos) + 1
             raise DatasetError(f"{path}:{bad_line}: record {k} (from line {line}) is not valid JSON "
                                f"({exc.msg})") from exc
+        except RecursionError:
+            raise DatasetError(f"{path}:{line}: record {k} is {_TOO_DEEP}") from None
         yield f"{path}:{line} (record {k})", obj
         while i < n and text[i] in ws:
             i += 1
@@ -392,7 +405,11 @@ def _json_array_rows(path: Path, text: str) -> Iterator[tuple[str, Any]]:
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    frame = pd.read_parquet(path)
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds (ArrowInvalid, OSError, ...)
+        raise DatasetError(f"{path}: cannot be read as Parquet ({type(exc).__name__}: {exc}); is the file complete? "
+                           "Write it again, or give the prompts as .jsonl") from None
     for n, row in enumerate(frame.to_dict(orient="records"), 1):
         yield f"{path} (row {n})", {k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in row.items()}
 

@@ -309,21 +309,66 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
 FLUSH_ROUTES = ("/flush_cache", "/reset_prefix_cache")
 
 
-def flush_prefix_cache(endpoint: str, timeout_s: float = 10.0) -> str | None:
-    """Empty the server's prefix cache; returns the route that did it, or None if it has none.
+@dataclass(frozen=True)
+class FlushOutcome:
+    """What a prefix-cache flush did: ``route`` that emptied the cache, or None; ``failure``: why a
+    route the server has did not (HTTP 500, a refusal, a timeout, a reset connection), or None when
+    every route was simply absent (404/405: the server offers none)."""
+
+    route: str | None
+    failure: str | None = None
+
+    @property
+    def describe(self) -> str:
+        """One line for meta.json / a level row: the route, ``failed: …`` or ``none: …``."""
+        if self.route:
+            return self.route
+        if self.failure:
+            return f"failed: {self.failure}"
+        return "none: the server offers no route"
+
+
+#: statuses that mean "no such route" (anything else unsuccessful means the route failed)
+_NO_ROUTE = (404, 405)
+
+
+def try_flush_prefix_cache(endpoint: str, timeout_s: float = 10.0, busy_retries: int = 2) -> FlushOutcome:
+    """Empty the server's prefix cache, telling "no route" from "the route failed".
 
     Tries SGLang's ``POST /flush_cache`` then vLLM's ``POST /reset_prefix_cache`` (with the
-    ``SPECSWEEP_API_KEY`` header when set), each within ``timeout_s`` seconds. A route that is
-    absent or refuses (SGLang answers 400 while requests run) is skipped.
+    ``SPECSWEEP_API_KEY`` header when set), each within ``timeout_s`` seconds; a 400 (SGLang
+    refuses while requests run) is retried ``busy_retries`` times, a second apart. The first route
+    that succeeds wins; 404/405 mean the route is absent; any other answer, a timeout or a reset
+    connection is a failure, kept (with its route) in ``failure``.
     """
+    failures: list[str] = []
     with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False) as client:
         for route in FLUSH_ROUTES:
-            try:
-                if client.post(route).is_success:
-                    return route
-            except httpx.HTTPError:
-                continue
-    return None
+            for attempt in range(busy_retries + 1):
+                try:
+                    resp = client.post(route)
+                except httpx.TimeoutException:
+                    failures.append(f"POST {route} gave no answer within {timeout_s:g} s")
+                    break
+                except httpx.HTTPError as exc:
+                    failures.append(f"POST {route} failed: {type(exc).__name__}: {exc}")
+                    break
+                if resp.is_success:
+                    return FlushOutcome(route)
+                if resp.status_code in _NO_ROUTE:
+                    break
+                if resp.status_code == 400 and attempt < busy_retries:
+                    time.sleep(1.0)
+                    continue
+                failures.append(f"POST {route} answered HTTP {resp.status_code}")
+                break
+    return FlushOutcome(None, "; ".join(failures) or None)
+
+
+def flush_prefix_cache(endpoint: str, timeout_s: float = 10.0) -> str | None:
+    """Empty the server's prefix cache; returns the route that did it, or None if none did
+    (:func:`try_flush_prefix_cache` says which of "no route" and "failed")."""
+    return try_flush_prefix_cache(endpoint, timeout_s).route
 
 
 def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -521,6 +566,12 @@ class TokenCounter:
         if not isinstance(tokens, list):
             self.available = False
             self.why = f"POST /tokenize answered {resp.status_code} without a token list"
+            return None
+        limit = len(text.encode("utf-8", "surrogatepass")) + 2  # at most a token a byte (+ a prefix token)
+        if len(tokens) > limit:  # a claim to check: the server's count would multiply the throughput
+            self.available = False
+            self.why = (f"POST /tokenize claimed {len(tokens):,} tokens for a text of {limit - 2:,} bytes (a tokenizer "
+                        "gives at most about one token a byte), so its counts are not used")
             return None
         return len(tokens)
 

@@ -6,10 +6,17 @@ guard each of those, the key's value is replaced by :data:`MASK` at the few plac
 leave the process: :mod:`specsweep.store` when it writes ``meta.json`` and every Parquet file,
 and :mod:`specsweep.sweep` for its log lines, warnings and the messages of the errors it raises
 (which the sweep notebook shows).
+
+A study hands the sweep the secrets of its arm (the server's secret-named ``env`` values and the
+values of secret flags in its argv: a server may quote those too) in :data:`REDACT_ENV`, a JSON
+list, set in the environment of the sweep notebook's kernel only (never a notebook parameter:
+parameters are written into the executed notebook); they are masked as :data:`MASK_OTHER`.
 """
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
@@ -17,20 +24,60 @@ import pandas as pd
 #: the environment variable holding the API key (read by ``specsweep.client`` too)
 API_KEY_ENV = "SPECSWEEP_API_KEY"
 MASK = "[redacted SPECSWEEP_API_KEY]"
+#: the environment variable holding more secret values to mask (a JSON list of strings; see above)
+REDACT_ENV = "SPECSWEEP_REDACT"
+#: what replaces a value of :data:`REDACT_ENV`
+MASK_OTHER = "***"
+#: values shorter than this in :data:`REDACT_ENV` are not masked ('true', '1' would blank common words)
+MIN_SECRET_CHARS = 6
+
+
+def handed_secrets() -> list[str]:
+    """The values of :data:`REDACT_ENV`: a JSON list of strings (anything else: the whole text is one value)."""
+    raw = os.environ.get(REDACT_ENV, "").strip()
+    if not raw:
+        return []
+    try:
+        values = json.loads(raw)
+    except ValueError:
+        values = [raw]
+    if not isinstance(values, list):
+        values = [raw]
+    return [v for v in values if isinstance(v, str) and len(v) >= MIN_SECRET_CHARS]
 
 
 def secrets() -> list[str]:
-    """The secret values to hide: the API key from the environment (longest first), or none."""
+    """The secret values to hide: the API key from the environment and :data:`REDACT_ENV`'s values
+    (longest first, so that a value containing another is masked whole), or none."""
     key = os.environ.get(API_KEY_ENV, "").strip()
-    return [key] if key else []
+    values = ([key] if key else []) + handed_secrets()
+    return sorted(dict.fromkeys(values), key=len, reverse=True)
+
+
+def _mask(value: str) -> str:
+    return MASK if value == os.environ.get(API_KEY_ENV, "").strip() else MASK_OTHER
 
 
 def redact_text(text: str, values: list[str] | None = None) -> str:
-    """``text`` with every secret value replaced by :data:`MASK`."""
+    """``text`` with every secret value replaced by :data:`MASK` (the API key) or :data:`MASK_OTHER`."""
     for value in secrets() if values is None else values:
         if value in text:
-            text = text.replace(value, MASK)
+            text = text.replace(value, _mask(value))
     return text
+
+
+def kernel_manager_with_secrets(base: type, values: Sequence[str]) -> type:
+    """A subclass of the (async) Jupyter kernel manager ``base`` whose kernels get ``values`` in
+    :data:`REDACT_ENV` (JSON), so the sweep they run masks them in every file it writes."""
+    extra = {REDACT_ENV: json.dumps(list(values))}
+
+    class WithSecrets(base):  # type: ignore[misc,valid-type]
+        async def start_kernel(self, **kw: Any) -> Any:
+            kw["env"] = {**dict(kw.get("env") or os.environ), **extra}
+            return await super().start_kernel(**kw)
+
+    WithSecrets.__name__ = WithSecrets.__qualname__ = f"{base.__name__}WithSecrets"
+    return WithSecrets
 
 
 def redact(obj: Any, values: list[str] | None = None) -> Any:

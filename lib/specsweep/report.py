@@ -800,7 +800,10 @@ def _quoted(r: dict[str, Any], name: str) -> float:
 
 def _quoted_pct(r: dict[str, Any], name: str) -> str:
     """:func:`_quoted` as text (whole %, never "-0%"), "fitted" before it where it is the fitted Δ%."""
-    value = round(_quoted(r, name)) or 0.0
+    quoted = _quoted(r, name)
+    if pd.isna(quoted):  # no successful request of this category on one side: nothing to quote
+        return "no measured Δ"
+    value = round(quoted) or 0.0
     return ("fitted " if r.get(f"{name}_ci_kind") == "band" else "") + f"{value:+.0f}%"
 
 

@@ -232,11 +232,124 @@ def _read_frame(path: Path, stem: str, required: dict[str, str], *, optional: bo
     _check_columns(frame, required, source)
     for col, kind in required.items():
         if kind == "int":
+            _check_int_range(frame, col, source)
             frame[col] = pd.to_numeric(frame[col]).astype("int64")
         elif kind == "float":
             frame[col] = pd.to_numeric(frame[col]).astype("float64")
     frame.attrs["source"] = str(source)
     return frame
+
+
+#: the largest whole number a key column (concurrency, repeat, request_index) may hold: beyond it a
+#: value is no level or request (1e308 as a concurrency would wrap to a negative int64)
+MAX_KEY = 10**9
+#: the largest magnitude a metric may have (1e15 tok/s, s, requests): anything beyond is no measurement
+MAX_METRIC = 1e15
+#: request columns that are durations (seconds from a request's start): never negative
+REQUEST_DURATIONS = ("ttft_s", "e2e_s")
+
+
+def _check_int_range(frame: pd.DataFrame, col: str, source: Path) -> None:
+    """Refuse a key column holding a whole number no level or request can have (negative or absurd)."""
+    values = pd.to_numeric(frame[col])
+    bad = values[(values < 0) | (values > MAX_KEY)]
+    if len(bad):
+        raise SchemaError(f"{source}: column '{col}' must hold whole numbers in [0, {MAX_KEY:,}]; row {bad.index[0]} "
+                          f"holds {frame[col].loc[bad.index[0]]!r}; fix or remove that row")
+
+
+def _metric_columns(frame: pd.DataFrame, names: Iterable[str]) -> list[str]:
+    return [c for c in names if c in frame.columns and pd.api.types.is_numeric_dtype(frame[c])
+            and not pd.api.types.is_bool_dtype(frame[c])]
+
+
+def _impossible_rows(frame: pd.DataFrame, columns: list[str], *, nan_bad: tuple[str, ...] = ()) -> dict[int, str]:
+    """``{row position: why}`` of rows holding a value no measurement can have in ``columns``:
+    ±inf, negative, beyond :data:`MAX_METRIC`, or NaN in one of ``nan_bad``."""
+    out: dict[int, str] = {}
+    for col in columns:
+        v = frame[col].to_numpy(dtype=float, na_value=np.nan)
+        bad = ~np.isfinite(v) if col in nan_bad else np.isinf(v)
+        bad |= (v < 0) | (np.abs(v) > MAX_METRIC)
+        for i in np.flatnonzero(bad):
+            if int(i) in out:
+                continue
+            x = float(v[i])
+            why = ("no value (NaN)" if np.isnan(x) else "infinite" if np.isinf(x) else
+                   "negative" if x < 0 else f"beyond {MAX_METRIC:g}")
+            out[int(i)] = f"column '{col}' holds {x!r} ({why})"
+    return out
+
+
+def _drop_impossible(frame: pd.DataFrame, columns: list[str], what: str, *,
+                     nan_bad: tuple[str, ...] = ()) -> tuple[pd.DataFrame, list[str]]:
+    """``frame`` without rows of impossible values, and a note naming the file, rows and columns."""
+    bad = _impossible_rows(frame, columns, nan_bad=nan_bad)
+    if not bad:
+        return frame, []
+    rows = sorted(bad)
+    shown = "; ".join(f"row {r}" + (f" (concurrency {frame['concurrency'].iloc[r]}, repeat {frame['repeat'].iloc[r]})"
+                                   if what == "level" else "") + f": {bad[r]}" for r in rows[:5])
+    more = f"; and {len(rows) - 5} more" if len(rows) > 5 else ""
+    note = (f"{frame.attrs.get('source', what)}: {len(rows)} {what} row(s) with impossible values dropped "
+            f"(validation on load) — {shown}{more}")
+    kept = frame.drop(index=frame.index[rows]).reset_index(drop=True)
+    kept.attrs = frame.attrs
+    return kept, [note]
+
+
+def validate_values(levels: pd.DataFrame, requests: pd.DataFrame | None
+                    ) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
+    """Drop level and request rows whose values no measurement can have; notes say what went.
+
+    Level metrics (every column ``metrics.METRICS`` names, and every other numeric ``*_s`` or
+    ``n_*`` column) must be finite, >= 0 and at most :data:`MAX_METRIC`, and ``output_tok_s``
+    present (not NaN); other NaN metrics mean "not measured" and stay. Requests: ``ttft_s`` and
+    ``e2e_s`` must not be negative or infinite, ``output_tokens`` not negative, infinite or absurd.
+    Requests of a dropped level go with it.
+    """
+    from specsweep.metrics import METRICS
+
+    names = list(dict.fromkeys([*METRICS, *(c for c in levels.columns if isinstance(c, str)
+                                            and (c.endswith("_s") or c.startswith("n_")))]))
+    levels, notes = _drop_impossible(levels, _metric_columns(levels, names), "level", nan_bad=("output_tok_s",))
+    level_dropped = bool(notes)
+    if requests is not None and not requests.empty:
+        requests, more = _drop_impossible(requests, _metric_columns(requests, [*REQUEST_DURATIONS, "output_tokens"]),
+                                          "request")
+        notes += more
+        keys = levels[["concurrency", "repeat"]].drop_duplicates()
+        keep = requests.merge(keys, on=["concurrency", "repeat"], how="left", indicator=True)["_merge"].eq("both")
+        if level_dropped and not keep.all():
+            notes.append(f"{requests.attrs.get('source', 'requests')}: {int((~keep).sum())} request row(s) of the "
+                         "dropped level(s) left out")
+            kept = requests[keep.to_numpy()].reset_index(drop=True)
+            kept.attrs = requests.attrs
+            requests = kept
+    return levels, requests, notes
+
+
+def level_notes(levels: pd.DataFrame) -> list[str]:
+    """What the sweep recorded about its levels that a reader must be told: a prefix-cache flush that
+    failed (the level may have read a warm cache) and requests refused for an impossible token count."""
+    notes = []
+    if "prefix_cache_flush" in levels.columns:
+        failed = levels[levels["prefix_cache_flush"].astype("string").str.startswith("failed").fillna(False)]
+        if len(failed):
+            where = ", ".join(f"C={int(c)} repeat {int(r)}" for c, r in zip(failed["concurrency"], failed["repeat"]))
+            notes.append(f"the prefix-cache flush failed before {where} ({failed['prefix_cache_flush'].iloc[0]}), so "
+                         "these levels may have read a warm cache (prompts an earlier level left there: shorter TTFT)")
+    if "implausible_counts" in levels.columns:
+        n = pd.to_numeric(levels["implausible_counts"], errors="coerce").fillna(0)
+        if (n > 0).any():
+            notes.append(f"{int(n.sum())} request(s) claimed an impossible token count (more than they allowed, or "
+                         "fewer than the chunks that arrived) and are counted as failed, not measured")
+    if "suspect_counts" in levels.columns:
+        n = pd.to_numeric(levels["suspect_counts"], errors="coerce").fillna(0)
+        if (n > 0).any():
+            notes.append(f"{int(n.sum())} request(s) claimed more tokens than the text that arrived has bytes; their "
+                         "counts are kept (tokens that decode to nothing are possible) but are suspect")
+    return notes
 
 
 def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
@@ -271,6 +384,10 @@ def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
             f"{levels.attrs['source']}: duplicate level (concurrency={row['concurrency']}, repeat={row['repeat']})"
         )
     notes: list[str] = []
+    levels, requests, notes = validate_values(levels, requests)
+    if levels.empty and meta.get("complete", True):
+        raise SchemaError(f"{levels.attrs['source']}: no level row holds possible values; {notes[0] if notes else ''}")
+    notes += level_notes(levels)
     if superseded_levels is not None and len(superseded_levels):
         notes.append(f"{levels.attrs['source']}: {len(superseded_levels)} superseded level row(s) (re-measured on "
                      "resume) left out; they are in ResultSet.superseded_levels")

@@ -76,6 +76,7 @@ import psutil
 from specsweep import provenance, serverguard
 from specsweep.agreement import agreement_markdown, first_difference_example, output_agreement
 from specsweep.markup import md_text
+from specsweep.redact import kernel_manager_with_secrets
 from specsweep.report import REPO_ROOT, build_report, kernel_manager_class
 from specsweep.store import ResultSet, atomic_write_bytes, load_result_set, write_frame, write_meta
 from specsweep.study_file import (DEFAULT_MAX_ARMS, HARD_MAX_ARMS, SECRET_NAME, Arm, Study, StudyError, endpoint_of,
@@ -528,7 +529,8 @@ def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int
         try:
             pm.execute_notebook(str(notebook), str(executed), parameters=params, cwd=os.getcwd(),
                                 kernel_name="python3", progress_bar=False, log_output=True,
-                                kernel_manager_class=kernel_manager_class())
+                                kernel_manager_class=kernel_manager_with_secrets(kernel_manager_class(),
+                                                                                 redact.secrets))
         except pm.PapermillExecutionError as exc:
             died = server is not None and not server.alive()
             why = (f"the server died mid-arm (status {server.process.returncode if server and server.process else '?'})"

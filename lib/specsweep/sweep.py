@@ -47,7 +47,9 @@ from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.metrics import (SOURCE_COUNTERS, LevelAcceptance, acceptance_from_requests, level_metrics,
                                requests_frame)
 from specsweep.probe import (COUNTER_ACCEPTANCE_FORMULA, MetricsPoller, ProbeError, ServerProbe, TokenCounter,
-                             acceptance_from_counters, flush_prefix_cache, probe, spec_level_figures)
+                             acceptance_from_counters, probe, spec_level_figures, try_flush_prefix_cache)
+from specsweep.plausibility import PREFIX as PLAUSIBILITY_PREFIX
+from specsweep.plausibility import implausible_count, reject_implausible, suspect_count
 from specsweep.redact import redact_exception, redact_text
 from specsweep.store import (SCHEMA_VERSION, SchemaError, append_level, finished_levels, live_levels, load_result_set,
                              lock_run, read_meta, write_meta)
@@ -275,6 +277,9 @@ def summarise_level(
     """
     t0 = result.t_start
     prompt_ids = [prompt_offset + i for i in result.request_index]
+    # a count the server could not have produced makes its request an error row, with the reason
+    implausible = reject_implausible(result.records,
+                                     [workload.max_tokens(i) if workload else requested_tokens for i in prompt_ids])
     # in place: the records' chunk times become the frame's (level-relative) timelines, not a copy of them
     req = requests_frame(result.records, t0=t0, run_id=run_id, arm=cfg.arm, concurrency=concurrency, repeat=repeat,
                          request_indices=result.request_index, prompt_ids=prompt_ids, keep_chunks=cfg.keep_chunks,
@@ -293,7 +298,8 @@ def summarise_level(
         warmup_requests=cfg.warmups_for(concurrency),
         client_cpu_cores=result.client_cores, client_mean_in_flight=result.mean_in_flight,
         client_max_in_flight=result.max_in_flight, client_loop_lag_p99_s=result.loop_lag_p99_s,
-        client_workers=result.workers,
+        client_workers=result.workers, implausible_counts=len(implausible),
+        suspect_counts=sum(suspect_count(rec) is not None for rec in result.records),
     )
     lv.update(server_figures(req, samples, (result.t_start, result.t_end), before, after, server))
     level = pd.DataFrame([lv])
@@ -386,12 +392,13 @@ def count_tokens(records: list[Any], counter: TokenCounter | None) -> None:
 
 
 def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: SweepConfig,
-              counter: TokenCounter | None = None) -> list[str]:
+              counter: TokenCounter | None = None, seen: dict[str, Any] | None = None) -> list[str]:
     """One request through the chosen flavour; raise on failure, warn on short output or no counts.
 
     ``workload``: the preflight/warm-up prompts (:func:`~specsweep.workload.warmup_workload`), of
     the measured workload's kind. ``counter``: counts tokens with the server's ``/tokenize`` when
-    the server reports none.
+    the server reports none. ``seen``: receives the preflight's ``token_source`` (so that a
+    server that changes how it counts later is noticed).
     """
     tokens = min(workload.output_tokens, 32)
     body = workload.bodies(info.flavour, [WARMUP_INDEX_BASE * 2], model=info.model, temperature=cfg.temperature,
@@ -408,6 +415,12 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
                          f"The server offers: {', '.join(info.flavours)}; models: {', '.join(info.models) or 'unknown'}")
     warnings = []
     count_tokens([rec], counter)
+    if seen is not None:
+        seen["token_source"] = rec.token_source
+    why = implausible_count(rec, tokens)
+    if why:
+        warnings.append(f"The preflight request's count is impossible ({why}); every request with such a count "
+                        "is recorded as an error row, not measured.")
     if rec.token_source == "tokenize":
         warnings.append("The server reports no token counts (no usage / meta_info), so output tokens are counted "
                         "from the returned text with the server's own tokenizer (POST /tokenize; token_source "
@@ -647,7 +660,8 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
                                                 read_timeout_s=cfg.request_timeout_s))
         counter = TokenCounter(info.base_url, info.server, info.model)
         stack.callback(counter.close)
-        preflight_warnings = preflight(gen, info, warm_workload, cfg, counter)
+        seen: dict[str, Any] = {}
+        preflight_warnings = preflight(gen, info, warm_workload, cfg, counter, seen)
         if resume is None:
             run_dir, meta = _new_run(cfg, info, workload, sweep_params, embedded)
             meta["workload"]["chosen_by"] = workload_reason  # "given", or the auto rule and its reason
@@ -657,6 +671,7 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
             run_dir = resume.run_dir
             meta, done = _resumed_meta(resume, cfg, log)
         server_log["run_dir"] = run_dir
+        meta["preflight_token_source"] = seen.get("token_source")
         warnings: list[str] = meta.setdefault("warnings", [])
 
         def warn(text: str) -> None:
@@ -690,6 +705,7 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
     """Warm up and measure every level of the plan not in ``done``, saving each; on any exit, record why in meta.json."""
     output_tokens = workload.output_tokens
     run_id = meta["run_id"]
+    preflight_source = meta.get("preflight_token_source")
     offsets = _prompt_offsets(cfg)
     spec_options = spec_request_options(info.server, info.flavour)  # per-request acceptance, where asked for
     poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
@@ -703,8 +719,14 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
             current = (c, r)
+            flushed = None
             if cfg.flush_cache:  # no level reads prompts an earlier level (or arm) left in the prefix cache
-                meta["prefix_cache_flush"] = flush_prefix_cache(info.base_url) or "none: the server offers no route"
+                flushed = try_flush_prefix_cache(info.base_url)
+                meta["prefix_cache_flush"] = flushed.describe
+                if flushed.failure and not flushed.route:
+                    meta.setdefault("prefix_cache_flush_failed", []).append({"level": [c, r], "why": flushed.failure})
+                    warn(f"C={c} repeat {r}: the prefix-cache flush failed ({flushed.failure}), so this level may "
+                         "read prompts an earlier level left in the server's cache (a warm cache: shorter TTFT)")
             meta["in_progress"] = [c, r]  # survives a hard kill: resume then knows this level's prompts were sent
             write_meta(run_dir, meta)
             n_warm = cfg.warmups_for(c)
@@ -741,11 +763,14 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                 result, cfg=cfg, run_id=run_id, concurrency=c, repeat=r, prompt_offset=offsets[(c, r)],
                 requested_tokens=output_tokens, server=info.server, samples=samples, before=before,
                 after=after, started_utc=started, workload=workload)
+            if flushed is not None:
+                level["prefix_cache_flush"] = flushed.describe
             append_level(run_dir, level, req, srv if poller else None)
             current = None  # saved: an interrupt from here on does not touch this level
             meta.pop("in_progress", None)
             for w in result.warnings:
                 warn(f"C={c} repeat {r}: {w}")
+            _warn_counts(level.iloc[0], req, c, r, preflight_source, warn, meta)
             write_meta(run_dir, meta)
             row = level.iloc[0]
             log(_level_line(row))
@@ -777,6 +802,34 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
     finally:
         if poller:
             poller.close()
+
+
+def _warn_counts(row: pd.Series, req: pd.DataFrame, c: int, r: int, preflight_source: str | None,
+                 warn: Callable[[str], None], meta: dict[str, Any]) -> None:
+    """Warn (log and meta.json) about a level's refused counts, and as soon as a server that sent
+    integer counts in the preflight stops sending them (``meta.count_changes`` records each level)."""
+    n_bad = int(row.get("implausible_counts", 0) or 0)
+    if n_bad:
+        errors = req["error"].dropna()
+        first = errors[errors.str.startswith(PLAUSIBILITY_PREFIX)]
+        warn(f"C={c} repeat {r}: {n_bad} request(s) claimed an impossible token count and are error rows, not "
+             f"measured (first: {first.iloc[0] if len(first) else 'see requests.parquet'})")
+    n_suspect = int(row.get("suspect_counts", 0) or 0)
+    if n_suspect:
+        warn(f"C={c} repeat {r}: {n_suspect} request(s) claimed more tokens than the text that arrived has bytes "
+             "(possible only for tokens that decode to nothing); their counts are kept, check the server's counting")
+    if preflight_source != "usage" or "token_source" not in req.columns:
+        return
+    fine = req["error"].isna() & req["token_source"].notna()
+    other = req.loc[fine & (req["token_source"] != "usage"), "token_source"]
+    if len(other):
+        sources = {str(k): int(v) for k, v in other.value_counts().items()}
+        meta.setdefault("count_changes", []).append({"level": [c, r], "requests": int(len(other)),
+                                                     "of": int(fine.sum()), "token_sources": sources})
+        warn(f"C={c} repeat {r}: the server sent integer token counts in the preflight but none for "
+             f"{len(other)} of {int(fine.sum())} requests of this level, which are counted "
+             f"{' and '.join(f'from {k} ({v})' for k, v in sources.items())} instead: it changed how it counts "
+             "after the preflight, so tokens (and throughput) of these requests are estimates")
 
 
 class _ClientGone(logging.Filter):

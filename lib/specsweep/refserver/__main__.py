@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import READY_PREFIX
-from .faults import FaultConfig
+from .faults import DataFaults, FaultConfig
 from .model import resolve
 from .profiles import ProfileError, available_profiles, load_profile
 
@@ -49,6 +49,14 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
   --fault-malformed-rate R  send one data: line that is not JSON mid-way through a stream
   --fault-omit-usage        never send token counts (no usage, no meta_info token counts)
   --fault-echo-auth         injected errors quote the request's API key (as some servers do)
+  --fault-count-scale K     multiply every completion_tokens count sent by K (over-counting)
+  --fault-count-value N     send N as every completion_tokens count (e.g. 4294967295)
+  --fault-count-rate R      ... only for a drawn fraction R of requests (default 1: all)
+  --fault-noninteger-counts-after I  requests from index I on send non-integer counts (n + 0.5)
+  --fault-tokenize-tokens N POST /tokenize claims N tokens for any text
+  --fault-flush {500,hang,reset}  the prefix-cache flush route fails that way
+  --fault-echo-env NAME     injected errors quote the server's environment variable NAME
+  --fault-echo-token VALUE  injected errors quote VALUE (a secret-named flag, for redaction tests)
 
 API surfaces (--api-surface; the simulated engine is the same under all):
   sglang  SGLang 0.5.23: /generate, /server_info, /model_info, /health (a generation, >= 1 s),
@@ -182,6 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="never send token counts (usage, meta_info counts)")
     p.add_argument("--fault-echo-auth", action="store_true",
                    help="injected error bodies quote the request's API key (redaction tests)")
+    p.add_argument("--fault-count-scale", type=float, default=1.0, metavar="K",
+                   help="multiply every completion_tokens count sent by K (count plausibility tests)")
+    p.add_argument("--fault-count-value", type=int, default=None, metavar="N",
+                   help="send N as every completion_tokens count")
+    p.add_argument("--fault-count-rate", type=_rate, default=1.0, metavar="R",
+                   help="fraction of requests whose counts --fault-count-scale/--fault-count-value rewrite (default 1)")
+    p.add_argument("--fault-noninteger-counts-after", type=int, default=None, metavar="I",
+                   help="requests from index I on send non-integer token counts")
+    p.add_argument("--fault-tokenize-tokens", type=int, default=None, metavar="N",
+                   help="POST /tokenize claims N tokens for any text")
+    p.add_argument("--fault-flush", choices=("500", "hang", "reset"), default=None,
+                   help="the prefix-cache flush route fails: HTTP 500, no answer, or a reset connection")
+    p.add_argument("--fault-echo-env", default=None, metavar="NAME",
+                   help="injected error bodies quote the server's environment variable NAME (redaction tests)")
+    p.add_argument("--fault-echo-token", default=None, metavar="VALUE",
+                   help="injected error bodies quote VALUE (redaction tests of secret argv values)")
     p.add_argument("--parent-pid", type=int, metavar="PID",
                    help="exit when process PID is gone (the launcher died, even by SIGKILL)")
     p.add_argument("--describe", action="store_true",
@@ -261,6 +285,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                              drop_rate=args.fault_drop_rate, stall_rate=args.fault_stall_rate,
                              stall_s=args.fault_stall_s, malformed_rate=args.fault_malformed_rate,
                              omit_usage=args.fault_omit_usage)
+        data_faults = DataFaults(count_scale=args.fault_count_scale, count_value=args.fault_count_value,
+                                 count_rate=args.fault_count_rate, seed=args.seed,
+                                 noninteger_after=args.fault_noninteger_counts_after,
+                                 tokenize_tokens=args.fault_tokenize_tokens, flush=args.fault_flush,
+                                 echo_env=args.fault_echo_env, echo_token=args.fault_echo_token)
     except (ProfileError, ValueError) as exc:
         parser.error(str(exc))
     if args.per_request_spec_decode_metrics != "none":
@@ -286,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         launch_command="python -m specsweep.refserver " + shlex.join(argv_list),
         profile_name=profile.name, faults=faults, api_surface=args.api_surface,
         fault_echo_auth=args.fault_echo_auth, parent_pid=args.parent_pid,
-        per_request_spec_decode_metrics=args.per_request_spec_decode_metrics)
+        per_request_spec_decode_metrics=args.per_request_spec_decode_metrics, data_faults=data_faults)
     state = ServerState(cfg, options)
     loop_factory = None
     if not args.no_uvloop:

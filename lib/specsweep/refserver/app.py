@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import random
 import time
 import sys
@@ -54,7 +55,7 @@ from aiohttp import web
 
 from . import __version__ as REFSERVER_VERSION
 from .engine import EmitLog, Engine
-from .faults import FaultConfig, FaultPlan
+from .faults import CountRewriter, DataFaults, FaultConfig, FaultPlan
 from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
 from .acceptance import category_means, category_of_prompt, expected_accept_length
 from .model import AcceptanceModel, ModelConfig, SimRequest, request_seed
@@ -130,6 +131,8 @@ class ServerOptions:
     parent_pid: int | None = None
     #: vLLM surface: ``--per-request-spec-decode-metrics`` ("none", "summary" or "detailed")
     per_request_spec_decode_metrics: str = "none"
+    #: faults in what the server claims: counts, /tokenize, cache flushes, quoted env values
+    data_faults: DataFaults = field(default_factory=DataFaults)
 
     def __post_init__(self) -> None:
         if self.api_surface not in API_SURFACES:
@@ -473,6 +476,10 @@ class Handlers:
             if st.options.fault_echo_auth:
                 key = request.headers.get("Authorization", "").removeprefix("Bearer ")
                 echo = f" Incorrect API key provided: {key}"
+            if st.options.data_faults.echo_env:
+                echo += f" (server token: {os.environ.get(st.options.data_faults.echo_env, '')})"
+            if st.options.data_faults.echo_token:
+                echo += f" (api token: {st.options.data_faults.echo_token})"
             if fault.error_status == 503:
                 return error_response(503, "Service Unavailable (injected fault: the simulated "
                                       "server is overloaded)" + echo, type_="ServiceUnavailableError")
@@ -499,6 +506,8 @@ class Handlers:
             fmt = CompletionFormat(ctx)
         else:
             fmt = ChatFormat(ctx)
+        if st.options.data_faults.rewrites_counts(index):
+            fmt = CountRewriter(fmt, st.options.data_faults, index)  # type: ignore[assignment]
         loop = asyncio.get_running_loop()
         done: asyncio.Future[str] = loop.create_future()
         if fault.drop_at is not None:
@@ -773,6 +782,8 @@ class Handlers:
         except ApiError as exc:
             return error_response(exc.status, exc.message, type_=exc.type, param=exc.param)
         ids = tokenize_text(prompt, self.state.profile.model.vocab_size)
+        if self.state.options.data_faults.tokenize_tokens is not None:
+            ids = [1] * self.state.options.data_faults.tokenize_tokens
         body_out = {"tokens": ids, "count": len(ids), "max_model_len": self.state.cfg.context_length}
         return web.Response(body=orjson.dumps(body_out), content_type="application/json")
 
@@ -780,6 +791,15 @@ class Handlers:
         """``POST /flush_cache`` (SGLang) and ``POST /reset_prefix_cache`` (vLLM): the simulated
         engine keeps no prefix cache, so there is nothing to empty; like SGLang it refuses (400)
         while requests run or wait, and each flush is logged on stderr (the server's log)."""
+        failure = self.state.options.data_faults.flush
+        if failure == "500":
+            return web.Response(status=500, text="Internal Server Error (injected flush fault)\n")
+        if failure == "hang":
+            await asyncio.sleep(3600)
+        if failure == "reset":
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=500)  # never reaches the client
         if self.state.engine.core.has_work():
             return web.Response(status=400, text="Cache not flushed: requests are running or waiting.\n")
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} refserver {request.path}: prefix cache flushed "

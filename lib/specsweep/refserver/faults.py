@@ -20,11 +20,13 @@ rate does not reshuffle the others.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from .model import request_seed
 
-__all__ = ["FaultConfig", "FaultPlan"]
+__all__ = ["CountRewriter", "DataFaults", "FaultConfig", "FaultPlan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +92,91 @@ class FaultConfig:
             malformed_at=0.1 + 0.8 * u_mal_at if u_mal < self.malformed_rate else None,
             omit_usage=self.omit_usage,
         )
+
+
+# ------------------------------------------------------------------ data faults (plausibility tests)
+
+_COUNT_RE = re.compile(rb'"completion_tokens":(\d+)')
+
+
+@dataclass(frozen=True, slots=True)
+class DataFaults:
+    """Faults in what the server claims rather than in how it answers (tests of count checks,
+    cache flushes and redaction); every field off by default.
+
+    * ``count_scale``: every ``completion_tokens`` the server sends is multiplied by this factor
+      (a server that over-counts: 100 gives 100× the true throughput if nothing checks it);
+    * ``count_value``: every ``completion_tokens`` is this number (e.g. 4294967295, 10**19);
+    * ``count_rate``: the fraction of requests (drawn per request index under the seed) whose counts
+      ``count_scale`` / ``count_value`` rewrite (default 1: all);
+    * ``noninteger_after``: requests from this index on send non-integer counts (``n + 0.5``),
+      a server that switches after the sweep's preflight;
+    * ``tokenize_tokens``: ``POST /tokenize`` claims this many tokens whatever the text;
+    * ``flush``: ``POST /flush_cache`` / ``/reset_prefix_cache`` fail: ``"500"`` (an HTTP 500),
+      ``"hang"`` (no answer for an hour) or ``"reset"`` (the connection is closed unanswered);
+    * ``echo_env``: injected error bodies quote the value of this environment variable of the
+      server (as a server may quote its own token in an error);
+    * ``echo_token``: injected error bodies quote this value (given as ``--fault-echo-token``, a
+      secret-named flag: what a study masks from a server's argv).
+    """
+
+    count_scale: float = 1.0
+    count_value: int | None = None
+    count_rate: float = 1.0
+    seed: int = 0
+    noninteger_after: int | None = None
+    tokenize_tokens: int | None = None
+    flush: str | None = None
+    echo_env: str | None = None
+    echo_token: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.flush not in (None, "500", "hang", "reset"):
+            raise ValueError(f"flush fault must be 500, hang or reset, not {self.flush!r}")
+        if self.count_scale <= 0:
+            raise ValueError("count_scale must be > 0")
+        if not 0.0 <= self.count_rate <= 1.0:
+            raise ValueError(f"count_rate must be within [0, 1], not {self.count_rate}")
+
+    def _miscounts(self, index: int) -> bool:
+        if self.count_scale == 1.0 and self.count_value is None:
+            return False
+        return self.count_rate >= 1.0 or random.Random(request_seed(self.seed, index, "count")).random() < self.count_rate
+
+    def rewrites_counts(self, index: int) -> bool:
+        """True when request ``index``'s token counts are to be rewritten."""
+        return self._miscounts(index) or (self.noninteger_after is not None and index >= self.noninteger_after)
+
+    def count_text(self, n: int, index: int) -> bytes:
+        """What request ``index`` claims instead of its true count ``n``."""
+        if self._miscounts(index):
+            n = self.count_value if self.count_value is not None else int(n * self.count_scale)
+        if self.noninteger_after is not None and index >= self.noninteger_after:
+            return b"%d.5" % n
+        return b"%d" % n
+
+
+class CountRewriter:
+    """A response format (``streaming.*Format``) whose ``completion_tokens`` are rewritten by
+    :meth:`DataFaults.count_text`; everything else is delegated unchanged."""
+
+    def __init__(self, fmt: Any, faults: DataFaults, index: int) -> None:
+        self._fmt = fmt
+        self._faults = faults
+        self._index = index
+
+    def _sub(self, data: bytes) -> bytes:
+        return _COUNT_RE.sub(lambda m: b'"completion_tokens":' + self._faults.count_text(int(m.group(1)), self._index),
+                             data)
+
+    def content(self, a: int, b: int, req: Any) -> bytes:
+        return self._sub(self._fmt.content(a, b, req))
+
+    def final(self, a: int, b: int, req: Any) -> bytes:
+        return self._sub(self._fmt.final(a, b, req))
+
+    def full_response(self, req: Any) -> bytes:
+        return self._sub(self._fmt.full_response(req))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fmt, name)
