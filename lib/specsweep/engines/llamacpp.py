@@ -115,6 +115,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--ngram-n", type=int, default=None, help="n-gram arms: the n-gram size looked up")
     parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--settings-json", default=None, help="where to write the applied settings (JSON)")
+    parser.add_argument("--no-slot-erase", action="store_true", help="no slot save path: llama.cpp then refuses "
+                                                                     "POST /slots/{id}?action=erase (as llama-server "
+                                                                     "does by default)")
     args = parser.parse_args(argv)
     for name in ("slots", "threads", "ctx_per_slot"):
         if getattr(args, name) < 1:
@@ -173,7 +176,8 @@ def build_params(args: argparse.Namespace, xlc: Any, slot_save_path: str) -> tup
     p.endpoint_slots = True
     p.hostnames = ["127.0.0.1"]
     p.port = args.port
-    p.slot_save_path = slot_save_path  # llama.cpp allows POST /slots/{id}?action=erase only with one
+    if not args.no_slot_erase:
+        p.slot_save_path = slot_save_path  # llama.cpp allows POST /slots/{id}?action=erase only with one
     p.speculative.types = [getattr(xlc.common_speculative_type, SPEC_TYPES[args.spec])]
     if draft is not None:
         p.speculative.draft.mparams.path = str(draft)
