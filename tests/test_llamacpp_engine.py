@@ -90,3 +90,34 @@ def test_probe_labels_arms_by_the_launchers_record_never_ngram_as_draft() -> Non
     # without the launcher's record, a real server's /props says "none" whatever it drafts with
     assert llamacpp_settings(*_props(None))["speculative_algorithm"] == SPEC_TYPE_UNREPORTED
     assert llamacpp.PROPS_KEY == "specsweep_launch"
+
+
+def _serve_argvs() -> list[tuple[str, str, list[str]]]:
+    import yaml
+
+    root = Path(__file__).resolve().parents[1] / "data" / "studies"
+    out = []
+    for path in sorted(root.rglob("*.yaml")):
+        for arm in (yaml.safe_load(path.read_text()) or {}).get("arms") or []:
+            argv = [str(a) for a in ((arm.get("serve") or {}).get("argv") or [])]
+            if argv:
+                out.append((path.name, str(arm.get("name")), argv))
+    return out
+
+
+def test_every_llamacpp_arm_with_a_draft_model_names_its_speculative_type() -> None:
+    """A draft model without a speculative type sits idle (the example study measured two baselines);
+    slots are explicit (llama-server's default differs with and without a draft model)."""
+    checked = 0
+    for name, arm, argv in _serve_argvs():
+        if argv[0].endswith("llama-server"):
+            assert "-np" in argv or "--parallel" in argv, f"{name} arm {arm}: no explicit slots"
+            if "-md" in argv or "--model-draft" in argv:
+                assert "--spec-type" in argv, f"{name} arm {arm}: a draft model without --spec-type"
+                checked += 1
+        elif argv[2:3] == ["specsweep.engines.llamacpp"]:
+            assert "--slots" in argv, f"{name} arm {arm}: no explicit slots"
+            if "--draft-model" in argv:
+                assert argv[argv.index("--spec") + 1] == "draft", f"{name} arm {arm}"
+                checked += 1
+    assert checked >= 2  # the example and the real-engine demo
