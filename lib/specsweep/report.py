@@ -356,6 +356,58 @@ def _workload_line(meta: dict[str, Any]) -> str:
     return text
 
 
+#: flags whose next value (or ``=value``) a shown command line masks
+_SECRET_FLAG = re.compile(r"key|token|secret|password|passwd|credential|auth", re.IGNORECASE)
+
+
+def masked_argv(argv: Sequence[Any]) -> list[str]:
+    """``argv`` with secret values replaced by ``***``: the value after a flag whose name says key,
+    token, secret, password, … (``--api-key K``, ``--hf-token=T``) and the ``SPECSWEEP_API_KEY``
+    value wherever it appears."""
+    from specsweep.redact import redact_text
+
+    out: list[str] = []
+    hide_next = False
+    for raw in map(str, argv):
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        if raw.startswith("-") and "=" in raw and _SECRET_FLAG.search(raw.split("=", 1)[0]):
+            out.append(raw.split("=", 1)[0] + "=***")
+            continue
+        hide_next = raw.startswith("-") and bool(_SECRET_FLAG.search(raw))
+        out.append(redact_text(raw))
+    return out
+
+
+def server_command(meta: dict[str, Any]) -> str | None:
+    """How the arm's server was started, as one shell line (secrets masked), or None where the
+    result set does not say: the argv ``specsweep.engines.llamacpp`` recorded in ``/props``
+    (``server.launch.argv``; for llama.cpp the only record of its speculative settings), a
+    ``serve.argv`` recorded with the run, or the embedded reference server's arguments."""
+    launch = _server_field(meta, "launch")
+    serve = meta.get("serve")
+    argv = None
+    if isinstance(launch, dict) and isinstance(launch.get("argv"), list):
+        argv = launch["argv"]
+    elif isinstance(serve, dict) and isinstance(serve.get("argv"), list):
+        argv = serve["argv"]
+    elif isinstance(meta.get("embedded_server"), dict):
+        e = meta["embedded_server"]
+        argv = ["python", "-m", "specsweep.refserver", *[str(x) for x in e.get("argv") or e.get("args") or []]]
+    return shell_line(masked_argv(argv)) if argv else None
+
+
+def _prompt_cache_line(meta: dict[str, Any]) -> str | None:
+    how = meta.get("prefix_cache_flush")
+    if how:
+        return f"emptied before every level: {how}"
+    if (meta.get("sweep") or {}).get("flush_cache") is False and _server_field(meta, "name") == "llamacpp":
+        return "not emptied between levels (flush_cache=false)"
+    return None
+
+
 def setup_table(comp: Comparison) -> pd.DataFrame:
     """One column per arm: what was measured, against which server, with which settings."""
     fields: list[tuple[str, Any]] = [
@@ -369,7 +421,10 @@ def setup_table(comp: Comparison) -> pd.DataFrame:
         ("speculative steps / draft tokens", lambda m: "/".join(str(_server_field(m, k)) for k in ("speculative_num_steps", "speculative_num_draft_tokens")) if _server_field(m, "speculative_num_steps") else None),
         ("max_running_requests", lambda m: _server_field(m, "max_running_requests")),
         ("mem_fraction_static", lambda m: _server_field(m, "mem_fraction_static")),
-        ("API", lambda m: m.get("api")),
+        ("server command", server_command),
+        ("prompt cache", _prompt_cache_line),
+        ("API", lambda m: m.get("api") + (" (auto: the model's chat template)" if m.get("api_chosen_by") else "")
+         if m.get("api") else None),
         ("endpoint", lambda m: m.get("endpoint")),
         ("workload", _workload_line),
         ("concurrency levels", lambda m: ", ".join(map(str, (m.get("sweep") or {}).get("concurrency") or []))),
@@ -387,6 +442,23 @@ def setup_table(comp: Comparison) -> pd.DataFrame:
     frame = pd.DataFrame(data, index=[name for name, _ in fields])
     frame = frame[frame.apply(lambda r: any(v not in (None, "", "None") for v in r), axis=1)]
     return frame.fillna("—").astype(str).replace({"None": "—", "": "—"})
+
+
+def manual_agreement_markdown(sets: Sequence[Any], baseline: str = "baseline") -> str:
+    """Output agreement with the baseline for result sets that no study measured (a study's report
+    has it in its study section): per arm and level, identical outputs for the same prompts
+    (:mod:`specsweep.agreement`, paired by repeat and prompt). Empty when a study measured them, the
+    baseline is absent, or no request row carries an output digest. Names are escaped."""
+    from specsweep.agreement import agreement_markdown, output_agreement
+
+    if not sets or any(isinstance(getattr(rs, "meta", {}).get("study"), dict) for rs in sets):
+        return ""
+    table = output_agreement(sets, baseline)
+    if table.empty:
+        return ""
+    return ("Each sweep sent the same prompts in the same order for the same parameters, so the arms' "
+            "outputs can be compared prompt by prompt (temperature 0 should give identical text):\n\n"
+            + agreement_markdown(table, baseline))
 
 
 def differences_markdown(comp: Comparison) -> str:
@@ -994,11 +1066,19 @@ def category_levels_markdown(comp: Comparison, sets: Sequence[Any], deltas: pd.D
     return "\n".join(lines)
 
 
+#: per-draft-position columns shown in the full-data table (the rest stay in levels.parquet)
+DATA_TABLE_POSITIONS = 4
+_POSITION_COLUMN = re.compile(r"^spec_accept(?:_rate|ed)_pos_(\d+)$")
+
+
 def data_table(comp: Comparison) -> pd.DataFrame:
-    """Every metric of every arm and level (averaged over repeats), rounded for reading."""
+    """Every metric of every arm and level (averaged over repeats), rounded for reading; of the
+    per-draft-position acceptance columns only the first :data:`DATA_TABLE_POSITIONS` are shown
+    (an n-gram drafter of 48–64 tokens has that many, which would flood the table)."""
     lv = comp.levels.copy()
     lv.insert(0, "arm", lv.pop("arm").map(comp.labels))
-    keep = [c for c in lv.columns if not lv[c].isna().all()]
+    keep = [c for c in lv.columns if not lv[c].isna().all()
+            and not ((m := _POSITION_COLUMN.match(str(c))) and int(m.group(1)) >= DATA_TABLE_POSITIONS)]
     return lv[keep].round(4)
 
 

@@ -46,8 +46,9 @@ from specsweep.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, par
 from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.metrics import (SOURCE_COUNTERS, LevelAcceptance, acceptance_from_requests, level_metrics,
                                requests_frame)
-from specsweep.probe import (COUNTER_ACCEPTANCE_FORMULA, MetricsPoller, ProbeError, ServerProbe, TokenCounter,
-                             acceptance_from_counters, probe, spec_level_figures, try_flush_prefix_cache)
+from specsweep.probe import (COUNTER_ACCEPTANCE_FORMULA, LLAMACPP_NO_PROMPT_CACHE, MetricsPoller, ProbeError,
+                             ServerProbe, TokenCounter, acceptance_from_counters, erase_llamacpp_slots, probe,
+                             spec_level_figures, try_flush_prefix_cache)
 from specsweep.plausibility import PREFIX as PLAUSIBILITY_PREFIX
 from specsweep.plausibility import implausible_count, reject_implausible, suspect_count
 from specsweep.redact import redact_exception, redact_text
@@ -233,6 +234,12 @@ def server_figures(
     out: dict[str, Any] = {}
     counted = acceptance_from_counters(before, after, server)
     acc = acceptance_from_requests(requests)
+    if server == "llamacpp" and acc is not None:
+        out.update(llamacpp_step_figures(requests, before, after))
+        if counted is not None:  # llama.cpp's own accept length; the timings' figure is another quantity
+            acc = LevelAcceptance(counted, SOURCE_COUNTERS, LLAMACPP_ACCEPT_FORMULA, acc.detail)
+        else:
+            acc = LevelAcceptance(acc.accept_length, acc.source, LLAMACPP_TOKENS_PER_STEP_FORMULA, acc.detail)
     if acc is None and counted is not None:
         acc = LevelAcceptance(counted, SOURCE_COUNTERS, COUNTER_ACCEPTANCE_FORMULA.get(server, ""), {})
     if acc is not None:
@@ -259,6 +266,49 @@ def server_figures(
         out["server_queued_max"] = max(by_name["queued_requests"])
     if "kv_usage" in by_name:
         out["server_kv_usage_max"] = max(by_name["kv_usage"])
+    return out
+
+
+#: llama.cpp's accept length (its ``mean len`` log line and ``/metrics``): verification steps only
+LLAMACPP_ACCEPT_FORMULA = ("1 + Δllamacpp:spec_decode_num_accepted_tokens / Δllamacpp:spec_decode_num_drafts "
+                           "(accepted drafts per verification step: llama.cpp's definition)")
+#: what the timings of each response give: every target forward counts, drafted or not
+LLAMACPP_TOKENS_PER_STEP_FORMULA = ("Σ completion tokens / Σ (completion tokens − draft_n_accepted): tokens per "
+                                    "target forward, steps that drafted nothing included (no step count in timings)")
+
+
+def llamacpp_step_figures(requests: pd.DataFrame, before: dict[str, float],
+                          after: dict[str, float]) -> dict[str, float]:
+    """Where llama.cpp's two acceptance figures part: the timings' sums against its counters.
+
+    A llama.cpp response's ``timings`` carry ``draft_n`` (tokens drafted) and ``draft_n_accepted``
+    but not how many verification steps it took; ``/metrics`` counts those
+    (``spec_decode_num_drafts_total``: steps that verified a draft). A request's tokens are its
+    first (from the prompt pass) + one per plain step (nothing drafted: an n-gram drafter often
+    finds no match) + 1 + accepted per verification step, so Σ (tokens − accepted) = requests +
+    plain steps + verification steps. Returned (counts over the level's successful requests):
+    ``spec_tokens_per_step`` (tokens per target forward, the timings' figure),
+    ``spec_draft_tokens_timings`` / ``spec_accepted_tokens_timings`` (Σ draft_n, Σ
+    draft_n_accepted: equal to the counter deltas ``spec_draft_tokens_counters`` /
+    ``spec_accepted_tokens_counters`` when only this sweep used the server),
+    ``spec_verify_steps_counters`` (Δ verification steps) and ``spec_plain_steps`` (target
+    forwards that verified no draft, the first token's prompt pass excluded; an estimate: a step
+    truncated at ``max_tokens`` counts its discarded drafts).
+    """
+    ok = requests[requests["error"].isna() & (requests["output_tokens"].fillna(0) > 0)]
+    if not len(ok) or "spec_verify_ct" not in ok.columns or ok["spec_verify_ct"].isna().any():
+        return {}
+    tokens, steps = float(ok["output_tokens"].sum()), float(ok["spec_verify_ct"].sum())
+    out: dict[str, float] = {"spec_tokens_per_step": tokens / steps} if steps > 0 else {}
+    out["spec_draft_tokens_timings"] = float(ok["spec_draft_tokens"].fillna(0.0).sum())
+    out["spec_accepted_tokens_timings"] = float(ok["spec_accepted_tokens"].fillna(0.0).sum())
+    for key, name in (("spec_draft_tokens", "spec_draft_tokens_counters"),
+                      ("spec_accepted_tokens", "spec_accepted_tokens_counters"),
+                      ("spec_drafts", "spec_verify_steps_counters")):
+        if key in before and key in after:
+            out[name] = after[key] - before[key]
+    if "spec_verify_steps_counters" in out:
+        out["spec_plain_steps"] = steps - len(ok) - out["spec_verify_steps_counters"]
     return out
 
 
@@ -649,6 +699,7 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
         if workload_reason != "given":
             log(f"workload {workload_value} ({workload_reason})")
         info = probe(url, cfg.api, cfg.model)
+        api_reason = choose_chat(cfg, info, workload)
         check_prompts_fit(workload, info)
         log(f"{info.base_url}: {info.server}{' (simulated)' if info.simulated else ''}, API {info.flavour}, "
             f"model {info.model}, max_running_requests {info.server_info.get('max_running_requests', 'unknown')}, "
@@ -665,6 +716,8 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
         if resume is None:
             run_dir, meta = _new_run(cfg, info, workload, sweep_params, embedded)
             meta["workload"]["chosen_by"] = workload_reason  # "given", or the auto rule and its reason
+            if api_reason:
+                meta["api_chosen_by"] = api_reason
             stack.enter_context(lock_run(run_dir))
             done: set[tuple[int, int]] = set()
         else:
@@ -698,6 +751,34 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
     return SweepResult(run_dir=run_dir, meta=rs.meta, levels=rs.levels, warnings=list(warnings))
 
 
+def choose_chat(cfg: SweepConfig, info: ServerProbe, workload: Workload) -> str | None:
+    """With ``api="auto"``, send a conversational workload (``builtin``) to llama.cpp's chat route
+    when its model has a chat template (``/props`` ``chat_template``): an instruct model then sees
+    its template and answers instead of continuing the prompt. Sets ``info.flavour``; returns the
+    reason (kept as ``meta.api_chosen_by``), or None when the flavour stays as probed."""
+    if (cfg.api != "auto" or info.server != "llamacpp" or workload.kind != "builtin"
+            or not info.server_info.get("has_chat_template") or "openai-chat" not in info.flavours):
+        return None
+    info.flavour = "openai-chat"
+    return ("auto: the model has a chat template (/props chat_template) and the builtin workload is "
+            "conversational, so its prompts go to /v1/chat/completions as user messages")
+
+
+def prompt_cache_plan(cfg: SweepConfig, info: ServerProbe) -> tuple[dict[str, Any], str | None, bool]:
+    """How a llama.cpp sweep keeps its prompt cache from serving one level what another left:
+    (extra request-body keys, what ``meta.prefix_cache_flush`` says, erase slots before each
+    level). With ``flush_cache``: erase every slot (``POST /slots/{id}?action=erase``) where the
+    server allows it, else send ``cache_prompt: false`` on every request (no reuse at all, the
+    shared chat-template prefix included). Other servers: ({}, None, False); their routes are
+    tried per level by :func:`specsweep.probe.flush_prefix_cache`."""
+    if info.server != "llamacpp" or not cfg.flush_cache:
+        return {}, None, False
+    how, why = erase_llamacpp_slots(info.base_url)
+    if how is not None:
+        return {}, how, True
+    return dict(LLAMACPP_NO_PROMPT_CACHE), f"cache_prompt: false on every request (slot erase refused: {why})", False
+
+
 def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, workload: Workload,
                     warm_workload: Workload, run_dir: Path, meta: dict[str, Any], done: set[tuple[int, int]],
                     warn: Callable[[str], None], stop: threading.Event | None, progress: bool,
@@ -708,6 +789,13 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
     preflight_source = meta.get("preflight_token_source")
     offsets = _prompt_offsets(cfg)
     spec_options = spec_request_options(info.server, info.flavour)  # per-request acceptance, where asked for
+    cache_options, cache_how, erase_slots = prompt_cache_plan(cfg, info)
+    spec_options = {**spec_options, **cache_options}
+    if cache_how:
+        meta["prefix_cache_flush"] = cache_how
+    elif info.server == "llamacpp":
+        warn("llama.cpp keeps each slot's prompt cache across levels (flush_cache=false): a level may reuse "
+             "prompt prefixes an earlier one left in a slot (shorter TTFT); set flush_cache=true to erase slots")
     poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
     evidence = _Evidence(info.base_url)
     current: tuple[int, int] | None = None
@@ -719,14 +807,21 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
             current = (c, r)
-            flushed = None
-            if cfg.flush_cache:  # no level reads prompts an earlier level (or arm) left in the prefix cache
+            flush_note = failure = None  # what the level row says about its cache (None: not flushed)
+            if erase_slots:  # llama.cpp: every slot emptied before the level's warm-up
+                how, why = erase_llamacpp_slots(info.base_url)
+                if how is None:
+                    failure = f"llama.cpp's slot erase worked before the first level but not now: {why}"
+                flush_note = how or f"failed: {failure}"
+            elif cfg.flush_cache and info.server != "llamacpp":  # no level reads an earlier level's prompts
                 flushed = try_flush_prefix_cache(info.base_url)
-                meta["prefix_cache_flush"] = flushed.describe
+                meta["prefix_cache_flush"] = flush_note = flushed.describe
                 if flushed.failure and not flushed.route:
-                    meta.setdefault("prefix_cache_flush_failed", []).append({"level": [c, r], "why": flushed.failure})
-                    warn(f"C={c} repeat {r}: the prefix-cache flush failed ({flushed.failure}), so this level may "
-                         "read prompts an earlier level left in the server's cache (a warm cache: shorter TTFT)")
+                    failure = flushed.failure
+            if failure:
+                meta.setdefault("prefix_cache_flush_failed", []).append({"level": [c, r], "why": failure})
+                warn(f"C={c} repeat {r}: the prefix-cache flush failed ({failure}), so this level may "
+                     "read prompts an earlier level left in the server's cache (a warm cache: shorter TTFT)")
             meta["in_progress"] = [c, r]  # survives a hard kill: resume then knows this level's prompts were sent
             write_meta(run_dir, meta)
             n_warm = cfg.warmups_for(c)
@@ -763,8 +858,8 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                 result, cfg=cfg, run_id=run_id, concurrency=c, repeat=r, prompt_offset=offsets[(c, r)],
                 requested_tokens=output_tokens, server=info.server, samples=samples, before=before,
                 after=after, started_utc=started, workload=workload)
-            if flushed is not None:
-                level["prefix_cache_flush"] = flushed.describe
+            if flush_note is not None:
+                level["prefix_cache_flush"] = flush_note
             append_level(run_dir, level, req, srv if poller else None)
             current = None  # saved: an interrupt from here on does not touch this level
             meta.pop("in_progress", None)

@@ -1,0 +1,5 @@
+"""Launchers for real inference engines that specsweep can start itself (one module per engine).
+
+``python -m specsweep.engines.llamacpp --help``: llama.cpp's own HTTP server, in-process through
+the ``xllamacpp`` wheel (the optional extra ``specsweep[llamacpp]``).
+"""
