@@ -291,7 +291,7 @@ PASS_THROUGH: dict[str, tuple[Callable[[list[str]], int], str]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0].replace("``", ""),
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="exit status: 0 done, 1 failed, 2 bad input")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
