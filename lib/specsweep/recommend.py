@@ -262,10 +262,13 @@ def _latency_outcome(rows: dict[str, Any], user: str, waits: list[str],
     su = _sign(rows.get(user), min_effect) if trust_tokens else 0
     if su < 0:
         return -1, user, _fit(rows.get(user))
-    # a wait that is not credibly longer still holds a gain back when its fitted size outweighs the
-    # per-user gain (e.g. +71% on the Little's-law estimate against +57% per-user speed)
+    # an end-to-end wait whose fitted value is longer holds a gain back, credible or not: a
+    # latency-sensitive user cares what they wait for, and on level-only data the wait (Little's
+    # law) is exactly the inverse of aggregate throughput, so its zero is the aggregate crossover.
+    # TTFT, a part of that wait, holds a gain back when its fitted share of the e2e time outweighs
+    # the per-user gain.
     gain = max(_fit(rows.get(user)), min_effect) if trust_tokens and su > 0 else min_effect
-    doubtful = [m for m in waits if size[m] > gain]
+    doubtful = [m for m in waits if size[m] > (gain if m.startswith("ttft_") else 0.0)]
     better = [m for m in waits if signs[m] > 0]
     if su > 0 or better:
         if doubtful:
@@ -784,10 +787,16 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
             faster.append(f"{_pct(r.user_delta_pct)} per-user at {int(r.concurrency)}" + ("" if sure else " (within noise)"))
     if not by_metric:
         return ""
-    head = f"faster once running ({', '.join(faster)}), but it " if faster else ""
+    head = f"is faster once running ({', '.join(faster)}), but it " if faster else ""
     if faster and all(f.endswith("(within noise)") for f in faster):
         head = "looks faster once running (" + ", ".join(f.removesuffix(" (within noise)") for f in faster) + "; within noise), but it "
     return head + "; ".join(f"{WAIT_WORDS[m]}: {', '.join(by_metric[m])}" for m in waits if m in by_metric)
+
+
+def wait_sentence(label: str, note: str) -> str:
+    """The headline's wait sentence for any arm label (a name, a noun phrase, one starting with a
+    verb): the label is never the sentence's subject, each request is (``note`` from :func:`_wait_note`)."""
+    return f"With {label}, each request {note}."
 
 
 def aggregate_quote(comp: Comparison, arm: str, levels: Sequence[int] | None = None) -> str:
@@ -852,7 +861,10 @@ def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequ
     gain and the first loss (the same curve the report's crossover comes from).
     """
     profile = parse_profile(profile)
-    candidates = comp.spec_arms if candidates is None else candidates
+    candidates = comp.candidate_arms if candidates is None else [a for a in candidates if a not in comp.controls]
+    if not candidates and comp.spec_arms:
+        raise ValueError(f"profile {profile.name!r}: every arm besides the baseline is a control arm "
+                         f"({', '.join(comp.controls)}); add an arm to compare, or drop 'control' from one")
     per_arm = {arm: judge_levels(comp, profile, arm) for arm in candidates}
     per_arm = {a: j for a, j in per_arm.items() if not j.empty}
     if not per_arm:
@@ -885,7 +897,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     checks = _slo_checks(profile, comp)
     token_based = profile.objective in ("throughput", "balanced") or any(col == comp.user_metric for _, col, _, _ in checks)
     refused = {a: w for a, w in comp.chunk_counted.items() if a in comp.spec_arms or a == comp.baseline}
-    candidates = [a for a in comp.spec_arms if not (token_based and (a in refused or comp.baseline in refused))]
+    candidates = [a for a in comp.candidate_arms if not (token_based and (a in refused or comp.baseline in refused))]
     if token_based and not candidates and comp.spec_arms:
         who = ", ".join(md_text(comp.labels.get(a, a)) for a in refused)
         return Recommendation(
@@ -917,7 +929,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     if profile.objective == "latency":
         note = _wait_note(comp, arm, judged, profile.min_effect_pct)
         if note:
-            headline += f" {label} is {note}."
+            headline += " " + wait_sentence(label, note)
     else:
         headline += " " + aggregate_quote(comp, arm, [int(c) for c in judged["concurrency"]])
     unshared = comp.unshared_levels(arm)
