@@ -443,9 +443,15 @@ def zero_between(curve: DeltaCurve, c1: float, c2: float) -> float | None:
     if not len(idx):
         return None
     i = int(idx[0])
-    if vals[i] == vals[i + 1]:
+    if vals[i] == vals[i + 1] or vals[i] == 0:
         return float(2 ** xs[i])
-    return float(2 ** (xs[i] + (0 - vals[i]) * (xs[i + 1] - xs[i]) / (vals[i + 1] - vals[i])))
+    if vals[i + 1] == 0:
+        return float(2 ** xs[i + 1])
+    from scipy.optimize import brentq
+
+    # the root itself (not an interpolation on the grid), so every caller that brackets the same
+    # zero of the same curve gets the same concurrency
+    return float(2 ** brentq(lambda x: curve.predict(2 ** x)[0], xs[i], xs[i + 1], xtol=1e-12))
 
 
 def curve_crossovers(curve: DeltaCurve) -> list[dict[str, Any]]:
@@ -920,12 +926,16 @@ def compare(
             if curve is not None and drift is not None:
                 _widen_for_drift(curve, drift, metric, times, arm, baseline)
             if curve is not None and arm in controls:
+                # at every level, at least the control's largest fitted deviation; where it measured
+                # the level, at least its observed deviation there too
                 dev = control_dev.setdefault(metric, {})
+                widest = float(np.abs(curve.fitted).max())
+                dev[-1] = max(dev.get(-1, 0.0), widest)
                 for c, y in zip(curve.concurrency, curve.observed):
-                    dev[int(c)] = max(dev.get(int(c), 0.0), abs(float(y)))
+                    dev[int(c)] = max(dev.get(int(c), 0.0), abs(float(y)), widest)
             elif curve is not None and control_dev.get(metric):
                 dev = control_dev[metric]
-                floor = np.array([dev.get(int(c), max(dev.values())) for c in curve.concurrency])
+                floor = np.array([dev.get(int(c), dev[-1]) for c in curve.concurrency])
                 _widen(curve, None, floor, "the control arm's deviation from the baseline (" +
                        ", ".join(by_arm[a].label for a in controls) + ")")
             if curve is not None:

@@ -262,6 +262,10 @@ def _latency_outcome(rows: dict[str, Any], user: str, waits: list[str],
     su = _sign(rows.get(user), min_effect) if trust_tokens else 0
     if su < 0:
         return -1, user, _fit(rows.get(user))
+    if waits == [ESTIMATED_WAIT] and su > 0 and signs[ESTIMATED_WAIT] <= 0:
+        # level-only data: the wait is the Little's-law estimate, the inverse of aggregate
+        # throughput; faster decoding is a latency gain only where that wait is credibly shorter
+        return 0, ESTIMATED_WAIT, 0.0
     # an end-to-end wait whose fitted value is longer holds a gain back, credible or not: a
     # latency-sensitive user cares what they wait for, and on level-only data the wait (Little's
     # law) is exactly the inverse of aggregate throughput, so its zero is the aggregate crossover.
