@@ -286,7 +286,7 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
             "latency_wrong_sign", "latency_disagrees"] + [f"false_claim:{nm}" for nm in names]
     counts = dict.fromkeys(keys, 0)
     truth = true_wait_longer(case)
-    from specsweep.recommend import recommend
+    from specsweep.recommend import drift_sentences
 
     for _ in range(n):
         comp = compare(draw_study(case, rng), n_boot=0)
@@ -307,7 +307,5 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
         counts["latency_wrong_sign"] += wrong
         both = lat.verdict == thr.verdict == "enable_up_to"
         counts["latency_disagrees"] += both and abs(math.log2((lat.up_to or 1) / (thr.up_to or 1))) > 1e-6
-        if case.startswith("drift") and not case.endswith("sentinel") or case == "drift_sentinel":
-            rec = recommend(comp, DEFAULT_PROFILES[1])
-            counts["drift_caveat"] += any("sentinel" in c for c in rec.caveats)
+        counts["drift_caveat"] += any("no sentinel run" in c for c in drift_sentences(comp))
     return {k: v / n for k, v in counts.items()}

@@ -706,8 +706,45 @@ def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, jud
     return out
 
 
+def drift_sentences(comp: Comparison) -> list[str]:
+    """What the data say about drift and noise between arms: the sentinel's drift estimate, the
+    control arms' deviation, or (neither, and no interleaved repeats) the risk and how to remove it."""
+    out = []
+    d = comp.drift
+    if d is not None:
+        where = ", ".join(f"{md_text(comp.labels.get(a, a))} at {', '.join(str(c) for c in g['concurrency'])}"
+                          for a, g in d.pairs.groupby("arm"))
+        if d.corrected:
+            pct, se = d.total_pct("output_tok_s")
+            minutes = d.span_s / 60
+            what = (f"a drift of {pct:+.1f}% ± {se:.1f}% in aggregate throughput over the study's {minutes:.0f} minutes"
+                    if d.credible() else f"no measurable drift in aggregate throughput ({pct:+.1f}% ± {se:.1f}% over "
+                    f"{minutes:.0f} minutes)")
+            out.append(f"Sentinel runs ({where}, measured again at the end) show {what}; every run was corrected for "
+                       "it, linearly in time, and each band widened by what that correction leaves uncertain.")
+        else:
+            worst = float(d.pairs["delta_pct"].abs().max())
+            out.append(f"Sentinel runs ({where}, measured again at the end) differ from the earlier runs by up to "
+                       f"{worst:.1f}% in aggregate throughput; without timestamps the runs cannot be corrected, so "
+                       "every band is at least that wide.")
+    for a, dev in comp.control_deviation("output_tok_s").items():
+        out.append(f"Control arm {md_text(comp.labels.get(a, a))} is configured like the baseline: it differs from it "
+                   f"by up to {dev:.1f}% in aggregate throughput from noise and drift alone. It is never a candidate, "
+                   "every other arm's band is at least as wide as its deviation, and a difference it shows too is "
+                   "not established.")
+    study = comp.metas.get(comp.baseline, {}).get("study") or {}
+    interleaved = isinstance(study, dict) and int(study.get("repeats") or 1) >= 2
+    if d is None and not comp.controls and not interleaved:
+        out.append("The arms were measured one after the other with no sentinel run and no control arm: a slow drift "
+                   "of the machine between them (heat, a noisy neighbour, a growing cache) would read as a difference "
+                   "between the arms. To measure it, re-measure the baseline at one or two levels at the end (a "
+                   "study's sentinel setting) or add a control arm configured like the baseline (control: true); to "
+                   "cancel it, interleave the arms (order: abba, or repeats ≥ 2).")
+    return out
+
+
 def _caveats(comp: Comparison, profile: Profile, arms: Sequence[str]) -> list[str]:
-    out: list[str] = []
+    out: list[str] = drift_sentences(comp)
     if comp.single_run():
         if comp.assumed_noise_pct:
             out.append(f"One run per level: run-to-run noise cannot be measured, so {comp.assumed_noise_pct:g}% per "
