@@ -480,6 +480,8 @@ def measured_requests(rs: ResultSet) -> pd.DataFrame | None:
     if rs.requests is None or rs.requests.empty:
         return None
     req = rs.requests[~rs.requests["warmup"].astype(bool)]
+    if "sentinel" in req:  # a sentinel run measures drift, not the arm
+        req = req[~req["sentinel"].fillna(False).astype(bool)]
     ok = req["error"].isna() & (req["output_tokens"].fillna(0) > 0)
     return req[ok]
 
