@@ -948,6 +948,14 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
             bands=[], reasons=[], caveats=[], next_experiments=[
                 "Re-measure with a server (or API flavour) that reports token counts (usage with "
                 "continuous_usage_stats, or SGLang meta_info)."])
+    if not candidates and comp.controls and not (token_based and refused):
+        who = ", ".join(md_text(comp.labels.get(a, a)) for a in comp.controls)
+        return Recommendation(
+            profile=profile, verdict="no_verdict", arm=None, up_to_concurrency=None, from_concurrency=None,
+            headline=(f"No verdict: every arm besides the baseline is a control arm ({who}), configured like the "
+                      "baseline; its difference from the baseline measures noise and drift, not a configuration."),
+            bands=[], reasons=[], caveats=drift_sentences(comp), next_experiments=[
+                "Add the configuration to compare as another arm of the study."])
     d = decide(comp, profile, candidates)
     per_arm, arm, judged, verdict, up_to, from_c = d.per_arm, d.arm, d.judged, d.verdict, d.up_to, d.from_c
     label = md_text(comp.labels.get(arm, arm))
