@@ -762,7 +762,7 @@ def fit_metric(
                 boot = [max(b, MIN_BOOT_VAR) for b in boot]
                 return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family,
                                        noise="a bootstrap over each level's requests (one run: within-run noise only)")
-            scatter = residual_scatter(cs, ys)
+            scatter = _with_assumption(residual_scatter(cs, ys), floor)
             if scatter is not None and scatter[0] > max(boot) and scatter[0] > floor:
                 s2, sdf = scatter
                 return fit_delta_curve(cs, ys, [max(b, s2) / s2 for b in boot], s2, sdf, family=family,
@@ -772,7 +772,7 @@ def fit_metric(
                                    noise=f"a bootstrap over each level's requests (one run: within-run noise), at "
                                          f"least the assumed run-to-run noise of {assumed_noise_pct:g}% per run")
     if floor is not None:
-        scatter = residual_scatter(cs, ys)
+        scatter = _with_assumption(residual_scatter(cs, ys), floor)
         if scatter is not None and scatter[0] > floor:
             s2, sdf = scatter
             return fit_delta_curve(cs, ys, [2.0] * len(cs), s2 / 2, sdf, family=family,
@@ -807,10 +807,24 @@ def residual_scatter(cs: Sequence[float], ys: Sequence[float]) -> tuple[float, i
     return rss / df, df
 
 
-def _scatter_text(s2: float, df: int, assumed_noise_pct: float | None) -> str:
+#: degrees of freedom the assumed noise counts for where it is pooled with the levels' scatter
+#: (a stated prior: the assumption is as good as a scatter on this many degrees of freedom)
+ASSUMPTION_DF: float = 6.0
+
+
+def _with_assumption(scatter: tuple[float, int] | None, assumed_var: float) -> tuple[float, float] | None:
+    """The scatter ``(variance, df)`` pooled with the assumed variance (:data:`ASSUMPTION_DF` degrees of freedom)."""
+    if scatter is None:
+        return None
+    s2, df = scatter
+    return (ASSUMPTION_DF * assumed_var + df * s2) / (ASSUMPTION_DF + df), ASSUMPTION_DF + df
+
+
+def _scatter_text(s2: float, df: float, assumed_noise_pct: float | None) -> str:
     per_run = (math.exp(math.sqrt(s2 / 2)) - 1) * 100
-    return (f"the scatter of the levels about a cubic ({per_run:.1f}% per run and arm, {df} degrees of freedom), "
-            f"larger than the assumed {assumed_noise_pct:g}% per run (one run per level: the larger is used)")
+    return (f"the levels' scatter about a cubic pooled with the assumed {assumed_noise_pct:g}% per run (counted as "
+            f"{ASSUMPTION_DF:g} degrees of freedom): {per_run:.1f}% per run and arm on {df:g} degrees of freedom, "
+            "larger than the assumption, so it is used (one run per level)")
 
 
 def _level_variance(cs: Sequence[int], per_level: Sequence[tuple[float, int]], pooled: float,
