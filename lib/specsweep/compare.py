@@ -10,9 +10,11 @@ Definitions (DESIGN §5; the report quotes :data:`METHOD` word for word):
   within-level variance of ln(value) over every level and both arms); else, for per-request
   statistics of single runs, a bootstrap over each level's requests (within-run noise, floored at
   the assumed run-to-run noise); else, one run per level, an assumed run-to-run noise of
-  :data:`ASSUMED_NOISE_PCT` per run and arm — a stated assumption (with 6–7 levels and no repeats
-  the residuals of a fitted curve leave 2–4 degrees of freedom, and a simultaneous band on them
-  is too wide to call a 40 % difference). ``compare(assumed_noise_pct=None)`` uses the residuals
+  :data:`ASSUMED_NOISE_PCT` per run and arm — a stated assumption, replaced by the levels' scatter
+  about a cubic pooled with it (:data:`ASSUMPTION_DF` degrees of freedom) where that is larger and
+  there are ≥ 7 levels (:func:`residual_scatter`). With repeats the variance is modelled per level
+  (:func:`_level_variance`). Sentinel runs correct for drift (:class:`Drift`); control arms widen
+  every other arm's band (see :data:`METHOD`). ``compare(assumed_noise_pct=None)`` uses the residuals
   instead (degree by backward elimination, t-test at 5 %). The curve is the lowest-degree
   polynomial in x (degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5 %), else
   the level values joined by straight lines.
@@ -45,15 +47,25 @@ from specsweep.store import ResultSet
 #: the curve model and band, as the report states it (one definition, see the module docstring)
 METHOD: str = (
     "each metric's delta is modelled as y = ln(arm ÷ baseline) against x = log2(concurrency) over the levels both "
-    "arms measured. The run-to-run noise of y comes from, in order: repeats (the pooled within-level variance of "
-    "ln(value), over every level and both arms); else, for per-request statistics of single runs, a bootstrap over "
-    "each level's requests (within-run noise, which cannot see run-to-run variation, so never less than the assumed "
-    "run-to-run noise below); else, with one run per level, an assumed run-to-run noise per run and arm (the "
-    "report parameter assumed_noise_pct, 3% unless set; a stated assumption, not a measurement: repeats replace it). The curve is the lowest-degree polynomial in x (degree 0 to 3) that fits within that noise "
-    "(lack-of-fit F-test at 5%), else the level values joined by straight lines. The band is a 95% simultaneous band around the fitted curve at "
-    "the tested levels: Bonferroni over the k levels of the m metrics a verdict reads (aggregate, per-user speed and "
-    "the waits), i.e. each level at t quantile 1 − 0.025 ÷ (k × m). Intervals are not bootstrap intervals except "
-    "where the noise source says so.")
+    "arms measured. The run-to-run noise of y comes from, in order: repeats (each level's own variance of ln(value) "
+    "over both arms, modelled as the larger of the pooled variance and a log-linear trend in log2(concurrency) "
+    "fitted to the levels' variances, so noise that grows with load widens the band where it grows); else, for "
+    "per-request statistics of single runs, a bootstrap over each level's requests (within-run noise, never less "
+    "than the run-to-run noise below); else, with one run per level, an assumed run-to-run noise per run and arm "
+    "(the report parameter assumed_noise_pct, 3% unless set; a stated assumption, not a measurement: repeats replace "
+    "it) — but where 7 or more levels let the data show their scatter about a cubic and that scatter, pooled with "
+    "the assumption counted as 6 degrees of freedom, is larger, the pooled figure is used (with its degrees of "
+    "freedom), so the page is never more confident than the data. The curve is the lowest-degree polynomial in x "
+    "(degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5%), else the level values joined by "
+    "straight lines. The band is a 95% simultaneous band around the fitted curve at the tested levels: Bonferroni "
+    "over the k levels of the m metrics a verdict reads (aggregate, per-user speed and the waits), i.e. each level "
+    "at t quantile 1 − 0.025 ÷ (k × m). Drift: where a study re-measured levels at its end (sentinel runs), the "
+    "drift of each metric is the slope of ln(value) against time through the sentinel pairs; every run is divided "
+    "by exp(slope × time), and each level's band widened (in quadrature) by the slope's standard error × the time "
+    "between the arm's and the baseline's runs there. A control arm (configured like the baseline) is never a "
+    "candidate; every other arm's band is at least as wide as the control's largest fitted deviation from the "
+    "baseline (and, at each level it measured, its observed deviation there). Intervals are not bootstrap intervals "
+    "except where the noise source says so.")
 #: workload fields that must match for a comparison to be fair
 WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest", "output_length",
                                    "order")

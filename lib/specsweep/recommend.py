@@ -16,8 +16,12 @@ delta curves of :mod:`specsweep.compare`:
 - ``latency``: the whole wait — TTFT and end-to-end p50/p99, or the Little's-law estimate of the
   mean request time for level-only data — and per-user speed. Loss where any wait is credibly
   longer (TTFT sized by its extra seconds as a share of the baseline's e2e), else where per-user
-  speed is credibly slower; gain where per-user speed (or a wait) is credibly better and no wait's
-  fitted increase outweighs the per-user gain. ``decided_by`` names the deciding metric.
+  speed is credibly slower; gain where per-user speed (or a wait) is credibly better, no end-to-end
+  wait's fitted value is longer and no TTFT's fitted increase outweighs the per-user gain. On
+  level-only data (the wait is the Little's-law estimate, the inverse of aggregate throughput) a
+  gain needs that wait credibly shorter, so the latency crossover is the aggregate crossover.
+  ``decided_by`` names the deciding metric.
+- Control arms (:attr:`Comparison.controls`) are never candidates.
 - ``balanced``: a gain needs per-user speed credibly up and aggregate not credibly down by more than
   ``max_throughput_loss_pct``; a loss is per-user speed credibly down, or aggregate down by more.
 - SLOs come first, but only a credible difference in the SLO's own metric moves a level across the
@@ -746,11 +750,19 @@ def drift_sentences(comp: Comparison) -> list[str]:
 def _caveats(comp: Comparison, profile: Profile, arms: Sequence[str]) -> list[str]:
     out: list[str] = drift_sentences(comp)
     if comp.single_run():
-        if comp.assumed_noise_pct:
+        noises = [c.noise for (a, m), c in comp.curves.items() if m == "output_tok_s" and a in arms]
+        if comp.assumed_noise_pct and any(n.startswith("the levels' scatter") for n in noises):
+            out.append(f"One run per level: run-to-run noise cannot be measured, and the levels scatter about a "
+                       f"smooth curve more than the assumed {comp.assumed_noise_pct:g}% per run would explain, so "
+                       "that larger scatter is used (see Definitions) and the bands are wider for it. Ask for 3 runs "
+                       "per level (repeats=3) to measure the noise.")
+        elif comp.assumed_noise_pct:
+            checked = any("too few to check" in n for n in noises)
             out.append(f"One run per level: run-to-run noise cannot be measured, so {comp.assumed_noise_pct:g}% per "
                        "run is assumed (for per-request statistics, at least that or the spread of each run's "
-                       "requests). Were the real noise larger, the bands would be too narrow. Ask for 3 runs per "
-                       "level (repeats=3) to measure it.")
+                       "requests)" + ("; with so few levels the data cannot check it against their own scatter" if
+                                      checked else "") + ". Were the real noise larger, the bands would be too narrow. "
+                       "Ask for 3 runs per level (repeats=3) to measure it.")
         else:
             out.append("One run per level: run-to-run noise cannot be measured, so it is estimated from the residuals "
                        "of the fitted curve (and, for per-request statistics, from each run's requests, which cannot "

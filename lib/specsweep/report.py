@@ -1071,8 +1071,10 @@ def definitions_markdown(comp: Comparison) -> str:
         "p50/p99, or the Little's-law estimate when those are absent) is credibly longer by more than the minimum "
         "effect (for TTFT, the extra seconds as a share of the baseline's end-to-end time at the same percentile, so "
         "a few milliseconds more before a long answer do not count), and win it where per-user "
-        "speed or a wait is credibly better and no wait's fitted increase outweighs the per-user gain; the recommendation names the "
-        "deciding metric per level. An SLO moves a level only where the difference in the SLO's metric is credible.",
+        "speed or a wait is credibly better, no end-to-end wait's fitted value is longer and no TTFT's fitted increase "
+        "outweighs the per-user gain; on level-only data, where the wait is the Little's-law estimate, a gain needs "
+        "that wait credibly shorter, so the latency crossover is the aggregate crossover. A control arm is never "
+        "recommended. The recommendation names the deciding metric per level. An SLO moves a level only where the difference in the SLO's metric is credible.",
         "- **Crossover**: only where the fitted aggregate delta is credibly positive at one level and credibly "
         "negative at a later one (or the reverse) with no credible level between; placed where the fitted curve "
         "crosses 0 between them, on log2(concurrency). *Enable up to X* uses the same curve.",
