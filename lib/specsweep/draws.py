@@ -136,10 +136,6 @@ def measure_quoted(n: int = 500) -> dict[tuple[str, str], dict[str, float]]:
     return out
 
 
-if __name__ == "__main__":  # python -m specsweep.draws: print the figures to paste into QUOTED
-    import pprint
-
-    pprint.pprint(measure_quoted(), width=120)
 
 
 # ------------------------------------------------------------------------ harder cases (issue 22)
@@ -309,3 +305,43 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
         counts["latency_disagrees"] += both and abs(math.log2((lat.up_to or 1) / (thr.up_to or 1))) > 1e-6
         counts["drift_caveat"] += any("no sentinel run" in c for c in drift_sentences(comp))
     return {k: v / n for k, v in counts.items()}
+
+
+HARD_RESULT_TEXT: dict[str, str] = {
+    "no_difference": "every profile: no measurable difference",
+    "any_crossover": "a crossover claimed",
+    "throughput_enable": "batch throughput: enable",
+    "drift_named": "the drift is named (credible)",
+    "drift_caveat": "the no-sentinel caveat is shown",
+    "control_chosen": "the control arm recommended",
+    "latency_wrong_sign": "latency: a level of the wrong sign",
+    "latency_disagrees": "latency and throughput disagree on “up to”",
+}
+#: which results each hard case is quoted on (the report's table; tests/test_verdict_draws_hard.py)
+HARD_JUDGED: dict[str, tuple[str, ...]] = {
+    "nominal_none": ("no_difference",),
+    "nominal_plus4": ("throughput_enable",),
+    "noise_2x_one_run": ("no_difference", "any_crossover"),
+    "drift_no_sentinel": ("no_difference", "drift_caveat"),
+    "drift_sentinel": ("no_difference", "drift_named"),
+    "drift_control": ("no_difference", "control_chosen"),
+    "control_noise_only": ("no_difference", "control_chosen"),
+    "growing_noise": ("no_difference",),
+    "latency_crossover_24": ("latency_wrong_sign", "latency_disagrees", "any_crossover"),
+    "latency_crossover_24_3runs": ("latency_wrong_sign", "latency_disagrees", "any_crossover"),
+}
+HARD_N: int = 200
+#: hard_rates(case, n=HARD_N, seed=0) for the HARD_JUDGED results (python -m specsweep.draws hard)
+HARD_QUOTED: dict[str, dict[str, float]] = {}
+
+
+def measure_hard(n: int = HARD_N) -> dict[str, dict[str, float]]:
+    """Recompute what :data:`HARD_QUOTED` should hold (a few minutes)."""
+    return {case: {k: hard_rates(case, n=n, seed=0)[k] for k in judged} for case, judged in HARD_JUDGED.items()}
+
+
+if __name__ == "__main__":  # python -m specsweep.draws [hard]: print the figures to paste into QUOTED / HARD_QUOTED
+    import pprint
+    import sys
+
+    pprint.pprint(measure_hard() if sys.argv[1:] == ["hard"] else measure_quoted(), width=120)

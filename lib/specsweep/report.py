@@ -1096,6 +1096,14 @@ def definitions_markdown(comp: Comparison) -> str:
         for (case, form), figures in draws.QUOTED.items():
             for what, share in figures.items():
                 lines.append(f"| {draws.CASE_TEXT[case]} | {draws.FORM_TEXT[form]} | {draws.RESULT_TEXT[what]} | {share:.1%} |")
+    if draws.HARD_QUOTED:
+        lines.append("")
+        lines.append(f"- **Harder cases** (`tests/test_verdict_draws_hard.py`, {draws.HARD_N} fresh synthetic studies "
+                     "per case, measured in time order): " + draws.HARD_MODEL_TEXT)
+        lines += ["", "| case | result | share of draws |", "|---|---|---|"]
+        for case, figures in draws.HARD_QUOTED.items():
+            for what, share in figures.items():
+                lines.append(f"| {draws.HARD_CASE_TEXT[case]} | {draws.HARD_RESULT_TEXT[what]} | {share:.1%} |")
     return "\n".join(lines)
 
 
