@@ -332,7 +332,18 @@ HARD_JUDGED: dict[str, tuple[str, ...]] = {
 }
 HARD_N: int = 200
 #: hard_rates(case, n=HARD_N, seed=0) for the HARD_JUDGED results (python -m specsweep.draws hard)
-HARD_QUOTED: dict[str, dict[str, float]] = {}
+HARD_QUOTED: dict[str, dict[str, float]] = {
+    "nominal_none": {"no_difference": 0.985},
+    "nominal_plus4": {"throughput_enable": 0.825},
+    "noise_2x_one_run": {"no_difference": 0.905, "any_crossover": 0.015},
+    "drift_no_sentinel": {"no_difference": 0.65, "drift_caveat": 1.0},
+    "drift_sentinel": {"no_difference": 1.0, "drift_named": 0.575},
+    "drift_control": {"no_difference": 0.985, "control_chosen": 0.0},
+    "control_noise_only": {"no_difference": 0.99, "control_chosen": 0.0},
+    "growing_noise": {"no_difference": 0.995},
+    "latency_crossover_24": {"latency_wrong_sign": 0.0, "latency_disagrees": 0.0, "any_crossover": 1.0},
+    "latency_crossover_24_3runs": {"latency_wrong_sign": 0.0, "latency_disagrees": 0.0, "any_crossover": 1.0},
+}
 
 
 def measure_hard(n: int = HARD_N) -> dict[str, dict[str, float]]:
