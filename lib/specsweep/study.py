@@ -444,8 +444,8 @@ def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] =
         shutil.rmtree(target)
     target.mkdir(parents=True)
     for stem in ("levels", "requests", "server_metrics"):
-        # a sentinel run keeps its own run index as its repeat (it pairs with no other arm's run)
-        frames = [getattr(rs, stem).assign(repeat=r if slots[r].sentinel else slots[r].repeat,
+        # a sentinel run gets a repeat number past the study's repeats (it pairs with no other arm's run)
+        frames = [getattr(rs, stem).assign(repeat=study.spec.repeats + r if slots[r].sentinel else slots[r].repeat,
                                            **({"sentinel": slots[r].sentinel} if has_sentinel else {}))
                   for r, rs in sets.items() if getattr(rs, stem) is not None]
         if frames:
