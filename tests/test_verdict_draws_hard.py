@@ -16,9 +16,10 @@ What the model implies (σ = run-to-run noise of one figure of one run):
   errors above the band: found with probability ≈ 0.93 at a level, target ≥ 80 %.
 - noise twice the assumption, one run: the scatter about a cubic over 8 levels (4 degrees of
   freedom) exceeds the 3 % assumption with probability P(χ²₄ > 1) ≈ 0.91, and then the band uses
-  it (t with 4 df); else the constant's error is twice the assumed one, 3.1 ÷ 2 ≈ 1.5 standard
-  errors: ≈ 13 % per metric on ≈ 9 % of draws, ≈ 1–2 % overall. Targets ≤ 10 % per profile, spurious
-  crossovers ≤ 5 %.
+  it, pooled with the assumption counted as 2 degrees of freedom (t with 6 df); else the constant's
+  error is twice the assumed one, 3.1 ÷ 2 ≈ 1.5 standard errors: ≈ 13 % per metric on ≈ 9 % of
+  draws, ≈ 1–2 % overall, plus what a 6-df estimate of the noise misses (a few %); the latency
+  profile reads two curves. Targets ≤ 10 % per profile, spurious crossovers ≤ 5 %.
 - drift 4 % per arm sweep, no correction: a bias of 4 % at every level is larger than the band's
   ≈ 4.6 % half-width in a third of the draws, so the no-sentinel case must carry the caveat
   (always). With two sentinel runs the drift rate is estimated with a standard error of about

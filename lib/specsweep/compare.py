@@ -54,7 +54,7 @@ METHOD: str = (
     "than the run-to-run noise below); else, with one run per level, an assumed run-to-run noise per run and arm "
     "(the report parameter assumed_noise_pct, 3% unless set; a stated assumption, not a measurement: repeats replace "
     "it) — but where 7 or more levels let the data show their scatter about a cubic and that scatter, pooled with "
-    "the assumption counted as 6 degrees of freedom, is larger, the pooled figure is used (with its degrees of "
+    "the assumption counted as 2 degrees of freedom, is larger, the pooled figure is used (with its degrees of "
     "freedom), so the page is never more confident than the data. The curve is the lowest-degree polynomial in x "
     "(degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5%), else the level values joined by "
     "straight lines. The band is a 95% simultaneous band around the fitted curve at the tested levels: Bonferroni "
@@ -821,7 +821,7 @@ def residual_scatter(cs: Sequence[float], ys: Sequence[float]) -> tuple[float, i
 
 #: degrees of freedom the assumed noise counts for where it is pooled with the levels' scatter
 #: (a stated prior: the assumption is as good as a scatter on this many degrees of freedom)
-ASSUMPTION_DF: float = 6.0
+ASSUMPTION_DF: float = 2.0
 
 
 def _with_assumption(scatter: tuple[float, int] | None, assumed_var: float) -> tuple[float, float] | None:

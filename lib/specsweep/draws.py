@@ -66,7 +66,7 @@ QUOTED: dict[tuple[str, str], dict[str, float]] = {
     ("none", "repeats"): {"no_difference": 0.984, "any_crossover": 0.0},
     ("none", "averaged"): {"no_difference": 1.0, "any_crossover": 0.0},
     ("better", "repeats"): {"enable": 1.0},
-    ("better", "averaged"): {"enable": 1.0},
+    ("better", "averaged"): {"enable": 0.97},
     ("crossover", "repeats"): {"crossover_4_16": 1.0},
     ("crossover", "averaged"): {"crossover_4_16": 1.0},
 }
@@ -335,8 +335,8 @@ HARD_N: int = 200
 HARD_QUOTED: dict[str, dict[str, float]] = {
     "nominal_none": {"no_difference": 0.985},
     "nominal_plus4": {"throughput_enable": 0.825},
-    "noise_2x_one_run": {"no_difference": 0.905, "any_crossover": 0.015},
-    "drift_no_sentinel": {"no_difference": 0.65, "drift_caveat": 1.0},
+    "noise_2x_one_run": {"no_difference": 0.94, "any_crossover": 0.015},
+    "drift_no_sentinel": {"no_difference": 0.665, "drift_caveat": 1.0},
     "drift_sentinel": {"no_difference": 1.0, "drift_named": 0.575},
     "drift_control": {"no_difference": 0.985, "control_chosen": 0.0},
     "control_noise_only": {"no_difference": 0.99, "control_chosen": 0.0},
