@@ -678,7 +678,11 @@ def estimate_drift(raw: dict[str, pd.DataFrame], sentinels: dict[str, pd.DataFra
             denom = float((dt * dt).sum())
             if denom <= 0:
                 continue
-            rate[m] = float((dt * f[m].to_numpy(float)).sum() / denom)
+            d = f[m].to_numpy(float)
+            rate[m] = float((dt * d).sum() / denom)
+            if len(d) >= 2:  # the pairs' own disagreement about the line, where it says the noise is larger
+                resid = d - rate[m] * dt
+                var_d = np.maximum(var_d, float((resid * resid).sum()) / (len(d) - 1))
             rate_se[m] = float(math.sqrt((dt * dt * var_d).sum()) / denom)
     return Drift(rate, rate_se, span, pd.DataFrame(pairs), corrected=bool(timed and rate))
 
