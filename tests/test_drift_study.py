@@ -27,8 +27,7 @@ def _study(tmp_path: Path, sentinel: bool) -> Path:
     drift = ["--fault-drift-pct-per-min", "40", "--fault-drift-epoch-s", f"{time.time():.3f}"]
     doc = {
         "title": "Drifting machine", "name": "drift", "baseline": "baseline",
-        "sweep": {"concurrency": [1, 4], "input_tokens": 32, "output_tokens": 48, "requests_per_level": 12,
-                  "warmup_requests": 0},
+        "sweep": {"concurrency": [1, 4], "input_tokens": 32, "output_tokens": 48, "requests_per_level": 12},
         "arms": [
             {"name": "baseline", "embedded": {"profile": "tiny", "spec": "off", "args": drift}},
             {"name": "same", "label": "Same server, other seed",
@@ -60,7 +59,11 @@ def test_a_drifting_machine_with_a_sentinel_reads_as_no_difference(tmp_path: Pat
     assert pct < -5 and raw.drift.credible(), (pct, se)  # ~40 %/min of step time over the study
     for profile in DEFAULT_PROFILES:
         rec = recommend(raw, profile)
-        assert rec.verdict in ("disable", "no_verdict") and not (rec.levels["outcome"] == "loss").any(), rec.headline
+        # the drift made the second arm slower; corrected, nothing is lost. (A latency verdict also
+        # reads TTFT, whose within-run spread on a shared CPU is no drift: only losses are checked there.)
+        assert not (rec.levels["outcome"] == "loss").any(), rec.headline
+        if profile["objective"] != "latency":
+            assert rec.verdict in ("disable", "no_verdict") and rec.headline.startswith("No measurable difference")
         assert any("Sentinel runs (baseline at 1, 4" in c and "show a drift of -" in c for c in rec.caveats)
     curve = raw.curve("same", "output_tok_s")
     assert "uncertainty of the drift correction" in curve.method()
