@@ -31,7 +31,11 @@ def test_no_difference_is_reported_as_none(rates, form: str) -> None:
 @pytest.mark.parametrize("form", ["repeats", "averaged"])
 def test_always_better_is_enabled(rates, form: str) -> None:
     r = rates[("better", form)]
-    assert r["enable"] >= 0.99, r  # every profile says enable
+    # every profile says enable. With one averaged row per level the levels' scatter about a cubic
+    # (3 df) is checked against the assumption: in ≈ P(χ²₃ > 9) ≈ 3 % of draws it is larger by chance,
+    # the band widens and +10 % is no longer credible — the price of never trusting an assumption the
+    # data contradict. Repeats measure the noise and find it every time.
+    assert r["enable"] >= (0.99 if form == "repeats" else 0.95), r
     assert r["any_crossover"] <= 0.05, r
 
 

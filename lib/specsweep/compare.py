@@ -10,9 +10,11 @@ Definitions (DESIGN §5; the report quotes :data:`METHOD` word for word):
   within-level variance of ln(value) over every level and both arms); else, for per-request
   statistics of single runs, a bootstrap over each level's requests (within-run noise, floored at
   the assumed run-to-run noise); else, one run per level, an assumed run-to-run noise of
-  :data:`ASSUMED_NOISE_PCT` per run and arm — a stated assumption (with 6–7 levels and no repeats
-  the residuals of a fitted curve leave 2–4 degrees of freedom, and a simultaneous band on them
-  is too wide to call a 40 % difference). ``compare(assumed_noise_pct=None)`` uses the residuals
+  :data:`ASSUMED_NOISE_PCT` per run and arm — a stated assumption, replaced by the levels' scatter
+  about a cubic pooled with it (:data:`ASSUMPTION_DF` degrees of freedom) where that is larger and
+  there are ≥ 7 levels (:func:`residual_scatter`). With repeats the variance is modelled per level
+  (:func:`_level_variance`). Sentinel runs correct for drift (:class:`Drift`); control arms widen
+  every other arm's band (see :data:`METHOD`). ``compare(assumed_noise_pct=None)`` uses the residuals
   instead (degree by backward elimination, t-test at 5 %). The curve is the lowest-degree
   polynomial in x (degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5 %), else
   the level values joined by straight lines.
@@ -45,15 +47,25 @@ from specsweep.store import ResultSet
 #: the curve model and band, as the report states it (one definition, see the module docstring)
 METHOD: str = (
     "each metric's delta is modelled as y = ln(arm ÷ baseline) against x = log2(concurrency) over the levels both "
-    "arms measured. The run-to-run noise of y comes from, in order: repeats (the pooled within-level variance of "
-    "ln(value), over every level and both arms); else, for per-request statistics of single runs, a bootstrap over "
-    "each level's requests (within-run noise, which cannot see run-to-run variation, so never less than the assumed "
-    "run-to-run noise below); else, with one run per level, an assumed run-to-run noise per run and arm (the "
-    "report parameter assumed_noise_pct, 3% unless set; a stated assumption, not a measurement: repeats replace it). The curve is the lowest-degree polynomial in x (degree 0 to 3) that fits within that noise "
-    "(lack-of-fit F-test at 5%), else the level values joined by straight lines. The band is a 95% simultaneous band around the fitted curve at "
-    "the tested levels: Bonferroni over the k levels of the m metrics a verdict reads (aggregate, per-user speed and "
-    "the waits), i.e. each level at t quantile 1 − 0.025 ÷ (k × m). Intervals are not bootstrap intervals except "
-    "where the noise source says so.")
+    "arms measured. The run-to-run noise of y comes from, in order: repeats (each level's own variance of ln(value) "
+    "over both arms, modelled as the larger of the pooled variance and a log-linear trend in log2(concurrency) "
+    "fitted to the levels' variances, so noise that grows with load widens the band where it grows); else, for "
+    "per-request statistics of single runs, a bootstrap over each level's requests (within-run noise, never less "
+    "than the run-to-run noise below); else, with one run per level, an assumed run-to-run noise per run and arm "
+    "(the report parameter assumed_noise_pct, 3% unless set; a stated assumption, not a measurement: repeats replace "
+    "it) — but where 7 or more levels let the data show their scatter about a cubic and that scatter, pooled with "
+    "the assumption counted as 2 degrees of freedom, is larger, the pooled figure is used (with its degrees of "
+    "freedom), so the page is never more confident than the data. The curve is the lowest-degree polynomial in x "
+    "(degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5%), else the level values joined by "
+    "straight lines. The band is a 95% simultaneous band around the fitted curve at the tested levels: Bonferroni "
+    "over the k levels of the m metrics a verdict reads (aggregate, per-user speed and the waits), i.e. each level "
+    "at t quantile 1 − 0.025 ÷ (k × m). Drift: where a study re-measured levels at its end (sentinel runs), the "
+    "drift of each metric is the slope of ln(value) against time through the sentinel pairs; every run is divided "
+    "by exp(slope × time), and each level's band widened (in quadrature) by the slope's standard error × the time "
+    "between the arm's and the baseline's runs there. A control arm (configured like the baseline) is never a "
+    "candidate; every other arm's band is at least as wide as the control's largest fitted deviation from the "
+    "baseline (and, at each level it measured, its observed deviation there). Intervals are not bootstrap intervals "
+    "except where the noise source says so.")
 #: workload fields that must match for a comparison to be fair
 WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest", "output_length",
                                    "order")
@@ -122,11 +134,31 @@ class Comparison:
     warnings: list[tuple[str, str]] = field(default_factory=list)
     #: run-to-run noise (% per run) assumed where there were no repeats; None: residuals were used
     assumed_noise_pct: float | None = None
+    #: arms that are controls (configured like the baseline): never a candidate, their deviation widens every band
+    controls: list[str] = field(default_factory=list)
+    #: the drift measured by sentinel runs (None: no sentinel in the data)
+    drift: "Drift | None" = None
+    #: how the runs were ordered, as the study recorded it (None: not measured by a study)
+    run_order: str | None = None
     _delta_index: dict[tuple[str, str], dict[int, dict[str, Any]]] | None = field(default=None, repr=False)
 
     @property
     def spec_arms(self) -> list[str]:
         return [a for a in self.arms if a != self.baseline]
+
+    @property
+    def candidate_arms(self) -> list[str]:
+        """Arms a verdict may recommend: every arm but the baseline and the controls."""
+        return [a for a in self.spec_arms if a not in self.controls]
+
+    def control_deviation(self, metric: str = "output_tok_s") -> dict[str, float]:
+        """{control arm: largest |observed Δ%| from the baseline over its levels} for one metric."""
+        out = {}
+        for a in self.controls:
+            rows = self.delta_rows(a, metric)
+            if rows:
+                out[a] = max(abs(float(r["delta_pct"])) for r in rows.values())
+        return out
 
     def delta(self, arm: str, metric: str) -> pd.DataFrame:
         """The delta rows of one arm and metric, sorted by concurrency."""
@@ -287,6 +319,8 @@ class DeltaCurve:
     family: int = 1
     #: what the ``family`` curves are, as :meth:`method` names them
     family_label: str = "verdict metrics"
+    #: what widened the band beyond the fit's own (drift correction, a control arm)
+    widened: list[str] = field(default_factory=list)
 
     @property
     def credible(self) -> np.ndarray:
@@ -313,8 +347,9 @@ class DeltaCurve:
         """One line naming the model, the noise source and the band."""
         k = len(self.concurrency)
         over = f"{k} levels × {self.family} {self.family_label}" if self.family > 1 else f"{k} levels"
+        extra = "".join(f"; widened by {w}" for w in self.widened)
         return (f"{self.model} fit on log2(concurrency), noise from {self.noise}; 95% simultaneous band "
-                f"(Bonferroni over {over})")
+                f"(Bonferroni over {over}){extra}")
 
 
 def _design(x: np.ndarray, degree: int, x0: float, sc: float) -> np.ndarray:
@@ -420,9 +455,15 @@ def zero_between(curve: DeltaCurve, c1: float, c2: float) -> float | None:
     if not len(idx):
         return None
     i = int(idx[0])
-    if vals[i] == vals[i + 1]:
+    if vals[i] == vals[i + 1] or vals[i] == 0:
         return float(2 ** xs[i])
-    return float(2 ** (xs[i] + (0 - vals[i]) * (xs[i + 1] - xs[i]) / (vals[i + 1] - vals[i])))
+    if vals[i + 1] == 0:
+        return float(2 ** xs[i + 1])
+    from scipy.optimize import brentq
+
+    # the root itself (not an interpolation on the grid), so every caller that brackets the same
+    # zero of the same curve gets the same concurrency
+    return float(2 ** brentq(lambda x: curve.predict(2 ** x)[0], xs[i], xs[i + 1], xtol=1e-12))
 
 
 def curve_crossovers(curve: DeltaCurve) -> list[dict[str, Any]]:
@@ -451,6 +492,8 @@ def measured_requests(rs: ResultSet) -> pd.DataFrame | None:
     if rs.requests is None or rs.requests.empty:
         return None
     req = rs.requests[~rs.requests["warmup"].astype(bool)]
+    if "sentinel" in req:  # a sentinel run measures drift, not the arm
+        req = req[~req["sentinel"].fillna(False).astype(bool)]
     ok = req["error"].isna() & (req["output_tokens"].fillna(0) > 0)
     return req[ok]
 
@@ -567,6 +610,142 @@ def _bootstrap_log_var(samples: np.ndarray, stat: str, n_boot: int, rng: np.rand
     return float(np.log(boots).var(ddof=1)) if (boots > 0).all() else math.nan
 
 
+@dataclass
+class Drift:
+    """The machine's drift measured by sentinel runs: a level re-measured at the end of a study.
+
+    ``rate_per_s[metric]``: the slope of ln(value) against time (per second) fitted through the
+    sentinel pairs (a sentinel run against the same arm's earlier runs of that level);
+    ``rate_se_per_s`` its standard error from the run-to-run noise; ``span_s`` the time from the
+    first to the last run; ``pairs`` one row per sentinel (arm, concurrency, Δ% of output tok/s,
+    seconds apart). Values of every run are corrected by exp(−rate × (t − t0)) before the curves are
+    fitted, and each level's band is widened by the rate's standard error times the time between
+    the arm's run and the baseline's there.
+    """
+
+    rate_per_s: dict[str, float]
+    rate_se_per_s: dict[str, float]
+    span_s: float
+    pairs: pd.DataFrame
+    corrected: bool
+
+    def total_pct(self, metric: str = "output_tok_s") -> tuple[float, float]:
+        """(drift over the whole study in %, its standard error in %) of one metric."""
+        r, se = self.rate_per_s.get(metric, math.nan), self.rate_se_per_s.get(metric, math.nan)
+        return (math.exp(r * self.span_s) - 1) * 100, se * self.span_s * 100
+
+    def credible(self, metric: str = "output_tok_s") -> bool:
+        """True where the drift is more than two standard errors from 0."""
+        r, se = self.rate_per_s.get(metric, math.nan), self.rate_se_per_s.get(metric, math.nan)
+        return bool(abs(r) > 2 * se) if math.isfinite(r) and math.isfinite(se) else False
+
+
+def _row_seconds(lv: pd.DataFrame) -> np.ndarray | None:
+    """Seconds since the epoch of each level row's ``started_utc``; None when any is missing."""
+    if "started_utc" not in lv:
+        return None
+    t = pd.to_datetime(lv["started_utc"], utc=True, errors="coerce")
+    if t.isna().any():
+        return None
+    return (t.astype("int64") / 1e9).to_numpy(float)
+
+
+def split_sentinels(levels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ordinary rows, sentinel rows) of an arm's level rows (column ``sentinel`` true)."""
+    if "sentinel" not in levels:
+        return levels, levels.iloc[0:0]
+    mask = levels["sentinel"].fillna(False).astype(bool).to_numpy()
+    return levels[~mask].drop(columns=["sentinel"]), levels[mask].drop(columns=["sentinel"])
+
+
+def estimate_drift(raw: dict[str, pd.DataFrame], sentinels: dict[str, pd.DataFrame], metrics: Sequence[str],
+                   run_var: float) -> Drift | None:
+    """The drift of each metric from the sentinel rows (see :class:`Drift`); None without sentinel rows.
+
+    ``run_var``: the run-to-run variance of ln(value) of one run (assumed or measured). Without
+    timestamps on every row the drift is still measured (pairs, Δ%) but not corrected for.
+    """
+    rows = []
+    pairs = []
+    times = {a: _row_seconds(lv) for a, lv in raw.items()}
+    for arm, sent in sentinels.items():
+        if sent.empty:
+            continue
+        ts = _row_seconds(sent)
+        lv = raw[arm]
+        for j, (_, srow) in enumerate(sent.iterrows()):
+            c = srow["concurrency"]
+            orig = lv[lv["concurrency"] == c]
+            if orig.empty:
+                continue
+            t0 = times[arm][(lv["concurrency"] == c).to_numpy()].mean() if times[arm] is not None else math.nan
+            dt = float(ts[j] - t0) if ts is not None and math.isfinite(t0) else math.nan
+            entry: dict[str, Any] = {"arm": arm, "concurrency": int(c), "seconds_apart": dt, "n_earlier": len(orig)}
+            for m in metrics:
+                if m not in orig or m not in srow or pd.isna(srow[m]):
+                    continue
+                vals = pd.to_numeric(orig[m], errors="coerce").to_numpy(float)
+                if not len(vals) or (vals <= 0).any() or not float(srow[m]) > 0:
+                    continue
+                entry[m] = math.log(float(srow[m])) - float(np.log(vals).mean())
+            rows.append(entry)
+            agg = entry.get("output_tok_s")
+            pairs.append({"arm": arm, "concurrency": int(c), "seconds_apart": dt,
+                          "delta_pct": (math.exp(agg) - 1) * 100 if agg is not None else math.nan})
+    if not rows:
+        return None
+    frame = pd.DataFrame(rows)
+    all_t = [t for t in times.values() if t is not None]
+    sent_t = [t for t in (_row_seconds(s) for s in sentinels.values() if not s.empty) if t is not None]
+    timed = frame["seconds_apart"].notna().all() and len(all_t) == len(times)
+    span = float(max(np.max(t) for t in all_t + sent_t) - min(np.min(t) for t in all_t + sent_t)) if timed else math.nan
+    rate, rate_se = {}, {}
+    for m in metrics:
+        if m not in frame:
+            continue
+        f = frame[frame[m].notna()]
+        if f.empty:
+            continue
+        if timed:
+            dt = f["seconds_apart"].to_numpy(float)
+            var_d = run_var * (1 + 1 / f["n_earlier"].to_numpy(float))
+            denom = float((dt * dt).sum())
+            if denom <= 0:
+                continue
+            d = f[m].to_numpy(float)
+            rate[m] = float((dt * d).sum() / denom)
+            if len(d) >= 2:  # the pairs' own disagreement about the line, where it says the noise is larger
+                resid = d - rate[m] * dt
+                var_d = np.maximum(var_d, float((resid * resid).sum()) / (len(d) - 1))
+            rate_se[m] = float(math.sqrt((dt * dt * var_d).sum()) / denom)
+    return Drift(rate, rate_se, span, pd.DataFrame(pairs), corrected=bool(timed and rate))
+
+
+def _correct_drift(lv: pd.DataFrame, drift: Drift, t0: float) -> pd.DataFrame:
+    """An arm's level rows with every drifted metric divided by exp(rate × (t − t0))."""
+    t = _row_seconds(lv)
+    if t is None:
+        return lv
+    lv = lv.copy()
+    for m, r in drift.rate_per_s.items():
+        if m in lv:
+            lv[m] = pd.to_numeric(lv[m], errors="coerce") * np.exp(-r * (t - t0))
+    return lv
+
+
+def _widen(curve: DeltaCurve, extra_se: np.ndarray | None, floor: np.ndarray | None, why: str) -> None:
+    """Widen a curve's band in place: its standard errors by ``extra_se`` (in quadrature, a shared
+    error such as a drift correction's), its half-width to at least ``floor`` (a control arm's deviation)."""
+    if extra_se is not None:
+        curve.se = np.sqrt(curve.se ** 2 + extra_se ** 2)
+        if curve._var is not None:
+            curve._var = curve._var + extra_se ** 2
+        curve.half_width = curve.crit * curve.se
+    if floor is not None:
+        curve.half_width = np.maximum(curve.half_width, floor)
+    curve.widened.append(why)
+
+
 def fit_metric(
     metric: str, cs: list[int], raw_a: pd.DataFrame, raw_b: pd.DataFrame,
     req_a: pd.DataFrame | None, req_b: pd.DataFrame | None, n_boot: int, rng: np.random.Generator, family: int = 1,
@@ -587,6 +766,7 @@ def fit_metric(
         return None
     ys, vs, ss, df = [], [], 0.0, 0
     counts = []
+    per_level: list[tuple[float, int]] = []  # (sum of squares, degrees of freedom) of ln(value) per level
     ca, va = raw_a["concurrency"].to_numpy(), pd.to_numeric(raw_a[metric], errors="coerce").to_numpy(float)
     cb, vb = raw_b["concurrency"].to_numpy(), pd.to_numeric(raw_b[metric], errors="coerce").to_numpy(float)
     kept = []
@@ -598,14 +778,23 @@ def fit_metric(
         la, lb = np.log(a), np.log(b)
         ys.append(la.mean() - lb.mean())
         vs.append(1 / len(a) + 1 / len(b))
-        ss += float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
+        ss_c = float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
+        ss += ss_c
         df += len(a) - 1 + len(b) - 1
+        per_level.append((ss_c, len(a) - 1 + len(b) - 1))
         counts.append((len(a), len(b)))
     cs = kept
     if not cs:
         return None
     if df >= 2:
         runs = sorted({f"{n_a} vs {n_b}" for n_a, n_b in counts})
+        level_var = _level_variance(cs, per_level, ss / df, df)
+        if level_var is not None:
+            var_c, df_c = level_var
+            return fit_delta_curve(cs, ys, [v * s for v, s in zip(vs, var_c)], 1.0, df_c, family=family,
+                                   noise=f"repeats ({', '.join(runs)} runs per level), the variance modelled per "
+                                         "level as the larger of the pooled figure and a log-linear trend in "
+                                         "log2(concurrency)")
         return fit_delta_curve(cs, ys, vs, ss / df, df, noise=f"repeats ({', '.join(runs)} runs per level)",
                                family=family)
     if metric in REQUEST_STATS and req_a is not None and req_b is not None:
@@ -623,15 +812,91 @@ def fit_metric(
                 boot = [max(b, MIN_BOOT_VAR) for b in boot]
                 return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family,
                                        noise="a bootstrap over each level's requests (one run: within-run noise only)")
+            scatter = _with_assumption(residual_scatter(cs, ys), floor)
+            if scatter is not None and scatter[0] > max(boot) and scatter[0] > floor:
+                s2, sdf = scatter
+                return fit_delta_curve(cs, ys, [max(b, s2) / s2 for b in boot], s2, sdf, family=family,
+                                       noise=_scatter_text(s2, sdf, assumed_noise_pct))
             boot = [max(b, floor) for b in boot]
             return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family,
                                    noise=f"a bootstrap over each level's requests (one run: within-run noise), at "
                                          f"least the assumed run-to-run noise of {assumed_noise_pct:g}% per run")
     if floor is not None:
+        scatter = _with_assumption(residual_scatter(cs, ys), floor)
+        if scatter is not None and scatter[0] > floor:
+            s2, sdf = scatter
+            return fit_delta_curve(cs, ys, [2.0] * len(cs), s2 / 2, sdf, family=family,
+                                   noise=_scatter_text(s2, sdf, assumed_noise_pct))
+        checked = ("; the levels' scatter about a cubic is within it" if scatter is not None else
+                   f"; {len(cs)} levels are too few to check it against their scatter (needs {MAX_DEGREE + 4})")
         return fit_delta_curve(cs, ys, [2.0] * len(cs), floor / 2, math.inf, family=family,
                                noise=f"an assumed run-to-run noise of {assumed_noise_pct:g}% per run (one run per "
-                                     "level: not measured; repeats would measure it)")
+                                     f"level: not measured; repeats would measure it{checked})")
     return fit_delta_curve(cs, ys, family=family)
+
+
+#: residual degrees of freedom the scatter about a cubic needs before it can stand for the noise
+MIN_SCATTER_DF: int = 3
+
+
+def residual_scatter(cs: Sequence[float], ys: Sequence[float]) -> tuple[float, int] | None:
+    """(variance of y about a cubic in log2(concurrency), its degrees of freedom), or None with
+    fewer than ``MAX_DEGREE + 1 + MIN_SCATTER_DF`` levels.
+
+    With one run per level this is all the data say about the noise: any smooth curve up to a cubic
+    is read as the effect, what is left as noise (an over-estimate where the true curve is not that
+    smooth, never an under-estimate of the noise it contains).
+    """
+    k = len(ys)
+    if k < MAX_DEGREE + 1 + MIN_SCATTER_DF:
+        return None
+    x = np.log2(np.asarray(cs, float))
+    x0, sc = float(x.mean()), float(x.std()) or 1.0
+    _, _, rss = _wls(_design(x, MAX_DEGREE, x0, sc), np.asarray(ys, float), np.ones(k))
+    df = k - MAX_DEGREE - 1
+    return rss / df, df
+
+
+#: degrees of freedom the assumed noise counts for where it is pooled with the levels' scatter
+#: (a stated prior: the assumption is as good as a scatter on this many degrees of freedom)
+ASSUMPTION_DF: float = 2.0
+
+
+def _with_assumption(scatter: tuple[float, int] | None, assumed_var: float) -> tuple[float, float] | None:
+    """The scatter ``(variance, df)`` pooled with the assumed variance (:data:`ASSUMPTION_DF` degrees of freedom)."""
+    if scatter is None:
+        return None
+    s2, df = scatter
+    return (ASSUMPTION_DF * assumed_var + df * s2) / (ASSUMPTION_DF + df), ASSUMPTION_DF + df
+
+
+def _scatter_text(s2: float, df: float, assumed_noise_pct: float | None) -> str:
+    per_run = (math.exp(math.sqrt(s2 / 2)) - 1) * 100
+    return (f"the levels' scatter about a cubic pooled with the assumed {assumed_noise_pct:g}% per run (counted as "
+            f"{ASSUMPTION_DF:g} degrees of freedom): {per_run:.1f}% per run and arm on {df:g} degrees of freedom, "
+            "larger than the assumption, so it is used (one run per level)")
+
+
+def _level_variance(cs: Sequence[int], per_level: Sequence[tuple[float, int]], pooled: float,
+                    df: int) -> tuple[list[float], float] | None:
+    """Per-level variance of ln(value) with repeats: the larger of the pooled variance and a
+    log-linear trend in log2(concurrency) fitted to the levels' own variances (bias-corrected for
+    their few degrees of freedom), with ``df − 2`` degrees of freedom; None where fewer than 3
+    levels have repeats or too few degrees of freedom remain."""
+    from scipy import special
+
+    pts = [(math.log2(c), ss / d, d) for c, (ss, d) in zip(cs, per_level) if d >= 1 and ss > 0]
+    if len(pts) < 3 or df - 2 < 2:
+        return None
+    x = np.array([p[0] for p in pts])
+    d = np.array([p[2] for p in pts], float)
+    # E[ln s²] = ln σ² + ψ(d/2) − ln(d/2); Var[ln s²] = ψ'(d/2)
+    z = np.log([p[1] for p in pts]) - (special.digamma(d / 2) - np.log(d / 2))
+    w = 1.0 / special.polygamma(1, d / 2)
+    X = np.vstack([np.ones_like(x), x]).T
+    beta, _, _ = _wls(X, z, w)
+    trend = np.exp(beta[0] + beta[1] * np.log2(np.asarray(cs, float)))
+    return [max(pooled, float(t)) for t in trend], float(df - 2)
 
 
 def compare(
@@ -661,6 +926,25 @@ def compare(
     raw_levels, definition_notes = agreeing_definitions({a: by_arm[a].meta for a in arms}, raw_levels)
     if any("output_tok_s" not in lv.columns for lv in raw_levels.values()):
         raise ValueError("the arms' aggregate throughput cannot be compared: " + " ".join(definition_notes))
+    sentinel_rows: dict[str, pd.DataFrame] = {}
+    for a in arms:
+        raw_levels[a], sentinel_rows[a] = split_sentinels(raw_levels[a])
+    controls = [a for a in arms[1:] if by_arm[a].meta.get("control")]
+    drift = None
+    if any(not f.empty for f in sentinel_rows.values()):
+        drift_metrics = [c for c in raw_levels[baseline].columns if c not in NOT_METRICS
+                         and pd.api.types.is_numeric_dtype(raw_levels[baseline][c])]
+        run_var = max(math.log1p((assumed_noise_pct or ASSUMED_NOISE_PCT) / 100) ** 2,
+                      _pooled_run_var(raw_levels, "output_tok_s"))
+        drift = estimate_drift(raw_levels, sentinel_rows, drift_metrics, run_var)
+    times: dict[str, dict[int, float]] = {}
+    if drift is not None and drift.corrected:
+        t0 = min(float(np.min(t)) for t in (_row_seconds(raw_levels[a]) for a in arms) if t is not None)
+        for a in arms:
+            raw_levels[a] = _correct_drift(raw_levels[a], drift, t0)
+            t = _row_seconds(raw_levels[a])
+            if t is not None:
+                times[a] = pd.Series(t).groupby(raw_levels[a]["concurrency"].to_numpy()).mean().to_dict()
     base_cs = sorted(int(c) for c in raw_levels[baseline]["concurrency"].unique())
     for arm in arms[1:]:
         arm_cs = sorted(int(c) for c in raw_levels[arm]["concurrency"].unique())
@@ -697,7 +981,9 @@ def compare(
     curves: dict[tuple[str, str], DeltaCurve] = {}
     base_lv = levels[levels["arm"] == baseline].set_index("concurrency")
     base_rows = base_lv.to_dict("index")
-    for arm in arms[1:]:
+    #: per metric, {concurrency: |observed ln ratio|} of the control arms (largest over controls)
+    control_dev: dict[str, dict[int, float]] = {}
+    for arm in sorted(arms[1:], key=lambda a: a not in controls):  # controls first: they widen the others
         arm_rows = levels[levels["arm"] == arm].set_index("concurrency").to_dict("index")
         shared = sorted(set(arm_rows) & set(base_rows))
         for metric in metrics:
@@ -707,6 +993,21 @@ def compare(
                 continue
             curve = fit_metric(metric, cs, raw_levels[arm], raw_levels[baseline], requests[arm], requests[baseline],
                                 n_boot, rng, family, assumed_noise_pct)
+            if curve is not None and drift is not None:
+                _widen_for_drift(curve, drift, metric, times, arm, baseline)
+            if curve is not None and arm in controls:
+                # at every level, at least the control's largest fitted deviation; where it measured
+                # the level, at least its observed deviation there too
+                dev = control_dev.setdefault(metric, {})
+                widest = float(np.abs(curve.fitted).max())
+                dev[-1] = max(dev.get(-1, 0.0), widest)
+                for c, y in zip(curve.concurrency, curve.observed):
+                    dev[int(c)] = max(dev.get(int(c), 0.0), abs(float(y)), widest)
+            elif curve is not None and control_dev.get(metric):
+                dev = control_dev[metric]
+                floor = np.array([dev.get(int(c), dev[-1]) for c in curve.concurrency])
+                _widen(curve, None, floor, "the control arm's deviation from the baseline (" +
+                       ", ".join(by_arm[a].label for a in controls) + ")")
             if curve is not None:
                 curves[(arm, metric)] = curve
             at = {int(c): i for i, c in enumerate(curve.concurrency)} if curve is not None else {}
@@ -730,6 +1031,7 @@ def compare(
                     "credible": cred,
                     "better": info(metric).better,
                 })
+    rows.sort(key=lambda r: arms.index(r["arm"]))  # back in the arms' order (controls were fitted first)
     deltas = pd.DataFrame(rows, columns=[
         "arm", "concurrency", "metric", "baseline_value", "arm_value", "delta_pct", "fit_delta_pct",
         "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "credible", "better",
@@ -767,7 +1069,42 @@ def compare(
         chunk_counted=chunk_counted,
         assumed_noise_pct=assumed_noise_pct,
         warnings=warnings,
+        controls=controls,
+        drift=drift,
+        run_order=next((str(by_arm[a].meta["study"].get("order")) for a in arms
+                        if isinstance(by_arm[a].meta.get("study"), dict) and by_arm[a].meta["study"].get("order")), None),
     )
+
+
+def _pooled_run_var(raw: dict[str, pd.DataFrame], metric: str) -> float:
+    """Pooled within-level variance of ln(metric) over every arm's repeats (0 without repeats)."""
+    ss, df = 0.0, 0
+    for lv in raw.values():
+        if metric not in lv:
+            continue
+        v = pd.to_numeric(lv[metric], errors="coerce")
+        ok = v > 0
+        logs = np.log(v[ok])
+        for _, g in logs.groupby(lv.loc[ok, "concurrency"]):
+            ss += float(((g - g.mean()) ** 2).sum())
+            df += len(g) - 1
+    return ss / df if df else 0.0
+
+
+def _widen_for_drift(curve: DeltaCurve, drift: Drift, metric: str, times: dict[str, dict[int, float]],
+                     arm: str, baseline: str) -> None:
+    """Widen a curve by what the drift correction leaves uncertain, or (no timestamps: no
+    correction) to at least the largest drift a sentinel pair showed."""
+    if drift.corrected and metric in drift.rate_se_per_s and arm in times and baseline in times:
+        lag = np.array([times[arm].get(int(c), math.nan) - times[baseline].get(int(c), math.nan)
+                        for c in curve.concurrency])
+        extra = np.nan_to_num(np.abs(lag) * drift.rate_se_per_s[metric], nan=0.0)
+        _widen(curve, extra, None, "the uncertainty of the drift correction (sentinel runs)")
+    elif not drift.corrected and not drift.pairs.empty:
+        worst = float(np.nanmax(np.abs(np.log1p(drift.pairs["delta_pct"].to_numpy(float) / 100))))
+        if math.isfinite(worst):
+            _widen(curve, None, np.full(len(curve.concurrency), worst),
+                   "the largest drift the sentinel runs showed (no timestamps to correct for it)")
 
 
 def delta_table(comp: Comparison, metrics: Sequence[str] | None = None) -> pd.DataFrame:

@@ -16,8 +16,12 @@ delta curves of :mod:`specsweep.compare`:
 - ``latency``: the whole wait — TTFT and end-to-end p50/p99, or the Little's-law estimate of the
   mean request time for level-only data — and per-user speed. Loss where any wait is credibly
   longer (TTFT sized by its extra seconds as a share of the baseline's e2e), else where per-user
-  speed is credibly slower; gain where per-user speed (or a wait) is credibly better and no wait's
-  fitted increase outweighs the per-user gain. ``decided_by`` names the deciding metric.
+  speed is credibly slower; gain where per-user speed (or a wait) is credibly better, no end-to-end
+  wait's fitted value is longer and no TTFT's fitted increase outweighs the per-user gain. On
+  level-only data (the wait is the Little's-law estimate, the inverse of aggregate throughput) a
+  gain needs that wait credibly shorter, so the latency crossover is the aggregate crossover.
+  ``decided_by`` names the deciding metric.
+- Control arms (:attr:`Comparison.controls`) are never candidates.
 - ``balanced``: a gain needs per-user speed credibly up and aggregate not credibly down by more than
   ``max_throughput_loss_pct``; a loss is per-user speed credibly down, or aggregate down by more.
 - SLOs come first, but only a credible difference in the SLO's own metric moves a level across the
@@ -262,10 +266,17 @@ def _latency_outcome(rows: dict[str, Any], user: str, waits: list[str],
     su = _sign(rows.get(user), min_effect) if trust_tokens else 0
     if su < 0:
         return -1, user, _fit(rows.get(user))
-    # a wait that is not credibly longer still holds a gain back when its fitted size outweighs the
-    # per-user gain (e.g. +71% on the Little's-law estimate against +57% per-user speed)
+    if waits == [ESTIMATED_WAIT] and su > 0 and signs[ESTIMATED_WAIT] <= 0:
+        # level-only data: the wait is the Little's-law estimate, the inverse of aggregate
+        # throughput; faster decoding is a latency gain only where that wait is credibly shorter
+        return 0, ESTIMATED_WAIT, 0.0
+    # an end-to-end wait whose fitted value is longer holds a gain back, credible or not: a
+    # latency-sensitive user cares what they wait for, and on level-only data the wait (Little's
+    # law) is exactly the inverse of aggregate throughput, so its zero is the aggregate crossover.
+    # TTFT, a part of that wait, holds a gain back when its fitted share of the e2e time outweighs
+    # the per-user gain.
     gain = max(_fit(rows.get(user)), min_effect) if trust_tokens and su > 0 else min_effect
-    doubtful = [m for m in waits if size[m] > gain]
+    doubtful = [m for m in waits if size[m] > (gain if m.startswith("ttft_") else 0.0)]
     better = [m for m in waits if signs[m] > 0]
     if su > 0 or better:
         if doubtful:
@@ -699,14 +710,59 @@ def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, jud
     return out
 
 
+def drift_sentences(comp: Comparison) -> list[str]:
+    """What the data say about drift and noise between arms: the sentinel's drift estimate, the
+    control arms' deviation, or (neither, and no interleaved repeats) the risk and how to remove it."""
+    out = []
+    d = comp.drift
+    if d is not None:
+        where = ", ".join(f"{md_text(comp.labels.get(a, a))} at {', '.join(str(c) for c in g['concurrency'])}"
+                          for a, g in d.pairs.groupby("arm"))
+        if d.corrected:
+            pct, se = d.total_pct("output_tok_s")
+            minutes = d.span_s / 60
+            what = (f"a drift of {pct:+.1f}% ± {se:.1f}% in aggregate throughput over the study's {minutes:.0f} minutes"
+                    if d.credible() else f"no measurable drift in aggregate throughput ({pct:+.1f}% ± {se:.1f}% over "
+                    f"{minutes:.0f} minutes)")
+            out.append(f"Sentinel runs ({where}, measured again at the end) show {what}; every run was corrected for "
+                       "it, linearly in time, and each band widened by what that correction leaves uncertain.")
+        else:
+            worst = float(d.pairs["delta_pct"].abs().max())
+            out.append(f"Sentinel runs ({where}, measured again at the end) differ from the earlier runs by up to "
+                       f"{worst:.1f}% in aggregate throughput; without timestamps the runs cannot be corrected, so "
+                       "every band is at least that wide.")
+    for a, dev in comp.control_deviation("output_tok_s").items():
+        out.append(f"Control arm {md_text(comp.labels.get(a, a))} is configured like the baseline: it differs from it "
+                   f"by up to {dev:.1f}% in aggregate throughput from noise and drift alone. It is never a candidate, "
+                   "every other arm's band is at least as wide as its deviation, and a difference it shows too is "
+                   "not established.")
+    study = comp.metas.get(comp.baseline, {}).get("study") or {}
+    interleaved = isinstance(study, dict) and int(study.get("repeats") or 1) >= 2
+    if d is None and not comp.controls and not interleaved:
+        out.append("The arms were measured one after the other with no sentinel run and no control arm: a slow drift "
+                   "of the machine between them (heat, a noisy neighbour, a growing cache) would read as a difference "
+                   "between the arms. To measure it, re-measure the baseline at one or two levels at the end (a "
+                   "study's sentinel setting) or add a control arm configured like the baseline (control: true); to "
+                   "cancel it, interleave the arms (order: abba, or repeats ≥ 2).")
+    return out
+
+
 def _caveats(comp: Comparison, profile: Profile, arms: Sequence[str]) -> list[str]:
-    out: list[str] = []
+    out: list[str] = drift_sentences(comp)
     if comp.single_run():
-        if comp.assumed_noise_pct:
+        noises = [c.noise for (a, m), c in comp.curves.items() if m == "output_tok_s" and a in arms]
+        if comp.assumed_noise_pct and any(n.startswith("the levels' scatter") for n in noises):
+            out.append(f"One run per level: run-to-run noise cannot be measured, and the levels scatter about a "
+                       f"smooth curve more than the assumed {comp.assumed_noise_pct:g}% per run would explain, so "
+                       "that larger scatter is used (see Definitions) and the bands are wider for it. Ask for 3 runs "
+                       "per level (repeats=3) to measure the noise.")
+        elif comp.assumed_noise_pct:
+            checked = any("too few to check" in n for n in noises)
             out.append(f"One run per level: run-to-run noise cannot be measured, so {comp.assumed_noise_pct:g}% per "
                        "run is assumed (for per-request statistics, at least that or the spread of each run's "
-                       "requests). Were the real noise larger, the bands would be too narrow. Ask for 3 runs per "
-                       "level (repeats=3) to measure it.")
+                       "requests)" + ("; with so few levels the data cannot check it against their own scatter" if
+                                      checked else "") + ". Were the real noise larger, the bands would be too narrow. "
+                       "Ask for 3 runs per level (repeats=3) to measure it.")
         else:
             out.append("One run per level: run-to-run noise cannot be measured, so it is estimated from the residuals "
                        "of the fitted curve (and, for per-request statistics, from each run's requests, which cannot "
@@ -784,10 +840,16 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
             faster.append(f"{_pct(r.user_delta_pct)} per-user at {int(r.concurrency)}" + ("" if sure else " (within noise)"))
     if not by_metric:
         return ""
-    head = f"faster once running ({', '.join(faster)}), but it " if faster else ""
+    head = f"is faster once running ({', '.join(faster)}), but it " if faster else ""
     if faster and all(f.endswith("(within noise)") for f in faster):
         head = "looks faster once running (" + ", ".join(f.removesuffix(" (within noise)") for f in faster) + "; within noise), but it "
     return head + "; ".join(f"{WAIT_WORDS[m]}: {', '.join(by_metric[m])}" for m in waits if m in by_metric)
+
+
+def wait_sentence(label: str, note: str) -> str:
+    """The headline's wait sentence for any arm label (a name, a noun phrase, one starting with a
+    verb): the label is never the sentence's subject, each request is (``note`` from :func:`_wait_note`)."""
+    return f"With {label}, each request {note}."
 
 
 def aggregate_quote(comp: Comparison, arm: str, levels: Sequence[int] | None = None) -> str:
@@ -852,7 +914,10 @@ def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequ
     gain and the first loss (the same curve the report's crossover comes from).
     """
     profile = parse_profile(profile)
-    candidates = comp.spec_arms if candidates is None else candidates
+    candidates = comp.candidate_arms if candidates is None else [a for a in candidates if a not in comp.controls]
+    if not candidates and comp.spec_arms:
+        raise ValueError(f"profile {profile.name!r}: every arm besides the baseline is a control arm "
+                         f"({', '.join(comp.controls)}); add an arm to compare, or drop 'control' from one")
     per_arm = {arm: judge_levels(comp, profile, arm) for arm in candidates}
     per_arm = {a: j for a, j in per_arm.items() if not j.empty}
     if not per_arm:
@@ -885,7 +950,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     checks = _slo_checks(profile, comp)
     token_based = profile.objective in ("throughput", "balanced") or any(col == comp.user_metric for _, col, _, _ in checks)
     refused = {a: w for a, w in comp.chunk_counted.items() if a in comp.spec_arms or a == comp.baseline}
-    candidates = [a for a in comp.spec_arms if not (token_based and (a in refused or comp.baseline in refused))]
+    candidates = [a for a in comp.candidate_arms if not (token_based and (a in refused or comp.baseline in refused))]
     if token_based and not candidates and comp.spec_arms:
         who = ", ".join(md_text(comp.labels.get(a, a)) for a in refused)
         return Recommendation(
@@ -895,6 +960,14 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
             bands=[], reasons=[], caveats=[], next_experiments=[
                 "Re-measure with a server (or API flavour) that reports token counts (usage with "
                 "continuous_usage_stats, or SGLang meta_info)."])
+    if not candidates and comp.controls and not (token_based and refused):
+        who = ", ".join(md_text(comp.labels.get(a, a)) for a in comp.controls)
+        return Recommendation(
+            profile=profile, verdict="no_verdict", arm=None, up_to_concurrency=None, from_concurrency=None,
+            headline=(f"No verdict: every arm besides the baseline is a control arm ({who}), configured like the "
+                      "baseline; its difference from the baseline measures noise and drift, not a configuration."),
+            bands=[], reasons=[], caveats=drift_sentences(comp), next_experiments=[
+                "Add the configuration to compare as another arm of the study."])
     d = decide(comp, profile, candidates)
     per_arm, arm, judged, verdict, up_to, from_c = d.per_arm, d.arm, d.judged, d.verdict, d.up_to, d.from_c
     label = md_text(comp.labels.get(arm, arm))
@@ -917,7 +990,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     if profile.objective == "latency":
         note = _wait_note(comp, arm, judged, profile.min_effect_pct)
         if note:
-            headline += f" {label} is {note}."
+            headline += " " + wait_sentence(label, note)
     else:
         headline += " " + aggregate_quote(comp, arm, [int(c) for c in judged["concurrency"]])
     unshared = comp.unshared_levels(arm)

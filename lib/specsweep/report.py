@@ -1154,8 +1154,10 @@ def definitions_markdown(comp: Comparison) -> str:
         "p50/p99, or the Little's-law estimate when those are absent) is credibly longer by more than the minimum "
         "effect (for TTFT, the extra seconds as a share of the baseline's end-to-end time at the same percentile, so "
         "a few milliseconds more before a long answer do not count), and win it where per-user "
-        "speed or a wait is credibly better and no wait's fitted increase outweighs the per-user gain; the recommendation names the "
-        "deciding metric per level. An SLO moves a level only where the difference in the SLO's metric is credible.",
+        "speed or a wait is credibly better, no end-to-end wait's fitted value is longer and no TTFT's fitted increase "
+        "outweighs the per-user gain; on level-only data, where the wait is the Little's-law estimate, a gain needs "
+        "that wait credibly shorter, so the latency crossover is the aggregate crossover. A control arm is never "
+        "recommended. The recommendation names the deciding metric per level. An SLO moves a level only where the difference in the SLO's metric is credible.",
         "- **Crossover**: only where the fitted aggregate delta is credibly positive at one level and credibly "
         "negative at a later one (or the reverse) with no credible level between; placed where the fitted curve "
         "crosses 0 between them, on log2(concurrency). *Enable up to X* uses the same curve.",
@@ -1177,6 +1179,14 @@ def definitions_markdown(comp: Comparison) -> str:
         for (case, form), figures in draws.QUOTED.items():
             for what, share in figures.items():
                 lines.append(f"| {draws.CASE_TEXT[case]} | {draws.FORM_TEXT[form]} | {draws.RESULT_TEXT[what]} | {share:.1%} |")
+    if draws.HARD_QUOTED:
+        lines.append("")
+        lines.append(f"- **Harder cases** (`tests/test_verdict_draws_hard.py`, {draws.HARD_N} fresh synthetic studies "
+                     "per case, measured in time order): " + draws.HARD_MODEL_TEXT)
+        lines += ["", "| case | result | share of draws |", "|---|---|---|"]
+        for case, figures in draws.HARD_QUOTED.items():
+            for what, share in figures.items():
+                lines.append(f"| {draws.HARD_CASE_TEXT[case]} | {draws.HARD_RESULT_TEXT[what]} | {share:.1%} |")
     return "\n".join(lines)
 
 

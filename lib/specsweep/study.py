@@ -79,8 +79,8 @@ from specsweep.markup import md_text
 from specsweep.redact import kernel_manager_with_secrets
 from specsweep.report import REPO_ROOT, build_report, kernel_manager_class
 from specsweep.store import ResultSet, atomic_write_bytes, load_result_set, write_frame, write_meta
-from specsweep.study_file import (DEFAULT_MAX_ARMS, HARD_MAX_ARMS, SECRET_NAME, Arm, Study, StudyError, endpoint_of,
-                                  free_port, load_study, secret_argv_values)
+from specsweep.study_file import (DEFAULT_MAX_ARMS, HARD_MAX_ARMS, ORDER_TEXT, SECRET_NAME, Arm, Study, StudyError,
+                                  endpoint_of, free_port, load_study, secret_argv_values)
 
 SWEEP_NOTEBOOK = REPO_ROOT / "notebooks" / "sweep.ipynb"
 RUNS = "_runs"
@@ -670,35 +670,50 @@ def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] =
     Levels keep their ``started_utc`` and ``run_id``; ``meta.json`` gains ``study.runs`` (each
     repeat's run, seed, and position in the study's time order). None if no repeat is complete.
     """
-    runs = {r: complete_run(out_dir, arm.name, r) for r in range(study.spec.repeats)}
+    runs = {r: complete_run(out_dir, arm.name, r) for r in study.run_indices(arm)}
     found = {r: p for r, p in runs.items() if p is not None}
     if not found:
         return None
     sets = {r: load_result_set(p) for r, p in found.items()}
+    slots = {r: study.slot(arm, r) for r in found}
+    has_sentinel = any(s.sentinel for s in slots.values())
     target = out_dir / arm.name
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
     for stem in ("levels", "requests", "server_metrics"):
-        frames = [getattr(rs, stem).assign(repeat=r) for r, rs in sets.items() if getattr(rs, stem) is not None]
+        # a sentinel run gets a repeat number past the study's repeats (it pairs with no other arm's run)
+        frames = [getattr(rs, stem).assign(repeat=study.spec.repeats + r if slots[r].sentinel else slots[r].repeat,
+                                           **({"sentinel": slots[r].sentinel} if has_sentinel else {}))
+                  for r, rs in sets.items() if getattr(rs, stem) is not None]
         if frames:
             write_frame(target, stem, pd.concat(frames, ignore_index=True))
     first = sets[min(sets)]
     meta = json.loads(json.dumps(first.meta))
     order = {(a.name, r): i for i, (r, a) in enumerate(study.plan(), 1)}
     meta.update(
-        run_id=f"{study.name}-{arm.name}", complete=len(found) == study.spec.repeats,
+        run_id=f"{study.name}-{arm.name}", complete=len(found) == len(runs),
         started_utc=min(rs.meta.get("started_utc") or "" for rs in sets.values()),
         finished_utc=max(rs.meta.get("finished_utc") or "" for rs in sets.values()),
         warnings=sorted({w for rs in sets.values() for w in rs.meta.get("warnings", [])}),
     )
-    meta["sweep"] = {**meta.get("sweep", {}), "repeats": len(found), "seed": study.spec.sweep.get("seed", 0)}
+    meta["sweep"] = {**meta.get("sweep", {}), "repeats": len({s.repeat for s in slots.values() if not s.sentinel}),
+                     "seed": study.spec.sweep.get("seed", 0)}
+    if slots and any(s.levels is not None for s in slots.values()):
+        meta["sweep"]["concurrency"] = sorted({int(c) for s in slots.values() if not s.sentinel
+                                               for c in (s.levels or meta["sweep"].get("concurrency") or [])})
+    if study.is_control(arm):
+        meta["control"] = True
     meta["study"] = {
         "name": study.name, "title": study.title, "notes": study.spec.notes, "repeats": study.spec.repeats,
-        "order": "forward on even repeats, reversed on odd ones",
-        "missing_repeats": sorted(set(range(study.spec.repeats)) - set(found)),
+        "order": ORDER_TEXT[study.spec.order],
+        "sentinel": study.spec.sentinel.model_dump() if study.spec.sentinel is not None else None,
+        "missing_repeats": sorted({study.slot(arm, r).repeat for r, p in runs.items()
+                                   if p is None and not study.slot(arm, r).sentinel}),
         "missing_arms": list(missing),
-        "runs": sorted(({"repeat": r, "run_id": rs.run_id, "run_dir": str(found[r]), "position": order[(arm.name, r)],
+        "runs": sorted(({"repeat": slots[r].repeat, "run": r, "sentinel": slots[r].sentinel,
+                         "levels": list(slots[r].levels) if slots[r].levels is not None else None,
+                         "run_id": rs.run_id, "run_dir": str(found[r]), "position": order[(arm.name, r)],
                          "seed": rs.meta.get("workload", {}).get("seed"), "started_utc": rs.meta.get("started_utc"),
                          "finished_utc": rs.meta.get("finished_utc")} for r, rs in sets.items()),
                         key=lambda d: d["position"]),
@@ -712,7 +727,10 @@ def run_order(sets: Sequence[ResultSet]) -> pd.DataFrame:
 
     Empty for result sets that were not measured by a study (no ``study`` block in meta.json).
     """
-    rows = [{"#": run["position"], "arm": rs.arm, "repeat": run["repeat"], "prompt seed": run.get("seed"),
+    rows = [{"#": run["position"], "arm": rs.arm,
+             "repeat": f"{run['repeat']} (sentinel)" if run.get("sentinel") else run["repeat"],
+             "levels": ", ".join(map(str, run["levels"])) if run.get("levels") else "all",
+             "prompt seed": run.get("seed"),
              "started (UTC)": run.get("started_utc"), "finished (UTC)": run.get("finished_utc")}
             for rs in sets for run in rs.meta.get("study", {}).get("runs", [])]
     return pd.DataFrame(rows).sort_values("#").reset_index(drop=True) if rows else pd.DataFrame()
@@ -994,7 +1012,7 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
         raise
     result.outcomes.sort(key=lambda o: o.position)
     result.missing = [a.name for a in study.arms
-                      if all(complete_run(out, a.name, r) is None for r in range(study.spec.repeats))]
+                      if all(complete_run(out, a.name, r) is None for r in study.run_indices(a))]
     for arm in study.arms:
         if arm.name not in result.missing:
             merged = assemble_arm(study, arm, out, result.missing)

@@ -166,6 +166,8 @@ class ArmSpec(BaseModel):
     @classmethod
     def _port_range(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
         return _check_port_range(value)
+    control: bool = Field(False, description="a control arm: configured like the baseline, never recommended; its "
+                                             "deviation from the baseline measures noise and drift")
 
     @field_validator("resources")
     @classmethod
@@ -216,6 +218,33 @@ class RayOptions(BaseModel):
     max_retries: int = Field(1, ge=0, description="re-runs of an arm whose worker or node died (a failed server is not retried)")
 
 
+class SentinelSpec(BaseModel):
+    """Runs measured again at the end of a study, so the report can measure the machine's drift."""
+
+    model_config = ConfigDict(extra="forbid")
+    levels: list[int] = Field(min_length=1, description="concurrency levels measured again (one or two of the sweep's)")
+    arms: list[str] | None = Field(None, description="arms measured again (default: the baseline)")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One sweep run of one arm: its index (run folder ``r<index>``), the study repeat it belongs to
+    (prompt seed ``seed + repeat``), the levels it measures (None: all) and whether it is a sentinel."""
+
+    index: int
+    repeat: int
+    levels: tuple[int, ...] | None = None
+    sentinel: bool = False
+
+
+#: what the report says about each run order
+ORDER_TEXT: dict[str, str] = {
+    "interleaved": "forward on even repeats, reversed on odd ones",
+    "abba": "ABBA over levels: at each level the arms in turn, forward at even levels and reversed at odd ones "
+            "(within each repeat), consecutive levels of one arm in one run",
+}
+
+
 class StudySpec(BaseModel):
     """A whole study file."""
 
@@ -235,12 +264,32 @@ class StudySpec(BaseModel):
                                                "(inclusive), e.g. [30000, 30100] where a firewall allows those")
     max_arms: int | None = Field(None, ge=1, le=HARD_MAX_ARMS, description=f"refuse a study of more arms (grids expanded); "
                                  f"default {DEFAULT_MAX_ARMS}, at most {HARD_MAX_ARMS}")
+
+    order: Literal["interleaved", "abba"] = Field(
+        "interleaved", description="interleaved: whole arms, forward on even repeats and reversed on odd ones; "
+                                   "abba: also within a repeat, level by level (more server restarts)")
+    sentinel: SentinelSpec | None = Field(None, description="levels (and arms) measured again at the end, to "
+                                                            "measure drift")
     arms: list[ArmSpec] = Field(min_length=1)
 
     @field_validator("port_range")
     @classmethod
     def _port_range(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
         return _check_port_range(value)
+
+    @model_validator(mode="after")
+    def _sentinel_levels(self) -> "StudySpec":
+        if self.sentinel is not None:
+            levels = SweepConfig.model_validate(self.sweep).concurrency
+            bad = [c for c in self.sentinel.levels if c not in levels]
+            if bad:
+                raise ValueError(f"sentinel levels {bad} are not among the sweep's concurrency levels {levels}: "
+                                 "a sentinel measures a level again, so pick one or two of those")
+            names = {a.name for a in self.arms}
+            unknown = [a for a in self.sentinel.arms or [] if a not in names and not any(x.grid for x in self.arms)]
+            if unknown:
+                raise ValueError(f"sentinel arms {unknown} are not arms of the study ({', '.join(sorted(names))})")
+        return self
 
     @field_validator("name")
     @classmethod
@@ -278,6 +327,7 @@ class Arm:
     resources: dict[str, float] = field(default_factory=dict)
     #: serve arms: where ``{port}`` is picked, [low, high] inclusive (None: any free port)
     port_range: tuple[int, int] | None = None
+    control: bool = False
 
     def describe(self) -> str:
         """One line: the arm and how it is reached (the serve command with secret env values hidden)."""
@@ -408,7 +458,8 @@ def expand_arm(spec: ArmSpec, port_range: tuple[int, int] | None = None) -> list
             name=name, label=data.get("label"), kind=next(k for k in ("endpoint", "serve", "embedded") if k in data),
             endpoint=data.get("endpoint"), serve=ServeSpec(**data["serve"]) if "serve" in data else None,
             embedded=EmbeddedSpec(**data["embedded"]) if "embedded" in data else None, grid_values=values,
-            resources=dict(spec.resources), port_range=spec.port_range or port_range))
+            resources=dict(spec.resources), port_range=spec.port_range or port_range,
+            control=spec.control))
     return out
 
 
@@ -445,9 +496,63 @@ class Study:
         (baseline, mtp, mtp, baseline, …), so a linear drift of the machine weighs on every arm alike."""
         return list(self.arms) if repeat % 2 == 0 else list(reversed(self.arms))
 
+    def schedule(self) -> list[tuple[Arm, Slot]]:
+        """Every sweep run in time order (see :class:`Slot`): the repeats in the study's ``order``,
+        then the sentinel runs. With ``interleaved`` and no sentinel, run index = repeat."""
+        levels = list(SweepConfig.model_validate(self.spec.sweep).concurrency)
+        count: dict[str, int] = {}
+        out: list[tuple[Arm, Slot]] = []
+
+        def add(arm: Arm, repeat: int, cs: tuple[int, ...] | None, sentinel: bool = False) -> None:
+            out.append((arm, Slot(count.get(arm.name, 0), repeat, cs, sentinel)))
+            count[arm.name] = count.get(arm.name, 0) + 1
+
+        for r in range(self.spec.repeats):
+            arms = self.order(r)
+            if self.spec.order == "abba" and len(levels) > 1:
+                runs: list[tuple[Arm, list[int]]] = []
+                for i, c in enumerate(levels):
+                    for arm in (arms if i % 2 == 0 else list(reversed(arms))):
+                        if runs and runs[-1][0] is arm:
+                            runs[-1][1].append(c)
+                        else:
+                            runs.append((arm, [c]))
+                for arm, cs in runs:
+                    add(arm, r, tuple(cs))
+            else:
+                for arm in arms:
+                    add(arm, r, None)
+        if self.spec.sentinel is not None:
+            names = self.spec.sentinel.arms or [self.baseline]
+            for arm in self.arms:
+                if arm.name in names:
+                    add(arm, 0, tuple(self.spec.sentinel.levels), True)
+        return out
+
+    def slot(self, arm: Arm, index: int) -> Slot:
+        """The run ``index`` of ``arm`` (a plain repeat where the schedule has no such run)."""
+        return next((s for a, s in self.schedule() if a.name == arm.name and s.index == index), Slot(index, index))
+
+    def run_indices(self, arm: Arm) -> list[int]:
+        """Every run index of ``arm`` (its run folders r<index>)."""
+        return [s.index for a, s in self.schedule() if a.name == arm.name]
+
     def plan(self) -> list[tuple[int, Arm]]:
-        """(repeat, arm) in the order the runner measures them."""
-        return [(r, arm) for r in range(self.spec.repeats) for arm in self.order(r)]
+        """(run index, arm) in the order the runner measures them (run index = repeat unless the
+        study's order splits repeats or adds sentinel runs: see :meth:`schedule`)."""
+        return [(s.index, arm) for arm, s in self.schedule()]
+
+    def is_control(self, arm: Arm) -> bool:
+        """A control arm: marked ``control: true``, or defined exactly like the baseline (label aside)."""
+        if arm.control:  # expand_arm carries the entry's control flag to each of its arms
+            return True
+        base = next((a for a in self.arms if a.name == self.baseline), None)
+        if base is None or arm.name == base.name:
+            return False
+        def definition(a: Arm) -> tuple[Any, ...]:
+            return (a.kind, a.endpoint, a.serve.model_dump() if a.serve else None,
+                    a.embedded.model_dump() if a.embedded else None)
+        return arm.kind != "endpoint" and definition(arm) == definition(base)
 
     def sweep_parameters(self, arm: Arm, repeat: int) -> dict[str, Any]:
         """The sweep notebook's parameters for one arm and repeat (endpoint and out_dir excluded).
@@ -462,8 +567,11 @@ class Study:
         ``sweep`` turns it off: the sweep empties the server's prefix cache before each level, so arms are
         measured alike.
         """
+        slot = self.slot(arm, repeat)
         params: dict[str, Any] = {"flush_cache": True, **self.spec.sweep, "arm": arm.name, "repeats": 1,
-                                  "seed": int(self.spec.sweep.get("seed", 0)) + repeat}
+                                  "seed": int(self.spec.sweep.get("seed", 0)) + slot.repeat}
+        if slot.levels is not None:
+            params["concurrency"] = list(slot.levels)
         if not all(a.embedded is not None for a in self.arms):
             if str(params.get("workload", "auto")).strip() in ("", "auto"):
                 params["workload"] = "builtin"

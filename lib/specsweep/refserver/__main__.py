@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import logging
@@ -48,6 +49,8 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
                             meanwhile arrive merged afterwards); non-streaming: delay the response
   --fault-malformed-rate R  send one data: line that is not JSON mid-way through a stream
   --fault-omit-usage        never send token counts (no usage, no meta_info token counts)
+  --fault-drift-pct-per-min P  every step P% longer per minute (a drifting machine; --fault-drift-epoch-s T
+                            counts from Unix time T, so several servers drift as one machine)
   --fault-echo-auth         injected errors quote the request's API key (as some servers do)
   --fault-count-scale K     multiply every completion_tokens count sent by K (over-counting)
   --fault-count-value N     send N as every completion_tokens count (e.g. 4294967295)
@@ -182,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fraction of streams closed mid-way without [DONE]")
     p.add_argument("--fault-stall-rate", type=_rate, default=0.0, metavar="R",
                    help="fraction of streams paused for --fault-stall-s mid-way")
+    p.add_argument("--fault-drift-pct-per-min", type=float, default=0.0, metavar="P",
+                   help="every step takes P%% longer per minute since --fault-drift-epoch-s (a machine that "
+                        "slows down; negative speeds up; default 0)")
+    p.add_argument("--fault-drift-epoch-s", type=float, default=None, metavar="T",
+                   help="Unix time the drift counts from (default: when the server starts); give several "
+                        "servers one epoch to make them one drifting machine")
     p.add_argument("--fault-stall-s", type=_nonneg, default=2.0, metavar="S",
                    help="stall length, seconds (default 2)")
     p.add_argument("--fault-malformed-rate", type=_rate, default=0.0, metavar="R",
@@ -281,6 +290,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile = load_profile(args.profile, overrides)
         cfg = resolve(profile, args.spec, args.max_running_requests,
                       spec_resets_cap=args.api_surface == "sglang")
+        if args.fault_drift_pct_per_min:
+            if args.fault_drift_pct_per_min <= -100:
+                raise ValueError(f"--fault-drift-pct-per-min {args.fault_drift_pct_per_min:g}: a step cannot shrink "
+                                 "by 100% or more per minute; give a value above -100")
+            cfg = dataclasses.replace(cfg, drift_pct_per_min=args.fault_drift_pct_per_min,
+                                      drift_epoch_s=args.fault_drift_epoch_s)
         faults = FaultConfig(seed=args.seed, error_rate=args.fault_error_rate,
                              drop_rate=args.fault_drop_rate, stall_rate=args.fault_stall_rate,
                              stall_s=args.fault_stall_s, malformed_rate=args.fault_malformed_rate,

@@ -142,6 +142,8 @@ class Engine:
         self.gate_s = gate_s
         self._gate_waiters: list[asyncio.Future[None]] = []
         self.gated_requests = 0
+        #: the drift fault (``ModelConfig.drift_pct_per_min``): steps grow with wall-clock time since this
+        self.drift_epoch_s = cfg.drift_epoch_s if cfg.drift_epoch_s is not None else time.time()
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -226,6 +228,8 @@ class Engine:
                 idle = True
                 await asyncio.sleep(0)
                 continue
+            if self.cfg.drift_pct_per_min:  # the drift fault: the machine slows (or speeds up) with time
+                step.duration_s *= self.cfg.drift_factor(time.time(), self.drift_epoch_s)
             target = t + step.duration_s
             # the step's outcome is known now: commit it and format its chunks while waiting
             emitted = core.commit(step, target)

@@ -235,6 +235,16 @@ class ModelConfig:
     miss_cold: float  # 1 - (1-s)*k/((1-h)*E)
     kv_bytes_per_token: float
     compute_ms_per_token: float
+    #: fault: every step grows by this percentage per minute since ``drift_epoch_s`` (a machine
+    #: slowing down: heat, a noisy neighbour); 0 = none. Applied by the real-time engine only.
+    drift_pct_per_min: float = 0.0
+    #: seconds since the Unix epoch the drift counts from (None: when the engine starts), so the
+    #: servers of several arms can share one drifting "machine"
+    drift_epoch_s: float | None = None
+
+    def drift_factor(self, now_s: float, epoch_s: float) -> float:
+        """How much longer a step takes at Unix time ``now_s`` than at ``epoch_s`` (≥ 0.01)."""
+        return max(0.01, 1.0 + self.drift_pct_per_min / 100.0 * (now_s - epoch_s) / 60.0)
 
     # -- step times (milliseconds) -------------------------------------------------------------
     def frac_experts(self, n_tokens: float) -> float:

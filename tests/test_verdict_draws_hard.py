@@ -1,0 +1,148 @@
+"""Verdicts on the harder cases of issue 22, drawn fresh from a stated noise model with known answers.
+
+The generator is :func:`specsweep.draws.draw_study` (it builds whole studies in time order and never
+calls compare or recommend); each case draws ``N`` seeded studies and runs the real ``compare`` and
+``decide`` for the three default profiles. The bounds are the issue's targets, not a rerun of the
+code: each is checked against rates the noise model implies, with margins of at least two binomial
+standard errors at these draw counts between the target and what a working method gives.
+
+What the model implies (σ = run-to-run noise of one figure of one run):
+
+- nominal (3 % noise, 3 runs per level): every band is a 95 % *simultaneous* band over the levels
+  of the three metrics a verdict reads, so a false claim for one profile has probability ≤ 5 % by
+  construction; the per-level variance model only widens bands. Target ≤ 2 % per profile is the
+  issue's; +4 % everywhere with 3 runs on 8 levels: the constant's standard error is
+  σ √(2/3) / √8 ≈ 0.87 %, so the band half-width ≈ 3.1 × 0.87 ≈ 2.7 % and 4 % − 2.7 % is ≈ 1.5 standard
+  errors above the band: found with probability ≈ 0.93 at a level, target ≥ 80 %.
+- noise twice the assumption, one run: the scatter about a cubic over 8 levels (4 degrees of
+  freedom) exceeds the 3 % assumption with probability P(χ²₄ > 1) ≈ 0.91, and then the band uses
+  it, pooled with the assumption counted as 2 degrees of freedom (t with 6 df); else the constant's
+  error is twice the assumed one, 3.1 ÷ 2 ≈ 1.5 standard errors: ≈ 13 % per metric on ≈ 9 % of
+  draws, ≈ 1–2 % overall, plus what a 6-df estimate of the noise misses (a few %); the latency
+  profile reads two curves. Targets ≤ 10 % per profile, spurious crossovers ≤ 5 %.
+- drift 4 % per arm sweep, no correction: a bias of 4 % at every level is larger than the band's
+  ≈ 4.6 % half-width in a third of the draws, so the no-sentinel case must carry the caveat
+  (always). With two sentinel runs the drift rate is estimated with a standard error of about
+  0.55 σ per arm sweep and corrected; the residual error is in the band: no measurable difference
+  in ≥ 90 %.
+- noise growing from 1 % to 8 %: pooled variance averages it to ≈ 4.6 %, too narrow at 128 by ×1.7;
+  modelled per level the band is right there (false claims ≤ 5 % per profile).
+- crossover at 24 on 1, 4, 16, 32, 64, 128: true aggregate Δ +5.8 % at 16 and −4.2 % at 32; on
+  level-only data the wait is the Little's-law estimate, the exact inverse of aggregate, so a
+  latency gain or loss of the wrong sign needs a credible aggregate error of the wrong sign:
+  ≤ 5 %; and both verdicts read one curve, so their "up to" concurrency is the same number.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specsweep import draws
+from specsweep.recommend import DEFAULT_PROFILES
+
+PROFILES = [p["name"] for p in DEFAULT_PROFILES]
+
+
+def rates(case: str, n: int, seed: int = 22) -> dict[str, float]:
+    return draws.hard_rates(case, n=n, seed=seed)
+
+
+def test_generator_follows_its_model() -> None:
+    """Independent of compare: levels, time order, drift size and sentinel rows as stated."""
+    rng = np.random.default_rng(0)
+    base, spec = draws.draw_study("drift_sentinel", rng)
+    lv = base.levels
+    assert sorted(lv.loc[~lv["sentinel"].fillna(False).astype(bool), "concurrency"]) == list(draws.GRID)
+    sent = lv[lv["sentinel"].fillna(False).astype(bool)]
+    assert sorted(sent["concurrency"]) == [1, 128]
+    t = lambda f: f["started_utc"].map(lambda s: np.datetime64(s[:19])).to_numpy()  # noqa: E731
+    assert t(base.levels[~lv["sentinel"].fillna(False).astype(bool)]).max() < t(spec.levels).min() < t(sent).min()
+    # drift: over many draws the spec arm (measured one sweep later) is 4 % slower on average
+    logs = []
+    for _ in range(200):
+        b, s = draws.draw_study("drift_no_sentinel", rng)
+        logs.append(np.log(s.levels["output_tok_s"].to_numpy() / b.levels["output_tok_s"].to_numpy()).mean())
+    assert abs(np.mean(logs) + 0.04) < 0.005
+    # growing noise: 1 % at C=1, 8 % at C=128
+    sig = draws.HARD_CASES["growing_noise"]["sigma"](np.array([1.0, 128.0]))
+    assert sig == pytest.approx([0.01, 0.08])
+
+
+def test_nominal_no_difference_and_a_four_percent_effect() -> None:
+    none = rates("nominal_none", 150)
+    for name in PROFILES:
+        assert none[f"false_claim:{name}"] <= 0.02 + 0.02, (name, none)  # ≤ 2 %, with one binomial sd at n=150
+    plus = rates("nominal_plus4", 100)
+    assert plus["throughput_enable"] >= 0.80, plus
+
+
+def test_noise_twice_the_assumption_with_one_run_per_level() -> None:
+    r = rates("noise_2x_one_run", 150)
+    for name in PROFILES:
+        assert r[f"false_claim:{name}"] <= 0.10, (name, r)
+    assert r["any_crossover"] <= 0.05, r
+
+
+@pytest.mark.slow
+def test_drift_with_a_sentinel_or_a_control_arm_reads_as_no_difference() -> None:
+    sent = rates("drift_sentinel", 80)
+    assert sent["no_difference"] + sent["drift_named"] * (1 - sent["no_difference"]) >= 0.90, sent
+    ctrl = rates("drift_control", 80)
+    assert ctrl["no_difference"] >= 0.90, ctrl
+    assert ctrl["control_chosen"] == 0.0, ctrl  # a control arm is never a candidate
+
+
+def test_drift_without_a_sentinel_carries_the_caveat() -> None:
+    r = rates("drift_no_sentinel", 40)
+    assert r["drift_caveat"] == 1.0, r
+    ctrl = rates("control_noise_only", 60)
+    assert ctrl["control_chosen"] == 0.0 and ctrl["drift_caveat"] == 0.0, ctrl
+    assert ctrl["no_difference"] >= 0.90, ctrl
+
+
+def test_noise_growing_with_concurrency() -> None:
+    r = rates("growing_noise", 150)
+    for name in PROFILES:
+        assert r[f"false_claim:{name}"] <= 0.05, (name, r)
+
+
+@pytest.mark.parametrize("case", ["latency_crossover_24", "latency_crossover_24_3runs"])
+def test_latency_rule_on_level_only_data(case: str) -> None:
+    r = rates(case, 100)
+    assert r["latency_wrong_sign"] <= 0.05, r
+    assert r["latency_disagrees"] == 0.0, r  # one curve, one crossover
+    assert r["any_crossover"] >= 0.9, r  # the crossover at 24 is found (between 16 and 32)
+
+
+#: the issue's targets, per quoted (case, result): (lowest, highest) share allowed
+TARGETS: dict[tuple[str, str], tuple[float, float]] = {
+    ("nominal_none", "no_difference"): (0.94, 1.0),
+    ("nominal_plus4", "throughput_enable"): (0.80, 1.0),
+    ("noise_2x_one_run", "no_difference"): (0.70, 1.0),  # ≤ 10 % false claims for each of 3 profiles
+    ("noise_2x_one_run", "any_crossover"): (0.0, 0.05),
+    ("drift_no_sentinel", "no_difference"): (0.0, 1.0),  # not a target: the caveat is
+    ("drift_no_sentinel", "drift_caveat"): (1.0, 1.0),
+    ("drift_sentinel", "no_difference"): (0.90, 1.0),
+    ("drift_sentinel", "drift_named"): (0.0, 1.0),
+    ("drift_control", "no_difference"): (0.90, 1.0),
+    ("drift_control", "control_chosen"): (0.0, 0.0),
+    ("control_noise_only", "no_difference"): (0.90, 1.0),
+    ("control_noise_only", "control_chosen"): (0.0, 0.0),
+    ("growing_noise", "no_difference"): (0.85, 1.0),
+    ("latency_crossover_24", "latency_wrong_sign"): (0.0, 0.05),
+    ("latency_crossover_24", "latency_disagrees"): (0.0, 0.0),
+    ("latency_crossover_24", "any_crossover"): (0.90, 1.0),
+    ("latency_crossover_24_3runs", "latency_wrong_sign"): (0.0, 0.05),
+    ("latency_crossover_24_3runs", "latency_disagrees"): (0.0, 0.0),
+    ("latency_crossover_24_3runs", "any_crossover"): (0.90, 1.0),
+}
+
+
+def test_the_page_quotes_figures_that_meet_the_targets() -> None:
+    """What the report's table quotes (HARD_QUOTED, 200 draws per case, seed 0) meets every target;
+    the tests above check fresh draws on another seed against the same targets."""
+    quoted = {(case, what): share for case, figures in draws.HARD_QUOTED.items() for what, share in figures.items()}
+    assert set(quoted) == set(TARGETS) == {(c, w) for c, ws in draws.HARD_JUDGED.items() for w in ws}
+    for key, share in quoted.items():
+        lo, hi = TARGETS[key]
+        assert lo <= share <= hi, (key, share)
