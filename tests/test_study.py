@@ -439,10 +439,12 @@ def test_output_agreement_flags_a_server_that_changes_outputs(tmp_path: Path, re
 @pytest.mark.slow
 def test_the_ray_backend_runs_arms_as_tasks_with_their_resources(tmp_path: Path) -> None:
     ray = require_extra("ray", "ray")
-    # the baseline's first attempt kills the Ray worker running it (a lost node); the retry serves
+    # the baseline's first attempt kills the Ray worker running it (a lost node); the retry serves.
+    # The server's parent is the study's server guard (specsweep.serverguard); the worker is the guard's parent.
     marker = tmp_path / "first-attempt-happened"
-    flaky = ("import os, signal, sys; port, marker = sys.argv[1], sys.argv[2]\n"
-             "if not os.path.exists(marker):\n    open(marker, 'w').close(); os.kill(os.getppid(), signal.SIGKILL)\n"
+    flaky = ("import os, signal, sys, psutil; port, marker = sys.argv[1], sys.argv[2]\n"
+             "if not os.path.exists(marker):\n    open(marker, 'w').close()\n"
+             "    os.kill(psutil.Process(os.getppid()).ppid(), signal.SIGKILL)\n"
              "else:\n    os.execv(sys.executable, [sys.executable, '-m', 'specsweep.refserver', '--profile', 'tiny', "
              "'--port', port, '--health-delay-s', '0.2'])\n")
     doc = yaml.safe_load(study_text())
