@@ -465,11 +465,24 @@ def complete_run(out_dir: Path, arm: str, repeat: int) -> Path | None:
     return done[-1] if done else None
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler that writes to whatever ``sys.stderr`` is when a record is emitted, not the stream
+    it was created with (which a test harness or a host application may since have replaced)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # StreamHandler.__init__ assigns it; the property ignores it
+        pass
+
+
 def _papermill_logging() -> None:
     """Show papermill's live cell output (the sweep's per-level progress) on stderr, once."""
     logger = logging.getLogger("papermill")
     if not any(getattr(h, "_specsweep", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("    %(message)s"))
         handler._specsweep = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
