@@ -71,7 +71,7 @@ def test_bad_input_exits_2_with_a_message_naming_it(argv, message, capsys, tmp_p
 def test_import_then_report_arguments_checked_before_the_notebook_runs(tmp_path, capsys):
     out = tmp_path / "imported"
     for arm in ("baseline", "mtp"):
-        files = [str(p) for p in sorted((FIX / "vllm").glob(f"{arm}-c*.json"))]
+        files = [str(p) for p in sorted((FIX / "vllm").glob(f"{arm}-c*.json.gz"))]
         assert main(["import", "vllm", *files, "--arm", arm, "--out", str(out)]) == 0
     assert f"wrote {out / 'mtp'}" in capsys.readouterr().out
     assert load_result_set(out / "mtp").meta["source"]["tool"] == "vllm bench serve"
@@ -86,7 +86,7 @@ def test_import_then_report_arguments_checked_before_the_notebook_runs(tmp_path,
                  "--allow-workload-mismatch"]) == 2
     assert "is not compared" in capsys.readouterr().err
     # the same import again is refused (exit 2) unless --force
-    files = [str(p) for p in sorted((FIX / "vllm").glob("mtp-c*.json"))]
+    files = [str(p) for p in sorted((FIX / "vllm").glob("mtp-c*.json.gz"))]
     assert main(["import", "vllm", *files, "--arm", "mtp", "--out", str(out)]) == 2
     assert main(["import", "vllm", *files, "--arm", "mtp", "--out", str(out), "--force"]) == 0
 

@@ -26,7 +26,7 @@ LEVELS = [1, 8, 64]
 
 def _files(tool: str, arm: str) -> list[Path]:
     return {
-        "vllm": sorted((FIX / "vllm").glob(f"{arm}-c*.json")),
+        "vllm": sorted((FIX / "vllm").glob(f"{arm}-c*.json.gz")),
         "vllm-summary": [FIX / "vllm" / f"{arm}-summary.jsonl"],
         "sglang": [FIX / "sglang" / f"{arm}.jsonl"],
         "guidellm": [FIX / "guidellm" / f"{arm}.json.gz"],
@@ -130,7 +130,7 @@ def test_a_report_of_imported_guidellm_runs_names_the_tool_and_its_definitions(t
 
 
 def test_vllm_detailed_rows_keep_vllms_raw_samples_and_its_itl_becomes_inter_chunk_latency(tmp_path):
-    path = FIX / "vllm" / "mtp-c8.json"
+    path = FIX / "vllm" / "mtp-c8.json.gz"
     raw = _load_json(path)[0]
     rs = load_result_set(import_files("vllm", [path], "mtp", tmp_path))
     assert rs.meta["source"]["files"][0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -285,7 +285,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_bad_files_get_errors_that_name_the_file_line_and_the_fix(tmp_path):
-    good = json.loads((FIX / "vllm" / "baseline-c1.json").read_text())
+    good = _load_json(FIX / "vllm" / "baseline-c1.json.gz")[0]
     cases = [
         ("vllm", _write(tmp_path, "cut.jsonl", json.dumps(good) + "\n" + json.dumps(good)[:200]), r"cut\.jsonl, line 2"),
         ("vllm", _write(tmp_path, "open.json", json.dumps(dict(good, max_concurrency=None))), r"max-concurrency"),
@@ -303,7 +303,7 @@ def test_bad_files_get_errors_that_name_the_file_line_and_the_fix(tmp_path):
         with pytest.raises(BadInput, match=message):
             import_files(tool, [path], "x" if tool != "table" else "baseline", tmp_path / "out", output_tokens=8)
     with pytest.raises(BadInput, match="--arm"):
-        import_files("vllm", [FIX / "vllm" / "baseline-c1.json"], "../up", tmp_path / "out")
+        import_files("vllm", [FIX / "vllm" / "baseline-c1.json.gz"], "../up", tmp_path / "out")
     with pytest.raises(BadInput, match="--output-tokens"):
         import_files("table", [FIX / "table" / "seed.md"], "mtp", tmp_path / "out")
 
