@@ -28,7 +28,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Literal
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Literal
 
 import numpy as np
 import pandas as pd
@@ -749,20 +749,16 @@ LOCK_NAME = ".specsweep.lock"
 
 
 @contextlib.contextmanager
-def lock_run(run_dir: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``run_dir/.specsweep.lock`` while a sweep writes the folder.
-
-    The lock file records pid, host and start time (UTC) of the holder; a second sweep (or
-    resume) of the same folder fails with :class:`RunLocked` naming them. The kernel drops the
-    lock when the holder exits, however it exits. On a file system without ``flock`` the folder
-    is used unlocked.
-    """
+def exclusive_lock(path: Path, busy: Callable[[dict[str, Any]], Exception]) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the file ``path`` (created if missing), recording pid, host and
+    start time (UTC) of the holder in it; when another process holds it, raise ``busy(holder)``
+    (holder: that record, ``{}`` if unreadable). The kernel drops the lock when the holder exits,
+    however it exits. On a file system without ``flock`` the caller goes on unlocked."""
     import fcntl
     import socket
 
     from specsweep.provenance import utc_now
 
-    path = Path(run_dir) / LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         try:
@@ -772,10 +768,7 @@ def lock_run(run_dir: Path) -> Iterator[None]:
                 holder = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
             except (ValueError, UnicodeDecodeError):
                 holder = {}
-            raise RunLocked(
-                f"{run_dir}: another sweep is writing this run folder (pid {holder.get('pid', '?')} on host "
-                f"{holder.get('host', '?')}, since {holder.get('started_utc', '?')}); wait for it to finish or stop it, "
-                "then resume") from None
+            raise busy(holder if isinstance(holder, dict) else {}) from None
         except OSError:  # a file system without flock (some network mounts): go on unlocked, as before locks existed
             yield
             return
@@ -789,3 +782,21 @@ def lock_run(run_dir: Path) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def holder_text(holder: dict[str, Any]) -> str:
+    """"pid P on host H, since T" from a lock file's record (``?`` where unknown)."""
+    return f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, since {holder.get('started_utc', '?')}"
+
+
+@contextlib.contextmanager
+def lock_run(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``run_dir/.specsweep.lock`` while a sweep writes the folder
+    (:func:`exclusive_lock`): a second sweep (or resume) of the same folder fails with
+    :class:`RunLocked` naming the holder's pid, host and start time."""
+    def busy(holder: dict[str, Any]) -> Exception:
+        return RunLocked(f"{run_dir}: another sweep is writing this run folder ({holder_text(holder)}); wait for it "
+                         "to finish or stop it, then resume")
+
+    with exclusive_lock(Path(run_dir) / LOCK_NAME, busy):
+        yield

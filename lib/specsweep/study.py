@@ -78,7 +78,8 @@ from specsweep.agreement import agreement_markdown, first_difference_example, ou
 from specsweep.markup import md_text
 from specsweep.redact import kernel_manager_with_secrets
 from specsweep.report import REPO_ROOT, build_report, kernel_manager_class
-from specsweep.store import ResultSet, atomic_write_bytes, load_result_set, write_frame, write_meta
+from specsweep.store import (ResultSet, atomic_write_bytes, exclusive_lock, holder_text, load_result_set, write_frame,
+                             write_meta)
 from specsweep.study_file import (DEFAULT_MAX_ARMS, HARD_MAX_ARMS, ORDER_TEXT, SECRET_NAME, Arm, Study, StudyError,
                                   endpoint_of, free_port, load_study, secret_argv_values)
 
@@ -414,13 +415,6 @@ def clear_leftover(pid_file: Path, log: Callable[[str], None] = print) -> None:
                               "an earlier run; stop it, then resume")
         log(f"{pid_file}: stopped {', '.join(serverguard.describe(e) for e in left.alive)}")
     pid_file.unlink(missing_ok=True)
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # -------------------------------------------------------------------------------------- one arm
@@ -872,37 +866,17 @@ STUDY_LOCK = ".specsweep-study.lock"
 @contextlib.contextmanager
 def lock_study_folder(out: Path) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``<out>/.specsweep-study.lock`` while a runner uses the study
-    folder, as sweeps lock their run folders (:func:`specsweep.store.lock_run`): a second runner on
-    the same folder gets a :class:`StudyError` naming the holder (pid, host, since). The kernel
-    drops the lock however the holder exits. A file system without ``flock``: used unlocked."""
-    import fcntl
+    folder, as sweeps lock their run folders (both through :func:`specsweep.store.exclusive_lock`):
+    a second runner on the same folder gets a :class:`StudyError` naming the holder (pid, host,
+    since). The kernel drops the lock however the holder exits. A file system without ``flock``:
+    used unlocked."""
+    def busy(holder: dict[str, Any]) -> Exception:
+        return StudyError(f"{out}: another study runner is using this folder ({holder_text(holder)}); wait for it "
+                          "to finish or stop it (then --resume), or choose another --out-dir")
 
     out.mkdir(parents=True, exist_ok=True)
-    fd = os.open(out / STUDY_LOCK, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            try:
-                holder = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
-            except (ValueError, UnicodeDecodeError):
-                holder = {}
-            raise StudyError(f"{out}: another study runner is using this folder (pid {holder.get('pid', '?')} on host "
-                             f"{holder.get('host', '?')}, since {holder.get('started_utc', '?')}); wait for it to "
-                             "finish or stop it (then --resume), or choose another --out-dir") from None
-        except OSError:
-            yield
-            return
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                  "started_utc": provenance.utc_now()}).encode(), 0)
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    with exclusive_lock(out / STUDY_LOCK, busy):
+        yield
 
 
 def clear_leftovers(out: Path, log: Callable[[str], None] = print) -> list[str]:
