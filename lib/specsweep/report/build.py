@@ -1,0 +1,172 @@
+"""Building a report: run notebooks/report.ipynb with papermill, export offline HTML, the CLI."""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any, Sequence
+from specsweep.report.paths import REPORT_NOTEBOOK, REPO_ROOT
+
+
+def template_dir() -> Path:
+    """Folder holding specsweep's nbconvert templates (``offline``)."""
+    return Path(str(resources.files("specsweep") / "templates"))
+
+
+def kernel_manager_class() -> type:
+    """The kernel manager papermill should use: one that does not print ipykernel's TCP warning.
+
+    ipykernel warns "Kernel is running over TCP without encryption" on stderr whenever the
+    manager does not provision CurveZMQ keys; jupyter_client provisions them with
+    ``transport_encryption="auto"`` when pyzmq has Curve (it does in the wheels). Without Curve,
+    or with a jupyter_client too old to know the setting, the default manager is returned.
+    """
+    import zmq
+    from jupyter_client import AsyncKernelManager
+
+    if not zmq.has("curve") or "transport_encryption" not in AsyncKernelManager.class_trait_names():
+        return AsyncKernelManager
+
+    class EncryptedKernelManager(AsyncKernelManager):  # type: ignore[misc,valid-type]
+        """AsyncKernelManager with CurveZMQ transport encryption provisioned when the kernel supports it."""
+
+        def __init__(self, **kwargs: Any) -> None:
+            kwargs.setdefault("transport_encryption", "auto")
+            super().__init__(**kwargs)
+
+    return EncryptedKernelManager
+
+
+def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], *, stream: bool = False) -> Any:
+    """Run ``notebook`` with papermill in the repository root; ``stream`` copies the kernel's
+    stdout/stderr (progress bars included) to this process's terminal as it runs."""
+    import papermill as pm
+
+    extra: dict[str, Any] = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if stream else {}
+    return pm.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(REPO_ROOT),
+                               kernel_name="python3", progress_bar=False, log_output=False,
+                               kernel_manager_class=kernel_manager_class(), **extra)
+
+
+_H1 = re.compile(r"<h1[^>]*>(.*?)</h1>", re.S | re.I)
+
+
+def page_title(nb: Any) -> str | None:
+    """The text of the first ``<h1>`` among the notebook's outputs (tags stripped, entities decoded):
+    the report's own title, for the HTML page's ``<title>``; None when no output has one."""
+    import html as _html
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            m = _H1.search(str((out.get("data") or {}).get("text/html", "")))
+            if m:
+                text = _html.unescape(re.sub(r"<[^>]+>", "", m.group(1))).strip()
+                return " ".join(text.split()) or None
+    return None
+
+
+def export_html(notebook: Path | Any, html_path: Path) -> Path:
+    """Export an executed notebook to self-contained HTML: no code, no stderr, no CDN scripts.
+
+    Papermill's injected-parameters cell (no outputs, a random cell id) is dropped, so the same
+    notebook outputs always give the same bytes.
+    """
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(notebook), as_version=4) if isinstance(notebook, (str, Path)) else notebook
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in (c.get("metadata", {}).get("tags") or [])]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in cell.get("outputs", []) if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+    heading = page_title(nb)
+    if heading:
+        nb.metadata["title"] = heading  # the browser tab and bookmarks show the report's title, not "Notebook"
+    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(template_dir())], exclude_input=True)
+    exporter.exclude_input_prompt = True
+    exporter.exclude_output_prompt = True
+    body, _ = exporter.from_notebook_node(nb)
+    html_path.parent.mkdir(parents=True, exist_ok=True)
+    html_path.write_text(body, encoding="utf-8")
+    return html_path
+
+
+def build_report(
+    result_sets: Sequence[str | Path],
+    name: str,
+    *,
+    baseline: str = "baseline",
+    title: str | None = None,
+    profiles: list[dict[str, Any]] | None = None,
+    allow_workload_mismatch: bool = False,
+    out_dir: Path | str = REPO_ROOT / "reports",
+    notebook: Path = REPORT_NOTEBOOK,
+) -> Path:
+    """Run the report notebook with these parameters and export ``<out_dir>/<name>.html``.
+
+    Relative ``result_sets`` and ``out_dir`` are taken relative to the current directory. The
+    executed notebook is kept beside the page in ``<out_dir>/_build/<name>.ipynb`` for inspection.
+    """
+    if not name or any(ch in name for ch in "/\\") or name.startswith("."):
+        raise ValueError(f"report name {name!r} must be a plain file name (no slashes, not hidden)")
+    if not notebook.is_file():
+        raise FileNotFoundError(f"{notebook}: report notebook not found; run from a specsweep checkout")
+    out_dir = Path(out_dir).absolute()
+    executed = out_dir / "_build" / f"{name}.ipynb"
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    params: dict[str, Any] = {
+        "result_sets": [str(Path(p).absolute()) for p in result_sets],
+        "baseline": baseline,
+        "output_name": name,
+        "allow_workload_mismatch": allow_workload_mismatch,
+    }
+    if title:
+        params["title"] = title
+    if profiles is not None:
+        params["profiles"] = profiles
+    execute_notebook(notebook, executed, params)
+    return export_html(executed, out_dir / f"{name}.html")
+
+
+def _profiles_arg(text: str) -> list[dict[str, Any]]:
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise argparse.ArgumentTypeError(f"not valid YAML ({exc}); give a list such as "
+                                         "'[{name: Chat, objective: latency}]'") from exc
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise argparse.ArgumentTypeError("must be a YAML list of profiles, e.g. '[{name: Chat, objective: latency}]'")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m specsweep.report``: build one report; relative paths are relative to the current directory."""
+    parser = argparse.ArgumentParser(prog="python -m specsweep.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--result-set", action="append", required=True, dest="result_sets",
+                        help="result-set or study folder (repeatable; relative to the current directory)")
+    parser.add_argument("--name", required=True, help="report name: writes OUT_DIR/NAME.html")
+    parser.add_argument("--baseline", default="baseline", help="arm name of the baseline (default: baseline)")
+    parser.add_argument("--title", default=None, help="report title (default: the notebook's)")
+    parser.add_argument("--profiles", type=_profiles_arg, default=None,
+                        help="workload profiles as a YAML list (default: the built-in three); see README")
+    parser.add_argument("--out-dir", default="reports", help="where NAME.html goes (default: ./reports)")
+    parser.add_argument("--allow-workload-mismatch", action="store_true")
+    args = parser.parse_args(argv)
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        path = build_report(args.result_sets, args.name, baseline=args.baseline, title=args.title,
+                            profiles=args.profiles, allow_workload_mismatch=args.allow_workload_mismatch,
+                            out_dir=args.out_dir)
+    except PapermillExecutionError as exc:  # the notebook's own error, without the kernel's traceback
+        print(f"python -m specsweep.report: {exc.ename}: {exc.evalue}", file=sys.stderr)
+        return 1
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"python -m specsweep.report: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}")
+    return 0

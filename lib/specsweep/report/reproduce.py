@@ -1,0 +1,180 @@
+"""The reproduce section: the commands that re-measure and rebuild a report."""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any, Sequence
+from specsweep import __version__
+from specsweep.markup import md_text
+from specsweep.report.paths import REPO_ROOT
+
+
+def repo_relative(path: str | Path) -> str:
+    """``path`` as a command run from the repository root should spell it.
+
+    Inside the checkout: relative to its root (``data/runs/x``), so no path of the machine that
+    built the report appears on the page. Outside it: absolute, the only spelling that works.
+    """
+    p = Path(path)
+    absolute = p if p.is_absolute() else (Path.cwd() / p)
+    absolute = Path(*absolute.parts)  # normalise
+    try:
+        return absolute.resolve().relative_to(REPO_ROOT).as_posix() or "."
+    except ValueError:
+        return str(absolute.resolve())
+
+
+def _code_block(lines: Sequence[str], lang: str = "sh") -> list[str]:
+    """A fenced code block whose fence no backtick run inside it can close."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + lang, *lines, fence]
+
+
+def report_command(parameters: dict[str, Any]) -> list[str]:
+    """The argv of ``python -m specsweep.report`` that rebuilds a report from its notebook parameters.
+
+    Paths are repository-relative where they can be (:func:`repo_relative`); the interpreter is the
+    checkout's ``.venv/bin/python`` (``make setup``).
+    """
+    argv = [".venv/bin/python", "-m", "specsweep.report"]
+    for path in parameters.get("result_sets") or []:
+        argv += ["--result-set", repo_relative(path)]
+    argv += ["--name", str(parameters.get("output_name") or "report")]
+    if parameters.get("baseline") not in (None, "baseline"):
+        argv += ["--baseline", str(parameters["baseline"])]
+    if parameters.get("title"):
+        argv += ["--title", str(parameters["title"])]
+    if parameters.get("profiles") is not None:
+        argv += ["--profiles", json.dumps(parameters["profiles"], ensure_ascii=False)]
+    if parameters.get("allow_workload_mismatch"):
+        argv.append("--allow-workload-mismatch")
+    return argv
+
+
+def papermill_command(parameters: dict[str, Any], output: str = "out.ipynb") -> list[str]:
+    """The argv of the papermill command that runs ``notebooks/report.ipynb`` with these parameters.
+
+    They travel as one YAML document (``-y``) written as JSON (which is YAML), so ``yaml.safe_load``
+    reads back exactly ``parameters`` (with paths made repository-relative).
+    """
+    params = dict(parameters)
+    if params.get("result_sets") is not None:
+        params["result_sets"] = [repo_relative(p) for p in params["result_sets"]]
+    text = json.dumps(params, ensure_ascii=False)
+    return [".venv/bin/papermill", "notebooks/report.ipynb", output, "-y", text]
+
+
+def shell_line(argv: Sequence[str]) -> str:
+    """``argv`` as one POSIX shell command line, every word quoted where it needs it."""
+    return " ".join(shlex.quote(str(a)) for a in argv)
+
+
+def _same_for_all(values: dict[str, Any], rule: Any) -> Any:
+    """A per-level setting as the notebook parameter that produced it: one integer, or None for auto/mixed."""
+    if rule == "auto" or not values:
+        return None
+    distinct = set(values.values())
+    return distinct.pop() if len(distinct) == 1 else None
+
+
+def _workload_value(value: str) -> str:
+    """A recorded ``workload`` parameter as a command should spell it: a file path in it (alone, or
+    after a ``format:`` prefix such as ``sharegpt:``) relative to the repository where it lies inside."""
+    prefix, sep, rest = value.partition(":")
+    if sep and "/" not in prefix and Path(rest).is_absolute():
+        return f"{prefix}:{repo_relative(rest)}"
+    return repo_relative(value) if Path(value).is_absolute() else value
+
+
+def sweep_parameters(meta: dict[str, Any], out_dir: str) -> dict[str, Any] | None:
+    """The ``notebooks/sweep.ipynb`` parameters that measure this arm again, from its ``meta.json``;
+    None for published reference data (measured outside specsweep) or a prompt file of unknown
+    path. Only what differs from the notebook's defaults, plus arm, label, levels and workload
+    lengths; per-level warm-up counts are left to the notebook's rule."""
+    if meta.get("kind") != "run":
+        return None
+    sweep, workload = meta.get("sweep") or {}, meta.get("workload") or {}
+    params: dict[str, Any] = {"arm": meta.get("arm")}
+    if meta.get("label") and meta.get("label") != meta.get("arm"):
+        params["label"] = meta["label"]
+    embedded = meta.get("embedded_server")
+    if embedded:
+        params.update(embedded_profile=embedded.get("profile"), embedded_spec=embedded.get("spec"))
+        if embedded.get("args"):
+            params["embedded_args"] = list(embedded["args"])
+    else:
+        params["endpoint"] = meta.get("endpoint")
+        if meta.get("model"):
+            params["model"] = meta["model"]
+    params.update(concurrency=list(sweep.get("concurrency") or []), input_tokens=workload.get("input_tokens"),
+                  output_tokens=workload.get("output_tokens"))
+    value = workload.get("value")
+    if value:
+        params["workload"] = _workload_value(str(value))
+    elif workload.get("kind") not in (None, "random-ids"):
+        if not workload.get("path"):
+            return None  # a prompt file whose path was not recorded: no command can name it
+        params["workload"] = repo_relative(workload["path"])
+    if workload.get("output_length") not in (None, "fixed"):
+        params["output_length"] = workload["output_length"]
+    fixed = _same_for_all(sweep.get("requests_per_level") or {}, sweep.get("requests_per_level_rule"))
+    if fixed is not None:
+        params["requests_per_level"] = fixed
+    for key, default in (("api", "auto"), ("repeats", 1), ("request_timeout_s", 600.0), ("seed", 0),
+                         ("temperature", 0.0), ("client_workers", 1)):
+        if sweep.get(key) is not None and sweep.get(key) != default:
+            params[key] = sweep[key]
+    params["out_dir"] = out_dir
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def sweep_command(params: dict[str, Any]) -> list[str]:
+    """The argv of the papermill command that runs ``notebooks/sweep.ipynb`` with ``params`` (one ``-y``
+    JSON document, which YAML reads back exactly), its progress streamed to the terminal."""
+    return [".venv/bin/papermill", "notebooks/sweep.ipynb", f"out-{params.get('arm', 'arm')}.ipynb",
+            "--stdout-file", "/dev/stdout", "--stderr-file", "/dev/stderr",
+            "-y", json.dumps(params, ensure_ascii=False)]
+
+
+def _remeasure_lines(parameters: dict[str, Any]) -> list[str]:
+    from specsweep.store import find_result_sets, load_result_set
+
+    commands, reference = [], []
+    for given in parameters.get("result_sets") or []:
+        for folder in find_result_sets(given):
+            rs = load_result_set(folder)
+            params = sweep_parameters(rs.meta, repo_relative(Path(folder).absolute().parent))
+            if params is None:
+                reference.append(str(rs.meta.get("label") or rs.arm))
+            else:
+                commands.append(shell_line(sweep_command(params)))
+    lines: list[str] = []
+    if commands:
+        lines += ["", "Measure the arms again (one sweep per arm; the embedded server needs nothing else, "
+                  "another server must be running at its endpoint):", "", *_code_block(commands)]
+    if reference:
+        lines += ["", "Published reference data (" + ", ".join(md_text(r) for r in reference)
+                  + ") was measured outside specsweep; its source is in the Setup table."]
+    return lines
+
+
+def reproduce_markdown(parameters: dict[str, Any]) -> str:
+    """How to rebuild this report: commands to paste into a shell at the repository root.
+
+    No build time or machine path appears (the page is byte-identical when rebuilt from the same
+    data and code); every word is shell-quoted, so titles with quotes or ``$`` survive. Arms that
+    specsweep measured get the sweep command that measures them again.
+    """
+    return "\n".join([
+        f"Built by specsweep {__version__}. Rebuild it from the repository root, after `make setup`:",
+        "",
+        *_code_block([shell_line(report_command(parameters))]),
+        "",
+        "or run the notebook yourself (then open `out.ipynb` in JupyterLab):",
+        "",
+        *_code_block([shell_line(papermill_command(parameters))]),
+        *_remeasure_lines(parameters),
+    ])

@@ -1,0 +1,254 @@
+"""The setup section: server, hardware, workload, command lines (secrets masked), diagnostics."""
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+import pandas as pd
+from specsweep.compare import Comparison
+from specsweep.markup import md_text
+from specsweep.report.reproduce import _workload_value, shell_line
+
+
+def _server_field(meta: dict[str, Any], key: str) -> Any:
+    server = meta.get("server") or {}
+    if key in server:
+        return server[key]
+    return (server.get("server_info") or {}).get(key)
+
+
+def _hardware(meta: dict[str, Any]) -> str | None:
+    hw = dict(meta.get("hardware") or {})
+    if not hw:
+        return None
+    head = " ".join(str(x) for x in (f"{hw.pop('gpus')}×" if "gpus" in hw else None, hw.pop("gpu_model", None)) if x)
+    tp = hw.pop("tp_size", None)
+    rest = [head] if head else []
+    if tp:
+        rest.append(f"TP {tp}")
+    rest += [f"{k} {v}" for k, v in hw.items()]
+    return ", ".join(rest)
+
+
+def _server_name(meta: dict[str, Any]) -> str:
+    text = " ".join(str(x) for x in (_server_field(meta, "name"), _server_field(meta, "version")) if x)
+    if _server_field(meta, "simulated") and "simulated" not in text:
+        text += " (simulated)"
+    return text
+
+
+def _requests_per_level(meta: dict[str, Any]) -> str | None:
+    sweep = meta.get("sweep") or {}
+    value = sweep.get("requests_per_level")
+    if isinstance(value, dict):
+        rule = sweep.get("requests_per_level_rule")
+        text = ", ".join(str(v) for v in value.values())
+        return text + (" (auto: max(4, 2 × concurrency))" if rule == "auto" else "")
+    return None if value is None else str(value)
+
+
+def _workload_line(meta: dict[str, Any]) -> str:
+    """The setup table's workload cell: the ``workload`` value, its description and why it was chosen;
+    for result sets written before those were recorded, kind and token lengths."""
+    w = meta.get("workload") or {}
+    head = _workload_value(str(w["value"])) if w.get("value") else str(w.get("kind") or "unknown")
+    desc = w.get("description")
+    if not desc:
+        lengths = [f"{w[k]} {word}" for k, word in (("input_tokens", "in"), ("output_tokens", "out"))
+                   if w.get(k) is not None]
+        desc = " / ".join(lengths) if lengths else None
+    text = f"{head}: {desc}" if desc else head
+    chosen = w.get("chosen_by")
+    if chosen and chosen != "given":
+        text += f" (chosen: {chosen})"
+    if w.get("output_length") and w.get("output_length") != "fixed" and "output" not in str(desc):
+        text += f"; output length {w['output_length']}"
+    return text
+
+
+#: flags whose next value (or ``=value``) a shown command line masks
+_SECRET_FLAG = re.compile(r"key|token|secret|password|passwd|credential|auth", re.IGNORECASE)
+
+
+def masked_argv(argv: Sequence[Any]) -> list[str]:
+    """``argv`` with secret values replaced by ``***``: the value after a flag whose name says key,
+    token, secret, password, … (``--api-key K``, ``--hf-token=T``) and the ``SPECSWEEP_API_KEY``
+    value wherever it appears."""
+    from specsweep.redact import redact_text
+
+    out: list[str] = []
+    hide_next = False
+    for raw in map(str, argv):
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        if raw.startswith("-") and "=" in raw and _SECRET_FLAG.search(raw.split("=", 1)[0]):
+            out.append(raw.split("=", 1)[0] + "=***")
+            continue
+        hide_next = raw.startswith("-") and bool(_SECRET_FLAG.search(raw))
+        out.append(redact_text(raw))
+    return out
+
+
+def server_command(meta: dict[str, Any]) -> str | None:
+    """How the arm's server was started, as one shell line (secrets masked), or None where the
+    result set does not say: the argv ``specsweep.engines.llamacpp`` recorded in ``/props``
+    (``server.launch.argv``; for llama.cpp the only record of its speculative settings), a
+    ``serve.argv`` recorded with the run, or the embedded reference server's arguments."""
+    launch = _server_field(meta, "launch")
+    serve = meta.get("serve")
+    argv = None
+    if isinstance(launch, dict) and isinstance(launch.get("argv"), list):
+        argv = launch["argv"]
+    elif isinstance(serve, dict) and isinstance(serve.get("argv"), list):
+        argv = serve["argv"]
+    elif isinstance(meta.get("embedded_server"), dict):
+        e = meta["embedded_server"]
+        argv = ["python", "-m", "specsweep.refserver", *[str(x) for x in e.get("argv") or e.get("args") or []]]
+    return shell_line(masked_argv(argv)) if argv else None
+
+
+def _prompt_cache_line(meta: dict[str, Any]) -> str | None:
+    how = meta.get("prefix_cache_flush")
+    if how:
+        return f"emptied before every level: {how}"
+    if (meta.get("sweep") or {}).get("flush_cache") is False and _server_field(meta, "name") == "llamacpp":
+        return "not emptied between levels (flush_cache=false)"
+    return None
+
+
+def setup_table(comp: Comparison) -> pd.DataFrame:
+    """One column per arm: what was measured, against which server, with which settings."""
+    fields: list[tuple[str, Any]] = [
+        ("label", lambda m: m.get("label") or m["arm"]),
+        ("description", lambda m: m.get("description")),
+        ("kind", lambda m: "published reference data" if m.get("kind") == "reference" else "measured by specsweep"),
+        ("model", lambda m: m.get("model")),
+        ("hardware", _hardware),
+        ("server", _server_name),
+        ("speculative algorithm", lambda m: _server_field(m, "speculative_algorithm") or "off"),
+        ("speculative steps / draft tokens", lambda m: "/".join(str(_server_field(m, k)) for k in ("speculative_num_steps", "speculative_num_draft_tokens")) if _server_field(m, "speculative_num_steps") else None),
+        ("max_running_requests", lambda m: _server_field(m, "max_running_requests")),
+        ("mem_fraction_static", lambda m: _server_field(m, "mem_fraction_static")),
+        ("server command", server_command),
+        ("prompt cache", _prompt_cache_line),
+        ("API", lambda m: m.get("api") + (" (auto: the model's chat template)" if m.get("api_chosen_by") else "")
+         if m.get("api") else None),
+        ("endpoint", lambda m: m.get("endpoint")),
+        ("workload", _workload_line),
+        ("concurrency levels", lambda m: ", ".join(map(str, (m.get("sweep") or {}).get("concurrency") or []))),
+        ("repeats", lambda m: (m.get("sweep") or {}).get("repeats")),
+        ("requests per level", _requests_per_level),
+        ("per-request samples", lambda m: "no (level-level figures only)" if m.get("level_only") else "yes"),
+        ("measured (UTC)", lambda m: m.get("started_utc")),
+        ("tool", lambda m: " ".join(str(x) for x in ((m.get("tool") or {}).get("name"), (m.get("tool") or {}).get("version")) if x)),
+        ("source", lambda m: (m.get("source") or {}).get("citation")),
+    ]
+    data = {}
+    for arm in comp.arms:
+        meta = comp.metas[arm]
+        data[comp.labels[arm]] = [fn(meta) for _, fn in fields]
+    frame = pd.DataFrame(data, index=[name for name, _ in fields])
+    frame = frame[frame.apply(lambda r: any(v not in (None, "", "None") for v in r), axis=1)]
+    return frame.fillna("—").astype(str).replace({"None": "—", "": "—"})
+
+
+def manual_agreement_markdown(sets: Sequence[Any], baseline: str = "baseline") -> str:
+    """Output agreement with the baseline for result sets that no study measured (a study's report
+    has it in its study section): per arm and level, identical outputs for the same prompts
+    (:mod:`specsweep.agreement`, paired by repeat and prompt). Empty when a study measured them, the
+    baseline is absent, or no request row carries an output digest. Names are escaped."""
+    from specsweep.agreement import agreement_markdown, output_agreement
+
+    if not sets or any(isinstance(getattr(rs, "meta", {}).get("study"), dict) for rs in sets):
+        return ""
+    table = output_agreement(sets, baseline)
+    if table.empty:
+        return ""
+    return ("Each sweep sent the same prompts in the same order for the same parameters, so the arms' "
+            "outputs can be compared prompt by prompt (temperature 0 should give identical text):\n\n"
+            + agreement_markdown(table, baseline))
+
+
+def differences_markdown(comp: Comparison) -> str:
+    """Which settings differ between the arms (the thing the comparison is about), and any notes."""
+    table = setup_table(comp)
+    skip = {"label", "description", "measured (UTC)", "source", "endpoint", "tool"}
+    diffs = [idx for idx, row in table.iterrows() if idx not in skip and row.nunique() > 1]
+    lines = []
+    if diffs:
+        lines.append("What differs between the arms: " + "; ".join(
+            f"**{d}** (" + ", ".join(f"{md_text(arm)}: {md_text(table.at[d, arm])}" for arm in table.columns) + ")"
+            for d in diffs) + ".")
+    else:
+        lines.append("The arms' recorded settings do not differ; check that the speculative settings were captured.")
+    from specsweep.compare import workload_differences
+
+    differing = [a for a in comp.spec_arms if workload_differences(comp.metas[a]["workload"], comp.workload)]
+    if differing:
+        lines.append("⚠ The arms' workloads differ (" + ", ".join(differing) + " vs the baseline); see the notes below.")
+    else:
+        lines.append(f"All arms used the same workload: {md_text(_workload_line({'workload': comp.workload}))}.")
+    lines.extend(comp.notes)
+    return "\n\n".join(lines)
+
+
+def diagnostics_markdown(comp: Comparison) -> str:
+    """What the diagnostics show, from the numbers: served vs offered concurrency, caps, tokens per chunk."""
+    lv = comp.levels
+    measured = "decoding_concurrency" in lv and lv["decoding_concurrency"].notna().any()
+    col = "decoding_concurrency" if measured else "concurrency_estimate"
+    lines = []
+    if measured:
+        lines.append("Decoding concurrency is Σ (e2e − TTFT) ÷ window: how many requests were, on average, between "
+                     "their first and last token. Effective concurrency (Little's law, Σ (t_end − t_start) ÷ window) "
+                     "counts queued requests too; in a closed loop it stays near the offered concurrency unless the "
+                     "client falls behind.")
+    else:
+        lines.append("Only level-level figures are available, so the requests served at once are **estimated** as "
+                     "aggregate tok/s ÷ per-request tok/s (Little's law with output tokens ÷ per-request speed standing "
+                     "in for the time a request spends being served). If the per-request figure excluded queueing, "
+                     "this counts requests being decoded; had it included queueing, it would come out near the offered "
+                     "concurrency — so an estimate far below the offered concurrency suggests the published per-request "
+                     "figure leaves queueing out.")
+    bullets = []
+    for arm in comp.arms:
+        a = comp.arm_levels(arm)
+        pairs = ", ".join(f"{v:.1f} at {int(c)}" for c, v in zip(a["concurrency"], a[col]) if not pd.isna(v))
+        cap = comp.caps.get(arm)
+        top = a.iloc[-1]
+        line = f"- {comp.labels[arm]}: {pairs}."
+        if cap and top["concurrency"] > cap:
+            line += f" Its cap is {cap}; at {int(top['concurrency'])} offered it serves {top[col]:.1f} ({top[col] / cap:.0%} of the cap)."
+        if "effective_concurrency" in a and a["effective_concurrency"].notna().any():
+            low = a[a["effective_concurrency"] < 0.9 * a["concurrency"]]
+            if len(low):
+                held = ("client_max_in_flight" in low and (low["client_max_in_flight"] >= low["concurrency"]).all()
+                        and ("client_cpu_cores" not in low or (low["client_cpu_cores"].fillna(0) < 0.7).all()))
+                why = ("ramp-up and drain: the client did hold all C in flight, with an idle core, but with "
+                       "few requests per slot the start and end of a level weigh a lot" if held
+                       else "ramp-up and drain, or a client that fell behind")
+                line += (" On average fewer requests were in flight than offered at "
+                         + ", ".join(f"{int(r.concurrency)} ({r.effective_concurrency:.1f})" for r in low.itertuples())
+                         + f" — {why}.")
+        bullets.append(line)
+    lines.append("\n".join(bullets))
+    if "tokens_per_chunk_mean" in lv and lv["tokens_per_chunk_mean"].notna().any():
+        tpc = lv.groupby("arm")["tokens_per_chunk_mean"].mean()
+        lines.append("Tokens per streamed chunk (mean over levels): " + ", ".join(
+            f"{comp.labels[a]} {tpc[a]:.2f}" for a in comp.arms if a in tpc and not pd.isna(tpc[a]))
+                     + ". Counting chunks as tokens would understate a speculative arm by that factor; specsweep counts "
+                     "the server's own token counts.")
+    if "spec_accept_length" in lv and lv[~lv["arm"].isin(list(comp.chunk_counted))]["spec_accept_length"].notna().any():
+        acc = lv[~lv["arm"].isin(list(comp.chunk_counted))].dropna(subset=["spec_accept_length"])
+        src = {a: ", ".join(sorted(set(g.get("spec_accept_length_source", pd.Series()).dropna().astype(str)))) for a, g in acc.groupby("arm")}
+        lines.append("Server-side acceptance length per level: " + "; ".join(
+            f"{comp.labels[a]}: " + ", ".join(f"{r.spec_accept_length:.2f} at {int(r.concurrency)}" for r in g.itertuples())
+            + (f" — {md_text(src[a])}" if src[a] else "")
+            for a, g in acc.groupby("arm")) + ".")
+    if comp.chunk_counted:
+        lines.append("⚠ Tokens were counted from SSE chunks, because the server reported no counts, for "
+                     + ", ".join(f"{md_text(comp.labels[a])} ({w})" for a, w in comp.chunk_counted.items())
+                     + ": under speculation those throughput figures are lower bounds, and no throughput or acceptance "
+                     "verdict is given for them.")
+    return "\n\n".join(lines)

@@ -1,0 +1,158 @@
+"""The verdict section's text blocks: key numbers, warnings, curve sentences, shared lines."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+import pandas as pd
+from specsweep.compare import Comparison
+from specsweep.markup import md_text
+from specsweep.recommend import Recommendation, aggregate_quote
+from specsweep.report.display import _band, _fmt, _pct_or_dash
+
+
+def key_numbers(comp: Comparison) -> pd.DataFrame:
+    """Per spec arm and shared concurrency: aggregate and per-user speed of both arms, Δ% and its band.
+
+    "fitted" is the delta curve's value at the level and the band its 95 % simultaneous band (see the
+    definitions); "—" where no curve could be fitted.
+    """
+    rows = []
+    um = comp.user_metric
+    for arm in comp.spec_arms:
+        agg, usr = comp.delta_rows(arm, "output_tok_s"), comp.delta_rows(arm, um)
+        for c, a in sorted(agg.items()):
+            row: dict[str, Any] = {
+                "arm": comp.labels[arm], "concurrency": int(c),
+                "aggregate baseline (tok/s)": _fmt(float(a["baseline_value"])),
+                "aggregate arm (tok/s)": _fmt(float(a["arm_value"])),
+                "aggregate Δ%": f"{a['delta_pct']:+.1f}%",
+                "aggregate Δ% fitted": _pct_or_dash(a["fit_delta_pct"]),
+                "aggregate Δ 95% band": _band(a["ci_low_pct"], a["ci_high_pct"]),
+            }
+            u = usr.get(c)
+            if u is not None:
+                row.update({
+                    "per-user baseline (tok/s)": _fmt(float(u["baseline_value"])),
+                    "per-user arm (tok/s)": _fmt(float(u["arm_value"])),
+                    "per-user Δ%": f"{u['delta_pct']:+.1f}%",
+                    "per-user Δ% fitted": _pct_or_dash(u["fit_delta_pct"]),
+                    "per-user Δ 95% band": _band(u["ci_low_pct"], u["ci_high_pct"]),
+                })
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def top_warnings(comp: Comparison) -> list[str]:
+    """Warnings that belong at the top of the report: chunk-counted tokens, meta.json warnings."""
+    out = []
+    for arm, where in comp.chunk_counted.items():
+        out.append(f"⚠ **{md_text(comp.labels[arm])}**: token counts came from SSE chunks ({where}), not from the "
+                   "server's own counts, because the server reported none. Under speculation one chunk carries "
+                   "several tokens, so its aggregate throughput, per-user speed and acceptance are not trusted: no "
+                   "throughput or acceptance verdict is given for it.")
+    by_text: dict[str, list[str]] = {}  # the same warning on several arms is said once, naming them all
+    for arm, text in comp.warnings:
+        by_text.setdefault(text, []).append(arm)
+    for text, arms in by_text.items():
+        names = ", ".join(f"**{md_text(comp.labels[a])}**" for a in arms)
+        where = "its meta.json" if len(arms) == 1 else "each one's meta.json"
+        out.append(f"⚠ {names} (recorded in {where}): {md_text(text)}")
+    return out
+
+
+def _crossover_line(comp: Comparison, arm: str) -> str:
+    """The aggregate delta curve of an arm in two sentences: where it stands or crosses, then its extremes with bands."""
+    line = _curve_sentence(comp, arm)
+    return f"{line} {aggregate_quote(comp, arm)}" if line else ""
+
+
+def _curve_sentence(comp: Comparison, arm: str) -> str:
+    """One sentence on the aggregate delta curve of an arm: its credible crossovers, or where it stands."""
+    label = md_text(comp.labels[arm])
+    cx = comp.crossover(arm, "output_tok_s")
+    if len(cx):
+        parts = []
+        for _, c in cx.iterrows():
+            way = "lower" if c.direction == "gain_to_loss" else "higher"
+            parts.append(f"credibly {way} than the baseline's above about **{c.crossover_concurrency:.0f}** concurrent "
+                         f"requests (the fitted delta curve crosses 0 between {c.c_low} and {c.c_high})")
+        return f"{label}'s aggregate throughput is " + "; then ".join(parts) + "."
+    rows = comp.delta(arm, "output_tok_s")
+    if rows.empty:
+        return ""
+    unshared = comp.unshared_levels(arm)
+    where = ("every level both arms measured" if any(unshared.values()) else "every tested level")
+    cred = rows["credible"].to_numpy()
+    span = f"({rows['delta_pct'].min():+.0f}% to {rows['delta_pct'].max():+.0f}%)"
+    if (cred > 0).all():
+        return f"{label}'s aggregate throughput is credibly above the baseline's at {where} {span}."
+    if (cred < 0).all():
+        return f"{label}'s aggregate throughput is credibly below the baseline's at {where} {span}."
+    sure = [str(int(c)) for c in rows.loc[cred != 0, "concurrency"]]
+    return (f"{label}'s aggregate Δ ranges {span[1:-1]}, but it is credibly different from the baseline's "
+            + (f"only at {', '.join(sure)}" if sure else "at no level") + ", so no crossover is claimed.")
+
+
+#: workload kinds whose content is synthetic: a drafter's acceptance on them says little about real traffic
+#: (``fixed-ids``: published reference data measured with fixed token IDs)
+SYNTHETIC_WORKLOADS: tuple[str, ...] = ("random-ids", "random-text", "fixed-ids")
+
+
+def workload_caveat(comp: Comparison) -> str | None:
+    """A caveat when any arm's workload is synthetic (:data:`SYNTHETIC_WORKLOADS`: random token IDs,
+    random text, fixed token IDs), else None: speculation's gain follows acceptance, and acceptance
+    on synthetic content is not that of real traffic."""
+    kinds = sorted({str((m.get("workload") or {}).get("kind")) for m in comp.metas.values()}
+                   & set(SYNTHETIC_WORKLOADS))
+    if not kinds:
+        return None
+    return (f"⚠ The workload is {' and '.join(kinds)}: synthetic content, on which a drafter's acceptance (and so "
+            "speculation's gain) is not representative of real traffic. These numbers bound capacity; measure a "
+            "prompt set like your traffic (e.g. `workload=builtin`, or your own file) before deciding.")
+
+
+def verdict_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
+    """The report's opening: top warnings, one line per profile, then each arm's aggregate curve in a sentence."""
+    lines = ["## Verdict", ""]
+    warnings = top_warnings(comp)
+    caveat = workload_caveat(comp)
+    if caveat:
+        warnings.append(caveat)
+    if warnings:
+        lines += warnings + [""]
+    for r in recs:
+        lines.append(f"- **{md_text(r.profile.name)}** — {r.headline}")
+    lines.append("")
+    for arm in comp.spec_arms:
+        line = _crossover_line(comp, arm)
+        if line:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def shared_lines(recs: Sequence[Recommendation]) -> list[str]:
+    """Reasons, caveats and next experiments that every profile's recommendation carries (shown once)."""
+    if len(recs) < 2:
+        return []
+    def items(r: Recommendation) -> list[str]:
+        return list(r.caveats) + list(r.next_experiments) + list(r.reasons)
+    first = items(recs[0])
+    return [x for x in dict.fromkeys(first) if all(x in items(r) for r in recs[1:])]
+
+
+def shared_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
+    """What applies to every profile, said once: shared caveats, reasons and next experiments."""
+    shared = shared_lines(recs)
+    if not shared:
+        return ""
+    first = recs[0]
+    caveats = [c for c in first.caveats if c in shared]
+    reasons = [r for r in first.reasons if r in shared]
+    experiments = [e for e in first.next_experiments if e in shared]
+    lines = ["### For every profile", ""]
+    if reasons:
+        lines += ["**Findings**", ""] + [f"- {r}" for r in reasons] + [""]
+    if caveats:
+        lines += ["**Caveats**", ""] + [f"- {c}" for c in caveats] + [""]
+    if experiments:
+        lines += ["**Next experiments**", ""] + [f"{i}. {e}" for i, e in enumerate(experiments, start=1)]
+    return "\n".join(lines)
