@@ -47,3 +47,4 @@ from specsweep.report.build import (  # noqa: F401
     template_dir, kernel_manager_class, execute_notebook, _H1, page_title, export_html,
     build_report, _profiles_arg, main,
 )
+from specsweep.markup import markdown, md_text  # noqa: F401  (report.md_text was public before the split)
