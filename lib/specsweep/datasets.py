@@ -52,6 +52,8 @@ from typing import Any
 
 import pandas as pd
 
+from specsweep.prompt_order import record_index
+
 __all__ = [
     "ALL",
     "Dataset",
@@ -592,14 +594,12 @@ def category_of(records: Sequence[PromptRecord], prompt_ids: Iterable[int] | Non
                 seed: int | None = None) -> list[str]:
     """The category of each prompt: of ``records`` in order, or of prompt ``i`` for each of
     ``prompt_ids`` as the workload sends them — with the sweep's ``seed``, the shuffled order
-    (:func:`specsweep.workload.record_index`); with ``seed=None``, the record order of result sets
+    (:func:`specsweep.prompt_order.record_index`); with ``seed=None``, the record order of result sets
     written before shuffling (``records[i % n]``)."""
     if prompt_ids is None:
         return [r.category for r in records]
     if not records:
         raise ValueError("category_of: no records")
-    from specsweep.workload import record_index
-
     n = len(records)
     if seed is None:
         return [records[int(i) % n].category for i in prompt_ids]

@@ -47,7 +47,6 @@ without a reference length ask for ``output_tokens``).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -79,25 +78,7 @@ _WORDS = (
 Prompt = str | list[int] | list[dict[str, Any]]
 
 
-#: ``meta.workload.order`` of prompt sets: each pass through the set in its own seeded order
-SHUFFLED = "shuffled"
-#: the order of result sets written before prompt sets were shuffled (and of random prompts)
-RECORD_ORDER = "record"
-
-
-@functools.lru_cache(maxsize=256)
-def pass_order(seed: int, n: int, p: int) -> np.ndarray:
-    """The record order of pass ``p`` through a set of ``n`` prompts: a permutation of ``range(n)``
-    drawn by ``numpy.random.default_rng([seed, n, p])`` (read-only)."""
-    order = np.random.default_rng([seed, n, p]).permutation(n)
-    order.flags.writeable = False
-    return order
-
-
-def record_index(seed: int, n: int, i: int) -> int:
-    """The record (0-based, of ``n``) that prompt number ``i`` of a shuffled prompt set sends."""
-    p, k = divmod(int(i), n)
-    return int(pass_order(seed, n, p)[k])
+from specsweep.prompt_order import RECORD_ORDER, SHUFFLED, pass_order, record_index  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
