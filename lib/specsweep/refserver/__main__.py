@@ -28,7 +28,7 @@ from .model import resolve
 from .profiles import ProfileError, available_profiles, load_profile
 
 if TYPE_CHECKING:  # the HTTP stack is imported only once the arguments are valid
-    from .app import ServerState
+    from .state import ServerState
 
 __all__ = ["build_parser", "main"]
 
@@ -319,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s refserver %(levelname)s %(message)s")
-    from .app import ServerOptions, ServerState
+    from .state import ServerOptions, ServerState
 
     argv_list = list(sys.argv[1:] if argv is None else argv)
     options = ServerOptions(

@@ -21,20 +21,12 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
-from . import __version__ as REFSERVER_VERSION
+from .versions import VLLM_VERSION, vllm_version_string  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
-    from .app import ServerState
+    from .state import ServerState
 
 __all__ = ["VLLM_VERSION", "VllmHandlers", "add_vllm_routes", "vllm_version_string"]
-
-#: the vLLM version whose API is simulated
-VLLM_VERSION = "0.33.0"
-
-
-def vllm_version_string() -> str:
-    """What ``/version`` answers: vLLM's version, marked as the simulator's."""
-    return f"{VLLM_VERSION} (specsweep refserver {REFSERVER_VERSION}, simulated)"
 
 
 def _json(body: object) -> web.Response:
