@@ -9,8 +9,9 @@ Notebook use::
 """
 from __future__ import annotations
 
+from .decompose import decompose
 from .observe import WhatIfError
 from .predict import predict
 from .validate import validate
 
-__all__ = ["WhatIfError", "predict", "validate"]
+__all__ = ["WhatIfError", "decompose", "predict", "validate"]

@@ -11,12 +11,15 @@ The model (the form SmartSpec/TurboSpec, SpecDecode-Bench, BLIS and vLLM's dynam
     queueing (C > n)   W  = e2e₀ · (C − n) / n,  TTFT = TTFT₀ + W,  e2e = e2e₀ + W   (closed loop)
 
 Fitting inverts these equations at every measured level: from a level's aggregate, mean e2e and TTFT
-and accept length it recovers ``t(n)``, ``TTFT₀(n)``, ``κ(n)`` exactly, so predicting a measured
-level with its own settings returns its measurement. Between measured batch sizes each quantity is
-interpolated linearly in n — locally "fixed cost + cost per batched token", which follows a step time
-that bends (memory-bound at small batches, compute-bound at large, an MoE reading more experts as the
+and accept length it recovers ``tpot(n)``, ``TTFT₀(n)``, ``κ(n)`` exactly, so predicting a measured
+level with its own settings returns its measurement. Predictions interpolate ``tpot`` itself (the
+prefill share and the window's ramp-up are inside it, as measured); only a changed accept length or
+output length moves it, by ``tpot' = tpot × (L ÷ L') × (1 − φ) ÷ (1 − φ')`` with the new request
+rate in φ' (a fixed point). ``t(n)`` is reported for the decomposition and the step-time summary. Between measured batch sizes each quantity is
+interpolated in n by a monotone cubic (PCHIP) — locally "fixed cost + cost per batched token", which follows a
+step time that bends (memory-bound at small batches, compute-bound at large, an MoE reading more experts as the
 batch grows) without assuming where it bends. Outside the batch sizes the arm ran nothing is
-predicted (:func:`specsweep.whatif.predict` refuses). ``t_pf`` is the shortest unqueued mean TTFT of
+predicted (:func:`specsweep.whatif.predict` refuses). Interpolation is PCHIP (monotone cubic) in n. ``t_pf`` is the shortest unqueued mean TTFT of
 any level (a prompt prefilled with nothing else in the way).
 
 Every quantity is an array over bootstrap replicates (row 0: the measurement), so a prediction is a
@@ -29,6 +32,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.interpolate import PchipInterpolator
 
 from .observe import ArmData
 
@@ -42,8 +46,12 @@ class ArmModel:
     data: ArmData
     #: distinct admitted batch sizes the arm ran, ascending
     batch: np.ndarray
-    #: decode step time at each batch size, s
+    #: time per output token while a request decodes (prefill stalls included), s
+    tpot_s: np.ndarray
+    #: decode step time at each batch size (tpot × L × (1 − prefill share)), s
     step_s: np.ndarray
+    #: share of engine time spent on prompts (λ × t_pf)
+    prefill_share: np.ndarray
     #: mean and p50 TTFT without queueing, s
     ttft0_mean_s: np.ndarray
     ttft0_p50_s: np.ndarray
@@ -77,11 +85,17 @@ class ArmModel:
         return float(self.batch[0]), float(self.batch[-1])
 
     def at(self, name: str, n: float) -> np.ndarray:
-        """A fitted quantity at batch ``n`` (replicates), interpolated linearly between batch sizes."""
+        """A fitted quantity at batch ``n`` (replicates): monotone piecewise-cubic (PCHIP) interpolation
+        between the batch sizes (linear with two), which follows a curve that bends without overshooting."""
         values = getattr(self, name)
         if len(self.batch) == 1:
             return values[:, 0].copy()
-        return np.array([np.interp(n, self.batch, row) for row in values])
+        if not np.isfinite(values).all():  # a figure the data do not have (level-only TTFT)
+            return np.full(values.shape[0], np.nan)
+        if len(self.batch) == 2:
+            return np.array([np.interp(n, self.batch, row) for row in values])
+        n = float(np.clip(n, self.batch[0], self.batch[-1]))
+        return PchipInterpolator(self.batch, values, axis=1)(n)
 
     @property
     def step_fit(self) -> dict[str, float]:
@@ -137,7 +151,7 @@ def fit(data: ArmData) -> ArmModel:
         notes.append("prefill takes almost all engine time at some level; its share is capped at 95 %")
     accept = data.accept_length[None, :]
     step = tpot * accept * (1.0 - phi)
-    batch, g = _group(data.admitted, {"step_s": step, "ttft0_mean_s": ttft0, "ttft0_p50_s": ttft0_p50,
+    batch, g = _group(data.admitted, {"tpot_s": tpot, "step_s": step, "prefill_share": phi, "ttft0_mean_s": ttft0, "ttft0_p50_s": ttft0_p50,
                                       "e2e_skew_s": skew, "kappa": kappa, "jensen": jensen,
                                       "accept": np.broadcast_to(accept, step.shape)})
     sat = data.saturated
@@ -152,7 +166,7 @@ def fit(data: ArmData) -> ArmModel:
     else:
         ratio_c, ratio = np.array([1.0]), np.array([1.0])
     acc = float(np.nanmean(data.accept_length)) if len(data.accept_length) else 1.0
-    return ArmModel(data=data, batch=batch, step_s=g["step_s"], ttft0_mean_s=g["ttft0_mean_s"],
+    return ArmModel(data=data, batch=batch, tpot_s=g["tpot_s"], step_s=g["step_s"], prefill_share=g["prefill_share"], ttft0_mean_s=g["ttft0_mean_s"],
                     ttft0_p50_s=g["ttft0_p50_s"], e2e_skew_s=g["e2e_skew_s"], kappa=g["kappa"],
                     jensen=g["jensen"], accept=g["accept"], prefill_s=prefill, pool_limit=pool_limit, accept_length=acc,
                     ratio_c=ratio_c, ratio=ratio, notes=notes)

@@ -138,18 +138,23 @@ def predict_model(m: ArmModel, s: Setting) -> tuple[dict[str, np.ndarray] | None
     if n < lo - 1e-6 or n > hi + 1e-6:
         return refuse(f"{n:g} running requests ({binds}) is outside the batch sizes arm '{d.arm}' ran "
                       f"({lo:g}–{hi:g}): extrapolation")
-    step = m.at("step_s", n)
+    tpot0 = m.at("tpot_s", n)
     ttft0 = m.at("ttft0_mean_s", n)
     kappa = m.at("kappa", n)
     jensen = m.at("jensen", n)
-    pf = m.prefill_s
+    acc0 = m.at("accept", n)
     if not accept_given:  # the accept length the arm showed at this batch size
-        accept = m.at("accept", n)
-        info["accept_length"] = float(accept[0])
-    tpot = step / accept
-    for _ in range(60):  # fixed point of tpot = t / (L (1 − λ t_pf)), λ = n / (TTFT₀ + (O − 1) tpot)
-        lam = n / (ttft0 + (out_tok - 1) * tpot)
-        tpot = step / (accept * (1.0 - np.clip(lam * pf, 0.0, 0.95)))
+        accept = acc0
+        info["accept_length"] = float(acc0[0])
+    tpot = tpot0
+    if accept_given or s.output_tokens is not None:
+        # the step is unchanged; the tokens it yields (L) and the share of time on prompts (φ) move
+        pf = m.prefill_s
+        phi0 = m.at("prefill_share", n)
+        base = tpot0 * acc0 * (1.0 - phi0)
+        for _ in range(60):  # fixed point of tpot = t / (L (1 − λ t_pf)), λ = n / (TTFT₀ + (O − 1) tpot)
+            lam = n / (ttft0 + (out_tok - 1) * tpot)
+            tpot = base / (accept * (1.0 - np.clip(lam * pf, 0.0, 0.95)))
     e2e0 = ttft0 + (out_tok - 1) * tpot
     lam = n / e2e0
     wait = e2e0 * (s.concurrency - n) / n
