@@ -12,6 +12,7 @@ from __future__ import annotations
 from .decompose import decompose
 from .observe import WhatIfError
 from .predict import predict
+from .section import next_experiment
 from .validate import validate
 
-__all__ = ["WhatIfError", "decompose", "predict", "validate"]
+__all__ = ["WhatIfError", "decompose", "next_experiment", "predict", "validate"]

@@ -14,6 +14,10 @@ category) and the ``output_tokens`` per request. How each enters the model (``mo
   tokens each step yields, not the step. Another output length keeps t(n) as measured
   (:data:`CONTEXT_ASSUMPTION`) and is refused above the measured one (longer contexts than any run).
 
+A state the arm measured (the same concurrency and running requests, accept and output length
+unchanged) is predicted by its measurement: a cap raised where the pool, not the cap, held the
+running requests changes nothing the model can see.
+
 Refusals: n outside the batch sizes the arm ran (interpolation only), an accept length below 1 or
 above the tokens verified per step, speculation settings on an arm that does not speculate, a
 longer output than measured, a pool change without the figures it needs.
@@ -138,6 +142,15 @@ def predict_model(m: ArmModel, s: Setting) -> tuple[dict[str, np.ndarray] | None
     if n < lo - 1e-6 or n > hi + 1e-6:
         return refuse(f"{n:g} running requests ({binds}) is outside the batch sizes arm '{d.arm}' ran "
                       f"({lo:g}–{hi:g}): extrapolation")
+    same = np.flatnonzero(np.isclose(d.concurrency, s.concurrency) & (np.abs(d.admitted - n) < 0.5))
+    if len(same) and not accept_given and s.output_tokens is None:
+        # the arm measured this very state (concurrency and running requests): its outcome is the measurement
+        i = int(same[0])
+        r = d.replicates
+        info["accept_length"] = float(d.accept_length[i])
+        return {"aggregate_tok_s": r["output_tok_s"][:, i], "user_tok_s": r["user_tok_s"][:, i],
+                "ttft_p50_s": r["ttft_p50_s"][:, i],
+                "e2e_p50_s": r["e2e_mean_s" if d.level_only else "e2e_p50_s"][:, i]}, info
     tpot0 = m.at("tpot_s", n)
     ttft0 = m.at("ttft0_mean_s", n)
     kappa = m.at("kappa", n)
