@@ -46,9 +46,11 @@ class ArmModel:
     data: ArmData
     #: distinct admitted batch sizes the arm ran, ascending
     batch: np.ndarray
-    #: time per output token while a request decodes (prefill stalls included), s
+    #: mean time per output token (the level's mean TPOT: drives λ, the aggregate and e2e), s
     tpot_s: np.ndarray
-    #: decode step time at each batch size (tpot × L × (1 − prefill share)), s
+    #: time per output token of an uninterrupted request (tpot ÷ stall mix = t(n) ÷ L; drives per-user speed), s
+    tpot_norm_s: np.ndarray
+    #: decode step time at each batch size (tpot × L ÷ stall mix), s
     step_s: np.ndarray
     #: share of engine time spent on prompts (λ × t_pf)
     prefill_share: np.ndarray
@@ -73,6 +75,12 @@ class ArmModel:
     ratio_c: np.ndarray = field(default_factory=lambda: np.array([1.0]))
     ratio: np.ndarray = field(default_factory=lambda: np.array([1.0]))
     notes: list[str] = field(default_factory=list)
+
+    def requests_at(self, concurrency: float) -> float:
+        """Requests a level at ``concurrency`` measures: the nearest measured level's requests per client."""
+        d = self.data
+        i = int(np.argmin(np.abs(np.log2(d.concurrency) - math.log2(concurrency))))
+        return concurrency * float(d.requests[i] / d.concurrency[i])
 
     def running_at(self, concurrency: float) -> float:
         """Requests running at offered ``concurrency`` before any limit applies."""
@@ -104,6 +112,12 @@ class ArmModel:
             return {"fixed_ms": float(self.step_s[0, 0] * 1e3), "per_request_ms": float("nan")}
         slope, icpt = np.polyfit(self.batch, self.step_s[0] * 1e3, 1)
         return {"fixed_ms": float(icpt), "per_request_ms": float(slope)}
+
+
+def stall_mix(drain: np.ndarray | float, phi: np.ndarray | float) -> np.ndarray:
+    """Mean time per token ÷ (t / L): a share ``drain`` of requests decodes uninterrupted, the rest
+    with a share ``phi`` of engine time on other requests' prompts."""
+    return (1.0 - np.asarray(drain)) / (1.0 - np.asarray(phi)) + np.asarray(drain)
 
 
 def _group(batch: np.ndarray, values: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -150,8 +164,14 @@ def fit(data: ArmData) -> ArmModel:
     if not data.level_only and np.any(lam[0] * prefill[0] > 0.95):
         notes.append("prefill takes almost all engine time at some level; its share is capped at 95 %")
     accept = data.accept_length[None, :]
-    step = tpot * accept * (1.0 - phi)
-    batch, g = _group(data.admitted, {"tpot_s": tpot, "step_s": step, "prefill_share": phi, "ttft0_mean_s": ttft0, "ttft0_p50_s": ttft0_p50,
+    # the last n requests of a level are never interrupted by a new prompt (nothing is left to admit): a share
+    # f = n ÷ requests of the level's requests decodes at t / L, the rest at t / (L (1 − φ))
+    drain = np.clip(data.admitted / data.requests, 0.0, 1.0)[None, :]
+    if data.level_only:
+        drain = np.zeros_like(drain)
+    mix = stall_mix(drain, phi)
+    step = tpot * accept / mix
+    batch, g = _group(data.admitted, {"tpot_s": tpot, "tpot_norm_s": tpot / mix, "step_s": step, "prefill_share": phi, "ttft0_mean_s": ttft0, "ttft0_p50_s": ttft0_p50,
                                       "e2e_skew_s": skew, "kappa": kappa, "jensen": jensen,
                                       "accept": np.broadcast_to(accept, step.shape)})
     sat = data.saturated
@@ -166,7 +186,7 @@ def fit(data: ArmData) -> ArmModel:
     else:
         ratio_c, ratio = np.array([1.0]), np.array([1.0])
     acc = float(np.nanmean(data.accept_length)) if len(data.accept_length) else 1.0
-    return ArmModel(data=data, batch=batch, tpot_s=g["tpot_s"], step_s=g["step_s"], prefill_share=g["prefill_share"], ttft0_mean_s=g["ttft0_mean_s"],
+    return ArmModel(data=data, batch=batch, tpot_s=g["tpot_s"], tpot_norm_s=g["tpot_norm_s"], step_s=g["step_s"], prefill_share=g["prefill_share"], ttft0_mean_s=g["ttft0_mean_s"],
                     ttft0_p50_s=g["ttft0_p50_s"], e2e_skew_s=g["e2e_skew_s"], kappa=g["kappa"],
                     jensen=g["jensen"], accept=g["accept"], prefill_s=prefill, pool_limit=pool_limit, accept_length=acc,
                     ratio_c=ratio_c, ratio=ratio, notes=notes)

@@ -65,6 +65,8 @@ class ArmData:
     saturated: np.ndarray
     #: tokens per decode step per request at each level (1 without speculation)
     accept_length: np.ndarray
+    #: measured requests per level (per repeat)
+    requests: np.ndarray
     #: figure -> array (1 + n_boot, levels); row 0 is the measurement
     replicates: dict[str, np.ndarray]
     output_tokens: float
@@ -87,6 +89,7 @@ class ArmData:
         return ArmData(
             arm=self.arm, level_only=self.level_only, concurrency=self.concurrency[keep],
             admitted=self.admitted[keep], saturated=self.saturated[keep], accept_length=self.accept_length[keep],
+            requests=self.requests[keep],
             replicates={k: v[:, keep] for k, v in self.replicates.items()}, output_tokens=self.output_tokens,
             prompt_tokens=self.prompt_tokens, cap=self.cap, pool_tokens=self.pool_tokens,
             draft_tokens=self.draft_tokens, speculative=self.speculative,
@@ -260,10 +263,12 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
                               for i in range(k)])
     else:
         saturated = admitted < conc - 0.5
+    n_req = lv["n_ok"].to_numpy(dtype=float) if "n_ok" in lv.columns else np.full(k, np.nan)
+    n_req = np.where(np.isfinite(n_req) & (n_req >= 1), n_req, 2.0 * conc)
     mem = server_setting(meta, "memory_usage")
     return ArmData(
         arm=arm, level_only=level_only, concurrency=conc, admitted=admitted, saturated=saturated,
-        accept_length=accept, replicates=reps, output_tokens=output_tokens, prompt_tokens=prompt_tokens, cap=cap,
+        accept_length=accept, requests=n_req, replicates=reps, output_tokens=output_tokens, prompt_tokens=prompt_tokens, cap=cap,
         pool_tokens=int(pool) if pool else None, draft_tokens=int(draft) if draft else None, speculative=spec,
         mem_fraction_static=_num(server_setting(meta, "mem_fraction_static")),
         memory_usage={k: float(v) for k, v in mem.items() if _num(v) is not None} if isinstance(mem, dict) else {},

@@ -38,7 +38,7 @@ import pandas as pd
 from specsweep.compare import Comparison
 from specsweep.store import ResultSet
 
-from .model import ArmModel, fit
+from .model import ArmModel, fit, stall_mix
 from .observe import WhatIfError, observe
 
 __all__ = ["Setting", "FIGURES", "CONTEXT_ASSUMPTION", "FOOTPRINT_ASSUMPTION", "predict", "predict_model",
@@ -159,21 +159,26 @@ def predict_model(m: ArmModel, s: Setting) -> tuple[dict[str, np.ndarray] | None
     if not accept_given:  # the accept length the arm showed at this batch size
         accept = acc0
         info["accept_length"] = float(acc0[0])
-    tpot = tpot0
+    phi = m.at("prefill_share", n)
+    drain = min(1.0, n / m.requests_at(s.concurrency)) if not d.level_only else 0.0
+    norm = m.at("tpot_norm_s", n)
+    tpot_user = norm * stall_mix(drain, phi)  # per-user: the level's share of uninterrupted requests
+    ratio = np.ones_like(tpot0)
     if accept_given or s.output_tokens is not None:
         # the step is unchanged; the tokens it yields (L) and the share of time on prompts (φ) move
         pf = m.prefill_s
-        phi0 = m.at("prefill_share", n)
-        base = tpot0 * acc0 * (1.0 - phi0)
-        for _ in range(60):  # fixed point of tpot = t / (L (1 − λ t_pf)), λ = n / (TTFT₀ + (O − 1) tpot)
-            lam = n / (ttft0 + (out_tok - 1) * tpot)
-            tpot = base / (accept * (1.0 - np.clip(lam * pf, 0.0, 0.95)))
-    e2e0 = ttft0 + (out_tok - 1) * tpot
+        tpot = tpot_user
+        for _ in range(60):  # fixed point of φ = λ t_pf, λ = n / (TTFT₀ + (O − 1) tpot)
+            lam = n / (ttft0 + (out_tok - 1) * tpot0 * tpot / tpot_user)
+            tpot = norm * acc0 / accept * stall_mix(drain, np.clip(lam * pf, 0.0, 0.95))
+        ratio = tpot / tpot_user
+    e2e0 = ttft0 + (out_tok - 1) * tpot0 * ratio
     lam = n / e2e0
     wait = e2e0 * (s.concurrency - n) / n
+    tpot_user = tpot_user * ratio
     res = {
         "aggregate_tok_s": kappa * lam * out_tok,
-        "user_tok_s": jensen / tpot,
+        "user_tok_s": jensen / tpot_user,
         "ttft_p50_s": m.at("ttft0_p50_s", n) + wait,
         "e2e_p50_s": (e2e0 + m.at("e2e_skew_s", n) + wait) if not d.level_only else e2e0 + wait,
     }
