@@ -19,8 +19,10 @@ rate in φ' (a fixed point). ``t(n)`` is reported for the decomposition and the 
 interpolated in n by a monotone cubic (PCHIP) — locally "fixed cost + cost per batched token", which follows a
 step time that bends (memory-bound at small batches, compute-bound at large, an MoE reading more experts as the
 batch grows) without assuming where it bends. Outside the batch sizes the arm ran nothing is
-predicted (:func:`specsweep.whatif.predict` refuses). Interpolation is PCHIP (monotone cubic) in n. ``t_pf`` is the shortest unqueued mean TTFT of
-any level (a prompt prefilled with nothing else in the way).
+predicted (:func:`specsweep.whatif.predict` refuses). Interpolation is PCHIP (monotone cubic) in n. The
+prefill share φ of a level is measured from its chunk gaps (1 − p50 ÷ mean: a prompt's prefill step
+makes the odd long gap in every running request's stream), and ``t_pf = φ ÷ λ``; without chunk gaps
+``t_pf`` is the shortest unqueued mean TTFT of any level.
 
 Every quantity is an array over bootstrap replicates (row 0: the measurement), so a prediction is a
 distribution whose 2.5–97.5 % percentiles are the measurement-noise band.
@@ -158,9 +160,16 @@ def fit(data: ArmData) -> ArmModel:
         skew = r["e2e_p50_s"] - e2e0
         tpot = (e2e - r["ttft_mean_s"]) / max(out_tok - 1, 1)
         jensen = r["user_tok_s"] * tpot
-        prefill = np.nanmin(np.where(ttft0 > 0, ttft0, np.nan), axis=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            prefill = np.nanmin(np.where(ttft0 > 0, ttft0, np.nan), axis=1)
         prefill = np.where(np.isfinite(prefill), prefill, 0.0)
-    phi = np.clip(lam * prefill[:, None], 0.0, 0.95)
+    if np.isfinite(data.stall_share).all():
+        # the share measured from the chunk gaps; t_pf = φ ÷ λ where prompts visibly stall decoding
+        phi = np.broadcast_to(data.stall_share[None, :], lam.shape).copy()
+        seen = data.stall_share > 0.02
+        prefill = (np.median(phi[:, seen] / lam[:, seen], axis=1) if seen.any() else np.zeros(lam.shape[0]))
+    phi = np.clip(lam * prefill[:, None], 0.0, 0.95) if not np.isfinite(data.stall_share).all() else phi
     if not data.level_only and np.any(lam[0] * prefill[0] > 0.95):
         notes.append("prefill takes almost all engine time at some level; its share is capped at 95 %")
     accept = data.accept_length[None, :]

@@ -4,8 +4,8 @@ Everything comes from measurements (a :class:`~specsweep.compare.Comparison`'s l
 meta records, and the arms' request rows where given); nothing is read from a simulator's
 configuration. Per level (one concurrency ``C``):
 
-- ``admitted`` (``n``): requests the server held at once — ``min(C, server_running_max)`` where the
-  server's running-requests gauge was sampled, else ``min(C, cap)``; for level-only data (no
+- ``admitted`` (``n``): requests the server held at once — ``min(C, cap)``, or the running-requests
+  gauge's maximum where it shows a lower limit (running + queued ≥ :data:`QUEUE_SEEN` × C); for level-only data (no
   per-request rows) ``aggregate ÷ per-request tok/s`` (see :data:`LEVEL_ONLY_ASSUMPTIONS`).
 - ``saturated``: ``n < C`` — clients waited in the server's queue.
 - the figures the model needs: aggregate tok/s, per-user speed (mean 1/TPOT, or per-request tok/s
@@ -34,6 +34,8 @@ __all__ = ["ArmData", "ASSUMED_NOISE_PCT", "LEVEL_ONLY_ASSUMPTIONS", "WhatIfErro
 ASSUMED_NOISE_PCT: float = 3.0
 #: level-only data: a level whose running requests are within this factor of a lower level's is saturated
 PLATEAU: float = 1.1
+#: a level shows a server limit when its running + queued gauges reach this share of the clients
+QUEUE_SEEN: float = 0.9
 #: the figures each replicate carries, in this order
 FIGURES: tuple[str, ...] = ("output_tok_s", "user_tok_s", "ttft_mean_s", "ttft_p50_s", "e2e_mean_s", "e2e_p50_s")
 LEVEL_ONLY_ASSUMPTIONS: tuple[str, ...] = (
@@ -67,6 +69,9 @@ class ArmData:
     accept_length: np.ndarray
     #: measured requests per level (per repeat)
     requests: np.ndarray
+    #: share of a decoding request's time spent waiting on other requests' prompts: 1 − p50 ÷ mean of the
+    #: gaps between its chunks (a prefill step makes the odd long gap); NaN where the level has no gaps
+    stall_share: np.ndarray
     #: figure -> array (1 + n_boot, levels); row 0 is the measurement
     replicates: dict[str, np.ndarray]
     output_tokens: float
@@ -89,7 +94,7 @@ class ArmData:
         return ArmData(
             arm=self.arm, level_only=self.level_only, concurrency=self.concurrency[keep],
             admitted=self.admitted[keep], saturated=self.saturated[keep], accept_length=self.accept_length[keep],
-            requests=self.requests[keep],
+            requests=self.requests[keep], stall_share=self.stall_share[keep],
             replicates={k: v[:, keep] for k, v in self.replicates.items()}, output_tokens=self.output_tokens,
             prompt_tokens=self.prompt_tokens, cap=self.cap, pool_tokens=self.pool_tokens,
             draft_tokens=self.draft_tokens, speculative=self.speculative,
@@ -215,11 +220,15 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
             reps["user_tok_s"][:, i] = np.r_[u, u * noise[:, 1]]
             reps["e2e_mean_s"][:, i] = c * output_tokens / reps["output_tok_s"][:, i]
         else:
+            n, src = (min(c, cap) if cap else c), "cap"
             gauge = _level_value(row, "server_running_max")
-            if math.isfinite(gauge) and gauge >= 1:
-                n, src = min(c, gauge), "gauge"
-            else:
-                n, src = (min(c, cap) if cap else c), "cap"
+            queued = _level_value(row, "server_queued_max")
+            # polled gauges undersample (servers refresh them every few steps) and a queue forms for a
+            # moment at every step boundary: a limit below min(C, cap) counts only where the server held
+            # fewer with the rest of the clients visibly waiting (running + queued ≈ C)
+            if (math.isfinite(gauge) and math.isfinite(queued) and 1 <= gauge < n - 0.5 and queued >= 1
+                    and gauge + queued >= QUEUE_SEEN * c):
+                n, src = gauge, "gauge"
             sources.append(src)
             reps["output_tok_s"][0, i] = a
             reps["user_tok_s"][0, i] = u
@@ -263,12 +272,23 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
                               for i in range(k)])
     else:
         saturated = admitted < conc - 0.5
+        inflight = lv["client_mean_in_flight"].to_numpy(dtype=float) if "client_mean_in_flight" in lv.columns \
+            else np.full(k, np.nan)
+        short = inflight < 0.5 * conc
+        if short.any():
+            assumptions.append("at concurrency " + ", ".join(str(int(c)) for c in conc[short]) + " the client kept "
+                               "fewer than half the requests in flight on average: those levels measure the client too")
     n_req = lv["n_ok"].to_numpy(dtype=float) if "n_ok" in lv.columns else np.full(k, np.nan)
     n_req = np.where(np.isfinite(n_req) & (n_req >= 1), n_req, 2.0 * conc)
+    if {"chunk_gap_p50_s", "chunk_gap_mean_s"} <= set(lv.columns) and not level_only:
+        stall = np.clip(1.0 - lv["chunk_gap_p50_s"].to_numpy(dtype=float) / lv["chunk_gap_mean_s"].to_numpy(dtype=float),
+                        0.0, 0.95)
+    else:
+        stall = np.full(k, np.nan)
     mem = server_setting(meta, "memory_usage")
     return ArmData(
         arm=arm, level_only=level_only, concurrency=conc, admitted=admitted, saturated=saturated,
-        accept_length=accept, requests=n_req, replicates=reps, output_tokens=output_tokens, prompt_tokens=prompt_tokens, cap=cap,
+        accept_length=accept, requests=n_req, stall_share=stall, replicates=reps, output_tokens=output_tokens, prompt_tokens=prompt_tokens, cap=cap,
         pool_tokens=int(pool) if pool else None, draft_tokens=int(draft) if draft else None, speculative=spec,
         mem_fraction_static=_num(server_setting(meta, "mem_fraction_static")),
         memory_usage={k: float(v) for k, v in mem.items() if _num(v) is not None} if isinstance(mem, dict) else {},
