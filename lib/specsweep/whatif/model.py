@@ -147,7 +147,7 @@ def fit(data: ArmData) -> ArmModel:
     notes: list[str] = []
     if data.level_only:
         tpot = 1.0 / r["user_tok_s"]
-        ttft0 = np.zeros_like(e2e)
+        ttft0 = tpot.copy()  # per-request tok/s = output tokens ÷ e2e: the first token costs one tpot too
         ttft0_p50 = np.full_like(e2e, np.nan)
         skew = np.full_like(e2e, np.nan)
         jensen = np.ones_like(e2e)
