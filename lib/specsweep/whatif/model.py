@@ -16,10 +16,10 @@ level with its own settings returns its measurement. Predictions interpolate ``t
 prefill share and the window's ramp-up are inside it, as measured); only a changed accept length or
 output length moves it, by ``tpot' = tpot × (L ÷ L') × (1 − φ) ÷ (1 − φ')`` with the new request
 rate in φ' (a fixed point). ``t(n)`` is reported for the decomposition and the step-time summary. Between measured batch sizes each quantity is
-interpolated in n by a monotone cubic (PCHIP) — locally "fixed cost + cost per batched token", which follows a
+interpolated in n by a piecewise cubic (modified Akima) — locally "fixed cost + cost per batched token", which follows a
 step time that bends (memory-bound at small batches, compute-bound at large, an MoE reading more experts as the
 batch grows) without assuming where it bends. Outside the batch sizes the arm ran nothing is
-predicted (:func:`specsweep.whatif.predict` refuses). Interpolation is PCHIP (monotone cubic) in n. The
+predicted (:func:`specsweep.whatif.predict` refuses). Interpolation is modified Akima (piecewise cubic) in n. The
 prefill share φ of a level is measured from its chunk gaps (1 − p50 ÷ mean: a prompt's prefill step
 makes the odd long gap in every running request's stream), and ``t_pf = φ ÷ λ``; without chunk gaps
 ``t_pf`` is the shortest unqueued mean TTFT of any level.
@@ -34,11 +34,15 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.interpolate import PchipInterpolator
+from scipy.interpolate import Akima1DInterpolator, PchipInterpolator
 
 from .observe import ArmData
 
 __all__ = ["ArmModel", "fit"]
+
+#: how fitted quantities are interpolated between batch sizes: "makima" (modified Akima, the default:
+#: follows a bend without PCHIP's flat spots next to a noisy pair of levels), "pchip", "linear", "loglog"
+INTERPOLATION: str = "makima"
 
 
 @dataclass
@@ -95,8 +99,8 @@ class ArmModel:
         return float(self.batch[0]), float(self.batch[-1])
 
     def at(self, name: str, n: float) -> np.ndarray:
-        """A fitted quantity at batch ``n`` (replicates): monotone piecewise-cubic (PCHIP) interpolation
-        between the batch sizes (linear with two), which follows a curve that bends without overshooting."""
+        """A fitted quantity at batch ``n`` (replicates): piecewise-cubic interpolation between the batch
+        sizes (:data:`INTERPOLATION`; linear with two), which follows a curve that bends."""
         values = getattr(self, name)
         if len(self.batch) == 1:
             return values[:, 0].copy()
@@ -105,6 +109,12 @@ class ArmModel:
         if len(self.batch) == 2:
             return np.array([np.interp(n, self.batch, row) for row in values])
         n = float(np.clip(n, self.batch[0], self.batch[-1]))
+        if INTERPOLATION == "linear":
+            return np.array([np.interp(n, self.batch, row) for row in values])
+        if INTERPOLATION == "makima":
+            return Akima1DInterpolator(self.batch, values, axis=1, method="makima")(n)
+        if INTERPOLATION == "loglog" and (values > 0).all():
+            return np.exp(np.array([np.interp(math.log(n), np.log(self.batch), row) for row in np.log(values)]))
         return PchipInterpolator(self.batch, values, axis=1)(n)
 
     @property

@@ -5,7 +5,7 @@ meta records, and the arms' request rows where given); nothing is read from a si
 configuration. Per level (one concurrency ``C``):
 
 - ``admitted`` (``n``): requests the server held at once — ``min(C, cap)``, or the running-requests
-  gauge's maximum where it shows a lower limit (running + queued ≥ :data:`QUEUE_SEEN` × C); for level-only data (no
+  gauge's maximum where it shows a lower limit (running + queued ≥ :data:`QUEUE_SEEN` × C, queued ≥ :data:`QUEUED_SHARE` × C); for level-only data (no
   per-request rows) ``aggregate ÷ per-request tok/s`` (see :data:`LEVEL_ONLY_ASSUMPTIONS`).
 - ``saturated``: ``n < C`` — clients waited in the server's queue.
 - the figures the model needs: aggregate tok/s, per-user speed (mean 1/TPOT, or per-request tok/s
@@ -36,6 +36,8 @@ ASSUMED_NOISE_PCT: float = 3.0
 PLATEAU: float = 1.1
 #: a level shows a server limit when its running + queued gauges reach this share of the clients
 QUEUE_SEEN: float = 0.9
+#: ... and its queue gauge at least this share of the clients (a queue of a few forms at any step boundary)
+QUEUED_SHARE: float = 0.1
 #: the figures each replicate carries, in this order
 FIGURES: tuple[str, ...] = ("output_tok_s", "user_tok_s", "ttft_mean_s", "ttft_p50_s", "e2e_mean_s", "e2e_p50_s")
 LEVEL_ONLY_ASSUMPTIONS: tuple[str, ...] = (
@@ -226,7 +228,7 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
             # polled gauges undersample (servers refresh them every few steps) and a queue forms for a
             # moment at every step boundary: a limit below min(C, cap) counts only where the server held
             # fewer with the rest of the clients visibly waiting (running + queued ≈ C)
-            if (math.isfinite(gauge) and math.isfinite(queued) and 1 <= gauge < n - 0.5 and queued >= 1
+            if (math.isfinite(gauge) and math.isfinite(queued) and 1 <= gauge < n - 0.5 and queued >= QUEUED_SHARE * c
                     and gauge + queued >= QUEUE_SEEN * c):
                 n, src = gauge, "gauge"
             sources.append(src)
