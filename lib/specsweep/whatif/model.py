@@ -63,7 +63,7 @@ class ArmModel:
     #: mean and p50 TTFT without queueing, s
     ttft0_mean_s: np.ndarray
     ttft0_p50_s: np.ndarray
-    #: e2e p50 − e2e mean without queueing, s (the distribution's skew)
+    #: e2e p50 ÷ e2e mean, queue included (the distribution's skew)
     e2e_skew_s: np.ndarray
     #: aggregate ÷ (λ × output tokens): ramp-up and drain of the measured window
     kappa: np.ndarray
@@ -167,7 +167,7 @@ def fit(data: ArmData) -> ArmModel:
     else:
         ttft0 = r["ttft_mean_s"] - wait
         ttft0_p50 = r["ttft_p50_s"] - wait
-        skew = r["e2e_p50_s"] - e2e0
+        skew = r["e2e_p50_s"] / e2e  # p50 ÷ mean of the level's e2e (queue included)
         tpot = (e2e - r["ttft_mean_s"]) / max(out_tok - 1, 1)
         jensen = r["user_tok_s"] * tpot
         with warnings.catch_warnings():

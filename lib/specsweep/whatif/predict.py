@@ -180,7 +180,7 @@ def predict_model(m: ArmModel, s: Setting) -> tuple[dict[str, np.ndarray] | None
         "aggregate_tok_s": kappa * lam * out_tok,
         "user_tok_s": jensen / tpot_user,
         "ttft_p50_s": m.at("ttft0_p50_s", n) + wait,
-        "e2e_p50_s": (e2e0 + m.at("e2e_skew_s", n) + wait) if not d.level_only else e2e0 + wait,
+        "e2e_p50_s": (e2e0 + wait) * m.at("e2e_skew_s", n) if not d.level_only else e2e0 + wait,
     }
     return res, info
 
