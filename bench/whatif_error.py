@@ -61,7 +61,10 @@ def sweep(out: Path, name: str, args: list[str], levels: list[int]) -> ResultSet
 
 
 def ground_truth(out: Path) -> dict[str, ResultSet]:
-    """The measured arm (``train``) and one real sweep per untested setting."""
+    """The measured arm (``train``) and one real sweep per untested setting (reused where ``out`` has them)."""
+    found = {name: sorted((out / name).glob("*/meta.json")) for name in ["train", *TRUTHS]}
+    if all(found.values()):
+        return {name: load_result_set(paths[-1].parent) for name, paths in found.items()}
     sets = {"train": sweep(out, "train", *TRAIN)}
     for name, (args, levels, _) in TRUTHS.items():
         sets[name] = sweep(out, name, args, levels)
@@ -120,10 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="*", type=Path, help="studies or result sets (default: the demo study, the seed)")
     ap.add_argument("--refserver", action="store_true", help="also run the tiny ground-truth sweeps (~2 min)")
-    ap.add_argument("--out", type=Path, default=None, help="where the ground-truth sweeps go (default: a temp dir)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="where the ground-truth sweeps go (default: a temp dir); sweeps already there are reused")
     args = ap.parse_args(argv)
     pd.set_option("display.width", 200)
-    for path in args.paths or DEFAULTS:
+    for path in args.paths or ([] if args.refserver and args.out else DEFAULTS):
         if not path.exists():
             print(f"\n== {path}: not there (the demo study's runs come from `make reports` or "
                   "`.venv/bin/python -m specsweep.study data/studies/demo.yaml --no-report`)")

@@ -81,3 +81,19 @@ def test_beyond_the_measured_batches_it_refuses(measured: dict[str, ResultSet]) 
     assert math.isnan(p.iloc[0]["aggregate_tok_s"])
     p = whatif.predict(comp, "train", concurrency=[16], accept_length=5.0, sets=[train])
     assert bool(p.iloc[0]["refused"]) and "must lie in [1, 4]" in p.iloc[0]["why"]
+
+
+def test_mem_fraction_static_sizes_the_pool_from_the_servers_memory_figures(measured: dict[str, ResultSet]) -> None:
+    train = measured["train"]
+    comp = compare([train], baseline="train")
+    with pytest.raises(whatif.WhatIfError, match="pass gpu_mem_gib"):
+        whatif.predict(comp, "train", concurrency=[64], mem_fraction_static=0.7, sets=[train])
+    same = whatif.predict(comp, "train", concurrency=[64], mem_fraction_static=0.75, gpu_mem_gib=16, sets=[train])
+    plain = whatif.predict(comp, "train", concurrency=[64], sets=[train])
+    assert int(same.iloc[0]["pool_tokens"]) == int(plain.iloc[0]["pool_tokens"]) == 32000
+    smaller = whatif.predict(comp, "train", concurrency=[64], mem_fraction_static=0.72, gpu_mem_gib=16, sets=[train])
+    # 0.03 × 16 GiB less static memory comes out of the KV cache (0.519 GiB): a pool of ~2,400 tokens, 37 requests
+    kv = train.meta["server"]["server_info"]["internal_states"][0]["memory_usage"]["kvcache"]
+    pool = int(32000 * (kv - 0.03 * 16) / kv)
+    assert int(smaller.iloc[0]["pool_tokens"]) == pool
+    assert smaller.iloc[0]["limited_by"] == "KV pool" and smaller.iloc[0]["running_requests"] == pool // 64

@@ -5,7 +5,8 @@ meta records, and the arms' request rows where given); nothing is read from a si
 configuration. Per level (one concurrency ``C``):
 
 - ``admitted`` (``n``): requests the server held at once — ``min(C, cap)``, or the running-requests
-  gauge's maximum where it shows a lower limit (running + queued ≥ :data:`QUEUE_SEEN` × C, queued ≥ :data:`QUEUED_SHARE` × C); for level-only data (no
+  gauge's maximum where it shows a lower limit (running + queued ≥ :data:`QUEUE_SEEN` × C, queued ≥ :data:`QUEUED_SHARE` × C, and no more
+  requests decoding on average than that maximum); for level-only data (no
   per-request rows) ``aggregate ÷ per-request tok/s`` (see :data:`LEVEL_ONLY_ASSUMPTIONS`).
 - ``saturated``: ``n < C`` — clients waited in the server's queue.
 - the figures the model needs: aggregate tok/s, per-user speed (mean 1/TPOT, or per-request tok/s
@@ -229,7 +230,9 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
             # moment at every step boundary: a limit below min(C, cap) counts only where the server held
             # fewer with the rest of the clients visibly waiting (running + queued ≈ C)
             if (math.isfinite(gauge) and math.isfinite(queued) and 1 <= gauge < n - 0.5 and queued >= QUEUED_SHARE * c
-                    and gauge + queued >= QUEUE_SEEN * c):
+                    and gauge + queued >= QUEUE_SEEN * c
+                    and not _level_value(row, "decoding_concurrency") > gauge + 0.5):
+                # (more requests decoding on average than the gauge's maximum: the gauge missed them)
                 n, src = gauge, "gauge"
             sources.append(src)
             reps["output_tok_s"][0, i] = a

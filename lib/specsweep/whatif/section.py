@@ -46,6 +46,8 @@ class Section:
 def _n(x: float, unit: str = "") -> str:
     if not math.isfinite(x):
         return "—"
+    if abs(x - round(x)) < 1e-9:
+        return f"{x:,.0f}{unit}"
     text = f"{x:,.0f}" if abs(x) >= 100 else f"{x:,.1f}" if abs(x) >= 10 else f"{x:,.2f}"
     return text + unit
 
