@@ -160,6 +160,8 @@ def test_refusals_say_why() -> None:
     assert math.isnan(p.iloc[0]["aggregate_tok_s"])
     p = whatif.predict(comp, "baseline", concurrency=[16], accept_length=2.0, sets=sets)
     assert bool(p.iloc[0]["refused"]) and "does not speculate" in p.iloc[0]["why"]
+    p = whatif.predict(comp, "mtp", concurrency=[16], accept_length=2.0, sets=sets)
+    assert bool(p.iloc[0]["refused"]) and "no measured accept length" in p.iloc[0]["why"]
     p = whatif.predict(comp, "mtp", concurrency=[16], output_tokens=2000, sets=sets)
     assert bool(p.iloc[0]["refused"]) and "longer than the 1000 measured" in p.iloc[0]["why"]
 

@@ -90,6 +90,8 @@ class ArmData:
     memory_usage: dict[str, float]
     #: where n came from at each level: "gauge", "cap", "littles-law"
     admitted_source: list[str]
+    #: True when every level's accept length was measured (server figure or tokens per chunk)
+    accept_measured: bool = False
     assumptions: list[str] = field(default_factory=list)
 
     def subset(self, keep: np.ndarray) -> "ArmData":
@@ -102,7 +104,8 @@ class ArmData:
             prompt_tokens=self.prompt_tokens, cap=self.cap, pool_tokens=self.pool_tokens,
             draft_tokens=self.draft_tokens, speculative=self.speculative,
             mem_fraction_static=self.mem_fraction_static, memory_usage=self.memory_usage,
-            admitted_source=[s for s, k in zip(self.admitted_source, keep) if k], assumptions=list(self.assumptions))
+            admitted_source=[s for s, k in zip(self.admitted_source, keep) if k], assumptions=list(self.assumptions),
+            accept_measured=self.accept_measured)
 
 
 def _num(value: Any) -> float | None:
@@ -203,6 +206,7 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
     admitted = np.empty(k)
     sources: list[str] = []
     accept = np.ones(k)
+    accept_seen = np.zeros(k, bool)
     assumptions: list[str] = []
     user_col = "user_tok_s_mean" if not level_only and "user_tok_s_mean" in lv.columns else comp.user_metric
     for i, row in lv.iterrows():
@@ -214,6 +218,7 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
         if spec:
             acc = _level_value(row, "spec_accept_length", "tokens_per_chunk_mean")
             accept[i] = acc if math.isfinite(acc) and acc >= 1 else 1.0
+            accept_seen[i] = math.isfinite(acc) and acc >= 1
         if level_only:
             # Little's law on a closed loop: every one of C clients always has a request out
             n = min(c, a / u)
@@ -297,4 +302,4 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
         pool_tokens=int(pool) if pool else None, draft_tokens=int(draft) if draft else None, speculative=spec,
         mem_fraction_static=_num(server_setting(meta, "mem_fraction_static")),
         memory_usage={k: float(v) for k, v in mem.items() if _num(v) is not None} if isinstance(mem, dict) else {},
-        admitted_source=sources, assumptions=assumptions)
+        admitted_source=sources, assumptions=assumptions, accept_measured=bool(spec and accept_seen.all()))

@@ -119,6 +119,9 @@ def predict_model(m: ArmModel, s: Setting) -> tuple[dict[str, np.ndarray] | None
     if s.accept_length is not None:
         if not d.speculative:
             return refuse(f"accept_length={accept:g}: arm '{d.arm}' does not speculate (one token per step)")
+        if not d.accept_measured:
+            return refuse(f"accept_length={accept:g}: arm '{d.arm}' has no measured accept length at every level "
+                          "to scale from")
         top = d.draft_tokens or math.inf
         if not 1.0 <= accept <= top:
             return refuse(f"accept_length={accept:g}: must lie in [1, {top:g}] (tokens verified per step)")
