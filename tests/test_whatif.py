@@ -114,6 +114,10 @@ def test_the_seed_cap_question_is_answered_with_its_assumption() -> None:
     md = section.markdown(comp, sets)
     assert "would raising max_running_requests from 48 to 128" in md and "by assumption" in md
     assert "per-request tok/s is taken to exclude queueing" in md
+    nxt = whatif.next_experiment(comp, sets)
+    assert nxt is not None and nxt["arm"] == "mtp" and nxt["sentence"] in md
+    assert nxt["prediction"]["refused"] or (
+        nxt["prediction"]["aggregate_tok_s_lo"] <= nxt["baseline_aggregate_tok_s"] <= nxt["prediction"]["aggregate_tok_s_hi"])
     # the validation figures on the page are the computed ones
     s = loo_summary(loo(model_for(comp, "mtp", sets, n_boot=20)))
     assert f"{s['aggregate_tok_s_mean_abs_pct']:,.2f} %" in md or f"{s['aggregate_tok_s_mean_abs_pct']:,.1f} %" in md
