@@ -132,6 +132,8 @@ def test_decomposition_factors_multiply_to_the_aggregate_ratio() -> None:
     assert np.allclose(ratio, product)
     points = d[["running_points", "batch_points", "spec_points", "other_points"]].sum(axis=1)
     assert np.allclose(points, d["aggregate_delta_pct"])
+    spec = section.chart(comp, sets).to_dict()
+    assert spec["mark"] == {"type": "bar"} and len(next(iter(spec["datasets"].values()))) == 6 * 4
     at128 = d.set_index("concurrency").loc[128.0]
     # at 128 the fewer running requests cost more than the whole loss; speculation itself still gains
     assert at128["running_points"] < at128["aggregate_delta_pct"] < 0 < at128["spec_points"]
