@@ -186,6 +186,29 @@ def _cap_question(comp: Comparison, arm: str, m: ArmModel, base_max: float) -> t
     return "".join(lines), p
 
 
+def _step_table(comp: Comparison, models: dict[str, ArmModel]) -> str:
+    """Each arm's decode step time as a straight line through its batch sizes (a summary; predictions interpolate)."""
+    rows = ["| arm | batch sizes run | step time: fixed + per running request | per batched token (verify width) "
+            "| prefill share at its largest batch |", "|---|---|---|---|---|"]
+    for a in comp.arms:
+        m = models[a]
+        fit = m.step_fit
+        width = m.data.draft_tokens if m.data.speculative and m.data.draft_tokens else 1
+        lo, hi = m.n_range
+        share = float(m.prefill_share[0, -1]) * 100
+        per_tok = fit["per_request_ms"] / width
+        if m.data.speculative and not m.data.accept_measured:
+            rows.append(f"| {md_text(a)} | {_n(lo)}–{_n(hi)} | accept length not measured: time per token "
+                        f"{_n(fit['fixed_ms'], ' ms')} + {fit['per_request_ms']:.3f} ms × n | — | — |")
+            continue
+        rows.append(f"| {md_text(a)} | {_n(lo)}–{_n(hi)} | {_n(fit['fixed_ms'], ' ms')} + "
+                    f"{fit['per_request_ms']:.3f} ms × n | {per_tok:.3f} ms (width n × {width}) | "
+                    + ("— |" if m.data.level_only else f"{share:.0f} % |"))
+    note = ("Step time t(n) = time per token × accept length ÷ the stall mix (prefill steps of other requests); "
+            "level-only data fold prefill into it.")
+    return "\n".join(rows) + "\n\n" + note
+
+
 def _validation_md(comp: Comparison, models: dict[str, ArmModel], sets: Sequence[ResultSet] | None
                    ) -> tuple[str, dict[str, Any]]:
     rows = ["| arm | levels predicted | aggregate: mean / worst abs error | per-user: mean / worst abs error |",
@@ -227,6 +250,7 @@ def build(comp: Comparison, sets: Sequence[ResultSet] | None = None, *, n_boot: 
            "batch sizes the arm ran (never extrapolated), accept length as measured, and Little's law for the queue "
            "in the closed loop. Bands: 95 %, a bootstrap over each level's requests widened by the arm's own "
            "leave-one-level-out error. Assumptions: " + FOOTPRINT_ASSUMPTION + "; " + CONTEXT_ASSUMPTION + "."]
+    out += ["", _step_table(comp, models)]
     level_only = [a for a in comp.arms if models[a].data.level_only]
     if level_only:
         out.append("")
