@@ -135,3 +135,119 @@ def test_readme_redraw_snippet_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(chart, alt.TopLevelMixin)
     assert png(chart)[:4] == b"\x89PNG"
     assert not Path(ROOT / "throughput.html").exists()
+
+
+# ------------------------------------------------------------------ verdict strip (issue 23, item 1)
+
+def layers_of(spec: dict) -> list[dict]:
+    """Every unit spec (one mark) of a layered / concatenated Vega-Lite spec."""
+    if "mark" in spec:
+        return [spec]
+    out = []
+    for key in ("layer", "hconcat", "vconcat", "concat"):
+        for sub in spec.get(key, []):
+            out += layers_of(sub)
+    return out
+
+
+def rows_of(spec: dict, unit: dict) -> list[dict]:
+    """The data rows of one unit spec (named datasets of the top-level spec)."""
+    name = (unit.get("data") or {}).get("name")
+    return spec["datasets"][name]
+
+
+def mark_type(unit: dict) -> str:
+    m = unit["mark"]
+    return m if isinstance(m, str) else m["type"]
+
+
+def strip_frame(rows: list[tuple[str, str, int, str, float]]) -> "pd.DataFrame":
+    import pandas as pd  # noqa: PLC0415
+    return pd.DataFrame(rows, columns=["profile", "arm", "concurrency", "outcome", "crossover"])
+
+
+def test_verdict_strip_cells_colours_and_axis_follow_the_data() -> None:
+    nan = float("nan")
+    rows = [("Batch", "mtp", c, o, 12.0) for c, o in zip((1, 2, 8, 32), ("gain", "gain", "neutral", "loss"))]
+    rows += [("Batch", "eagle", c, o, nan) for c, o in zip((1, 2, 8, 32), ("neutral", "neutral", "loss", "loss"))]
+    rows += [("Latency <b>&", "mtp", c, o, nan) for c, o in zip((2, 8, 32), ("gain", "gain", "gain"))]
+    spec = charts.verdict_strip(strip_frame(rows)).to_dict()
+    units = layers_of(spec)
+    cells = [u for u in units if mark_type(u) == "rect"]
+    assert len(cells) == 1
+    cell, enc = cells[0], cells[0]["encoding"]
+    data = rows_of(spec, cell)
+    # one cell per (profile, arm, level), carrying its outcome
+    got = {(r["profile"], r["arm"], r["concurrency"]): r["outcome"] for r in data}
+    assert got == {(p, a, c): o for p, a, c, o, _ in rows}
+    # the colour scale maps each outcome to its own colour, and the legend says what each means
+    scale = enc["color"]["scale"]
+    colour = dict(zip(scale["domain"], scale["range"]))
+    assert set(colour) == {"gain", "loss", "neutral"} and len(set(colour.values())) == 3
+    label_expr = enc["color"]["legend"]["labelExpr"]
+    for word, meaning in (("gain", "credibly better"), ("loss", "credibly worse"), ("neutral", "within noise")):
+        assert f"'{word}'" in label_expr and meaning in label_expr
+    # x: log2, a tick at every tested level; cells of one band tile the axis without overlapping
+    x = enc["x"]
+    assert x["scale"]["type"] == "log" and x["scale"]["base"] == 2 and x["axis"]["values"] == [1, 2, 8, 32]
+    for band in {r["band"] for r in data}:
+        spans = sorted((r["x_low"], r["concurrency"], r["x_high"]) for r in data if r["band"] == band)
+        assert all(lo < c < hi for lo, c, hi in spans)
+        assert all(a[2] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))
+    # one band per profile × arm, in the frame's order, the full names on the axis (never cut)
+    assert enc["y"]["sort"] == ["Batch\nmtp", "Batch\neagle", "Latency <b>&\nmtp"]
+    assert enc["y"]["axis"]["labelLimit"] == 0
+    # the crossover: one mark, on the mtp band of Batch only, at 12
+    marks = [u for u in units if u is not cell]
+    assert len(marks) == 1
+    assert [(r["band"], r["crossover"]) for r in rows_of(spec, marks[0])] == [("Batch\nmtp", 12.0)]
+    assert marks[0]["encoding"]["x"]["scale"] == x["scale"]
+    # rendered: each outcome's colour is drawn, and the untrusted profile name is escaped
+    picture = vlc.vegalite_to_svg(spec)
+    for c in colour.values():
+        assert c in picture.lower()
+    assert "<b>&" not in picture and "&lt;b&gt;&amp;" in picture
+
+
+def test_verdict_strip_rejects_bad_frames() -> None:
+    frame = strip_frame([("Batch", "mtp", 4, "win", float("nan"))])
+    with pytest.raises(ValueError, match="outcome 'win' is not one of gain, loss, neutral"):
+        charts.verdict_strip(frame)
+    with pytest.raises(ValueError, match="lacks column\\(s\\) outcome"):
+        charts.verdict_strip(frame.drop(columns=["outcome"]))
+    assert charts.verdict_strip(frame.iloc[:0]) is None
+    no_crossover = charts.verdict_strip(frame.drop(columns=["crossover"]).assign(outcome="gain")).to_dict()
+    assert [mark_type(u) for u in layers_of(no_crossover)] == ["rect"]
+
+
+def test_verdict_strip_frame_from_recommendations(tmp_path: Path) -> None:
+    from helpers import write_level_only  # noqa: PLC0415
+    from specsweep import recommend  # noqa: PLC0415
+
+    # baseline; "up" gains 20 % at low concurrency and loses 30 % at high; "flat" changes nothing
+    base = {1: (100.0, 100.0), 2: (190.0, 95.0), 4: (360.0, 90.0), 8: (640.0, 80.0), 16: (1100.0, 69.0)}
+    up = {c: (a * f, u * f) for (c, (a, u)), f in zip(base.items(), (1.2, 1.2, 1.2, 0.7, 0.7))}
+    sets = [write_level_only(tmp_path / "b", "baseline", base), write_level_only(tmp_path / "u", "up", up),
+            write_level_only(tmp_path / "f", "flat", base)]
+    comp = compare(load_result_sets(sets))
+    recs = [recommend.recommend(comp, p) for p in recommend.DEFAULT_PROFILES]
+    frame = charts.verdict_strip_frame(comp, recs)
+    expected = []
+    for rec in recs:
+        for r in rec.levels.itertuples():
+            cross = rec.up_to_concurrency if rec.up_to_concurrency is not None else rec.from_concurrency
+            want = cross if cross is not None and r.arm == rec.arm else None
+            expected.append((rec.profile.name, r.arm, r.concurrency, r.outcome, want))
+    got = [(r.profile, r.arm, r.concurrency, r.outcome, None if r.crossover != r.crossover else r.crossover)
+           for r in frame.itertuples()]
+    assert sorted(got, key=str) == sorted(expected, key=str) and len(got) == len(expected) > 0
+    assert frame["crossover"].notna().any() and frame["crossover"].isna().any()
+    assert set(frame.loc[frame["crossover"].notna(), "arm"]) == {"up"}
+    # arms in the comparison's order within each profile, profiles in the order given
+    assert list(dict.fromkeys(frame["profile"])) == [r.profile.name for r in recs if not r.levels.empty]
+    for _, part in frame.groupby("profile", sort=False):
+        arms = list(dict.fromkeys(part["arm"]))
+        assert arms == [a for a in comp.arms if a in arms]
+    assert charts.verdict_strip(frame) is not None
+    empty = charts.verdict_strip_frame(comp, [])
+    assert list(empty.columns) == ["profile", "arm", "concurrency", "outcome", "crossover"] and empty.empty

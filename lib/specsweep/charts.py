@@ -674,3 +674,127 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
             panels.append(alt.layer(*layers).properties(width=pw, height=ph, title=cat))
         figure_rows.append(alt.hconcat(*panels))
     return alt.vconcat(*figure_rows)
+
+
+# ------------------------------------------------------------------------------ verdict strip
+
+#: colours and meanings of a level's outcome in the verdict strip
+OUTCOME_COLOURS = {"gain": "#15803d", "loss": "#b91c1c", "neutral": "#d1d5db"}
+OUTCOME_MEANING = {
+    "gain": "gain: credibly better for this profile",
+    "loss": "loss: credibly worse for this profile",
+    "neutral": "neutral: within noise",
+}
+STRIP_COLUMNS = ("profile", "arm", "concurrency", "outcome")
+#: pixels per band (profile × arm) of the verdict strip
+STRIP_BAND = 30
+
+
+def verdict_strip_frame(comp: Comparison, recs: Sequence[object]) -> pd.DataFrame:
+    """The verdict strip's frame from :class:`~specsweep.recommend.Recommendation` objects.
+
+    One row per (profile, arm, concurrency) of each ``rec.levels`` (arms by their short name, in
+    the comparison's order; profiles in the order of ``recs``), with ``crossover`` (concurrency,
+    requests) set on the recommended arm's rows to ``rec.up_to_concurrency`` or
+    ``rec.from_concurrency`` and NaN elsewhere. Recommendations without levels (no verdict) add
+    no rows. The extra columns of ``rec.levels`` (``decided_by``, ``aggregate_band``…) are kept.
+    """
+    order = {a: i for i, a in enumerate(comp.arms)}
+    parts = []
+    for i, rec in enumerate(recs):
+        levels = getattr(rec, "levels", None)
+        if levels is None or levels.empty:
+            continue
+        cross = rec.up_to_concurrency if rec.up_to_concurrency is not None else rec.from_concurrency
+        part = levels.copy()
+        part.insert(0, "profile", rec.profile.name)
+        part["crossover"] = [float(cross) if cross is not None and a == rec.arm else math.nan for a in part["arm"]]
+        part["_p"], part["_a"] = i, part["arm"].map(lambda a: order.get(a, len(order)))
+        parts.append(part)
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in
+                             zip((*STRIP_COLUMNS, "crossover"), (str, str, int, str, float))})
+    out = pd.concat(parts, ignore_index=True).sort_values(["_p", "_a", "concurrency"], kind="stable")
+    return out.drop(columns=["_p", "_a"]).reset_index(drop=True)
+
+
+def _strip_edges(levels: Sequence[int]) -> dict[int, tuple[float, float]]:
+    """Each tested level's cell on a log2 axis: from the geometric midpoint with the level below to
+    the one with the level above (the end cells as wide as their neighbour's half-step)."""
+    lv = sorted(set(levels))
+    if len(lv) == 1:
+        return {lv[0]: (lv[0] / math.sqrt(2), lv[0] * math.sqrt(2))}
+    mids = [math.sqrt(a * b) for a, b in zip(lv, lv[1:])]
+    lows = [lv[0] * lv[0] / mids[0], *mids]
+    highs = [*mids, lv[-1] * lv[-1] / mids[-1]]
+    return {c: (lo, hi) for c, lo, hi in zip(lv, lows, highs)}
+
+
+def verdict_strip(strip: pd.DataFrame, *, width: int | None = None,
+                  band_height: int | None = None) -> alt.LayerChart | None:
+    """The verdict strip: concurrency (log2, a tick per tested level) across, one band per
+    profile × arm, each tested level a cell coloured by its outcome (legend: what each means),
+    a black tick at the crossover where there is one.
+
+    ``strip`` has columns ``profile``, ``arm`` (short name), ``concurrency`` (requests),
+    ``outcome`` (gain | loss | neutral) and optionally ``crossover`` (concurrency, NaN for
+    none), ``decided_by`` and ``aggregate_band`` (shown in tooltips) — see
+    :func:`verdict_strip_frame`. ``width`` is the plot's width in px, ``band_height`` each
+    band's. None when ``strip`` has no rows.
+    """
+    missing = [c for c in STRIP_COLUMNS if c not in strip.columns]
+    if missing:
+        raise ValueError(f"verdict_strip: the frame lacks column(s) {', '.join(missing)}; "
+                         f"it needs {', '.join(STRIP_COLUMNS)} (build it with charts.verdict_strip_frame)")
+    if strip.empty:
+        return None
+    bad = sorted(set(map(str, strip["outcome"])) - set(OUTCOME_COLOURS))
+    if bad:
+        raise ValueError(f"verdict_strip: outcome {', '.join(map(repr, bad))} is not one of gain, loss, neutral")
+    d = strip.copy()
+    d["concurrency"] = d["concurrency"].astype(int)
+    # the row key: profile and arm on two lines of the axis label
+    d["band"] = d["profile"].astype(str) + "\n" + d["arm"].astype(str)
+    bands = list(dict.fromkeys(d["band"]))
+    edges = _strip_edges(d["concurrency"].tolist())
+    d["x_low"] = d["concurrency"].map(lambda c: edges[c][0])
+    d["x_high"] = d["concurrency"].map(lambda c: edges[c][1])
+    d["meaning"] = d["outcome"].map(OUTCOME_MEANING)
+    lv = sorted(edges)
+    x_scale = alt.Scale(type="log", base=2, domain=[edges[lv[0]][0], edges[lv[-1]][1]], nice=False)
+    y = alt.Y("band:N", sort=bands, title=None,
+              axis=alt.Axis(labelExpr="split(datum.label, '\\n')", labelLimit=0, labelFontSize=11,
+                            labelPadding=6, ticks=False, domain=False))
+    keep = [c for c in ("profile", "arm", "concurrency", "meaning", "decided_by", "aggregate_band") if c in d]
+    tips = [alt.Tooltip(f"{c}:{'Q' if c == 'concurrency' else 'N'}",
+                        title={"meaning": "outcome", "decided_by": "decided by", "aggregate_band": "aggregate Δ"}.get(c, c))
+            for c in keep]
+    cols = list(dict.fromkeys(["band", "concurrency", "x_low", "x_high", "outcome", *keep]))
+    cells = alt.Chart(d[cols]).mark_rect(stroke="white", strokeWidth=2).encode(
+        x=alt.X("x_low:Q", scale=x_scale, title="Concurrent requests (log2)",
+                axis=alt.Axis(values=lv, format="d", grid=False)),
+        x2="x_high:Q",
+        y=y,
+        color=alt.Color("outcome:N", title="Level outcome",
+                        scale=alt.Scale(domain=list(OUTCOME_COLOURS), range=list(OUTCOME_COLOURS.values())),
+                        legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0,
+                                          labelExpr=" : ".join(f"datum.label == '{k}' ? '{v}'"
+                                                               for k, v in OUTCOME_MEANING.items()) + " : datum.label")),
+        tooltip=tips,
+    )
+    layers: list[alt.Chart] = [cells]
+    if "crossover" in d and d["crossover"].notna().any():
+        cx = d.dropna(subset=["crossover"]).drop_duplicates(["band"])[["band", "profile", "arm", "crossover"]]
+        cx = cx.assign(marker="crossover (where the deciding delta crosses zero)")
+        layers.append(alt.Chart(cx).mark_point(filled=True, size=(band_height or STRIP_BAND) ** 2 * 0.8,
+                                               color="black", strokeWidth=3).encode(
+            x=alt.X("crossover:Q", scale=x_scale),
+            y=y,
+            shape=alt.Shape("marker:N", title=None,
+                            scale=alt.Scale(range=["M-0.12,-1H0.12V1H-0.12Z"]),
+                            legend=alt.Legend(orient="bottom", labelLimit=0, symbolSize=120)),
+            tooltip=[alt.Tooltip("profile:N"), alt.Tooltip("arm:N"),
+                     alt.Tooltip("crossover:Q", title="crossover (concurrency)", format=".1f")]))
+    return alt.layer(*layers).resolve_legend(color="independent", shape="independent").properties(
+        width=width or WIDTH, height=(band_height or STRIP_BAND) * len(bands),
+        title="Verdict per concurrency level")
