@@ -135,3 +135,278 @@ def test_readme_redraw_snippet_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(chart, alt.TopLevelMixin)
     assert png(chart)[:4] == b"\x89PNG"
     assert not Path(ROOT / "throughput.html").exists()
+
+
+# ------------------------------------------------------------------ verdict strip (issue 23, item 1)
+
+def layers_of(spec: dict) -> list[dict]:
+    """Every unit spec (one mark) of a layered / concatenated Vega-Lite spec."""
+    if "mark" in spec:
+        return [spec]
+    out = []
+    for key in ("layer", "hconcat", "vconcat", "concat"):
+        for sub in spec.get(key, []):
+            out += layers_of(sub)
+    return out
+
+
+def rows_of(spec: dict, unit: dict) -> list[dict]:
+    """The data rows of one unit spec (named datasets of the top-level spec)."""
+    name = (unit.get("data") or {}).get("name")
+    return spec["datasets"][name]
+
+
+def mark_type(unit: dict) -> str:
+    m = unit["mark"]
+    return m if isinstance(m, str) else m["type"]
+
+
+def strip_frame(rows: list[tuple[str, str, int, str, float]]) -> "pd.DataFrame":
+    import pandas as pd  # noqa: PLC0415
+    return pd.DataFrame(rows, columns=["profile", "arm", "concurrency", "outcome", "crossover"])
+
+
+def test_verdict_strip_cells_colours_and_axis_follow_the_data() -> None:
+    nan = float("nan")
+    rows = [("Batch", "mtp", c, o, 12.0) for c, o in zip((1, 2, 8, 32), ("gain", "gain", "neutral", "loss"))]
+    rows += [("Batch", "eagle", c, o, nan) for c, o in zip((1, 2, 8, 32), ("neutral", "neutral", "loss", "loss"))]
+    rows += [("Latency <b>&", "mtp", c, o, nan) for c, o in zip((2, 8, 32), ("gain", "gain", "gain"))]
+    spec = charts.verdict_strip(strip_frame(rows)).to_dict()
+    units = layers_of(spec)
+    cells = [u for u in units if mark_type(u) == "rect"]
+    assert len(cells) == 1
+    cell, enc = cells[0], cells[0]["encoding"]
+    data = rows_of(spec, cell)
+    # one cell per (profile, arm, level), carrying its outcome
+    got = {(r["profile"], r["arm"], r["concurrency"]): r["outcome"] for r in data}
+    assert got == {(p, a, c): o for p, a, c, o, _ in rows}
+    # the colour scale maps each outcome to its own colour, and the legend says what each means
+    scale = enc["color"]["scale"]
+    colour = dict(zip(scale["domain"], scale["range"]))
+    assert set(colour) == {"gain", "loss", "neutral"} and len(set(colour.values())) == 3
+    label_expr = enc["color"]["legend"]["labelExpr"]
+    for word, meaning in (("gain", "credibly better"), ("loss", "credibly worse"), ("neutral", "within noise")):
+        assert f"'{word}'" in label_expr and meaning in label_expr
+    # x: log2, a tick at every tested level; cells of one band tile the axis without overlapping
+    x = enc["x"]
+    assert x["scale"]["type"] == "log" and x["scale"]["base"] == 2 and x["axis"]["values"] == [1, 2, 8, 32]
+    for band in {r["band"] for r in data}:
+        spans = sorted((r["x_low"], r["concurrency"], r["x_high"]) for r in data if r["band"] == band)
+        assert all(lo < c < hi for lo, c, hi in spans)
+        assert all(a[2] <= b[0] + 1e-9 for a, b in zip(spans, spans[1:]))
+    # one band per profile × arm, in the frame's order, the full names on the axis (never cut)
+    assert enc["y"]["sort"] == ["Batch\nmtp", "Batch\neagle", "Latency <b>&\nmtp"]
+    assert enc["y"]["axis"]["labelLimit"] == 0
+    # the crossover: one mark, on the mtp band of Batch only, at 12
+    marks = [u for u in units if u is not cell]
+    assert len(marks) == 1
+    assert [(r["band"], r["crossover"]) for r in rows_of(spec, marks[0])] == [("Batch\nmtp", 12.0)]
+    assert marks[0]["encoding"]["x"]["scale"] == x["scale"]
+    # rendered: each outcome's colour is drawn, and the untrusted profile name is escaped
+    picture = vlc.vegalite_to_svg(spec)
+    for c in colour.values():
+        assert c in picture.lower()
+    assert "<b>&" not in picture and "&lt;b&gt;&amp;" in picture
+
+
+def test_verdict_strip_rejects_bad_frames() -> None:
+    frame = strip_frame([("Batch", "mtp", 4, "win", float("nan"))])
+    with pytest.raises(ValueError, match="outcome 'win' is not one of gain, loss, neutral"):
+        charts.verdict_strip(frame)
+    with pytest.raises(ValueError, match="lacks column\\(s\\) outcome"):
+        charts.verdict_strip(frame.drop(columns=["outcome"]))
+    assert charts.verdict_strip(frame.iloc[:0]) is None
+    no_crossover = charts.verdict_strip(frame.drop(columns=["crossover"]).assign(outcome="gain")).to_dict()
+    assert [mark_type(u) for u in layers_of(no_crossover)] == ["rect"]
+
+
+def test_verdict_strip_frame_from_recommendations(tmp_path: Path) -> None:
+    from helpers import write_level_only  # noqa: PLC0415
+    from specsweep import recommend  # noqa: PLC0415
+
+    # baseline; "up" gains 20 % at low concurrency and loses 30 % at high; "flat" changes nothing
+    base = {1: (100.0, 100.0), 2: (190.0, 95.0), 4: (360.0, 90.0), 8: (640.0, 80.0), 16: (1100.0, 69.0)}
+    up = {c: (a * f, u * f) for (c, (a, u)), f in zip(base.items(), (1.2, 1.2, 1.2, 0.7, 0.7))}
+    sets = [write_level_only(tmp_path / "b", "baseline", base), write_level_only(tmp_path / "u", "up", up),
+            write_level_only(tmp_path / "f", "flat", base)]
+    comp = compare(load_result_sets(sets))
+    recs = [recommend.recommend(comp, p) for p in recommend.DEFAULT_PROFILES]
+    frame = charts.verdict_strip_frame(comp, recs)
+    expected = []
+    for rec in recs:
+        for r in rec.levels.itertuples():
+            cross = rec.up_to_concurrency if rec.up_to_concurrency is not None else rec.from_concurrency
+            want = cross if cross is not None and r.arm == rec.arm else None
+            expected.append((rec.profile.name, r.arm, r.concurrency, r.outcome, want))
+    got = [(r.profile, r.arm, r.concurrency, r.outcome, None if r.crossover != r.crossover else r.crossover)
+           for r in frame.itertuples()]
+    assert sorted(got, key=str) == sorted(expected, key=str) and len(got) == len(expected) > 0
+    assert frame["crossover"].notna().any() and frame["crossover"].isna().any()
+    assert set(frame.loc[frame["crossover"].notna(), "arm"]) == {"up"}
+    # arms in the comparison's order within each profile, profiles in the order given
+    assert list(dict.fromkeys(frame["profile"])) == [r.profile.name for r in recs if not r.levels.empty]
+    for _, part in frame.groupby("profile", sort=False):
+        arms = list(dict.fromkeys(part["arm"]))
+        assert arms == [a for a in comp.arms if a in arms]
+    assert charts.verdict_strip(frame) is not None
+    empty = charts.verdict_strip_frame(comp, [])
+    assert list(empty.columns) == ["profile", "arm", "concurrency", "outcome", "crossover"] and empty.empty
+
+
+# ------------------------------------------- legible charts with several arms (issue 23, item 8)
+
+#: labels like the demo's: long, and two of them differing only at the end
+LONG_LABELS = {
+    "baseline": "Baseline (no speculative decoding, the server's defaults)",
+    "mtp": "MTP (simulated NEXTN; running requests capped at 48 as SGLang does)",
+    "mtp-cap128": "MTP (simulated NEXTN; running requests capped at 48 as SGLang does, \"cap\" 128 \\ </script>)",
+}
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    """Baseline and two arms with equal measurements (as the demo's MTP and MTP-cap-128 were):
+    +30 % at low concurrency, −20 % at 64, so each arm's crossovers lie at the same concurrency."""
+    from helpers import write_level_only  # noqa: PLC0415
+
+    tmp = tmp_path_factory.mktemp("twins")
+    base = {1: (100.0, 100.0), 2: (190.0, 95.0), 4: (360.0, 90.0), 8: (640.0, 80.0), 16: (1100.0, 69.0),
+            32: (1800.0, 56.0), 64: (2600.0, 40.0)}
+    gain = (1.3, 1.3, 1.25, 1.15, 1.05, 0.9, 0.8)
+    arm = {c: (a * g, u * g) for (c, (a, u)), g in zip(base.items(), gain)}
+    sets = [write_level_only(tmp / "b", "baseline", base, label=LONG_LABELS["baseline"],
+                             server={"max_running_requests": 48}),
+            write_level_only(tmp / "m", "mtp", arm, label=LONG_LABELS["mtp"], server={"max_running_requests": 48}),
+            write_level_only(tmp / "c", "mtp-cap128", arm, label=LONG_LABELS["mtp-cap128"],
+                             server={"max_running_requests": 48})]
+    return compare(load_result_sets(sets))
+
+
+def overlapping(boxes: list[tuple[str, float, float, float, float]]) -> list[tuple[object, object]]:
+    return [(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+            if min(a[3], b[3]) - max(a[1], b[1]) > 0 and min(a[4], b[4]) - max(a[2], b[2]) > 0]
+
+
+def test_crossover_labels_do_not_overlap(twins: Comparison) -> None:
+    """The demo's two arms crossed at 49 and 57: both labels were drawn at one height ('crossover≈4957')."""
+    cx = twins.crossovers
+    assert len(cx[cx["metric"] == "output_tok_s"]) == 2  # both arms cross, at the same concurrency
+    for panel_width in (None, 200):
+        chart = charts.delta_chart(twins, width=panel_width)
+        assert len(chart.hconcat) == 2
+        for panel in chart.hconcat:  # (text positions are relative to their panel)
+            boxes = [b for b in label_boxes(panel) if "crossover" in b[0]]
+            assert len(boxes) == 2, boxes
+            assert not overlapping(boxes), (panel_width, boxes)
+            assert all(b[1] >= 0 and b[3] <= (panel_width or charts.PANEL_WIDTH) + 1 for b in boxes), boxes
+            # each label names its arm, since there are two
+            assert sorted(b[0].split(" ")[0] for b in boxes) == ["mtp", "mtp-cap128"]
+    # in the spec: the two labels of rules at the same spot are placed apart (one beside the other, or below)
+    spec = charts.delta_chart(twins, width=200).to_dict()
+    texts = [r for u in layers_of(spec["hconcat"][0]) if mark_type(u) == "text" for r in spec["datasets"][u["data"]["name"]]]
+    assert len(texts) == 2 and len({(r["label_x_px"], r["label_y_px"]) for r in texts}) == 2
+
+
+def legends(svg_text: str) -> dict[str, list[dict[str, str]]]:
+    """Legend title → its entries as drawn: label (lines joined by a space), the symbol's path,
+    stroke dash and colour."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for block in svg_text.split('class="mark-group role-legend"')[1:]:
+        title = re.search(r'role-legend-title[^>]*>\s*<text[^>]*>([^<]*)</text>', block)
+        entries = re.findall(r'role-legend-symbol[^>]*><path ([^>]*)/></g><g class="mark-text role-legend-label"'
+                             r'[^>]*><text[^>]*>(.*?)</text>', block, re.S)
+        rows = []
+        for attrs, text in entries:
+            get = lambda k, a=attrs: (re.search(rf'\b{k}="([^"]*)"', a) or [None, ""])[1]  # noqa: E731
+            label = " ".join(re.findall(r"<tspan[^>]*>([^<]*)</tspan>", text)) or text
+            rows.append({"label": label, "d": get("d"), "dash": get("stroke-dasharray"), "colour": get("stroke") or get("fill")})
+        out[title.group(1) if title else ""] = rows
+    return out
+
+
+def unescape(text: str) -> str:
+    import html  # noqa: PLC0415
+    return html.unescape(text)
+
+
+def test_legends_show_every_arm_name_whole_and_its_line_style(twins: Comparison, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Legends cut labels at ~25 characters ('MTP (simulated NEXTN; running …' twice), so colour alone
+    told arms apart; now each entry is the arm's whole name, wrapped, beside a line in its own dash."""
+    for how, names in (("short", {a: a for a in LONG_LABELS}), ("label", LONG_LABELS)):
+        monkeypatch.setattr(charts, "ARM_NAMES", how)
+        for make, shown in ((charts.throughput_chart, list(names)), (charts.user_speed_chart, list(names)),
+                            (charts.delta_chart, ["mtp", "mtp-cap128"]), (charts.delta_fit_chart, ["mtp", "mtp-cap128"]),
+                            (charts.concurrency_chart, list(names))):
+            picture = svg(make(twins))
+            assert "…" not in picture, make.__name__
+            entries = legends(picture)["Arm"]
+            assert [unescape(e["label"]) for e in entries] == [names[a] for a in shown], make.__name__
+            dashes = [e["dash"] for e in entries]
+            assert len(set(dashes)) == len(dashes), (make.__name__, dashes)  # a distinct line style each …
+            assert all(e["d"].count("L") == 1 and "A" not in e["d"] for e in entries)  # … drawn as a line
+            assert len({e["colour"] for e in entries}) == len(entries)
+
+
+def line_paths(chart: alt.TopLevelMixin) -> list[tuple[str, str, str]]:
+    """(stroke, dash, path) of every line mark in the rendered SVG."""
+    out = []
+    for group in re.findall(r'<g class="mark-line role-mark[^"]*"[^>]*>(.*?)</g>', svg(chart), re.S):
+        for attrs in re.findall(r"<path ([^>]*)/>", group):
+            get = lambda k, a=attrs: (re.search(rf'\b{k}="([^"]*)"', a) or [None, ""])[1]  # noqa: E731
+            out.append((get("stroke"), get("stroke-dasharray"), get("d")))
+    return out
+
+
+def test_equal_lines_stay_visibly_distinct(twins: Comparison) -> None:
+    """Two arms with equal measurements: one line hid the other. Now each is drawn in its own dash,
+    a little apart, and their points nest (the later arm's smaller), so both show."""
+    levels = twins.levels.set_index(["arm", "concurrency"])["output_tok_s"]
+    assert levels["mtp"].tolist() == levels["mtp-cap128"].tolist()  # the data really are equal
+    for chart in (charts.throughput_chart(twins), charts.delta_chart(twins), charts.concurrency_chart(twins)):
+        lines = [p for p in line_paths(chart) if p[0] in (charts.ARM_COLOURS[0], charts.ARM_COLOURS[1])]
+        mtp = [p for p in lines if p[0] == charts.ARM_COLOURS[0]]
+        cap = [p for p in lines if p[0] == charts.ARM_COLOURS[1]]
+        assert mtp and cap and len(mtp) == len(cap)
+        for a, b in zip(mtp, cap):
+            assert a[1] != b[1] and a[2] != b[2]  # different dash, and not the same path
+    spec = charts.throughput_chart(twins).to_dict()
+    points = {rows_of(spec, u)[0]["arm"] if False else u["transform"][0]["filter"]["equal"]: u["mark"]
+              for u in layers_of(spec) if mark_type(u) == "point"}
+    assert points["mtp"]["size"] > points["mtp-cap128"]["size"]
+    assert (points["mtp"]["xOffset"], points["mtp"]["yOffset"]) != (points["mtp-cap128"]["xOffset"],
+                                                                  points["mtp-cap128"]["yOffset"])
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    """Three measured arms (per-request samples, so latency percentiles), two of them equal."""
+    from helpers import write_measured  # noqa: PLC0415
+
+    tmp = tmp_path_factory.mktemp("measured")
+
+    def levels(step: float, ttft: float) -> dict[int, dict[str, float]]:
+        return {c: dict(tokens=40, step_s=step * (1 + c / 16), ttft_s=ttft * (1 + c / 8), jitter=0.1) for c in (1, 2, 4, 8)}
+
+    sets = [write_measured(tmp / "b", "baseline", levels(0.01, 0.05)),
+            write_measured(tmp / "m", "mtp", levels(0.007, 0.06), seed=5, label=LONG_LABELS["mtp"]),
+            write_measured(tmp / "c", "mtp-cap128", levels(0.007, 0.06), seed=5, label=LONG_LABELS["mtp-cap128"])]
+    return compare(load_result_sets(sets))
+
+
+def test_latency_legend_tells_p50_from_p99_and_the_arms_apart(measured: Comparison) -> None:
+    """The p50/p99 legend showed two identical dots; now two lines, solid and dashed, as the chart draws them."""
+    chart = charts.latency_chart(measured)
+    assert chart is not None
+    found = legends(svg(chart))
+    pct = found["Percentile"]
+    assert [e["label"] for e in pct] == ["p50", "p99"]
+    assert pct[0]["dash"] != pct[1]["dash"] and all(e["d"].count("L") == 1 for e in pct)
+    arms = found["Arm"]
+    assert [e["label"] for e in arms] == ["baseline", "mtp", "mtp-cap128"]
+    assert len({e["d"] for e in arms}) == 3  # each arm its own point shape (and colour)
+    # the chart draws p99 in the dash its legend shows, p50 in the other
+    spec = chart.to_dict()
+    dash = [u["encoding"]["strokeDash"] for u in layers_of(spec) if mark_type(u) == "line"]
+    assert dash and all(d["field"] == "percentile" and d["scale"]["domain"] == ["p50", "p99"] for d in dash)
+    drawn = {p[1] for p in line_paths(chart)}
+    assert {pct[0]["dash"], pct[1]["dash"]} <= drawn

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -120,32 +121,49 @@ def test_metrics_names_and_counters(refserver_mtp: RefServer) -> None:
     assert _metric(text, "sglang:num_running_reqs") == 0  # idle again
 
 
-def test_running_cap_and_queue_over_socket(refserver_factory) -> None:
+def _bucket(text: str, name: str, le: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "_bucket{") and f'le="{le}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} bucket le={le} not in /metrics")
+
+
+def test_running_cap_and_queue_over_socket(refserver_factory) -> None:  # noqa: ANN001
+    """Four requests at a cap of 2: two run at once, two queue until a slot frees.
+
+    Judged on the server's own records, which no load on the machine changes: its queue-time
+    histogram (admission − arrival, on its scheduled clock) and each request's ``e2e_latency``.
+    (It used to compare the client's wall-clock TTFTs, which a CPU-bound job beside it broke.)
+    """
     srv = refserver_factory("mtp", ["--max-running-requests", "2"])
     info = httpx.get(srv.url + "/server_info").json()
     assert info["max_running_requests"] == 2
     assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == 2
 
-    async def one(client: httpx.AsyncClient) -> tuple[float, float]:
-        t0 = time.perf_counter()
-        first = None
+    async def one(client: httpx.AsyncClient) -> dict:
+        final: dict = {}
         async with client.stream("POST", srv.url + "/generate", json={
                 "text": "go", "stream": True,
-                "sampling_params": {"max_new_tokens": 150, "ignore_eos": True}}) as resp:
+                "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}) as resp:
             async for line in resp.aiter_lines():
-                if line.startswith("data: {") and first is None:
-                    first = time.perf_counter() - t0
-        return first or 0.0, time.perf_counter() - t0
+                if line.startswith("data: {"):
+                    final = json.loads(line[len("data: "):])["meta_info"]
+        return final
 
-    async def main() -> list[tuple[float, float]]:
-        async with httpx.AsyncClient(timeout=30) as client:
+    async def main() -> list[dict]:
+        async with httpx.AsyncClient(timeout=60) as client:
             return await asyncio.gather(*(one(client) for _ in range(4)))
 
-    results = sorted(asyncio.run(main()))
-    (ttft_a, e2e_a), (ttft_b, e2e_b), (ttft_c, _), (ttft_d, _) = results
-    # two run at once; the other two queue until the first ones finish
-    assert ttft_c >= 0.8 * min(e2e_a, e2e_b) and ttft_d >= 0.8 * min(e2e_a, e2e_b)
-    assert ttft_a < 0.5 * e2e_a
+    metas = asyncio.run(main())
+    assert [m["completion_tokens"] for m in metas] == [400] * 4
+    text = httpx.get(srv.url + "/metrics").text
+    name = "sglang:queue_time_seconds"
+    assert _metric(text, name + "_count") == 4
+    # two were admitted at once (waited less than a step or two), two waited for a slot: at least
+    # a whole 400-token request, far longer than 0.05 s however slowly the client sent them
+    assert _bucket(text, name, "0.05") == 2, text
+    e2e = sorted(m["e2e_latency"] for m in metas)
+    assert _metric(text, name + "_sum") >= 0.5 * (e2e[0] + e2e[1]), (e2e, _metric(text, name + "_sum"))
 
 
 def test_real_time_follows_the_model(refserver: RefServer) -> None:
@@ -161,35 +179,47 @@ def test_real_time_follows_the_model(refserver: RefServer) -> None:
     assert abs(e2e - expected) / expected < 0.05, (e2e, expected)
 
 
-def test_real_time_closed_loop_agrees_with_the_virtual_simulator(refserver_mtp: RefServer) -> None:
+def test_real_time_closed_loop_agrees_with_the_virtual_simulator(refserver_factory) -> None:  # noqa: ANN001
+    """The real-time engine runs the simulator's engine code on the server's own clock.
+
+    The server queues what its cap (4) does not admit and starts each queued request the moment a
+    slot frees, so 12 requests sent at once are a closed loop of 4 with no client in the loop; the
+    server's ``e2e_latency`` is measured on its scheduled clock. Both are independent of how
+    busy the machine is: this used to compare the client's wall-clock throughput with the model
+    within 15 %, which a CPU-bound job beside the test broke (wall-clock speed is a bench/ figure).
+    """
     from specsweep.refserver.model import simulate_closed_loop
     from specsweep.refserver.profiles import load_profile
 
-    conc, n, n_in, n_out = 4, 12, 50, 200
-    virtual = simulate_closed_loop(load_profile("tiny"), "mtp", conc, n, n_in, n_out)
+    cap, n, n_in, n_out = 4, 12, 50, 200
+    server = refserver_factory("mtp", ["--max-running-requests", str(cap)])
+    virtual = simulate_closed_loop(load_profile("tiny"), "mtp", n, n, n_in, n_out, max_running_requests=cap)
 
-    async def main() -> tuple[float, int]:
-        todo = list(range(n))
-        tokens = 0
-
-        async def worker(client: httpx.AsyncClient) -> None:
-            nonlocal tokens
-            while todo:
-                i = todo.pop()
-                r = await client.post(refserver_mtp.url + "/generate", json={
-                    "input_ids": [i] * n_in,
-                    "sampling_params": {"max_new_tokens": n_out, "ignore_eos": True}})
-                tokens += r.json()["meta_info"]["completion_tokens"]
-
-        async with httpx.AsyncClient(timeout=30) as client:
+    async def main() -> tuple[float, list[dict]]:
+        async with httpx.AsyncClient(timeout=120) as client:
             t0 = time.perf_counter()
-            await asyncio.gather(*(worker(client) for _ in range(conc)))
-            return time.perf_counter() - t0, tokens
+            replies = await asyncio.gather(*(client.post(server.url + "/generate", json={
+                "input_ids": [i] * n_in, "sampling_params": {"max_new_tokens": n_out, "ignore_eos": True}})
+                for i in range(n)))
+            return time.perf_counter() - t0, [r.json()["meta_info"] for r in replies]
 
-    window, tokens = asyncio.run(main())
-    assert tokens == n * n_out
-    # same engine code: aggregate tok/s within 15 % (client round trips and acceptance draws differ)
-    assert abs((tokens / window) / virtual.output_tok_s - 1) < 0.15, (tokens / window, virtual.output_tok_s)
+    wall, metas = asyncio.run(main())
+    engine = httpx.get(server.url + "/server_info").json()["specsweep_refserver"]["engine"]
+    tokens = sum(m["completion_tokens"] for m in metas)
+    assert tokens == n * n_out == virtual.total_output_tokens
+    # the same acceptance draws (request seeds) through the same engine: the same verify steps
+    assert sorted(m["spec_verify_ct"] for m in metas) == sorted(r.verify_ct for r in virtual.records)
+    assert engine["generated_tokens"] == tokens
+    # the server's clock: its window (every request sent at once, so the longest e2e) is the model's;
+    # only the few ms over which the 12 requests arrived (a busy client sends them more slowly,
+    # splitting the first prefill) separate them. A host stalled 0.25 s makes the engine resync its
+    # clock to now, which can only lengthen the window.
+    window = max(m["e2e_latency"] for m in metas)
+    assert window > 0.95 * virtual.window_s, (window, virtual.window_s, engine)
+    if not engine["clock_resyncs"]:
+        assert window < 1.05 * virtual.window_s, (window, virtual.window_s, engine)
+    # and no client sees its answer before the server's schedule says it is done
+    assert wall >= window
 
 
 def test_client_disconnect_frees_the_slot(refserver_factory) -> None:
