@@ -981,6 +981,10 @@ def _bad_event(obj: object, data: bytes, i: int) -> str:
     return f"server error in stream: {_message_of(obj['error'])}"
 
 
+#: what a chunk's field that is absent or not a JSON object reads as (never written to)
+_NO_FIELDS: Mapping[str, Any] = {}
+
+
 @dataclass(slots=True)
 class _Events:
     """What a flavour's parser read from a stream's events, for :func:`parse_exchange` to account.
@@ -1054,7 +1058,9 @@ def _read_sglang(events: list[SSEEvent], ev_times: list[float], acc: _Events) ->
             break
         cum: int | None = None
         text = ""
-        meta = obj.get("meta_info") or {}
+        meta = obj.get("meta_info")
+        if not isinstance(meta, dict):  # absent, or not an object: no figures
+            meta = _NO_FIELDS
         c = meta.get("completion_tokens")
         if isinstance(c, int):
             cum = c
@@ -1142,10 +1148,12 @@ def _read_openai(events: list[SSEEvent], ev_times: list[float], acc: _Events, *,
         if isinstance(timings, dict):
             _llamacpp_timings(timings, server)
         choices = obj.get("choices")
-        if choices:
+        if choices and isinstance(choices, list) and isinstance(choices[0], dict):
             ch = choices[0]
             if chat:  # reasoning text, then content
-                delta = ch.get("delta") or {}
+                delta = ch.get("delta")
+                if not isinstance(delta, dict):
+                    delta = _NO_FIELDS
                 parts = [delta.get(k) for k in ("reasoning_content", "reasoning", "content")]
                 text = "".join(p for p in parts if isinstance(p, str))
             else:
