@@ -42,3 +42,13 @@ def test_misshaped_chunk_is_read_as_lacking_the_field(case: str) -> None:
     assert rec.output_tokens == 2 and rec.token_source == "usage"
     assert rec.chunk_tokens is not None and rec.chunk_tokens.tolist() == [1, 1]
     assert rec.finish_reason == "length"
+
+
+@pytest.mark.parametrize("flavour", ["sglang", "openai-completions", "openai-chat"])
+@pytest.mark.parametrize("event, says", [(b"null", "not a JSON object: null"), (b"[1]", "not a JSON object: [1]"),
+                                         (b"{bad", "malformed chunk JSON (event 0): {bad")])
+def test_an_event_that_is_no_json_object_says_which(flavour: str, event: bytes, says: str) -> None:
+    raw = RawExchange(t_sent=0.0, t_end=9.0, http_status=200, content_type="text/event-stream",
+                      reads=[b"data: " + event + b"\n\ndata: [DONE]\n\n"], times=[1.0])
+    rec = parse_exchange(flavour, raw)  # type: ignore[arg-type]
+    assert rec.error is not None and says in rec.error

@@ -970,11 +970,15 @@ def _stream_events(raw: RawExchange) -> tuple[list[SSEEvent], list[float], SSEEv
     return events, ev_times, trailing
 
 
+#: :func:`_bad_event`'s ``obj`` for an event that is not JSON
+_NOT_JSON = object()
+
+
 def _bad_event(obj: object, data: bytes, i: int) -> str:
-    """Why event ``i`` (``data``, read as ``obj``; None when it is not JSON) ends the stream: not
-    JSON, not a JSON object, or the server's in-stream ``{"error": …}``."""
+    """Why event ``i`` (``data``, read as ``obj``; :data:`_NOT_JSON` when it is not JSON) ends the
+    stream: not JSON, not a JSON object, or the server's in-stream ``{"error": …}``."""
     shown = _short(data[:400].decode("utf-8", "replace"), 120)
-    if obj is None:
+    if obj is _NOT_JSON:
         return f"malformed chunk JSON (event {i}): {shown}"
     if not isinstance(obj, dict):
         return f"malformed chunk (event {i}): not a JSON object: {shown}"
@@ -1051,7 +1055,7 @@ def _read_sglang(events: list[SSEEvent], ev_times: list[float], acc: _Events) ->
         try:
             obj = loads(data)
         except orjson.JSONDecodeError:
-            acc.error = _bad_event(None, data, i)
+            acc.error = _bad_event(_NOT_JSON, data, i)
             break
         if not isinstance(obj, dict) or obj.get("error"):
             acc.error = _bad_event(obj, data, i)
@@ -1120,7 +1124,7 @@ def _read_openai(events: list[SSEEvent], ev_times: list[float], acc: _Events, *,
         try:
             obj = loads(data)
         except orjson.JSONDecodeError:
-            acc.error = _bad_event(None, data, i)
+            acc.error = _bad_event(_NOT_JSON, data, i)
             break
         if not isinstance(obj, dict) or obj.get("error"):
             acc.error = _bad_event(obj, data, i)
