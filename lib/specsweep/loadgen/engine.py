@@ -42,6 +42,9 @@ _EAGER_PARSE_BYTES = 1 << 20
 
 @dataclass(slots=True)
 class _Config:
+    """A generator's settings, as ``LoadGenerator`` takes them (seconds, bytes); sent to every
+    worker process, so only plain values."""
+
     base_url: str
     flavour: Flavour
     max_concurrency: int
@@ -61,6 +64,11 @@ class _Config:
 
 @dataclass(slots=True)
 class _EngineOut:
+    """One loop's share of a level: ``results`` by body index (raw, spooled, or parsed when over
+    1 MiB), the level's ``spool`` (None: nothing spilled), ``cpu_s`` (loop-thread CPU seconds),
+    ``lag`` (loop-lag samples, seconds), the most requests in flight at once, the sum (seconds) and
+    count of dispatch gaps, requests ``cancelled`` by a stop and whether it ``stopped``."""
+
     results: dict[int, RawExchange | RequestRecord | _Spilled]
     spool: _Spool | None
     cpu_s: float
