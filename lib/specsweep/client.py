@@ -52,8 +52,9 @@ import httpx
 import numpy as np
 import orjson
 
-from .records import RequestRecord, output_fingerprint, times_array, tokens_array
-from .sse import decode_reads
+from .records import RequestRecord, output_fingerprint, tokens_array
+from .sse import SSEEvent, decode_reads
+from .token_accounting import MAX_COUNT, account_tokens, drop_implausible
 
 __all__ = [
     "API_KEY_ENV",
@@ -826,9 +827,6 @@ def _sglang_meta(data: bytes) -> dict[str, Any] | None:
 
 
 _DONE_TAIL = b"data: [DONE]\n\n"
-#: the largest token count a server can claim for one request (int32: no context is longer); a
-#: larger one makes the request an error row (``parse_exchange``), never an ``OverflowError``
-MAX_COUNT = 2**31 - 1
 _COUNT_KEY = b'"completion_tokens":'
 #: per event, its first ``completion_tokens`` value (the rest of the event is skipped: one per event)
 _COUNT_RE = re.compile(rb'"completion_tokens":(-?\d+)[,}][^\n]*\n\n')
@@ -938,6 +936,261 @@ def _huge(count: object) -> float | None:
     return None
 
 
+def _response_failure(raw: RawExchange) -> str | None:
+    """Why ``raw`` holds no event stream to parse, or None: no response (the transport's error),
+    an HTTP error status (with the server's message), or a body that is not ``text/event-stream``
+    (a JSON ``{"error": …}`` body gives its message)."""
+    if raw.http_status is None:
+        return raw.error or "no response"
+    if not 200 <= raw.http_status < 300:
+        return f"HTTP {raw.http_status}: {error_message_from_body(b''.join(raw.reads))}"
+    ctype = (raw.content_type or "").lower()
+    if ctype and "event-stream" not in ctype:
+        if "json" in ctype and raw.reads and raw.error is None:
+            try:
+                obj = orjson.loads(b"".join(raw.reads))
+            except orjson.JSONDecodeError:
+                obj = None
+            if isinstance(obj, Mapping) and obj.get("error"):
+                return f"server error: {_message_of(obj['error'])}"
+        return f"server did not stream (content-type {raw.content_type!r}); is stream=true accepted?"
+    return None
+
+
+def _stream_events(raw: RawExchange) -> tuple[list[SSEEvent], list[float], SSEEvent | None]:
+    """The SSE events of ``raw``'s body, each event's arrival time (perf_counter seconds) and the
+    event left without its blank line at the end (None when there is none); a trailing
+    ``[DONE]`` counts as an event, timed at the last read."""
+    decoded = decode_reads(raw.reads, raw.times)
+    events, ev_times, trailing = decoded.events, decoded.times, decoded.trailing
+    if trailing is not None and trailing.data.strip() == b"[DONE]":
+        events = [*events, trailing]
+        ev_times = [*ev_times, raw.times[-1] if raw.times else raw.t_end]
+        trailing = None
+    return events, ev_times, trailing
+
+
+#: :func:`_bad_event`'s ``obj`` for an event that is not JSON
+_NOT_JSON = object()
+
+
+def _bad_event(obj: object, data: bytes, i: int) -> str:
+    """Why event ``i`` (``data``, read as ``obj``; :data:`_NOT_JSON` when it is not JSON) ends the
+    stream: not JSON, not a JSON object, or the server's in-stream ``{"error": …}``."""
+    shown = _short(data[:400].decode("utf-8", "replace"), 120)
+    if obj is _NOT_JSON:
+        return f"malformed chunk JSON (event {i}): {shown}"
+    if not isinstance(obj, dict):
+        return f"malformed chunk (event {i}): not a JSON object: {shown}"
+    return f"server error in stream: {_message_of(obj['error'])}"
+
+
+#: what a chunk's field that is absent or not a JSON object reads as (never written to)
+_NO_FIELDS: Mapping[str, Any] = {}
+
+
+@dataclass(slots=True)
+class _Events:
+    """What a flavour's parser read from a stream's events, for :func:`parse_exchange` to account.
+
+    Per event read up to ``[DONE]`` or the first bad one: ``times`` (arrival, perf_counter
+    seconds), ``counts`` (cumulative completion tokens it carried, or None), ``contents`` (it
+    carried text or token IDs). ``prompt_tokens``/``finish``: the last ones seen; ``abort_msg``:
+    SGLang's message of an ``abort`` finish; ``server``: server-side figures (``RequestRecord.server``);
+    ``huge``: the first count written as a non-integer number beyond ``MAX_COUNT``; ``done``:
+    ``[DONE]`` was reached; ``error``: why parsing stopped early.
+    """
+
+    times: list[float] = field(default_factory=list)
+    counts: list[int | None] = field(default_factory=list)
+    contents: list[bool] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    finish: str | None = None
+    abort_msg: str | None = None
+    server: dict[str, float] = field(default_factory=dict)
+    huge: float | None = None
+    done: bool = False
+    error: str | None = None
+
+
+def _read_sglang(events: list[SSEEvent], ev_times: list[float], acc: _Events) -> str | None:
+    """SGLang's native ``/generate`` events into ``acc``; the generated text (None: unknown).
+
+    Counts and the prompt count come from ``meta_info``; the final ``meta_info`` (with its
+    ``finish_reason``) brings ``e2e_latency`` and the speculation figures. A chunk carries content
+    when it has ``output_ids``, else when its ``text`` is non-empty and differs from the last
+    chunk's. Big chunks before the last two are read by their ``meta_info`` only
+    (:func:`_sglang_meta`: they count as content); the text is then known only when the chunks
+    parsed in full show SGLang's cumulative pattern (each text extends the one before).
+    """
+    t_add, c_add, has_add = acc.times.append, acc.counts.append, acc.contents.append
+    loads = orjson.loads
+    texts: list[str] = []
+    server = acc.server
+    prompt_tokens: int | None = None
+    finish: str | None = None
+    huge: float | None = None
+    prev_text = ""
+    skipped_text = False
+    fast_upto = len(events) - 2  # the last events (final chunk, [DONE]) are always parsed in full
+    for i, (ev, t) in enumerate(zip(events, ev_times)):
+        data = ev.data
+        if data == b"[DONE]" or data.strip() == b"[DONE]":
+            acc.done = True
+            break
+        if i < fast_upto and len(data) > _SGLANG_FAST_BYTES:
+            meta = _sglang_meta(data)
+            if meta is not None:
+                c = meta.get("completion_tokens")
+                p = meta.get("prompt_tokens")
+                if isinstance(p, int):
+                    prompt_tokens = p
+                t_add(t)
+                c_add(c if isinstance(c, int) else None)
+                if huge is None:
+                    huge = _huge(c)
+                has_add(True)
+                skipped_text = True
+                continue
+        try:
+            obj = loads(data)
+        except orjson.JSONDecodeError:
+            acc.error = _bad_event(_NOT_JSON, data, i)
+            break
+        if not isinstance(obj, dict) or obj.get("error"):
+            acc.error = _bad_event(obj, data, i)
+            break
+        cum: int | None = None
+        text = ""
+        meta = obj.get("meta_info")
+        if not isinstance(meta, dict):  # absent, or not an object: no figures
+            meta = _NO_FIELDS
+        c = meta.get("completion_tokens")
+        if isinstance(c, int):
+            cum = c
+        if huge is None:
+            huge = _huge(c)
+        p = meta.get("prompt_tokens")
+        if isinstance(p, int):
+            prompt_tokens = p
+        fr = meta.get("finish_reason")
+        if fr is not None:
+            finish = _norm_finish(fr)
+            if finish == "abort" and isinstance(fr, Mapping):
+                acc.abort_msg = _message_of(fr)
+            v = _num(meta.get("e2e_latency"))
+            if v is not None:
+                server["e2e_latency_s"] = v
+            _sglang_spec(meta, server)
+        t_txt = obj.get("text")
+        if isinstance(t_txt, str):
+            text = t_txt
+        ids = obj.get("output_ids")
+        t_add(t)
+        c_add(cum)
+        has_add(bool(ids) if isinstance(ids, list) else (bool(text) and text != prev_text))
+        texts.append(text)
+        prev_text = text
+    acc.prompt_tokens, acc.finish, acc.huge = prompt_tokens, finish, huge
+    if not texts:
+        return None
+    cumulative = all(texts[j].startswith(texts[j - 1]) for j in range(1, len(texts)))
+    if cumulative:
+        return texts[-1]
+    # chunks read by their meta_info only are cumulative: without the pattern, the text is unknown
+    return None if skipped_text else "".join(texts)
+
+
+def _read_openai(events: list[SSEEvent], ev_times: list[float], acc: _Events, *, chat: bool) -> str | None:
+    """OpenAI completions (``chat=False``: ``choices[0].text``) or chat (``choices[0].delta``: its
+    reasoning text and content) events into ``acc``; the generated text (None when no event was JSON).
+
+    Counts and the prompt count come from ``usage``; a chunk carries content when its first choice
+    has text or ``token_ids``. Server figures: vLLM's ``metrics.speculative_decoding``, SGLang's
+    ``sglext``, llama.cpp's ``timings``.
+    """
+    t_add, c_add, has_add = acc.times.append, acc.counts.append, acc.contents.append
+    loads = orjson.loads
+    texts: list[str] = []
+    server = acc.server
+    prompt_tokens: int | None = None
+    finish: str | None = None
+    huge: float | None = None
+    for i, (ev, t) in enumerate(zip(events, ev_times)):
+        data = ev.data
+        if data == b"[DONE]" or data.strip() == b"[DONE]":
+            acc.done = True
+            break
+        try:
+            obj = loads(data)
+        except orjson.JSONDecodeError:
+            acc.error = _bad_event(_NOT_JSON, data, i)
+            break
+        if not isinstance(obj, dict) or obj.get("error"):
+            acc.error = _bad_event(obj, data, i)
+            break
+        cum: int | None = None
+        text = ""
+        has_content = False
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            c = usage.get("completion_tokens")
+            if isinstance(c, int):
+                cum = c
+            if huge is None:
+                huge = _huge(c)
+            p = usage.get("prompt_tokens")
+            if isinstance(p, int):
+                prompt_tokens = p
+        metrics = obj.get("metrics")
+        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
+            _vllm_spec(metrics["speculative_decoding"], server)
+        sglext = obj.get("sglext")
+        if isinstance(sglext, dict):
+            _sglext_spec(sglext, server)
+        timings = obj.get("timings")
+        if isinstance(timings, dict):
+            _llamacpp_timings(timings, server)
+        choices = obj.get("choices")
+        if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+            ch = choices[0]
+            if chat:  # reasoning text, then content
+                delta = ch.get("delta")
+                if not isinstance(delta, dict):
+                    delta = _NO_FIELDS
+                parts = [delta.get(k) for k in ("reasoning_content", "reasoning", "content")]
+                text = "".join(p for p in parts if isinstance(p, str))
+            else:
+                t_txt = ch.get("text")
+                if isinstance(t_txt, str):
+                    text = t_txt
+            has_content = bool(text) or bool(ch.get("token_ids"))
+            fr = ch.get("finish_reason")
+            if fr is not None:
+                finish = _norm_finish(fr)
+        t_add(t)
+        c_add(cum)
+        has_add(has_content)
+        texts.append(text)
+    acc.prompt_tokens, acc.finish, acc.huge = prompt_tokens, finish, huge
+    return "".join(texts) if texts else None
+
+
+def _stream_end_error(raw: RawExchange, acc: _Events, trailing: SSEEvent | None) -> str | None:
+    """The request's error once its events are read, or None: the transport's error first, then
+    why parsing stopped (bad event, impossible count), a stream that ended without ``[DONE]``, and
+    an ``abort`` finish."""
+    if raw.error is not None:
+        return raw.error
+    if acc.error is not None:
+        return acc.error
+    if not acc.done:
+        return "stream ended mid-event without [DONE]" if trailing is not None else "stream ended without [DONE]"
+    if acc.finish == "abort":
+        return f"server aborted the request: {acc.abort_msg or 'no message'}"
+    return None
+
+
 def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     """Turn a :class:`RawExchange` into a :class:`RequestRecord` (no I/O; never raises on bad data).
 
@@ -947,231 +1200,47 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     When counts arrive only at the end, chunk times are those of content chunks and
     ``chunk_tokens`` is None; when no count arrives at all, ``output_tokens`` is the number of
     content chunks with ``token_source="chunks"`` and the text is kept in ``output_text`` (for
-    ``probe.TokenCounter``). Per-request speculation figures go to ``rec.server``: llama.cpp's
+    ``probe.TokenCounter``); see ``token_accounting``. Per-request speculation figures go to
+    ``rec.server``: llama.cpp's
     final ``timings`` (``draft_n``, ``draft_n_accepted``) become ``server["spec_draft_tokens"]``,
     ``["spec_accepted_tokens"]``, ``["spec_verify_ct"]`` and ``["spec_accept_length"]``; vLLM's
     ``metrics.speculative_decoding`` the same names (``_vllm_spec``); SGLang's final ``meta_info``
     or OpenAI ``sglext.spec_tokens_details`` ``spec_accept_length``, ``spec_verify_ct`` and the
     rest of ``_SGLANG_SPEC_KEYS``; an acceptance histogram ``["spec_accepted_pos_<i>"]``.
+
+    Steps: :func:`_response_failure` (no stream to parse), the OpenAI fast path
+    (:func:`_parse_openai_fast`), else the events (:func:`_stream_events`) read by the flavour's
+    parser (:func:`_read_sglang`, :func:`_read_openai`), the int32 rule
+    (``token_accounting.drop_implausible``), the accounting (``token_accounting.account_tokens``),
+    the text's digest and the request's error (:func:`_stream_end_error`).
     """
     _check_flavour(flavour)
     if raw.spilled:
         raise ValueError("parse_exchange: the exchange still has spilled reads; put them back first")
     rec = RequestRecord(t_sent=raw.t_sent, t_end=raw.t_end, http_status=raw.http_status)
-    if raw.http_status is None:
-        rec.error = raw.error or "no response"
+    failure = _response_failure(raw)
+    if failure is not None:
+        rec.error = failure
         return rec
-    if not 200 <= raw.http_status < 300:
-        msg = error_message_from_body(b"".join(raw.reads))
-        rec.error = f"HTTP {raw.http_status}: {msg}"
-        return rec
-    ctype = (raw.content_type or "").lower()
-    if ctype and "event-stream" not in ctype:
-        if "json" in ctype and raw.reads and raw.error is None:
-            try:
-                obj = orjson.loads(b"".join(raw.reads))
-            except orjson.JSONDecodeError:
-                obj = None
-            if isinstance(obj, Mapping) and obj.get("error"):
-                rec.error = f"server error: {_message_of(obj['error'])}"
-                return rec
-        rec.error = f"server did not stream (content-type {raw.content_type!r}); is stream=true accepted?"
-        return rec
-
     if flavour != "sglang" and _parse_openai_fast(flavour, raw, rec):
         return rec
-    decoded = decode_reads(raw.reads, raw.times)
-    events, ev_times = decoded.events, decoded.times
-    trailing = decoded.trailing
-    done = False
-    error: str | None = None
-    if trailing is not None and trailing.data.strip() == b"[DONE]":
-        events = [*events, trailing]
-        ev_times = [*ev_times, raw.times[-1] if raw.times else raw.t_end]
-        trailing = None
-
-    # per event: time, cumulative count (or None), carries content, text piece
-    ts: list[float] = []
-    cums: list[int | None] = []
-    contents: list[bool] = []
-    texts: list[str] = []
-    prompt_tokens: int | None = None
-    finish: str | None = None
-    abort_msg: str | None = None
-    server: dict[str, float] = {}
-    loads = orjson.loads
-    is_sglang = flavour == "sglang"
-    is_chat = flavour == "openai-chat"
-    prev_sg_text = ""
-    huge: float | None = None  # a count beyond int32 written as a number JSON reads as a float (1e40)
-    fast_upto = len(events) - 2  # the last events (final chunk, [DONE]) are always parsed in full
-    skipped_text = False
-    for i, (ev, t) in enumerate(zip(events, ev_times)):
-        data = ev.data
-        if data == b"[DONE]" or data.strip() == b"[DONE]":
-            done = True
-            break
-        if is_sglang and i < fast_upto and len(data) > _SGLANG_FAST_BYTES:
-            meta = _sglang_meta(data)
-            if meta is not None:
-                c = meta.get("completion_tokens")
-                p = meta.get("prompt_tokens")
-                if isinstance(p, int):
-                    prompt_tokens = p
-                ts.append(t)
-                cums.append(c if isinstance(c, int) else None)
-                huge = huge if huge is not None else _huge(c)
-                contents.append(True)
-                skipped_text = True
-                continue
-        try:
-            obj = loads(data)
-        except orjson.JSONDecodeError:
-            error = f"malformed chunk JSON (event {i}): {_short(data[:400].decode('utf-8', 'replace'), 120)}"
-            break
-        if not isinstance(obj, dict):
-            error = f"malformed chunk (event {i}): not a JSON object: {_short(data[:400].decode('utf-8', 'replace'), 120)}"
-            break
-        err = obj.get("error")
-        if err:
-            error = f"server error in stream: {_message_of(err)}"
-            break
-        cum: int | None = None
-        text = ""
-        has_content = False
-        if is_sglang:
-            meta = obj.get("meta_info") or {}
-            c = meta.get("completion_tokens")
-            if isinstance(c, int):
-                cum = c
-            huge = huge if huge is not None else _huge(c)
-            p = meta.get("prompt_tokens")
-            if isinstance(p, int):
-                prompt_tokens = p
-            fr = meta.get("finish_reason")
-            if fr is not None:
-                finish = _norm_finish(fr)
-                if finish == "abort" and isinstance(fr, Mapping):
-                    abort_msg = _message_of(fr)
-                v = _num(meta.get("e2e_latency"))
-                if v is not None:
-                    server["e2e_latency_s"] = v
-                _sglang_spec(meta, server)
-            t_txt = obj.get("text")
-            if isinstance(t_txt, str):
-                text = t_txt
-            ids = obj.get("output_ids")
-            has_content = bool(ids) if isinstance(ids, list) else (bool(text) and text != prev_sg_text)
-            prev_sg_text = text
-        else:
-            usage = obj.get("usage")
-            if isinstance(usage, dict):
-                c = usage.get("completion_tokens")
-                if isinstance(c, int):
-                    cum = c
-                huge = huge if huge is not None else _huge(c)
-                p = usage.get("prompt_tokens")
-                if isinstance(p, int):
-                    prompt_tokens = p
-            metrics = obj.get("metrics")
-            if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-                _vllm_spec(metrics["speculative_decoding"], server)
-            sglext = obj.get("sglext")
-            if isinstance(sglext, dict):
-                _sglext_spec(sglext, server)
-            timings = obj.get("timings")
-            if isinstance(timings, dict):
-                _llamacpp_timings(timings, server)
-            choices = obj.get("choices")
-            if choices:
-                ch = choices[0]
-                if is_chat:
-                    delta = ch.get("delta") or {}
-                    parts = [delta.get(k) for k in ("reasoning_content", "reasoning", "content")]
-                    text = "".join(p for p in parts if isinstance(p, str))
-                else:
-                    t_txt = ch.get("text")
-                    if isinstance(t_txt, str):
-                        text = t_txt
-                has_content = bool(text) or bool(ch.get("token_ids"))
-                fr = ch.get("finish_reason")
-                if fr is not None:
-                    finish = _norm_finish(fr)
-        ts.append(t)
-        cums.append(cum)
-        contents.append(has_content)
-        texts.append(text)
-
-    # counts beyond int32 cannot be real: the request fails with the reason; its other counts stay
-    bad: float | None = next((c for c in cums if c is not None and c > MAX_COUNT), huge)
-    if bad is None and prompt_tokens is not None and prompt_tokens > MAX_COUNT:
-        bad, prompt_tokens = prompt_tokens, None
-        error = error or f"implausible prompt token count: the server claims {bad:,} prompt tokens"
-    if bad is not None:
-        cums = [None if c is not None and c > MAX_COUNT else c for c in cums]
-        claimed = f"{bad:,}" if isinstance(bad, int) else f"{bad:g}"
-        error = error or (f"implausible token count: the server claims {claimed} completion tokens "
-                          f"(more than {MAX_COUNT:,}, the most a count can be)")
-    # token accounting
-    # per-chunk counts: SGLang always; OpenAI only when *every* content chunk carries usage (a server
-    # that counts on some chunks only would otherwise move TTFT to its first counted chunk); else the
-    # content chunks are timed and the count is the final one, or, with no count at all, chunks
-    content_counts = [c for c, has in zip(cums, contents) if has]
-    continuous = (
-        (is_sglang and any(c is not None for c in cums))
-        or (bool(content_counts) and all(c is not None for c in content_counts))
-        or (not content_counts and len({c for c in cums if c}) >= 2)
-    )
-    if continuous:
-        chunk_times: list[float] = []
-        chunk_tokens: list[int] = []
-        last = 0
-        for t, c in zip(ts, cums):
-            if c is not None:
-                if c > last:
-                    chunk_times.append(t)
-                    chunk_tokens.append(c - last)
-                    last = c
-        rec.chunk_times = times_array(chunk_times)
-        rec.chunk_tokens = tokens_array(chunk_tokens)
-        rec.output_tokens = last
-        rec.token_source = "usage"
+    events, ev_times, trailing = _stream_events(raw)
+    acc = _Events()
+    if flavour == "sglang":
+        text = _read_sglang(events, ev_times, acc)
     else:
-        rec.chunk_times = times_array([t for t, has in zip(ts, contents) if has])
-        rec.chunk_tokens = None
-        counts = [c for c in cums if c is not None]
-        if counts:
-            rec.output_tokens = max(counts)
-            rec.token_source = "usage"
-        else:
-            rec.output_tokens = len(rec.chunk_times)
-            rec.token_source = "chunks"
-
-    # generated text → digest
-    digest_ok = bool(texts)
-    if is_sglang:
-        cumulative_text = all(texts[j].startswith(texts[j - 1]) for j in range(1, len(texts)))
-        full = texts[-1] if (texts and cumulative_text) else "".join(texts)
-        # chunks read by their meta_info only are cumulative; without the cumulative pattern in the
-        # chunks that were parsed, the text is unknown
-        digest_ok = digest_ok and (cumulative_text or not skipped_text)
-    else:
-        full = "".join(texts)
-    if digest_ok:
-        rec.output_digest, rec.output_head, rec.output_blocks = output_fingerprint(full)
+        text = _read_openai(events, ev_times, acc, chat=flavour == "openai-chat")
+    counts, acc.prompt_tokens, count_error = drop_implausible(acc.counts, acc.huge, acc.prompt_tokens)
+    acc.error = acc.error or count_error
+    tok = account_tokens(acc.times, counts, acc.contents, counts_per_chunk=flavour == "sglang")
+    rec.chunk_times, rec.chunk_tokens = tok.chunk_times, tok.chunk_tokens
+    rec.output_tokens, rec.token_source = tok.output_tokens, tok.token_source
+    if text is not None:
+        rec.output_digest, rec.output_head, rec.output_blocks = output_fingerprint(text)
         if rec.token_source == "chunks":
-            rec.output_text = full  # to be counted with the server's tokenizer
-    rec.prompt_tokens = prompt_tokens
-    rec.finish_reason = finish
-    rec.server = server
-
-    if raw.error is not None:
-        rec.error = raw.error
-    elif error is not None:
-        rec.error = error
-    elif not done:
-        rec.error = ("stream ended mid-event without [DONE]" if trailing is not None
-                     else "stream ended without [DONE]")
-    elif finish == "abort":
-        rec.error = f"server aborted the request: {abort_msg or 'no message'}"
+            rec.output_text = text  # to be counted with the server's tokenizer
+    rec.prompt_tokens = acc.prompt_tokens
+    rec.finish_reason = acc.finish
+    rec.server = acc.server
+    rec.error = _stream_end_error(raw, acc, trailing)
     return rec
