@@ -68,8 +68,8 @@ class LoadGenerator:
 
     ``base_url``: ``http(s)://host:port``. ``flavour``: the API flavour of every body.
     ``max_concurrency``: the largest C any level will use (sizes connection limits).
-    ``workers``: 1 = one event loop in a thread of this process; N > 1 = N processes.
-    ``timeout_s``: limit on one whole request (seconds, None = none). ``read_timeout_s``: longest
+    ``workers``: 1 = one event loop in a thread of this process (:class:`InProcessRunner`);
+    N > 1 = N processes (:class:`WorkerPoolRunner`). ``timeout_s``: limit on one whole request (seconds, None = none). ``read_timeout_s``: longest
     silence between two reads before a request fails as stalled. ``transport``/``read``: see
     ``client.make_client`` and ``client.stream_request``. ``parse_budget_bytes``: unparsed response
     bytes held in memory during a level (finished responses and streams in flight); above it they
