@@ -168,7 +168,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     reasons += cap_reasons
     if d.tied_with:
         from specsweep.recommend.ties import tie_sentence
-        reasons.append(tie_sentence(comp, arm, d.tied_with))
+        reasons.append(tie_sentence(comp, arm, d.tied_with, verdict))
     others = [a for a in per_arm if a != arm and a not in d.tied_with]
     if others:
         reasons.append("Other arms scored lower for this profile: " + ", ".join(

@@ -155,10 +155,13 @@ def resolve_tie(comp: Comparison, profile: Profile, best: str, candidates: Seque
     return chosen, [a for a in group if a != chosen]
 
 
-def tie_sentence(comp: Comparison, arm: str, tied: Sequence[str]) -> str:
-    """One sentence saying which arms are tied with the recommended one and why it is the one named."""
+def tie_sentence(comp: Comparison, arm: str, tied: Sequence[str], verdict: str | None = None) -> str:
+    """One sentence saying which arms are tied with the recommended one and why it is the one named
+    (``verdict`` 'disable': the simpler one is the one judged, not recommended)."""
     def name(a: str) -> str:
         return md_text(a)
+
+    chosen = "is the one judged" if verdict in ("disable", "no_verdict") else "is recommended"
 
     n = len(changed_settings(comp, arm))
     counts = {t: len(changed_settings(comp, t)) for t in tied}
@@ -166,8 +169,8 @@ def tie_sentence(comp: Comparison, arm: str, tied: Sequence[str]) -> str:
     head = (f"{name(arm)} and {who} are tied: no credible difference between them for this profile at any level "
             "in its range, so ")
     if all(c > n for c in counts.values()):
-        return head + (f"the simpler configuration, {name(arm)}, is recommended (it changes {n} setting"
+        return head + (f"the simpler configuration, {name(arm)}, {chosen} (it changes {n} setting"
                        f"{'s' if n != 1 else ''} from the baseline"
                        + "".join(f", {name(t)} {c}" for t, c in counts.items()) + ").")
-    return head + (f"{name(arm)} is named, as the simplest configuration listed first (every one of them changes "
+    return head + (f"{name(arm)} {chosen}, as the simplest configuration listed first (every one of them changes "
                    f"{n} or more settings from the baseline).")
