@@ -148,7 +148,7 @@ def test_sweep_commands_on_the_page_measure_the_arms_again(tmp_path: Path) -> No
               progress=False, log=lambda _: None)
     page = build_report([study], "swept", out_dir=tmp_path / "out").read_text()
     blocks = code_blocks(page)
-    assert len(blocks) == 3, blocks
+    assert len(blocks) == 4, blocks  # rebuild, notebook, the sweeps, the rebuild from the sweeps' new runs
     lines = blocks[2].splitlines()
     assert len(lines) == 2
     declared = set(pm.inspect_notebook(str(ROOT / "notebooks" / "sweep.ipynb")))
@@ -158,17 +158,22 @@ def test_sweep_commands_on_the_page_measure_the_arms_again(tmp_path: Path) -> No
         params = yaml.safe_load(argv[argv.index("-y") + 1])
         assert set(params) <= declared, set(params) - declared
         parse_config(params)  # the sweep's own validation accepts them
-        assert params["out_dir"] == str(study) and params["concurrency"] == [1, 2]
+        assert params["out_dir"] == "data/runs/remeasured/swept" and params["concurrency"] == [1, 2]
+    assert "--result-set data/runs/remeasured/swept" in blocks[3]
     mtp = yaml.safe_load(shlex.split(lines[1])[-1])
     assert mtp["label"] == "MTP: it's \"fast\"" and mtp["embedded_args"] == ["--max-running-requests", "2"]
     assert mtp["embedded_spec"] == "mtp" and mtp["output_tokens"] == 24
     argv = shlex.split(lines[0])
     assert argv[:3] == [".venv/bin/papermill", "notebooks/sweep.ipynb", "out-baseline.ipynb"]
     argv[:3] = [sys.executable, "-m", "papermill", "notebooks/sweep.ipynb", str(tmp_path / "out-baseline.ipynb")]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "C=2 repeat 0:" in done.stdout  # progress reaches the terminal
-    assert len(find_result_sets(study)) == 3
+    remeasured = ROOT / "data" / "runs" / "remeasured" / "swept"
+    try:
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "C=2 repeat 0:" in done.stdout  # progress reaches the terminal
+        assert len(find_result_sets(remeasured)) == 1
+    finally:
+        shutil.rmtree(remeasured, ignore_errors=True)
 
 
 def test_sweep_parameters_from_meta() -> None:

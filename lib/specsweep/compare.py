@@ -17,7 +17,8 @@ Definitions (DESIGN §5; the report quotes :data:`METHOD` word for word):
   every other arm's band (see :data:`METHOD`). ``compare(assumed_noise_pct=None)`` uses the residuals
   instead (degree by backward elimination, t-test at 5 %). The curve is the lowest-degree
   polynomial in x (degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5 %), else
-  the level values joined by straight lines.
+  the level values joined by straight lines. Every arm's curve of one metric uses one family: the
+  most flexible any arm's own fit chose (:func:`shared_models`), so equal measurements get equal fits.
 - ``ci_low_pct`` / ``ci_high_pct``: a 95 % *simultaneous* band around the fitted delta at the
   tested levels (Bonferroni over the k levels: t quantile 1 − 0.025 / k). A level is *credibly*
   better or worse only where the band excludes 0; ``within_noise`` where it spans 0.
@@ -57,7 +58,8 @@ METHOD: str = (
     "the assumption counted as 2 degrees of freedom, is larger, the pooled figure is used (with its degrees of "
     "freedom), so the page is never more confident than the data. The curve is the lowest-degree polynomial in x "
     "(degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5%), else the level values joined by "
-    "straight lines. The band is a 95% simultaneous band around the fitted curve at the tested levels: Bonferroni "
+    "straight lines; every arm's curve of one metric is fitted with the same family, the most flexible any arm's "
+    "own fit needed, so equal measurements get equal fits. The band is a 95% simultaneous band around the fitted curve at the tested levels: Bonferroni "
     "over the k levels of the m metrics a verdict reads (aggregate, per-user speed and the waits), i.e. each level "
     "at t quantile 1 − 0.025 ÷ (k × m). Drift: where a study re-measured levels at its end (sentinel runs), the "
     "drift of each metric is the slope of ln(value) against time through the sentinel pairs; every run is divided "
@@ -140,6 +142,14 @@ class Comparison:
     drift: "Drift | None" = None
     #: how the runs were ordered, as the study recorded it (None: not measured by a study)
     run_order: str | None = None
+    #: each arm's level rows, one per (concurrency, repeat), drift-corrected (what the curves were fitted on)
+    raw_levels: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    #: each arm's measured requests (for bootstraps), or None
+    requests: dict[str, pd.DataFrame | None] = field(default_factory=dict, repr=False)
+    #: how many curves share the 5 % error budget (the metrics a verdict reads)
+    family: int = 1
+    #: bootstrap resamples used for per-request statistics
+    n_boot: int = 400
     _delta_index: dict[tuple[str, str], dict[int, dict[str, Any]]] | None = field(default=None, repr=False)
 
     @property
@@ -288,6 +298,10 @@ DERIVED: dict[str, MetricInfo] = {
         "last token, queueing included, estimated by Little's law for a closed loop (level-only data)"),
 }
 DEGREE_NAMES = {0: "constant", 1: "linear", 2: "quadratic", 3: "cubic"}
+#: the model of a curve that is no polynomial: the level values themselves
+LEVEL_MODEL: str = "level values joined by straight lines"
+#: curve families from the simplest to the most flexible (the level values: as flexible as the data)
+MODEL_RANK: dict[str, int] = {**{name: d for d, name in DEGREE_NAMES.items()}, LEVEL_MODEL: MAX_DEGREE + 1}
 
 
 def info(metric: str) -> MetricInfo:
@@ -368,7 +382,7 @@ def _wls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.nd
 def fit_delta_curve(
     concurrency: Sequence[float], y: Sequence[float], v: Sequence[float] | None = None,
     noise_var: float | None = None, noise_df: float = 0.0, noise: str = "residuals", alpha: float = ALPHA,
-    family: int = 1,
+    family: int = 1, force_model: str | None = None,
 ) -> DeltaCurve | None:
     """Fit the delta curve y = ln(arm / baseline) against x = log2(concurrency).
 
@@ -379,6 +393,10 @@ def fit_delta_curve(
     backward elimination from degree min(3, k − 3) with the residual variance as noise. None when
     there are fewer than 3 levels and no independent noise estimate. The band is simultaneous over the
     k levels of ``family`` curves: each level's two-sided test runs at ``alpha`` / (k × family).
+
+    ``force_model`` (one of :data:`MODEL_RANK`): use that curve family instead of choosing one, so arms
+    compared on one page share it (:func:`shared_models`); a degree the levels cannot carry (more than
+    k − 2 with a noise estimate, k − 3 without) falls back to the level values, resp. the highest they carry.
     """
     from scipy import stats
 
@@ -395,14 +413,17 @@ def fit_delta_curve(
     poly: tuple[float, float, np.ndarray, np.ndarray] | None = None
     if independent:
         s2, df = float(noise_var), float(noise_df)
-        model = "level values joined by straight lines"
+        model = LEVEL_MODEL
+        forced = MODEL_RANK.get(force_model) if force_model is not None else None
         for d in range(0, min(MAX_DEGREE, k - 2) + 1):
+            if forced is not None and d != forced:
+                continue
             X = _design(x, d, x0, sc)
             beta, cov, rss = _wls(X, y, w)
             f = (rss / (k - d - 1)) / s2 if s2 > 0 else math.inf
             # F(d1, ∞) is χ²(d1) / d1 (scipy's F gives NaN for an infinite denominator)
             p_fit = stats.f.sf(f, k - d - 1, df) if math.isfinite(df) else stats.chi2.sf(f * (k - d - 1), k - d - 1)
-            if p_fit >= alpha:
+            if p_fit >= alpha or forced is not None:
                 poly, model = (x0, sc, beta, cov * s2), DEGREE_NAMES[d]
                 break
     else:
@@ -412,12 +433,14 @@ def fit_delta_curve(
             if _wls(_design(x, low, x0, sc), y, w)[2] <= 1e-20 * scale:
                 d = low
                 break
+        if force_model is not None:
+            d = min(MODEL_RANK[force_model], k - 3)
         while True:
             X = _design(x, d, x0, sc)
             beta, cov, rss = _wls(X, y, w)
             df = float(k - d - 1)
             s2 = rss / df
-            if d == 0 or s2 <= 0:
+            if d == 0 or s2 <= 0 or force_model is not None:
                 break
             t = beta[-1] / math.sqrt(s2 * cov[-1, -1])
             if 2 * stats.t.sf(abs(t), df) < alpha:
@@ -749,7 +772,7 @@ def _widen(curve: DeltaCurve, extra_se: np.ndarray | None, floor: np.ndarray | N
 def fit_metric(
     metric: str, cs: list[int], raw_a: pd.DataFrame, raw_b: pd.DataFrame,
     req_a: pd.DataFrame | None, req_b: pd.DataFrame | None, n_boot: int, rng: np.random.Generator, family: int = 1,
-    assumed_noise_pct: float | None = ASSUMED_NOISE_PCT,
+    assumed_noise_pct: float | None = ASSUMED_NOISE_PCT, force_model: str | None = None,
 ) -> DeltaCurve | None:
     """The delta curve of one metric between an arm and the baseline (see :func:`fit_delta_curve`).
 
@@ -760,6 +783,7 @@ def fit_metric(
     Without repeats, run-to-run noise cannot be measured: ``assumed_noise_pct`` (per run and arm)
     stands in for it, as an independent noise estimate, and floors a within-run bootstrap; None
     falls back to the residuals of the fitted curve (few degrees of freedom: wide bands).
+    ``force_model``: the curve family to use (see :func:`fit_delta_curve`).
     """
     floor = 2 * math.log1p(assumed_noise_pct / 100) ** 2 if assumed_noise_pct else None
     if metric not in raw_a or metric not in raw_b:
@@ -791,12 +815,12 @@ def fit_metric(
         level_var = _level_variance(cs, per_level, ss / df, df)
         if level_var is not None:
             var_c, df_c = level_var
-            return fit_delta_curve(cs, ys, [v * s for v, s in zip(vs, var_c)], 1.0, df_c, family=family,
+            return fit_delta_curve(cs, ys, [v * s for v, s in zip(vs, var_c)], 1.0, df_c, family=family, force_model=force_model,
                                    noise=f"repeats ({', '.join(runs)} runs per level), the variance modelled per "
                                          "level as the larger of the pooled figure and a log-linear trend in "
                                          "log2(concurrency)")
         return fit_delta_curve(cs, ys, vs, ss / df, df, noise=f"repeats ({', '.join(runs)} runs per level)",
-                               family=family)
+                               family=family, force_model=force_model)
     if metric in REQUEST_STATS and req_a is not None and req_b is not None:
         col, stat = REQUEST_STATS[metric]
         boot = []
@@ -810,29 +834,29 @@ def fit_metric(
         if all(np.isfinite(boot)):
             if floor is None:
                 boot = [max(b, MIN_BOOT_VAR) for b in boot]
-                return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family,
+                return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family, force_model=force_model,
                                        noise="a bootstrap over each level's requests (one run: within-run noise only)")
             scatter = _with_assumption(residual_scatter(cs, ys), floor)
             if scatter is not None and scatter[0] > max(boot) and scatter[0] > floor:
                 s2, sdf = scatter
-                return fit_delta_curve(cs, ys, [max(b, s2) / s2 for b in boot], s2, sdf, family=family,
+                return fit_delta_curve(cs, ys, [max(b, s2) / s2 for b in boot], s2, sdf, family=family, force_model=force_model,
                                        noise=_scatter_text(s2, sdf, assumed_noise_pct))
             boot = [max(b, floor) for b in boot]
-            return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family,
+            return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family, force_model=force_model,
                                    noise=f"a bootstrap over each level's requests (one run: within-run noise), at "
                                          f"least the assumed run-to-run noise of {assumed_noise_pct:g}% per run")
     if floor is not None:
         scatter = _with_assumption(residual_scatter(cs, ys), floor)
         if scatter is not None and scatter[0] > floor:
             s2, sdf = scatter
-            return fit_delta_curve(cs, ys, [2.0] * len(cs), s2 / 2, sdf, family=family,
+            return fit_delta_curve(cs, ys, [2.0] * len(cs), s2 / 2, sdf, family=family, force_model=force_model,
                                    noise=_scatter_text(s2, sdf, assumed_noise_pct))
         checked = ("; the levels' scatter about a cubic is within it" if scatter is not None else
                    f"; {len(cs)} levels are too few to check it against their scatter (needs {MAX_DEGREE + 4})")
-        return fit_delta_curve(cs, ys, [2.0] * len(cs), floor / 2, math.inf, family=family,
+        return fit_delta_curve(cs, ys, [2.0] * len(cs), floor / 2, math.inf, family=family, force_model=force_model,
                                noise=f"an assumed run-to-run noise of {assumed_noise_pct:g}% per run (one run per "
                                      f"level: not measured; repeats would measure it{checked})")
-    return fit_delta_curve(cs, ys, family=family)
+    return fit_delta_curve(cs, ys, family=family, force_model=force_model)
 
 
 #: residual degrees of freedom the scatter about a cubic needs before it can stand for the noise
@@ -983,16 +1007,25 @@ def compare(
     base_rows = base_lv.to_dict("index")
     #: per metric, {concurrency: |observed ln ratio|} of the control arms (largest over controls)
     control_dev: dict[str, dict[int, float]] = {}
+    rows_of = {a: levels[levels["arm"] == a].set_index("concurrency").to_dict("index") for a in arms[1:]}
+
+    def levels_of(arm: str, metric: str) -> list[int]:
+        arm_rows = rows_of[arm]
+        return [int(c) for c in sorted(set(arm_rows) & set(base_rows))
+                if not (pd.isna(base_rows[c][metric]) or pd.isna(arm_rows[c][metric]) or base_rows[c][metric] == 0)]
+
+    def fit(arm: str, metric: str, cs: list[int], r: np.random.Generator, model: str | None) -> DeltaCurve | None:
+        return fit_metric(metric, cs, raw_levels[arm], raw_levels[baseline], requests[arm], requests[baseline],
+                          n_boot, r, family, assumed_noise_pct, force_model=model)
+
+    first = _fit_shared(arms[1:], metrics, levels_of, fit, rng)
     for arm in sorted(arms[1:], key=lambda a: a not in controls):  # controls first: they widen the others
         arm_rows = levels[levels["arm"] == arm].set_index("concurrency").to_dict("index")
-        shared = sorted(set(arm_rows) & set(base_rows))
         for metric in metrics:
-            cs = [int(c) for c in shared
-                  if not (pd.isna(base_rows[c][metric]) or pd.isna(arm_rows[c][metric]) or base_rows[c][metric] == 0)]
+            cs = levels_of(arm, metric)
             if not cs:
                 continue
-            curve = fit_metric(metric, cs, raw_levels[arm], raw_levels[baseline], requests[arm], requests[baseline],
-                                n_boot, rng, family, assumed_noise_pct)
+            curve = first.get((arm, metric))
             if curve is not None and drift is not None:
                 _widen_for_drift(curve, drift, metric, times, arm, baseline)
             if curve is not None and arm in controls:
@@ -1071,9 +1104,48 @@ def compare(
         warnings=warnings,
         controls=controls,
         drift=drift,
+        raw_levels=raw_levels,
+        requests=requests,
+        family=family,
+        n_boot=n_boot,
         run_order=next((str(by_arm[a].meta["study"].get("order")) for a in arms
                         if isinstance(by_arm[a].meta.get("study"), dict) and by_arm[a].meta["study"].get("order")), None),
     )
+
+
+def shared_models(curves: dict[tuple[str, str], DeltaCurve]) -> dict[str, str]:
+    """{metric: the curve family every arm's curve of that metric is fitted with}: the most flexible
+    family any arm's own fit chose (:data:`MODEL_RANK`), so no arm is fitted more smoothly than its
+    data allow and equal measurements get equal fits, whichever arm they belong to."""
+    out: dict[str, str] = {}
+    for (_, metric), curve in curves.items():
+        if curve is not None and MODEL_RANK.get(curve.model, -1) > MODEL_RANK.get(out.get(metric, ""), -1):
+            out[metric] = curve.model
+    return out
+
+
+def _fit_shared(arms: Sequence[str], metrics: Sequence[str], levels_of: Any, fit: Any,
+                rng: np.random.Generator) -> dict[tuple[str, str], DeltaCurve | None]:
+    """Every (arm, metric) delta curve fitted with the curve family shared by all arms (:func:`shared_models`).
+
+    Each curve is fitted once freely, then, where its family is not the shared one, again with the
+    shared family from the same random state (the same bootstrap draws, so only the family differs).
+    """
+    curves: dict[tuple[str, str], DeltaCurve | None] = {}
+    states: dict[tuple[str, str], dict[str, Any]] = {}
+    for arm in arms:
+        for metric in metrics:
+            cs = levels_of(arm, metric)
+            if cs:
+                states[(arm, metric)] = rng.bit_generator.state
+                curves[(arm, metric)] = fit(arm, metric, cs, rng, None)
+    models = shared_models({k: c for k, c in curves.items() if c is not None})
+    for (arm, metric), curve in curves.items():
+        if curve is not None and curve.model != models.get(metric, curve.model):
+            again = np.random.default_rng()
+            again.bit_generator.state = states[(arm, metric)]
+            curves[(arm, metric)] = fit(arm, metric, levels_of(arm, metric), again, models[metric])
+    return curves
 
 
 def _pooled_run_var(raw: dict[str, pd.DataFrame], metric: str) -> float:

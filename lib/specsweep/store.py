@@ -28,7 +28,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Literal
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 import pandas as pd
@@ -450,7 +450,8 @@ def _never_measured(path: Path) -> bool:
 def load_result_sets(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[ResultSet]:
     """Load every result set named by ``paths`` (result-set or study folders), in order.
 
-    Two result sets with the same arm name are an error (rename one with its meta.json ``arm``).
+    Two runs of one arm with the same configuration: the newest complete one is used (:func:`newest_per_arm`);
+    otherwise two result sets with the same arm name are an error saying how to tell them apart.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -464,16 +465,74 @@ def load_result_sets(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike
                               stacklevel=2)
                 continue
             sets.append(load_result_set(p))
-    seen: dict[str, Path] = {}
-    for rs in sets:
-        if rs.arm in seen:
-            raise SchemaError(
-                f"{rs.path}: arm '{rs.arm}' is also the arm of {seen[rs.arm]}; each arm of a comparison needs a unique name"
-            )
-        seen[rs.arm] = rs.path
+    sets = newest_per_arm(sets)
     if not sets:
         raise SchemaError("no result sets given")
     return sets
+
+
+#: meta.json ``server`` fields that say how an arm's server was configured (besides the embedded server's arguments)
+CONFIG_FIELDS: tuple[str, ...] = (
+    "name", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+    "max_running_requests", "mem_fraction_static", "max_total_num_tokens", "tp_size", "draft_max", "draft_min",
+    "speculative_types", "speculative_draft_model_path",
+)
+#: meta.json ``workload`` fields that must match for one run to supersede another
+_WORKLOAD_FIELDS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest", "output_length", "order")
+
+
+def configuration(meta: dict[str, Any]) -> dict[str, Any]:
+    """What makes two runs measurements of one arm: the embedded server's profile, mode and arguments
+    (else the server's reported settings, :data:`CONFIG_FIELDS`), the model, the workload and the levels."""
+    server = meta.get("server") or {}
+    workload = meta.get("workload") or {}
+    return {
+        "embedded": meta.get("embedded_server"),
+        "server": None if meta.get("embedded_server") else {k: server.get(k) for k in CONFIG_FIELDS},
+        "model": meta.get("model"),
+        "workload": {k: workload.get(k) for k in _WORKLOAD_FIELDS},
+        "concurrency": sorted((meta.get("sweep") or {}).get("concurrency") or []),
+    }
+
+
+def _newest_key(rs: ResultSet) -> tuple[bool, str, str]:
+    """Sort key of one arm's runs: complete ones last, then by start time (ISO 8601 UTC), then by path."""
+    return bool(rs.meta.get("complete", True)), str(rs.meta.get("started_utc") or ""), str(rs.path)
+
+
+def newest_per_arm(sets: Sequence[ResultSet]) -> list[ResultSet]:
+    """The result sets with one per arm: where specsweep measured an arm again (runs, ``kind: run``) with
+    the same configuration (:func:`configuration`), the newest complete run supersedes the older ones (a
+    note on it names them); where two result sets share an arm name but not its configuration (or one is
+    published data), a :class:`SchemaError` says how to tell them apart. Order: each arm where its first result set stood."""
+    by_arm: dict[str, list[ResultSet]] = {}
+    for rs in sets:
+        by_arm.setdefault(rs.arm, []).append(rs)
+    out = []
+    for arm, group in by_arm.items():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        first = configuration(group[0].meta)
+        other = next((rs for rs in group[1:] if configuration(rs.meta) != first or rs.meta.get("kind") != "run"
+                      or group[0].meta.get("kind") != "run"), None)
+        if other is not None:
+            differ = [k for k, v in configuration(other.meta).items() if v != first[k]]
+            how = (f", measured with a different {', '.join(differ)}" if differ else
+                   " (published data, not a run specsweep measured again)")
+            raise SchemaError(
+                f"{other.path}: arm '{arm}' is also the arm of {group[0].path}{how}; each arm of a comparison needs a unique name. Give one of them another name "
+                "(its meta.json 'arm', or the sweep's arm parameter when measuring), or pass only one of the two "
+                "folders with --result-set. (Two runs of one arm with the same configuration are not an error: the "
+                "newest complete one is used.)")
+        ordered = sorted(group, key=_newest_key)
+        keep, older = ordered[-1], ordered[:-1]
+        keep.notes.append(
+            f"measured again: this run ({keep.run_id}, started {keep.meta.get('started_utc') or 'at an unrecorded time'})"
+            f" is the newest complete run of the arm and supersedes {len(older)} older run(s) of the same "
+            f"configuration, left out: {', '.join(rs.path.name for rs in older)}")
+        out.append(keep)
+    return out
 
 
 # --------------------------------------------------------------------------------------- writing

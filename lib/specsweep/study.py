@@ -1014,22 +1014,60 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
             log(f"⚠ arm {row.arm}, C={row.concurrency}: {row.identical} of {row.pairs} outputs identical to the "
                 "baseline at temperature 0 (see agreement.csv)")
     if report:
+        ran = [a.name for a in study.arms if a.name not in result.missing]
         if study.baseline in result.missing:
             log(f"no report: the baseline arm {study.baseline!r} has no complete run")
+        elif len(ran) < 2:
+            log(f"no report: only the baseline arm {study.baseline!r} has a complete run, and a report compares it "
+                "with at least one other arm")
         else:
             title = study.title
             if result.missing:
                 shown = os.path.relpath(status) if status.resolve().is_relative_to(Path.cwd()) else status
                 title += f" — missing arm(s): {', '.join(result.missing)} (no complete run; see {shown})"
-            log(f"building the report {study.name} from {len(result.result_sets)} arm(s)")
-            result.report = build_report(result.result_sets, study.name, baseline=study.baseline, title=title,
-                                         profiles=[p.model_dump() for p in study.spec.profiles]
-                                         if study.spec.profiles is not None else None,
-                                         out_dir=reports)
-            log(f"wrote {result.report}")
+            log(f"building the report {study.name} from {len(result.result_sets)} arm(s)"
+                + (f" ({', '.join(ran)}; without {', '.join(result.missing)})" if result.missing else ""))
+            try:
+                result.report = build_report(result.result_sets, study.name, baseline=study.baseline, title=title,
+                                             profiles=[p.model_dump() for p in study.spec.profiles]
+                                             if study.spec.profiles is not None else None,
+                                             out_dir=reports)
+                log(f"wrote {result.report}")
+            except Exception as exc:  # noqa: BLE001 - the measured data are kept; say why the page is missing
+                log(f"no report: building it from {', '.join(ran)} failed: {_first_line(exc)} (the result sets are "
+                    f"kept in {out}; rebuild with python -m specsweep.report --result-set DIR ... once fixed)")
     log(f"study {study.name}: {len(plan) - len(failed)} of {len(plan)} sweep(s) complete"
         + (f"; failed: {', '.join(f'{o.arm} r{o.repeat}' for o in failed)}" if failed else ""))
+    for line in failure_summary(result):
+        log(line)
     return result
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message (a notebook's error
+    names the failing cell's exception; its traceback stays in the executed notebook)."""
+    text = str(exc).strip()
+    for name in ("evalue", "ename"):
+        if getattr(exc, name, None):  # papermill's PapermillExecutionError: the cell's own exception
+            text = f"{getattr(exc, 'ename', '')}: {getattr(exc, 'evalue', '')}".strip(": ")
+            break
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def failure_summary(result: StudyResult) -> list[str]:
+    """The last lines a study prints: each failed (arm, repeat) plainly — its error and where its log
+    is — and which arms the report left out; nothing when every sweep completed."""
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    if not failed:
+        return []
+    lines = [f"FAILED: {len(failed)} sweep(s) did not complete:"]
+    for o in failed:
+        where = o.server_log or o.notebook or o.run_dir
+        lines.append(f"  arm {o.arm} repeat {o.repeat}: {o.error}" + (f" (log: {where})" if where else ""))
+    if result.missing:
+        lines.append(f"  arm(s) with no complete run, left out of the report: {', '.join(result.missing)}; "
+                     "fix them and run the study again with --resume")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -607,8 +607,22 @@ class Study:
                 problems.append(f"arm {name!r} is defined differently (server, arguments, environment or label)")
         return problems
 
+    def check_embedded(self) -> None:
+        """Validate every embedded arm's server arguments with the reference server's own parser and
+        profile loader (``python -m specsweep.refserver ... --describe``, run in this process: nothing
+        starts); raise :class:`StudyError` naming each arm, its arguments and what the server said."""
+        problems = [f"arm {a.name!r}: {why}" for a in self.arms if a.embedded is not None
+                    and (why := embedded_problem(a.embedded, a.name)) is not None]
+        if problems:
+            source = self.path or "the study"
+            raise StudyError(f"{source}: the embedded reference server would refuse "
+                             + "; ".join(problems) + ". Fix 'embedded' of the arm(s) named "
+                             "(python -m specsweep.refserver --help lists every flag; --list-profiles every profile)")
+
     def dry_run(self, out_dir: Path, report_dir: Path) -> str:
-        """Every arm, command and sweep in run order, as text; starts nothing."""
+        """Every arm, command and sweep in run order, as text; starts nothing. The embedded arms'
+        arguments are validated first (:meth:`check_embedded`)."""
+        self.check_embedded()
         lines = [f"study {self.name!r}: {self.title}", f"baseline: {self.baseline}",
                  f"result sets: {out_dir}", f"report: {report_dir / (self.name + '.html')}",
                  f"{len(self.arms)} arm(s) × {self.spec.repeats} repeat(s), in this order:"]
@@ -617,6 +631,30 @@ class Study:
             params = {k: v for k, v in self.sweep_parameters(arm, r).items() if not k.startswith("embedded_")}
             lines.append(f"     sweep: {yaml.safe_dump(params, default_flow_style=True, width=10_000).strip()}")
         return "\n".join(lines)
+
+
+def embedded_problem(embedded: EmbeddedSpec, arm: str) -> str | None:
+    """What the reference server says about an embedded arm's arguments (profile, spec, args), or None
+    when it accepts them: its own ``main`` with ``--describe``, stdout and stderr captured."""
+    import contextlib
+    import io
+
+    from specsweep.refserver.__main__ import main as refserver_main
+
+    spec = embedded.spec if embedded.spec != "auto" else ("off" if arm == "baseline" else "mtp")
+    argv = ["--profile", embedded.profile, "--spec", spec, *embedded.args, "--describe"]
+    err, out = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            code = refserver_main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+    if code == 0:
+        return None
+    said = [line.strip() for line in err.getvalue().splitlines() if line.strip()]
+    reason = next((line.split("error:", 1)[1].strip() for line in reversed(said) if "error:" in line),
+                  said[-1] if said else f"exit status {code}")
+    return f"profile {embedded.profile!r}, spec {spec!r}, args {shlex.join(embedded.args) or '(none)'}: {reason}"
 
 
 def free_port(host: str = "127.0.0.1", port_range: tuple[int, int] | None = None) -> int:

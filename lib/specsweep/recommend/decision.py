@@ -1,7 +1,7 @@
 """Deciding among arms for one profile (controls excluded) and building the recommendation."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 import pandas as pd
 from specsweep.compare import ESTIMATED_WAIT, Comparison, zero_between
@@ -24,6 +24,8 @@ class Decision:
     per_arm: dict[str, pd.DataFrame]
     up_to: float | None
     from_c: float | None
+    #: candidate arms not credibly different from ``arm`` for this profile (``arm`` is the simplest of them)
+    tied_with: list[str] = field(default_factory=list)
 
 
 def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequence[str] | None = None) -> Decision:
@@ -47,6 +49,10 @@ def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequ
         )
     arm = next(iter(per_arm)) if len(per_arm) == 1 else \
         max(per_arm, key=lambda a: per_arm[a]["margin"].clip(-100, 100).mean())
+    tied: list[str] = []
+    if len(per_arm) > 1:  # arms not credibly different from the best: the simplest of them (recommend.ties)
+        from specsweep.recommend.ties import resolve_tie
+        arm, tied = resolve_tie(comp, profile, arm, list(per_arm))
     judged = per_arm[arm]
     verdict, up_to, from_c = _verdict(judged)
     gains = [i for i, o in enumerate(judged["outcome"]) if o == "gain"]
@@ -60,7 +66,7 @@ def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequ
         if x is None:  # the deciding curve does not cross 0 between them: say only what was measured
             x = float(cs[i] if verdict == "enable_up_to" else cs[j])
         up_to, from_c = (x, None) if verdict == "enable_up_to" else (None, x)
-    return Decision(verdict, arm, judged, per_arm, up_to, from_c)
+    return Decision(verdict, arm, judged, per_arm, up_to, from_c, tied)
 
 
 def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommendation:
@@ -160,7 +166,10 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     reasons += _slo_sentences(comp, profile, arm, label, judged)
     cap_reasons, cap_experiment = _cap_sentences(comp, arm, label, judged, profile.min_effect_pct)
     reasons += cap_reasons
-    others = [a for a in per_arm if a != arm]
+    if d.tied_with:
+        from specsweep.recommend.ties import tie_sentence
+        reasons.append(tie_sentence(comp, arm, d.tied_with, verdict))
+    others = [a for a in per_arm if a != arm and a not in d.tied_with]
     if others:
         reasons.append("Other arms scored lower for this profile: " + ", ".join(
             f"{md_text(comp.labels.get(a, a))} (mean deciding delta {_pct(per_arm[a]['margin'].mean())})" for a in others) + ".")
@@ -197,4 +206,5 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         up_to_concurrency=up_to, from_concurrency=from_c, headline=headline,
         bands=_bands(judged, arm, label), reasons=reasons, caveats=_caveats(comp, profile, [arm]),
         next_experiments=experiments, levels=pd.concat(per_arm.values(), ignore_index=True),
+        tied_with=list(d.tied_with),
     )

@@ -42,6 +42,8 @@ class Recommendation:
     next_experiments: list[str]
     #: one row per (arm, concurrency) in range: deltas, SLO status, outcome
     levels: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: candidate arms not credibly different from ``arm`` (the simplest of them is recommended; recommend.ties)
+    tied_with: list[str] = field(default_factory=list)
 
     @property
     def next_experiment(self) -> str | None:

@@ -6,7 +6,7 @@ no code cells, no CDN scripts (the Vega bundle that ships with vl-convert is inl
 the page opens with no network and its charts keep their tooltips.
 
 The package's modules, one job each:
-``paths``, ``display``, ``verdict``, ``setup_info``, ``categories``, ``definitions``, ``reproduce``, ``build``.
+``paths``, ``display``, ``verdict``, ``warnings``, ``setup_info``, ``categories``, ``definitions``, ``reproduce``, ``build``.
 Everything is re-exported here, so notebooks keep calling ``report.<name>``.
 """
 from __future__ import annotations
@@ -21,6 +21,9 @@ from specsweep.report.display import (  # noqa: F401
 from specsweep.report.verdict import (  # noqa: F401
     key_numbers, top_warnings, _crossover_line, _curve_sentence, SYNTHETIC_WORKLOADS,
     workload_caveat, verdict_markdown, shared_lines, shared_markdown,
+)
+from specsweep.report.warnings import (  # noqa: F401
+    PageWarning, collect_warnings, warnings_markdown, top_warnings, shortest_wait,
 )
 from specsweep.report.setup_info import (  # noqa: F401
     _server_field, _hardware, _server_name, _requests_per_level, _workload_line, _SECRET_FLAG,

@@ -139,22 +139,43 @@ def sweep_command(params: dict[str, Any]) -> list[str]:
             "-y", json.dumps(params, ensure_ascii=False)]
 
 
+#: where the printed re-measure commands write their runs (relative to the repository root), per report name
+REMEASURE_DIR: str = "data/runs/remeasured"
+
+
+def remeasure_folder(parameters: dict[str, Any]) -> str:
+    """The folder the printed re-measure commands write to: ``data/runs/remeasured/<report name>``
+    (one per report, so the rebuild that follows reads this report's arms and nothing else)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(parameters.get("output_name") or "report")).strip("-.") or "report"
+    return f"{REMEASURE_DIR}/{name}"
+
+
 def _remeasure_lines(parameters: dict[str, Any]) -> list[str]:
+    """The re-measure block: one sweep per arm specsweep measured, into :func:`remeasure_folder`, then the
+    report command that rebuilds the page from those new runs (published reference arms from their own
+    folders). Measuring again and rebuilding again uses the newest complete run of each arm
+    (:func:`specsweep.store.newest_per_arm`)."""
     from specsweep.store import find_result_sets, load_result_set
 
-    commands, reference = [], []
+    folder = remeasure_folder(parameters)
+    commands, reference, keep = [], [], []
     for given in parameters.get("result_sets") or []:
-        for folder in find_result_sets(given):
-            rs = load_result_set(folder)
-            params = sweep_parameters(rs.meta, repo_relative(Path(folder).absolute().parent))
+        for found in find_result_sets(given):
+            rs = load_result_set(found)
+            params = sweep_parameters(rs.meta, folder)
             if params is None:
                 reference.append(str(rs.meta.get("label") or rs.arm))
+                keep.append(str(found))
             else:
                 commands.append(shell_line(sweep_command(params)))
     lines: list[str] = []
     if commands:
-        lines += ["", "Measure the arms again (one sweep per arm; the embedded server needs nothing else, "
-                  "another server must be running at its endpoint):", "", *_code_block(commands)]
+        rebuild = report_command({**parameters, "result_sets": [*keep, folder]})
+        lines += ["", "Measure the arms again (one sweep per arm, each a new run in "
+                  f"`{folder}`; the embedded server needs nothing else, another server must be running at its "
+                  "endpoint):", "", *_code_block(commands), "",
+                  "then rebuild the page from the new runs (measured again more than once, the newest complete run "
+                  "of each arm is used):", "", *_code_block([shell_line(rebuild)])]
     if reference:
         lines += ["", "Published reference data (" + ", ".join(md_text(r) for r in reference)
                   + ") was measured outside specsweep; its source is in the Setup table."]

@@ -7,6 +7,7 @@ from specsweep.compare import Comparison
 from specsweep.markup import md_text
 from specsweep.recommend import Recommendation, aggregate_quote
 from specsweep.report.display import _band, _fmt, _pct_or_dash
+from specsweep.report.warnings import top_warnings  # noqa: F401  (moved to report.warnings; kept importable here)
 
 
 def key_numbers(comp: Comparison) -> pd.DataFrame:
@@ -39,24 +40,6 @@ def key_numbers(comp: Comparison) -> pd.DataFrame:
                 })
             rows.append(row)
     return pd.DataFrame(rows)
-
-
-def top_warnings(comp: Comparison) -> list[str]:
-    """Warnings that belong at the top of the report: chunk-counted tokens, meta.json warnings."""
-    out = []
-    for arm, where in comp.chunk_counted.items():
-        out.append(f"⚠ **{md_text(comp.labels[arm])}**: token counts came from SSE chunks ({where}), not from the "
-                   "server's own counts, because the server reported none. Under speculation one chunk carries "
-                   "several tokens, so its aggregate throughput, per-user speed and acceptance are not trusted: no "
-                   "throughput or acceptance verdict is given for it.")
-    by_text: dict[str, list[str]] = {}  # the same warning on several arms is said once, naming them all
-    for arm, text in comp.warnings:
-        by_text.setdefault(text, []).append(arm)
-    for text, arms in by_text.items():
-        names = ", ".join(f"**{md_text(comp.labels[a])}**" for a in arms)
-        where = "its meta.json" if len(arms) == 1 else "each one's meta.json"
-        out.append(f"⚠ {names} (recorded in {where}): {md_text(text)}")
-    return out
 
 
 def _crossover_line(comp: Comparison, arm: str) -> str:

@@ -1,0 +1,225 @@
+"""The warnings at the top of a report: one per line, ranked, each saying whether it changes the verdict.
+
+:func:`collect_warnings` gathers what the data carry — token counts from SSE chunks, workloads
+compared although they differ (``--allow-workload-mismatch``), the warnings each arm's meta.json
+recorded (grouped: the same warning at several levels or arms is one line), a synthetic workload —
+and says of each whether it can change the verdict, comparing the warning's own number with the
+figure it could distort:
+
+- late timestamps (event-loop lag, a busy client): the lag in ms against the shortest median time
+  to first token (else end-to-end time) the verdict reads; it changes the verdict where the lag is
+  more than the smallest minimum effect of the profiles (% of that time);
+- a client that kept fewer requests in flight than the level names: the shortfall (%) against the
+  minimum effect;
+- token counts from SSE chunks, workloads that differ, a failed prefix-cache flush, outputs shorter
+  than asked: they change what the figures measure, so they can change the verdict;
+- anything else recorded: not assessed (counted as able to change the verdict, ranked after the
+  assessed ones).
+
+Ranking: warnings that change the verdict first, then by severity (``high``, ``medium``, ``low``),
+then in the order found. :func:`warnings_markdown` renders them as a Markdown list; every string
+from a result set is escaped.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
+
+import pandas as pd
+
+from specsweep.compare import Comparison, workload_differences
+from specsweep.markup import md_text
+
+Severity = Literal["high", "medium", "low"]
+SEVERITY_RANK: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
+#: the minimum effect (%) used where no profile is given (the profiles' default)
+DEFAULT_MIN_EFFECT_PCT: float = 2.0
+_LEVEL = re.compile(r"^C=(\d+) repeat (\d+): (.*)$", re.DOTALL)
+_LAG = re.compile(r"event-loop lag p99 ([0-9.]+) ms")
+_CORES = re.compile(r"the client used ([0-9.]+) of a core per worker")
+_IN_FLIGHT = re.compile(r"mean in flight ([0-9.]+) of (\d+)")
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+@dataclass(frozen=True)
+class PageWarning:
+    """One warning of the page. ``text``: what happened (Markdown, escaped); ``effect``: whether and why
+    it changes the verdict, with the number it was compared against; ``kind``: a short id."""
+
+    severity: Severity
+    text: str
+    changes_verdict: bool
+    effect: str
+    kind: str
+    #: False where no rule assessed the warning (``changes_verdict`` is then the cautious True)
+    assessed: bool = True
+
+    def markdown(self) -> str:
+        """The warning as one Markdown line: ⚠, the text, then its effect in italics."""
+        return f"⚠ {self.text} *{self.effect}*"
+
+
+def _names(comp: Comparison, arms: Sequence[str]) -> str:
+    return ", ".join(f"**{md_text(comp.labels.get(a, a))}**" for a in dict.fromkeys(arms))
+
+
+def _min_effect(recs: Sequence[Any] | None) -> float:
+    effects = [float(r.profile.min_effect_pct) for r in recs or () if getattr(r, "profile", None) is not None]
+    return min(effects) if effects else DEFAULT_MIN_EFFECT_PCT
+
+
+def shortest_wait(comp: Comparison) -> tuple[float, str] | None:
+    """(seconds, what) of the shortest median wait any arm measured at any level — TTFT p50, else e2e
+    p50, else the Little's-law mean — the figure a late timestamp distorts most; None without one."""
+    lv = comp.levels
+    for col, name in (("ttft_p50_s", "median time to first token"), ("e2e_p50_s", "median end-to-end time"),
+                      ("e2e_mean_est_s", "mean request time (Little's law)")):
+        if col in lv:
+            v = pd.to_numeric(lv[col], errors="coerce")
+            v = v[v > 0]
+            if len(v):
+                i = v.idxmin()
+                row = lv.loc[i]
+                return float(v[i]), (f"the shortest {name} measured ({float(v[i]) * 1e3:.0f} ms, "
+                                     f"{md_text(comp.labels.get(row['arm'], row['arm']))} at {int(row['concurrency'])})")
+    return None
+
+
+def _lag_effect(comp: Comparison, lag_ms: float, min_effect: float) -> tuple[bool, str]:
+    wait = shortest_wait(comp)
+    if wait is None:
+        return False, (f"Does not change the verdict: no measured wait is judged on these data, and aggregate "
+                       f"throughput does not depend on timestamps ({lag_ms:.1f} ms).")
+    share = lag_ms / 1e3 / wait[0] * 100
+    if share > min_effect:
+        return True, (f"Can change the verdict: {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, more than the "
+                      f"{min_effect:g}% minimum effect, so the latency figures may be off by a deciding amount.")
+    return False, (f"Does not change the verdict: {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, below the "
+                   f"{min_effect:g}% minimum effect; aggregate throughput does not depend on timestamps.")
+
+
+def _level_lag_ms(comp: Comparison, where: Sequence[tuple[str, int | None]]) -> float | None:
+    """The largest client event-loop lag p99 (ms) recorded in the levels named (arm, concurrency)."""
+    lv = comp.levels
+    if "client_loop_lag_p99_s" not in lv:
+        return None
+    vals = [float(v) for a, c in where for v in lv.loc[(lv["arm"] == a) & ((c is None) | (lv["concurrency"] == c)),
+                                                      "client_loop_lag_p99_s"] if pd.notna(v)]
+    return max(vals) * 1e3 if vals else None
+
+
+def _recorded(comp: Comparison, min_effect: float) -> list[PageWarning]:
+    """The arms' meta.json warnings, grouped by their text with the level and numbers left out."""
+    groups: dict[str, list[tuple[str, int | None, int | None, str]]] = {}
+    for arm, text in comp.warnings:
+        m = _LEVEL.match(text)
+        c, r, body = (int(m.group(1)), int(m.group(2)), m.group(3)) if m else (None, None, text)
+        key = _NUMBER.sub("#", body) if m else body
+        groups.setdefault(key, []).append((arm, c, r, body))
+    out = []
+    for key, items in groups.items():
+        arms = [a for a, _, _, _ in items]
+        levels = sorted({c for _, c, _, _ in items if c is not None})
+        first = items[0][3]
+        where = "its meta.json" if len(set(arms)) == 1 else "each one's meta.json"
+        at = f" at concurrency {', '.join(map(str, levels))}" if levels else ""
+        lags = [float(x.group(1)) for *_, b in items if (x := _LAG.search(b))]
+        if lags:
+            lag = max(lags)
+            body = (f"event-loop lag p99 up to {lag:.1f} ms in {len(items)} run{'s' if len(items) > 1 else ''}"
+                    f"{at}: chunk timestamps can be late by that much")
+            changes, effect = _lag_effect(comp, lag, min_effect)
+            out.append(PageWarning("medium" if changes else "low", f"{_names(comp, arms)} (recorded in {where}): "
+                                   f"{md_text(body)}", changes, effect, "timestamps"))
+            continue
+        if _CORES.search(first):
+            lag = _level_lag_ms(comp, [(a, c) for a, c, _, _ in items])
+            if lag is not None:
+                changes, effect = _lag_effect(comp, lag, min_effect)
+                effect = effect.replace(f"{lag:.1f} ms", f"its event-loop lag p99 ({lag:.1f} ms)", 1)
+            else:
+                changes, effect = True, ("Can change the verdict: a busy client stamps chunks late, and these data "
+                                         "record no event-loop lag to bound by how much.")
+            out.append(PageWarning("medium", f"{_names(comp, arms)} (recorded in {where}){md_text(at)}: "
+                                   f"{md_text(first)}", changes, effect, "timestamps"))
+            continue
+        flights = [(float(x.group(1)), int(x.group(2))) for *_, b in items if (x := _IN_FLIGHT.search(b))]
+        if flights:
+            short = max((1 - f / c) * 100 for f, c in flights)
+            changes = short > min_effect
+            verb = "Can change" if changes else "Does not change"
+            rel = "more" if changes else "not more"
+            effect = (f"{verb} the verdict: the client kept up to {short:.0f}% fewer requests in flight than the "
+                      f"level names, {rel} than the {min_effect:g}% minimum effect, so those levels measured a lower "
+                      "concurrency than their label.")
+            out.append(PageWarning("high" if changes else "low", f"{_names(comp, arms)} (recorded in {where}){at}: "
+                                   f"{md_text(first)}", changes, effect, "in-flight"))
+            continue
+        text = f"{_names(comp, arms)} (recorded in {where}){md_text(at) if len(items) > 1 else ''}: {md_text(first)}"
+        low = first.lower()
+        if "counted from chunks" in low:
+            out.append(PageWarning("high", text, True, "Changes the verdict: token-based figures of chunk-counted arms "
+                                   "are not trusted, so no throughput verdict is given for them.", "chunks"))
+        elif "tokenize" in low:
+            out.append(PageWarning("low", text, False, "Does not change the verdict: the server's own tokenizer "
+                                   "counts the tokens exactly.", "tokenizer"))
+        elif "prefix-cache flush failed" in low:
+            out.append(PageWarning("high", text, True, "Can change the verdict: prompts cached from an earlier level "
+                                   "skip prefill there, which favours whichever arm ran second.", "cache"))
+        elif "ignore_eos" in low or "requested tokens" in low:
+            out.append(PageWarning("high", text, True, "Can change the verdict: outputs shorter than asked change "
+                                   "the work per request between arms.", "short-outputs"))
+        elif "impossible" in low:
+            out.append(PageWarning("medium", text, False, "Does not change the verdict: requests with impossible "
+                                   "counts are error rows, counted as failures and never measured.", "counts"))
+        else:
+            out.append(PageWarning("medium", text, True, "Not assessed: specsweep has no rule for this warning, so it "
+                                   "may change the verdict; check it against the figures.", "other", assessed=False))
+    return out
+
+
+def collect_warnings(comp: Comparison, recs: Sequence[Any] | None = None,
+                     include_workload_caveat: bool = True) -> list[PageWarning]:
+    """Every warning of the page, ranked (see the module docstring). ``recs``: the page's recommendations
+    (their profiles' smallest ``min_effect_pct`` is the bar; default 2 %)."""
+    min_effect = _min_effect(recs)
+    out: list[PageWarning] = []
+    for arm, where in comp.chunk_counted.items():
+        out.append(PageWarning(
+            "high", f"**{md_text(comp.labels[arm])}**: token counts came from SSE chunks ({md_text(where)}), not from "
+            "the server's own counts, because the server reported none. Under speculation one chunk carries several "
+            "tokens, so its aggregate throughput, per-user speed and acceptance are not trusted: no throughput or "
+            "acceptance verdict is given for it.", True,
+            "Changes the verdict: the throughput and per-user verdicts are withheld for it.", "chunks"))
+    base = comp.metas.get(comp.baseline, {}).get("workload") or {}
+    for arm in comp.spec_arms:
+        diffs = workload_differences((comp.metas.get(arm) or {}).get("workload") or {}, base)
+        if diffs:
+            out.append(PageWarning(
+                "high", f"**{md_text(comp.labels.get(arm, arm))}** and the baseline were measured with different "
+                f"workloads ({md_text('; '.join(diffs))}) and compared anyway (`--allow-workload-mismatch`).", True,
+                "Can change the verdict: its deltas mix the configuration's effect with the workload's, so they "
+                "are not the configuration's alone.", "workload-mismatch"))
+    out += _recorded(comp, min_effect)
+    if include_workload_caveat:
+        from specsweep.report.verdict import workload_caveat
+
+        caveat = workload_caveat(comp)
+        if caveat:
+            out.append(PageWarning("low", caveat.removeprefix("⚠ "), False,
+                                   "Does not change the verdict on these data; it limits what they say about your "
+                                   "traffic.", "synthetic-workload"))
+    order = {id(w): i for i, w in enumerate(out)}
+    return sorted(out, key=lambda w: (not w.changes_verdict, not w.assessed, SEVERITY_RANK[w.severity], order[id(w)]))
+
+
+def warnings_markdown(warnings: Sequence[PageWarning]) -> str:
+    """The warnings as a Markdown list, one per line, in their order ('' when there are none)."""
+    return "\n".join(f"- {w.markdown()}" for w in warnings)
+
+
+def top_warnings(comp: Comparison) -> list[str]:
+    """The warnings of :func:`collect_warnings` (without the synthetic-workload caveat, which the verdict
+    adds itself), ranked, as Markdown lines."""
+    return [w.markdown() for w in collect_warnings(comp, include_workload_caveat=False)]
