@@ -332,6 +332,8 @@ def _delta_panels(comp: Comparison, metrics: Sequence[str] | None, arms: Arms, l
     return v, metrics, width or (PANEL_WIDTH if len(metrics) > 1 else WIDTH)
 
 
+#: the colour of a crossover rule and label where one arm crosses
+CROSSOVER_COLOUR = "#b91c1c"
 #: font size (px) of the labels charts place themselves (crossovers), and the row pitch they stack at
 LABEL_FONT_PX = 11
 LABEL_ROW_PX = 14
@@ -425,14 +427,16 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms:
                 f"{n} crossover ≈ {c:.0f}" if several else f"crossover ≈ {c:.0f}"
                 for n, c in zip(cx["arm_name"], cx["crossover_concurrency"])])
             cx = stack_labels(cx, "crossover_concurrency", "label", scale=log2_scale(comp), width=width)
+            # red, as everywhere, for one arm; each arm's own colour when several cross
+            colour = v.colour(spec_only=True, symbol="stroke") if several else alt.value(CROSSOVER_COLOUR)
             rule = alt.Chart(cx).encode(
                 x=alt.X("crossover_concurrency:Q", scale=log2_scale(comp)),
-                color=v.colour(spec_only=True, symbol="stroke"),
+                color=colour,
                 tooltip=[alt.Tooltip("arm_name:N", title="arm"),
                          alt.Tooltip("crossover_concurrency:Q", title="crossover (interpolated in log2)", format=".1f"),
                          alt.Tooltip("c_low:Q", title="between"), alt.Tooltip("c_high:Q", title="and")],
             )
-            layers.append(rule.mark_rule(strokeDash=[5, 4], strokeWidth=1.5))
+            layers.append(rule.mark_rule(strokeDash=[2, 3], strokeWidth=1.5))
             layers.append(rule.mark_text(align="left", baseline="middle", fontSize=LABEL_FONT_PX).encode(
                 x=alt.X("label_x_px:Q", scale=None), y=alt.Y("label_y_px:Q", scale=None), text="label:N"))
         panels.append(alt.layer(*layers).properties(width=width, height=height or HEIGHT, title=f"Δ {info.label}"))
