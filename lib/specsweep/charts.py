@@ -13,6 +13,13 @@ Every chart function takes the same keyword arguments:
   :data:`ARM_COLOURS`).
 - ``width``, ``height``: pixels of one panel (default: sized for a 1400 px page).
 
+Arms are named by their short name (``charts.ARM_NAMES = "label"`` shows labels instead); legends
+give every name whole, wrapped onto several lines past :data:`LEGEND_WRAP` characters. Each arm
+keeps a colour and a line dash (:data:`ARM_DASHES`, drawn in the legend) in every chart, and each
+arm after the first is drawn :data:`ARM_OFFSET_PX` px further right and up with slightly smaller
+points, so arms with equal figures stay visible side by side (tooltips give exact values).
+:func:`verdict_strip` draws the per-level verdicts of :mod:`specsweep.recommend`.
+
 The usual Altair restyling works too: ``.properties(width=..., height=...)`` on one-panel charts,
 ``.configure_range(category=[...])`` (the baseline takes the first colour, then the other arms in
 order) unless ``colours`` was given, and any ``.configure_*`` (the default palette comes from
