@@ -13,6 +13,13 @@ Every chart function takes the same keyword arguments:
   :data:`ARM_COLOURS`).
 - ``width``, ``height``: pixels of one panel (default: sized for a 1400 px page).
 
+Arms are named by their short name (``charts.ARM_NAMES = "label"`` shows labels instead); legends
+give every name whole, wrapped onto several lines past :data:`LEGEND_WRAP` characters. Each arm
+keeps a colour and a line dash (:data:`ARM_DASHES`, drawn in the legend) in every chart, and each
+arm after the first is drawn :data:`ARM_OFFSET_PX` px further right and up with slightly smaller
+points, so arms with equal figures stay visible side by side (tooltips give exact values).
+:func:`verdict_strip` draws the per-level verdicts of :mod:`specsweep.recommend`.
+
 The usual Altair restyling works too: ``.properties(width=..., height=...)`` on one-panel charts,
 ``.configure_range(category=[...])`` (the baseline takes the first colour, then the other arms in
 order) unless ``colours`` was given, and any ``.configure_*`` (the default palette comes from
@@ -332,6 +339,8 @@ def _delta_panels(comp: Comparison, metrics: Sequence[str] | None, arms: Arms, l
     return v, metrics, width or (PANEL_WIDTH if len(metrics) > 1 else WIDTH)
 
 
+#: the colour of a crossover rule and label where one arm crosses
+CROSSOVER_COLOUR = "#b91c1c"
 #: font size (px) of the labels charts place themselves (crossovers), and the row pitch they stack at
 LABEL_FONT_PX = 11
 LABEL_ROW_PX = 14
@@ -425,14 +434,16 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms:
                 f"{n} crossover ≈ {c:.0f}" if several else f"crossover ≈ {c:.0f}"
                 for n, c in zip(cx["arm_name"], cx["crossover_concurrency"])])
             cx = stack_labels(cx, "crossover_concurrency", "label", scale=log2_scale(comp), width=width)
+            # red, as everywhere, for one arm; each arm's own colour when several cross
+            colour = v.colour(spec_only=True, symbol="stroke") if several else alt.value(CROSSOVER_COLOUR)
             rule = alt.Chart(cx).encode(
                 x=alt.X("crossover_concurrency:Q", scale=log2_scale(comp)),
-                color=v.colour(spec_only=True, symbol="stroke"),
+                color=colour,
                 tooltip=[alt.Tooltip("arm_name:N", title="arm"),
                          alt.Tooltip("crossover_concurrency:Q", title="crossover (interpolated in log2)", format=".1f"),
                          alt.Tooltip("c_low:Q", title="between"), alt.Tooltip("c_high:Q", title="and")],
             )
-            layers.append(rule.mark_rule(strokeDash=[5, 4], strokeWidth=1.5))
+            layers.append(rule.mark_rule(strokeDash=[2, 3], strokeWidth=1.5))
             layers.append(rule.mark_text(align="left", baseline="middle", fontSize=LABEL_FONT_PX).encode(
                 x=alt.X("label_x_px:Q", scale=None), y=alt.Y("label_y_px:Q", scale=None), text="label:N"))
         panels.append(alt.layer(*layers).properties(width=width, height=height or HEIGHT, title=f"Δ {info.label}"))

@@ -68,10 +68,14 @@ def test_models_health_ready_and_routes(refserver: RefServer) -> None:
 
 
 def test_running_gauge_moves_when_requests_finish_in_lockstep_before_40_steps(refserver_factory) -> None:  # noqa: ANN001
-    """Without speculation, a closed loop of equal requests of 24 tokens finishes in lockstep and the
-    server idles between rounds. SGLang refreshes its gauges every 40th decode step since start
-    (``forward_ct_decode % decode_log_interval``), so within a few rounds a refresh falls mid-round;
-    a counter that an idle spell resets would never reach 40 and the gauge would read 0 forever."""
+    """Requests one after another, each 38 decode steps long, so the server idles between them.
+    SGLang refreshes its gauges every 40th decode step since start (``forward_ct_decode %
+    decode_log_interval``): the refreshes fall 2, 4, 6 … steps into the 2nd, 3rd, 4th … request
+    and the gauge reads 1 for the rest of it; a counter that an idle spell resets would never
+    reach 40 and the gauge would read 0 forever.
+
+    One request at a time makes each busy spell exactly 38 steps however slowly the client sends
+    (six at once used to spread out on a busy machine into longer spells and a smaller gauge)."""
     server = refserver_factory("off")
     seen: list[float] = []
 
@@ -82,17 +86,20 @@ def test_running_gauge_moves_when_requests_finish_in_lockstep_before_40_steps(re
             async def poll() -> None:
                 while not done.is_set():
                     seen.append(_metric((await client.get("/metrics")).text, "sglang:num_running_reqs"))
-                    await asyncio.sleep(0.005)
+                    await asyncio.sleep(0.002)
 
             poller = asyncio.create_task(poll())
-            body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 24, "ignore_eos": True}}
-            for _ in range(8):  # 8 rounds x 24 steps: the 40th, 80th, ... step falls inside a round
-                await asyncio.gather(*(client.post("/generate", json=body) for _ in range(6)))
+            # the first token comes from the prefill step: 39 tokens are 38 decode steps
+            body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 39, "ignore_eos": True}}
+            for _ in range(12):
+                await client.post("/generate", json=body)
             done.set()
             await poller
 
     asyncio.run(main())
-    assert max(seen) == 6.0, sorted(set(seen))
+    engine = httpx.get(server.url + "/server_info").json()["specsweep_refserver"]["engine"]
+    assert engine["decode_steps"] == 12 * 38  # the spells really were 38 steps each
+    assert max(seen) == 1.0, sorted(set(seen))
 
 
 def test_metrics_names_and_counters(refserver_mtp: RefServer) -> None:
