@@ -875,7 +875,7 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
             _warn_counts(level.iloc[0], req, c, r, preflight_source, warn, meta)
             write_meta(run_dir, meta)
             row = level.iloc[0]
-            log(_level_line(row) + level_suffix(row))
+            log(_level_line(row).replace(" — saved", level_suffix(row) + " — saved"))  # the CPU share, where measured
             evidence.add(result.records)
             damage = damaged_levels(live_levels(run_dir)).get((c, r))
             trouble = None
