@@ -38,7 +38,7 @@ def run_baseline(tmp: Path) -> Path:
     path = tmp / "study.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
-    subprocess.run([sys.executable, "-m", "specsweep.study", str(path), "--fresh"], cwd=REPO, env=env, check=True,
+    subprocess.run([sys.executable, "-m", "specsweep.study", str(path), "--fresh", "--no-report"], cwd=REPO, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
     found = sorted((tmp / "runs").rglob("levels*.parquet"))
     if not found:

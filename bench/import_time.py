@@ -36,8 +36,8 @@ STACK = "import specsweep, nbformat, altair, papermill, nbconvert"
 EMPTY = """
 import sys
 from pathlib import Path
+from specsweep import report  # first, as python -m specsweep.report does (specsweep.startup)
 import nbformat
-from specsweep import report
 out = Path(sys.argv[1])
 nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                        "language": "python"}})
