@@ -43,8 +43,8 @@ import pandas as pd
 from specsweep import provenance
 from specsweep.client import spec_request_options
 from specsweep.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
-from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.cpushare import CpuShare, level_suffix
+from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.metrics import (SOURCE_COUNTERS, LevelAcceptance, acceptance_from_requests, level_metrics,
                                requests_frame)
 from specsweep.probe import (COUNTER_ACCEPTANCE_FORMULA, LLAMACPP_NO_PROMPT_CACHE, MetricsPoller, ProbeError,
