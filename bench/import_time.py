@@ -9,8 +9,8 @@ Prints, as medians of ``--reps`` fresh processes run alternately (seconds):
   (``SPECSWEEP_EAGER_IMPORTS=1``, what every process paid before);
 - the ten slowest imports by cumulative time (``python -X importtime``) of the eager process, so a
   new costly transitive dependency shows up here first;
-- ``empty notebook``: a one-cell notebook (``import specsweep``) run by papermill through
-  ``specsweep.report.execute_notebook`` and exported by ``report.export_html``, in a fresh process;
+- ``empty notebook``: a one-cell notebook (``import specsweep``) built by
+  ``specsweep.report.build_report`` (papermill, then the same export), in a fresh process: the floor;
 - ``seed report``: ``python -m specsweep.report`` on the seed result set, in a fresh process;
   and their ratio (issue 21's goal: seed report ≤ 4 s and ≤ 1.5× the empty notebook).
 
@@ -19,8 +19,10 @@ Run from the repository root: ``.venv/bin/python bench/import_time.py --reps 5``
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -34,17 +36,17 @@ STACK = "import specsweep, nbformat, altair, papermill, nbconvert"
 EMPTY = """
 import sys
 from pathlib import Path
+from specsweep import report  # first, as python -m specsweep.report does (specsweep.startup)
 import nbformat
-from specsweep import report
 out = Path(sys.argv[1])
-nb = nbformat.v4.new_notebook()
-nb.cells = [nbformat.v4.new_code_cell("parameters = None", metadata={"tags": ["parameters"]}),
+nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                       "language": "python"}})
+nb.cells = [nbformat.v4.new_code_cell("result_sets, baseline, output_name, allow_workload_mismatch = [], '', '', False",
+                                      metadata={"tags": ["parameters"]}),
             nbformat.v4.new_code_cell("import specsweep")]
 nbformat.write(nb, out / "empty.ipynb")
-report.execute_notebook(out / "empty.ipynb", out / "empty-out.ipynb", {})
-report.export_html(out / "empty-out.ipynb", out / "empty.html")
+report.build_report([], "empty", out_dir=out, notebook=out / "empty.ipynb")  # the same build path
 """
-
 
 def _env(eager: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "SPECSWEEP_EAGER_IMPORTS"}
@@ -53,10 +55,15 @@ def _env(eager: bool) -> dict[str, str]:
     return env
 
 
-def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall s, CPU s of the whole process tree: user + system of every reaped descendant, the
+    report's kernel included) of one fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(argv, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def slowest_imports(n: int = 10) -> list[tuple[float, str]]:
@@ -79,33 +86,65 @@ def slowest_imports(n: int = 10) -> list[tuple[float, str]]:
     return seen
 
 
+SEED = ["-m", "specsweep.report", "--name", "bench", "--result-set", "data/reference/seed-qwen3.5-122b-a10b"]
+
+
+def measure(reps: int, cold: bool = True) -> dict[str, dict[str, float]]:
+    """Median and minimum wall seconds and median CPU seconds per row, ``reps`` fresh processes
+    each, the rows interleaved within each repetition so that load drifts hit them alike.
+    ``cold``: also the seed report with an empty specsweep cache (a fresh install's first build)."""
+    keys = ["deferred", "eager", "empty", "seed"] + (["seed_cold"] if cold else [])
+    walls: dict[str, list[float]] = {k: [] for k in keys}
+    cpus: dict[str, list[float]] = {k: [] for k in keys}
+    with tempfile.TemporaryDirectory() as tmp:
+        def add(key: str, got: tuple[float, float]) -> None:
+            walls[key].append(got[0])
+            cpus[key].append(got[1])
+
+        warm = _env(False)
+        warm["SPECSWEEP_CACHE_DIR"] = os.path.join(tmp, "cache")
+        _timed([sys.executable, *SEED, "--out-dir", tmp], warm)  # fills the warm cache (not counted)
+        for rep in range(reps):
+            add("deferred", _timed([sys.executable, "-c", STACK], _env(False)))
+            add("eager", _timed([sys.executable, "-c", STACK], _env(True)))
+            add("empty", _timed([sys.executable, "-c", EMPTY, tmp], warm))
+            add("seed", _timed([sys.executable, *SEED, "--out-dir", tmp], warm))
+            if cold:
+                fresh = dict(warm, SPECSWEEP_CACHE_DIR=os.path.join(tmp, f"cold{rep}"))
+                add("seed_cold", _timed([sys.executable, *SEED, "--out-dir", tmp], fresh))
+    return {k: {"wall": statistics.median(walls[k]), "min": min(walls[k]), "cpu": statistics.median(cpus[k])}
+            for k in keys}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--no-cold", action="store_true", help="skip the empty-cache (first build) seed row")
+    p.add_argument("--json-out", default=None, help="also write the figures here as JSON")
     args = p.parse_args(argv)
-    figures: dict[str, list[float]] = {k: [] for k in ("deferred", "eager", "empty", "seed")}
-    with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(args.reps):
-            figures["deferred"].append(_timed([sys.executable, "-c", STACK], _env(False)))
-            figures["eager"].append(_timed([sys.executable, "-c", STACK], _env(True)))
-            figures["empty"].append(_timed([sys.executable, "-c", EMPTY, tmp]))
-            figures["seed"].append(_timed([sys.executable, "-m", "specsweep.report", "--name", "bench",
-                                           "--out-dir", tmp, "--result-set",
-                                           "data/reference/seed-qwen3.5-122b-a10b"]))
-    med = {k: statistics.median(v) for k, v in figures.items()}
+    load0 = os.getloadavg()
+    med = measure(args.reps, cold=not args.no_cold)
     load = os.getloadavg()
-    print(f"start-up cost, median of {args.reps} fresh processes each (s); load average {load[0]:.2f} {load[1]:.2f}")
-    print(f"  {STACK}:")
-    print(f"    deferred rfc3987_syntax (default)   {med['deferred']:6.2f}   (min {min(figures['deferred']):.2f})")
-    print(f"    eager (SPECSWEEP_EAGER_IMPORTS=1)    {med['eager']:6.2f}   (min {min(figures['eager']):.2f})")
-    print(f"  empty notebook, papermill + export     {med['empty']:6.2f}   (min {min(figures['empty']):.2f})")
-    print(f"  seed report, python -m specsweep.report {med['seed']:5.2f}   (min {min(figures['seed']):.2f})")
-    print(f"  seed report / empty notebook            {med['seed'] / med['empty']:5.2f}x   (goal <= 1.5x, and <= 4 s)")
+    print(f"start-up cost, median of {args.reps} fresh processes each: wall s (min) and CPU s of the process "
+          f"tree; load average {load0[0]:.2f} at start, {load[0]:.2f} at the end")
+    rows = [("deferred", f"{STACK}, deferred rfc3987_syntax (default)"),
+            ("eager", f"{STACK}, eager (SPECSWEEP_EAGER_IMPORTS=1)"),
+            ("empty", "floor: empty notebook, build_report (papermill + export)"),
+            ("seed", "seed report, python -m specsweep.report"),
+            ("seed_cold", "seed report, empty cache (first build after install)")]
+    for key, label in rows:
+        if key in med:
+            m = med[key]
+            print(f"  {label:<76} {m['wall']:6.2f} ({m['min']:.2f})  cpu {m['cpu']:5.2f}")
+    ratio = med["seed"]["wall"] / med["empty"]["wall"]
+    print(f"  seed report / floor (wall) {ratio:5.2f}x   (issue 21 goal: <= 1.5x, and seed <= 4 s on a quiet 2-core machine)")
     print("slowest imports of the eager stack (cumulative s):")
     for secs, name in slowest_imports():
         print(f"  {secs:6.2f}  {name}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({"reps": args.reps, "load": [load0[0], load[0]], "rows": med,
+                                                   "ratio": ratio}, indent=1))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,7 +12,11 @@ Runs, each in fresh processes (server pinned to ``--server-core``, client to ``-
    requests × 2,000 tokens by default) while it is measured and parsed, and while it is summarised
    and stored as a sweep does, spilling raw reads (the default); the smallest size also holding
    every read until the level ends (as before spilling);
-3. ``bench/report_build.py``: ``python -m specsweep.report`` on the seed result set.
+3. ``bench/report_build.py``: ``python -m specsweep.report`` on the seed result set;
+4. issue 21: ``bench/import_time.py`` (the seed report beside the floor of an empty notebook built
+   the same way, warm and first build); with ``--test-suite`` the wall time of ``make test``
+   (``--test-beside``: with a CPU-bound process beside it); with ``--cpu-share``
+   ``bench/cpu_share.py`` (the client's CPU as a share of llama.cpp's per level).
 
 Figures:
 
@@ -117,6 +121,37 @@ def report_seconds(reps: int) -> dict[str, float]:
     return got
 
 
+def startup_figures(reps: int) -> dict[str, Any]:
+    """bench/import_time.py's figures: the seed report beside the floor (an empty notebook built
+    the same way), warm cache and first build, wall and CPU seconds (issue 21, goal 2)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        js = os.path.join(tmp, "startup.json")
+        _run([sys.executable, str(HERE / "import_time.py"), "--reps", str(reps), "--json-out", js], timeout=3600)
+        return json.loads(Path(js).read_text())
+
+
+def test_suite_seconds(beside: bool) -> dict[str, Any]:
+    """Wall seconds of ``make test`` (issue 21, goal 3), alone or with one CPU-bound process beside it
+    (``beside``), and whether it passed."""
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if beside else None
+    try:
+        t0 = time.perf_counter()
+        rc = subprocess.run(["make", "test"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+        return {"seconds": time.perf_counter() - t0, "passed": rc == 0, "beside": beside}
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+
+
+def cpu_share_figures() -> dict[str, Any]:
+    """bench/cpu_share.py: the client's CPU as a share of llama.cpp's per level (issue 21, goal 4)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        js = os.path.join(tmp, "share.json")
+        _run([sys.executable, str(HERE / "cpu_share.py"), "--json-out", js], timeout=1800)
+        return json.loads(Path(js).read_text())
+
+
 def _yes(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
@@ -135,6 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-client", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-report", action="store_true")
+    ap.add_argument("--startup-reps", type=int, default=3, help="repeats of the start-up figures (issue 21 goal 2)")
+    ap.add_argument("--skip-startup", action="store_true")
+    ap.add_argument("--test-suite", action="store_true",
+                    help="also time `make test` (issue 21 goal 3; minutes; with --test-beside, beside a CPU hog)")
+    ap.add_argument("--test-beside", action="store_true")
+    ap.add_argument("--cpu-share", action="store_true",
+                    help="also measure the client's CPU share of llama.cpp's (issue 21 goal 4; needs the [llamacpp] extra)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
 
@@ -199,6 +241,30 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| 3 | seed report build, `python -m specsweep.report` s (papermill {rep.get('papermill', float('nan')):.1f}, "
                      f"export {rep.get('export', float('nan')):.1f}) | {cli:.1f} | | < {GOAL_REPORT_S:.0f} | "
                      f"{_yes(cli < GOAL_REPORT_S)} |")
+    if not args.skip_startup:
+        st = startup_figures(args.startup_reps)
+        dump["startup"] = st
+        r = st["rows"]
+        lines.append(f"| 21.2 | seed report, `python -m specsweep.report`, wall s (CPU s) | {r['seed']['wall']:.2f} "
+                     f"({r['seed']['cpu']:.2f}) | | ≤ 4 | {_yes(r['seed']['wall'] <= 4.0)} |")
+        lines.append(f"| 21.2 | floor: empty notebook built the same way, wall s (CPU s); seed ÷ floor | "
+                     f"{r['empty']['wall']:.2f} ({r['empty']['cpu']:.2f}); {st['ratio']:.2f}× | | ≤ 1.5× | "
+                     f"{_yes(st['ratio'] <= 1.5)} |")
+        if "seed_cold" in r:
+            lines.append(f"| 21.2 | seed report, first build after install (empty cache), wall s (CPU s) | "
+                         f"{r['seed_cold']['wall']:.2f} ({r['seed_cold']['cpu']:.2f}) | | | |")
+    if args.test_suite:
+        ts = test_suite_seconds(args.test_beside)
+        dump["test_suite"] = ts
+        lines.append(f"| 21.3 | `make test` wall min{' (a CPU hog beside it)' if ts['beside'] else ''} | "
+                     f"{ts['seconds'] / 60:.1f}, {'passed' if ts['passed'] else '**failed**'} | | ≤ 5 | "
+                     f"{_yes(ts['passed'] and ts['seconds'] <= 300)} |")
+    if args.cpu_share:
+        cs = cpu_share_figures()
+        dump["cpu_share"] = cs
+        per = ", ".join(f"C{r['concurrency']:.0f} {r['client_cpu_share_pct']:.2f}" for r in cs["rows"])
+        lines.append(f"| 21.4 | client CPU ÷ llama.cpp's, % per level (real-llamacpp baseline) | {per} | | ≤ 2 | "
+                     f"{_yes(cs['worst_pct'] <= 2.0)} |")
     print("\n".join(lines))
     print(f"# load average {os.getloadavg()[0]:.2f} at the end (the machine is shared: figures are noisy; "
           "compare specsweep with the reference of the same run)")

@@ -14,6 +14,25 @@ from specsweep.refserver.launch import RefServer
 
 FAST = ["--health-delay-s", "0.2"]
 
+#: most pytest-xdist workers ``-n auto`` starts: each runs its own reference servers and report
+#: kernels, so past a few the machine's memory and the tests' real servers are what is shared
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per CPU this process may run on (logical, so a 2-vCPU machine gets
+    2), at most :data:`MAX_WORKERS`; ``SPECSWEEP_TEST_WORKERS`` overrides."""
+    import os
+
+    explicit = os.environ.get("SPECSWEEP_TEST_WORKERS", "")
+    if explicit.strip():
+        return max(0, int(explicit))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, cpus))
+
 
 @pytest.fixture(scope="session")
 def refserver() -> Iterator[RefServer]:

@@ -55,3 +55,84 @@ def test_stand_in_is_installed_only_once_and_not_over_a_real_import() -> None:
     env = {k: v for k, v in os.environ.items() if k != "SPECSWEEP_EAGER_IMPORTS"}
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
     assert out.split() == ["False", "False"]
+
+
+# ------------------------------------------------------------------------------ the cached Vega bundle
+
+
+def test_the_bundle_is_made_once_then_read_back_exactly(tmp_path, monkeypatch) -> None:
+    import threading
+
+    from specsweep import startup
+
+    monkeypatch.setenv("SPECSWEEP_CACHE_DIR", str(tmp_path))
+    made: list[int] = []
+    text = "(function(){ /* ü \\u2028 */ })();\n" * 1000
+
+    def build() -> str:
+        made.append(1)
+        return text
+
+    # four concurrent first calls: one makes it, the others wait on the lock and read its file
+    got: list[str] = []
+    threads = [threading.Thread(target=lambda: got.append(startup.vega_bundle_cached(build))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == [text] * 4 and len(made) == 1
+    assert startup.bundle_cache_path().parent == tmp_path and startup.bundle_cache_path().is_file()
+    assert startup.warm_vega_bundle() is None  # cached: nothing to start
+    # a file cut short (a writer killed mid-way) is made again, not served
+    path = startup.bundle_cache_path()
+    path.write_text(text[:100], encoding="utf-8")
+    assert startup.vega_bundle_cached(build) == text and len(made) == 2
+    assert startup.vega_bundle_cached(build) == text and len(made) == 2
+
+
+def test_the_bundle_cache_can_be_off_or_unwritable(tmp_path, monkeypatch) -> None:
+    from specsweep import startup
+
+    made: list[int] = []
+
+    def build() -> str:
+        made.append(1)
+        return "bundle"
+
+    monkeypatch.setenv("SPECSWEEP_CACHE_DIR", "off")
+    assert startup.vega_bundle_cached(build) == "bundle" and startup.vega_bundle_cached(build) == "bundle"
+    assert len(made) == 2 and startup.warm_vega_bundle() is None
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("SPECSWEEP_CACHE_DIR", str(blocker / "cache"))  # under a file: cannot be made
+    assert startup.vega_bundle_cached(build) == "bundle" and len(made) == 3
+
+
+def test_the_cached_bundle_is_what_vl_convert_makes(tmp_path, monkeypatch) -> None:
+    import vl_convert as vlc
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    from specsweep import report, startup
+
+    monkeypatch.setenv("SPECSWEEP_CACHE_DIR", str(tmp_path))
+    thread = startup.warm_vega_bundle()
+    assert thread is not None
+    thread.join()
+    assert report.vega_bundle() == vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    assert startup.bundle_cache_path().name.startswith("vega-bundle-")
+
+
+def test_a_notebook_exported_in_memory_is_the_page_read_back_from_disk(tmp_path) -> None:
+    import nbformat
+
+    from specsweep import report
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": "<h1>T &amp; ü</h1>\n<p>a\nb</p>\n"}),
+                    nbformat.v4.new_output("stream", name="stderr", text="noise\n")]
+    nb.cells = [cell]
+    nbformat.write(nb, tmp_path / "nb.ipynb")
+    from_disk = report.export_html(tmp_path / "nb.ipynb", tmp_path / "a.html").read_bytes()
+    in_memory = report.export_html(nb, tmp_path / "b.html").read_bytes()
+    assert from_disk == in_memory and b"T &amp; \xc3\xbc" in in_memory and b"noise" not in in_memory

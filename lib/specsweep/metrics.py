@@ -109,6 +109,23 @@ METRICS: dict[str, MetricInfo] = {
     "client_cpu_cores": MetricInfo(
         "Client CPU", "cores", "lower", "client CPU seconds / measured window"
     ),
+    "client_cpu_share_pct": MetricInfo(
+        "Client CPU share of the server's", "%", "lower",
+        "100 × client CPU seconds ÷ the local server process tree's CPU seconds over the level (user + system, "
+        "/proc/<pid>/stat; specsweep.cpushare); NaN for a server on another machine",
+    ),
+    "client_cpu_s": MetricInfo(
+        "Client CPU time", "s", "lower",
+        "user + system CPU seconds of the client process and its children over the level (specsweep.cpushare)",
+    ),
+    "server_cpu_s": MetricInfo(
+        "Server CPU time", "s", "neutral",
+        "user + system CPU seconds of the local server's process tree over the level (specsweep.cpushare)",
+    ),
+    "server_cpu_cores": MetricInfo(
+        "Server CPU", "cores", "neutral",
+        "the local server process tree's CPU seconds ÷ the level's wall seconds (specsweep.cpushare)",
+    ),
 }
 for _name, _label in (("ttft", "Time to first token"), ("tpot", "Time per output token"),
                       ("e2e", "End-to-end latency"), ("itl", "Inter-token latency (token-normalised)"),

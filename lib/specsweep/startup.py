@@ -23,6 +23,8 @@ import os
 import sys
 import threading
 import types
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 MODULE = "rfc3987_syntax"
@@ -84,3 +86,122 @@ def defer_rfc3987_syntax() -> bool:
         return False
     sys.modules[MODULE] = _stand_in(spec)
     return True
+
+
+# ------------------------------------------------------------------------------ the Vega bundle, cached on disk
+#
+# ``vl_convert.javascript_bundle`` bundles vega + vega-lite + vega-embed from its embedded sources
+# on every first call in a process: about 2.7 s of CPU (the GIL released), in every report kernel.
+# Its answer depends only on the vl-convert version and the Vega-Lite version asked for, so it is
+# kept in a per-user cache file and read back (about 1 ms). A file lock serialises the first build
+# across processes (a report's own process can start it in a thread while its kernel starts:
+# :func:`warm_vega_bundle`); a missing, unreadable or unwritable cache only costs the rebuild.
+
+
+def cache_dir() -> Path:
+    """Where specsweep keeps derived files: ``$SPECSWEEP_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/specsweep``, else ``~/.cache/specsweep``."""
+    explicit = os.environ.get("SPECSWEEP_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "specsweep"
+
+
+def _version(dist: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def bundle_cache_path() -> Path:
+    """The cache file for this environment's bundle: named by the vl-convert and Altair versions
+    (Altair's version fixes the Vega-Lite version it asks vl-convert for), so that an upgrade of
+    either reads a new file. Costs no import of either."""
+    key = f"{_version('vl-convert-python')}-altair{_version('altair')}"
+    safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in key)
+    return cache_dir() / f"vega-bundle-{safe}.js"
+
+
+def _build_bundle() -> str:
+    import vl_convert as vlc
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    return str(vlc.javascript_bundle(vl_version=vl_version_for_vl_convert()))
+
+
+def vega_bundle_cached(build: Callable[[], str] = _build_bundle) -> str:
+    """The vega + vega-lite + vega-embed bundle matching Altair's schema: from the cache when there,
+    else made by ``build`` (default: vl-convert, about 900 KB) and stored. ``SPECSWEEP_CACHE_DIR=off``
+    or a cache that cannot be written makes it every time."""
+    if os.environ.get("SPECSWEEP_CACHE_DIR", "").lower() == "off":
+        return build()
+    path = bundle_cache_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_name(path.name + ".lock"), "a+b")
+    except OSError:
+        return build()
+    with lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # one build at a time; the others read its file
+        except (ImportError, OSError):
+            pass
+        try:
+            text = path.read_text(encoding="utf-8")
+            if text.endswith(_END):
+                return text[: -len(_END)]
+        except (OSError, UnicodeDecodeError):
+            pass
+        bundle = build()
+        try:
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(bundle + _END, encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError:
+            pass
+        return bundle
+
+
+_END = "\n//specsweep-bundle-complete\n"  # a file cut short (disk full, killed writer) is made again
+
+
+def warm_vega_bundle() -> threading.Thread | None:
+    """When the bundle is not cached yet, make it in a daemon thread (vl-convert releases the GIL),
+    so that a report kernel started meanwhile waits on the cache lock and reads the file instead of
+    making it too. None when it is cached already (checked without importing Altair) or caching is
+    off. Errors in the thread are ignored: the kernel's own call then makes it and reports them."""
+    if os.environ.get("SPECSWEEP_CACHE_DIR", "").lower() == "off" or bundle_cache_path().is_file():
+        return None
+
+    def run() -> None:
+        try:
+            vega_bundle_cached()
+        except Exception:  # noqa: BLE001 - the kernel's own call reports real errors
+            pass
+
+    thread = threading.Thread(target=run, name="specsweep-vega-bundle", daemon=True)
+    thread.start()
+    return thread
+
+
+def import_in_background(*modules: str) -> threading.Thread:
+    """Import ``modules`` in a daemon thread and return it (join it before use): a report's own
+    process imports nbconvert while its kernel starts and runs, instead of after. An import error
+    is left for the caller's own import to raise."""
+
+    def run() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the caller's own import reports it
+                return
+
+    thread = threading.Thread(target=run, name="specsweep-imports", daemon=True)
+    thread.start()
+    return thread

@@ -43,6 +43,7 @@ import pandas as pd
 from specsweep import provenance
 from specsweep.client import spec_request_options
 from specsweep.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
+from specsweep.cpushare import CpuShare, level_suffix
 from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.metrics import (SOURCE_COUNTERS, LevelAcceptance, acceptance_from_requests, level_metrics,
                                requests_frame)
@@ -797,6 +798,7 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
         warn("llama.cpp keeps each slot's prompt cache across levels (flush_cache=false): a level may reuse "
              "prompt prefixes an earlier one left in a slot (shorter TTFT); set flush_cache=true to erase slots")
     poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
+    cpu_meter = CpuShare.for_url(info.base_url)  # a server on this machine: the client's CPU against its own
     evidence = _Evidence(info.base_url)
     current: tuple[int, int] | None = None
     try:
@@ -845,11 +847,14 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                 poller.start()
             bar = _Progress(progress, n, f"C={c} r{r}", output_tokens)
             started = provenance.utc_now()
+            cpu_start = cpu_meter.read() if cpu_meter else None
             try:
                 result = gen.run_level(bodies, c, stop=stop, progress=bar)
             finally:
                 bar.close()
                 samples = poller.stop() if poller else []
+            # the level's own window: the parsing below happens while the server is idle
+            cpu_figures = cpu_meter.level_figures(cpu_start) if cpu_meter and cpu_start else {}
             if result.stopped:
                 raise KeyboardInterrupt
             after = poller.snapshot() if poller else {}
@@ -860,6 +865,8 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                 after=after, started_utc=started, workload=workload)
             if flush_note is not None:
                 level["prefix_cache_flush"] = flush_note
+            for key, value in cpu_figures.items():
+                level[key] = value
             append_level(run_dir, level, req, srv if poller else None)
             current = None  # saved: an interrupt from here on does not touch this level
             meta.pop("in_progress", None)
@@ -868,7 +875,7 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
             _warn_counts(level.iloc[0], req, c, r, preflight_source, warn, meta)
             write_meta(run_dir, meta)
             row = level.iloc[0]
-            log(_level_line(row))
+            log(_level_line(row).replace(" — saved", level_suffix(row) + " — saved"))  # the CPU share, where measured
             evidence.add(result.records)
             damage = damaged_levels(live_levels(run_dir)).get((c, r))
             trouble = None

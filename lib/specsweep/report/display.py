@@ -14,10 +14,9 @@ RENDERER = "specsweep-offline"
 
 def vega_bundle() -> str:
     """The vega + vega-lite + vega-embed bundle that matches Altair's schema, from vl-convert (~900 KB)."""
-    import vl_convert as vlc
-    from altair.utils._importers import vl_version_for_vl_convert
+    from specsweep.startup import vega_bundle_cached
 
-    return vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    return vega_bundle_cached()  # made once per vl-convert/Altair version, then read from the cache
 
 
 _CHART_SEQ = itertools.count()
