@@ -43,7 +43,7 @@ def _repeat_interval(arm_values: Sequence[float], base_values: Sequence[float]) 
     """95 % interval of Δ% = (arm / baseline − 1) × 100 from per-repeat values: a two-sample t
     interval on ln(value) (pooled variance, n_arm + n_base − 2 degrees of freedom), mapped back to %.
     (nan, nan) unless both sides have two or more positive repeats."""
-    from scipy import stats
+    from scipy import special
 
     a = np.log([v for v in arm_values if v > 0 and not math.isnan(v)])
     b = np.log([v for v in base_values if v > 0 and not math.isnan(v)])
@@ -52,7 +52,7 @@ def _repeat_interval(arm_values: Sequence[float], base_values: Sequence[float]) 
     dof = len(a) + len(b) - 2
     pooled = ((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / dof
     se = math.sqrt(pooled * (1 / len(a) + 1 / len(b)))
-    diff, t = float(a.mean() - b.mean()), float(stats.t.ppf(0.975, dof))
+    diff, t = float(a.mean() - b.mean()), float(special.stdtrit(dof, 0.975))
     return (math.exp(diff - t * se) - 1) * 100, (math.exp(diff + t * se) - 1) * 100
 
 
