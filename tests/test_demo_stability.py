@@ -1,7 +1,7 @@
 """The published demo's decisions are stable (issue 23 item 4): two independent measurements of a
 reduced copy of the demo design — two real studies on the embedded reference server, with different
 prompt seeds, measured at the same time as ``make reports`` measures its studies — reach the same
-decision per profile (class, crossover bracket, arm), and the decision table tool says so.
+decision per profile (class and arm), and the decision table tool says so.
 
 The reduced design keeps the demo's server (seed profile, MTP as SGLang's NEXTN), workload
 (1300-token prompts, 256 output tokens) and method (``parallel`` arms), at three of its levels: one
@@ -83,7 +83,8 @@ def test_a_changed_decision_is_reported_with_both_sides() -> None:
     untied = decisions.DecisionRow("Batch throughput", "enable up to X", "eagle", 57.0, (32, 64))
     off = decisions.DecisionRow("Batch throughput", "keep off", None)
     assert decisions.differences({"r": [row]}, {"r": [other_arm]}) == []  # mtp-cap128 is tied with mtp there
-    assert decisions.differences({"r": [row]}, {"r": [moved]}) == [
+    assert decisions.differences({"r": [row]}, {"r": [moved]}) == []  # the same class: X moves with noise
+    assert decisions.differences({"r": [row]}, {"r": [moved]}, bracket=True) == [
         "r / Batch throughput: enable up to 49 (between 32 and 64) (mtp) vs enable up to 70 (between 64 and 128) (mtp)"]
     assert decisions.differences({"r": [row]}, {"r": [untied]}) != []
     assert decisions.differences({"r": [row]}, {"r": [off]}) == [

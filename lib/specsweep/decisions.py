@@ -11,11 +11,11 @@ Decision classes, from the recommendation the report prints (:func:`specsweep.re
 - ``no measurable difference`` — neither a win nor a loss at any level;
 - ``not established`` — wins and losses interleave (``mixed``), or no verdict could be given.
 
-Two tables agree when every (report, profile) has the same class, the same bracket for X (X
-itself moves with noise inside its bracket), and the same arm — where the arm chosen has *tied*
-arms (candidates whose own judgement gives the same class and the same outcome at every level,
+Two tables agree when every (report, profile) has the same class and the same arm — where the
+arm chosen has *tied* arms (candidates whose own judgement gives the same class and the same outcome at every level,
 listed in the table), choosing any of them counts as the same decision, since the data cannot
-tell them apart.
+tell them apart. X moves with noise; where it moved to another pair of tested levels (its
+bracket) is reported beside the differences (``bracket=True`` counts it as one).
 
 ``python -m specsweep.decisions RESULT_SET_OR_STUDY_DIR... [--baseline B] [--json]`` prints the
 table of a comparison; ``--against FILE.json`` also compares it with a saved table (exit 1 on a
@@ -109,14 +109,17 @@ def table_of(paths: Sequence[str | Path], baseline: str = "baseline",
     return decision_table(compare(sets, baseline=baseline, assumed_noise_pct=3.0), profiles)
 
 
-def same_decision(a: DecisionRow, b: DecisionRow) -> bool:
-    """Whether two rows of one profile make the same decision (class, bracket, arm up to ties)."""
+def same_decision(a: DecisionRow, b: DecisionRow, *, bracket: bool = False) -> bool:
+    """Whether two rows of one profile make the same decision: the same class and arm (up to
+    ties); with ``bracket`` also the same bracket of the crossover X."""
     same_arm = a.arm == b.arm or (a.arm in b.tied) or (b.arm in a.tied)
-    return a.decision == b.decision and a.bracket == b.bracket and same_arm
+    return a.decision == b.decision and same_arm and (not bracket or a.bracket == b.bracket)
 
 
-def differences(a: dict[str, list[DecisionRow]], b: dict[str, list[DecisionRow]]) -> list[str]:
-    """What differs between two tables keyed by report name (empty: the same decisions)."""
+def differences(a: dict[str, list[DecisionRow]], b: dict[str, list[DecisionRow]], *,
+                bracket: bool = False) -> list[str]:
+    """What differs between two tables keyed by report name (empty: the same decisions); with
+    ``bracket`` a crossover that moved to another pair of tested levels counts too."""
     out = []
     for report in sorted(set(a) | set(b)):
         rows_a = {r.profile: r for r in a.get(report, [])}
@@ -125,7 +128,7 @@ def differences(a: dict[str, list[DecisionRow]], b: dict[str, list[DecisionRow]]
             ra, rb = rows_a.get(profile), rows_b.get(profile)
             if ra is None or rb is None:
                 out.append(f"{report} / {profile}: only in {'the first' if rb is None else 'the second'} table")
-            elif not same_decision(ra, rb):
+            elif not same_decision(ra, rb, bracket=bracket):
                 out.append(f"{report} / {profile}: {ra.text()} ({ra.arm or '—'}) vs {rb.text()} ({rb.arm or '—'})")
     return out
 

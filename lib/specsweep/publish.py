@@ -133,14 +133,19 @@ def record_decisions(path: Path, tables: dict[str, list[decisions.DecisionRow]])
     """Compare ``tables`` with the saved file, print the table and every difference, then save them
     into it (other reports' entries kept); returns the differences."""
     saved = read_decisions(path)
-    diff = decisions.differences({k: v for k, v in saved.items() if k in tables}, tables)
+    both = [k for k in tables if k in saved]
+    diff = decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both})
     print(decisions.markdown_table(tables), flush=True)
-    if not saved:
-        print(f"decisions: no earlier {path.name} to compare with", flush=True)
+    if not both:
+        print(f"decisions: no earlier table of {', '.join(tables)} in {path} to compare with", flush=True)
     elif diff:
         print(f"decisions: DIFFERENT from {path}:\n  " + "\n  ".join(diff), flush=True)
     else:
         print(f"decisions: the same as in {path}", flush=True)
+    moved = [d for d in decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both}, bracket=True)
+             if d not in diff]
+    if moved:
+        print("  (crossover moved to other tested levels, same decision: " + "; ".join(moved) + ")", flush=True)
     merged = {**{k: decisions.to_json(v) for k, v in saved.items()}, **{k: decisions.to_json(v) for k, v in tables.items()}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(merged, indent=1) + "\n", encoding="utf-8")
@@ -165,10 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         tables = decision_tables(chosen)
         saved = read_decisions(out_dir / DECISIONS_FILE)
         print(decisions.markdown_table(tables))
-        if not saved:
-            print(f"no {out_dir / DECISIONS_FILE} to compare with")
-            return 0
-        diff = decisions.differences({k: v for k, v in saved.items() if k in tables}, tables)
+        missing = [k for k in tables if k not in saved]
+        if missing:
+            print(f"no earlier table of {', '.join(missing)} in {out_dir / DECISIONS_FILE} to compare with")
+        both = [k for k in tables if k in saved]
+        diff = decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both})
         print("\n".join([f"different from {out_dir / DECISIONS_FILE}:", *diff]) if diff
               else f"the same decisions as {out_dir / DECISIONS_FILE}")
         return 1 if diff else 0

@@ -1,10 +1,11 @@
 """The local backend with ``parallel: N``: up to N (arm, repeat) sweeps at once, each in a worker process.
 
-Each worker is a fresh Python process (``spawn``) that runs :func:`specsweep.study_arm.run_arm` —
+Each worker is a process forked from a ``forkserver`` that imported the sweep machinery once
+(``spawn`` where there is none), and runs :func:`specsweep.study_arm.run_arm` —
 the same per-arm function as the serial local backend and the Ray backend — straight into the
 study's ``out_dir`` (no copy: the folders are the serial ones). Its log lines come back over a
-pipe and are shown prefixed ``[arm rK]``; papermill's live sweep output goes to the terminal with
-the same prefix. Sweeps start in the study's plan order as workers free up, so with N at least
+pipe and are shown prefixed ``[arm rK]``; papermill's live sweep output goes to the terminal
+prefixed ``[study: arm rK]``. Sweeps start in the study's plan order as workers free up, so with N at least
 the number of sweeps every arm and repeat is measured at the same time (which pairs them against
 a drifting machine better than any order), and the servers must not share a port: embedded arms
 each start their reference server on a free port, ``serve`` arms need ``{port}`` (the study file
@@ -21,6 +22,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.context
 import os
 import signal
 import threading
@@ -29,6 +31,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
+
 from specsweep.study_arm import ArmOutcome, arm_dir, complete_run, run_arm
 from specsweep.study_file import Arm, Study
 
@@ -36,17 +40,37 @@ from specsweep.study_file import Arm, Study
 STOP_WAIT_S = 60.0
 
 
-def _watch_parent(parent: int) -> None:
-    """In a worker: interrupt the main thread (as Ctrl-C would) once the runner ``parent`` is gone."""
-    while os.getppid() == parent:
+#: what a ``forkserver`` imports once, so that each worker starts with them loaded (no import per worker)
+PRELOAD = ["specsweep.study_arm", "papermill", "nbclient", "jupyter_client"]
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """``forkserver`` where the platform has it (a clean single-threaded process that imported
+    :data:`PRELOAD` once forks each worker: cheap, and safe beside the runner's threads), else ``spawn``."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(PRELOAD)
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def _watch_runner(runner: int, started: float) -> None:
+    """In a worker: interrupt the main thread (as Ctrl-C would) once the runner (pid ``runner``,
+    created at ``started``, so a reused pid does not count) is gone."""
+    while True:
+        try:
+            if psutil.Process(runner).create_time() != started:
+                break
+        except psutil.Error:
+            break
         time.sleep(0.5)
     os.kill(os.getpid(), signal.SIGINT)
 
 
 def _worker(study: Study, arm: Arm, repeat: int, out_dir: str, position: int, resume: bool,
-            conn: multiprocessing.connection.Connection, parent: int) -> None:
+            conn: multiprocessing.connection.Connection, runner: tuple[int, float]) -> None:
     """A worker process: run one (arm, repeat), send its log lines and then its outcome to the runner."""
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="runner-watch").start()
+    threading.Thread(target=_watch_runner, args=runner, daemon=True, name="runner-watch").start()
     tag = f"[{arm.name} r{repeat}] "
 
     def log(line: str) -> None:
@@ -57,7 +81,7 @@ def _worker(study: Study, arm: Arm, repeat: int, out_dir: str, position: int, re
     _papermill_logging()
     for handler in logging.getLogger("papermill").handlers:
         if getattr(handler, "_specsweep", False):
-            handler.setFormatter(logging.Formatter(f"    {tag}%(message)s"))
+            handler.setFormatter(logging.Formatter(f"    [{study.name}: {arm.name} r{repeat}] %(message)s"))
     try:
         outcome = run_arm(study, arm, repeat, Path(out_dir), position=position, resume=resume, log=log)
     except KeyboardInterrupt:
@@ -72,7 +96,8 @@ def run_parallel(study: Study, out_dir: Path, *, workers: int, resume: bool, log
     """Run the study's plan with up to ``workers`` sweeps at once (see the module doc);
     ``on_outcome`` sees each outcome as it arrives; returns the outcomes in plan order."""
     out_dir = Path(out_dir).resolve()
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _context()
+    runner = (os.getpid(), psutil.Process().create_time())
     outcomes: list[ArmOutcome] = []
     todo: list[tuple[int, int, Arm]] = []
     for position, (repeat, arm) in enumerate(study.plan(), 1):
@@ -122,7 +147,7 @@ def run_parallel(study: Study, out_dir: Path, *, workers: int, resume: bool, log
                 position, repeat, arm = todo.pop(0)
                 receive, send = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_worker, name=f"specsweep-{arm.name}-r{repeat}",
-                                   args=(study, arm, repeat, str(out_dir), position, resume, send, os.getpid()))
+                                   args=(study, arm, repeat, str(out_dir), position, resume, send, runner))
                 proc.start()
                 send.close()
                 running[receive] = (proc, position, repeat, arm)
