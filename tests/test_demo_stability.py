@@ -4,8 +4,9 @@ prompt seeds, measured at the same time as ``make reports`` measures its studies
 decision per profile (class and arm), and the decision table tool says so.
 
 The reduced design keeps the demo's server (seed profile, MTP as SGLang's NEXTN), workload
-(1300-token prompts, 256 output tokens) and method (``parallel`` arms), at three of its levels: one
-where MTP gains clearly, one between, one past the KV pool where it loses. The expected crossover
+(1300-token prompts, 256 output tokens) and method (``parallel`` arms), at three of its levels: two
+where MTP gains clearly, one far past the KV pool where it loses (at 64 its −10 % is not credible from
+one run at three levels: both measurements then say ``enable``, which hides the crossover). The expected crossover
 bracket comes from the virtual-time simulator (specsweep.refserver.model), not from the measurement.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from specsweep.refserver.model import simulate_closed_loop
 from specsweep.refserver.profiles import load_profile
 
 PROFILE = "qwen3.5-122b-a10b-4x-rtxpro6000"
-LEVELS = [4, 16, 64]
+LEVELS = [4, 16, 128]
 INPUT, OUTPUT = 1300, 256
 
 
