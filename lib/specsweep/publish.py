@@ -11,7 +11,9 @@
   baseline and MTP on the same simulated server with the built-in categorised prompt set — whose
   report shows the "By prompt category" view (per-category crossovers, acceptance and Δ%).
 
-Published reports are generated, never edited by hand. ``--skip-sweeps`` resumes each study's last
+The two studies are measured first, side by side (each runs its sweeps at once: the study files'
+``repeats`` and ``parallel``), then the reports are built one after another, so no report build
+competes with a measurement for the CPU. Published reports are generated, never edited by hand. ``--skip-sweeps`` resumes each study's last
 run in its out dir (``data/runs/studies/<name>``) instead of starting over: complete arms are not
 measured again, so only the report is rebuilt.
 
