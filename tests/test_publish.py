@@ -54,8 +54,9 @@ def test_a_published_study_runs_fresh_with_per_arm_and_per_level_progress(
     assert not stale.exists()
     out = capfd.readouterr()
     terminal = out.out + out.err
-    for i, arm in enumerate(("baseline", "mtp"), 1):
-        assert terminal.count(f"[{i}/2] arm {arm}, repeat 0") == 2
+    for i, arm in enumerate(("baseline", "mtp"), 1):  # each run: measured, then resumed (skipped) for the report
+        assert terminal.count(f"[{i}/2] arm {arm}, repeat 0") == 4
+        assert terminal.count(f"arm {arm} repeat 0: already complete") == 2
     for level in ("C=1 repeat 0:", "C=2 repeat 0:"):  # the sweep's per-level lines: 2 arms × 2 runs
         assert terminal.count(level) == 4, terminal[-3000:]
     assert terminal.count("C=2 r0:") >= 4 and "tok/s]" in terminal  # tqdm bars with live tok/s
