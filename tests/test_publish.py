@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specsweep.publish import PUBLISHED, Published, publish_study
+from specsweep.publish import PUBLISHED, Published, measure_studies, publish_study
 from specsweep.report import REPO_ROOT
 from specsweep.study_file import load_study
 
@@ -48,6 +48,7 @@ def test_a_published_study_runs_fresh_with_per_arm_and_per_level_progress(
     pub = Published(name="progress", study=str(path))
     stale = tmp_path / "runs" / "_runs" / "baseline" / "r0" / "stale"
     for attempt in range(2):  # the second run starts over (fresh), it does not refuse the folder
+        measure_studies([pub])
         report = publish_study(pub, tmp_path / "reports")
         assert report == tmp_path / "reports" / "progress.html" and report.is_file()
         if attempt == 0:
@@ -55,8 +56,9 @@ def test_a_published_study_runs_fresh_with_per_arm_and_per_level_progress(
     assert not stale.exists()
     out = capfd.readouterr()
     terminal = out.out + out.err
-    for i, arm in enumerate(("baseline", "mtp"), 1):
-        assert terminal.count(f"[{i}/2] arm {arm}, repeat 0") == 2
+    for i, arm in enumerate(("baseline", "mtp"), 1):  # each run: measured, then resumed (skipped) for the report
+        assert terminal.count(f"[{i}/2] arm {arm}, repeat 0") == 4
+        assert terminal.count(f"arm {arm} repeat 0: already complete") == 2
     for c in (1, 2):  # the sweep's per-level result lines: 2 arms × 2 runs (a warning about a
         # level starts with the same "C=2 repeat 0:", so only the lines that end "— saved" count)
         saved = re.findall(rf"C={c} repeat 0: [\d,]+ tok/s aggregate, [^\r\n]* — saved", terminal)
@@ -64,8 +66,9 @@ def test_a_published_study_runs_fresh_with_per_arm_and_per_level_progress(
     assert terminal.count("C=2 r0:") >= 4 and "tok/s]" in terminal  # tqdm bars with live tok/s
     assert "without encryption" not in terminal
 
-    # --skip-sweeps resumes: nothing measured again, the report rebuilt
+    # --skip-sweeps resumes: nothing measured again (neither by the measurement nor the report build)
     capfd.readouterr()
-    assert publish_study(pub, tmp_path / "reports", skip_sweeps=True) == report
+    measure_studies([pub], skip_sweeps=True)
+    assert publish_study(pub, tmp_path / "reports") == report
     terminal = "".join(capfd.readouterr())
-    assert "C=1 repeat 0:" not in terminal and terminal.count("already complete") == 2
+    assert "C=1 repeat 0:" not in terminal and terminal.count("already complete") == 4

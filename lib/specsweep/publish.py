@@ -11,22 +11,36 @@
   baseline and MTP on the same simulated server with the built-in categorised prompt set — whose
   report shows the "By prompt category" view (per-category crossovers, acceptance and Δ%).
 
-Published reports are generated, never edited by hand. ``--skip-sweeps`` resumes each study's last
+The two studies are measured first, side by side (each runs its sweeps at once: the study files'
+``repeats`` and ``parallel``), then the reports are built one after another, so no report build
+competes with a measurement for the CPU. Published reports are generated, never edited by hand. ``--skip-sweeps`` resumes each study's last
 run in its out dir (``data/runs/studies/<name>``) instead of starting over: complete arms are not
 measured again, so only the report is rebuilt.
+
+Each report's decision table (:mod:`specsweep.decisions`: per profile the decision class and the arm
+chosen) goes to ``reports/decisions.json``; before it is replaced, the new table is compared with
+the one there (the committed pages' decisions) and every difference printed. ``--decisions`` only
+prints the tables of the data already measured (study out dirs) and compares them with that file
+(exit 1 on a difference): after a fresh ``make reports``, ``git diff reports/decisions.json`` shows
+the same.
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import json
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from specsweep import decisions
 from specsweep.report import REPO_ROOT, build_report
 from specsweep.study import run_study
 from specsweep.study_file import load_study
+
+DECISIONS_FILE = "decisions.json"
 
 
 @dataclass(frozen=True)
@@ -54,20 +68,90 @@ PUBLISHED: tuple[Published, ...] = (
 )
 
 
-def publish_study(pub: Published, out_dir: Path, *, skip_sweeps: bool = False) -> Path:
-    """Run ``pub.study`` from scratch (``--fresh``: a previous run's folders are deleted) and
-    return its report, ``<out_dir>/<study name>.html``. ``skip_sweeps``: resume the last run
-    instead (complete arms are not measured again), so only the report is rebuilt. Raises
-    ``RuntimeError`` naming the study file when no report could be built (no complete baseline)."""
+def _runs_dir(pub: Published) -> tuple[Any, Path]:
     assert pub.study is not None
     study = load_study(REPO_ROOT / pub.study)
     runs = study.default_out_dir()
-    runs = runs if runs.is_absolute() else REPO_ROOT / runs
-    result = run_study(study, out_dir=runs, report_dir=out_dir, fresh=not skip_sweeps,
-                       resume=skip_sweeps and (runs / "study.json").is_file())
+    return study, runs if runs.is_absolute() else REPO_ROOT / runs
+
+
+def measure_studies(pubs: Sequence[Published], *, skip_sweeps: bool = False) -> None:
+    """Measure every study of ``pubs`` at the same time (one thread each; each study runs its own
+    ``parallel`` sweeps in worker processes), from scratch (``--fresh``: a previous run's folders are
+    deleted) unless ``skip_sweeps`` (resume the last run: complete arms are not measured again).
+    No report is built here, so no report build competes with a measurement for the CPU."""
+    def one(pub: Published) -> None:
+        study, runs = _runs_dir(pub)
+        run_study(study, out_dir=runs, fresh=not skip_sweeps, resume=skip_sweeps and (runs / "study.json").is_file(),
+                  report=False, log=lambda line: print(f"{pub.name}: {line}", flush=True))
+
+    studies = [p for p in pubs if p.study]
+    if not studies:
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(studies), thread_name_prefix="study") as pool:
+        for future in [pool.submit(one, p) for p in studies]:
+            future.result()
+
+
+def publish_study(pub: Published, out_dir: Path) -> Path:
+    """Build the report of ``pub.study`` from its measured run (:func:`measure_studies`): the
+    study is resumed, so complete arms are not measured again (a failed one is retried), then
+    merged and reported as ``<out_dir>/<study name>.html``. Raises ``RuntimeError`` naming the
+    study file when no report could be built (no complete baseline)."""
+    study, runs = _runs_dir(pub)
+    result = run_study(study, out_dir=runs, report_dir=out_dir, resume=(runs / "study.json").is_file())
     if result.report is None:
         raise RuntimeError(f"{pub.study}: no report (the baseline arm has no complete run; see {runs / 'study.json'})")
     return result.report
+
+
+def _inputs(pub: Published) -> tuple[list[Path], str, list[dict[str, Any]] | None]:
+    """The result sets a published report compares (a study's merged arms), its baseline and profiles."""
+    if pub.study is None:
+        return [REPO_ROOT / p for p in pub.result_sets], pub.baseline, pub.profiles
+    study, runs = _runs_dir(pub)
+    sets = [runs / a.name for a in study.arms if (runs / a.name / "meta.json").is_file()]
+    profiles = [p.model_dump() for p in study.spec.profiles] if study.spec.profiles is not None else None
+    return sets, study.baseline, profiles
+
+
+def decision_tables(pubs: Sequence[Published]) -> dict[str, list[decisions.DecisionRow]]:
+    """Each published report's decision table from the data measured now (see :mod:`specsweep.decisions`)."""
+    out = {}
+    for pub in pubs:
+        sets, baseline, profiles = _inputs(pub)
+        out[pub.name] = decisions.table_of(sets, baseline, profiles)
+    return out
+
+
+def read_decisions(path: Path) -> dict[str, list[decisions.DecisionRow]]:
+    """A saved decisions file (empty when there is none)."""
+    if not path.is_file():
+        return {}
+    return {k: decisions.from_json(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+
+
+def record_decisions(path: Path, tables: dict[str, list[decisions.DecisionRow]]) -> list[str]:
+    """Compare ``tables`` with the saved file, print the table and every difference, then save them
+    into it (other reports' entries kept); returns the differences."""
+    saved = read_decisions(path)
+    both = [k for k in tables if k in saved]
+    diff = decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both})
+    print(decisions.markdown_table(tables), flush=True)
+    if not both:
+        print(f"decisions: no earlier table of {', '.join(tables)} in {path} to compare with", flush=True)
+    elif diff:
+        print(f"decisions: DIFFERENT from {path}:\n  " + "\n  ".join(diff), flush=True)
+    else:
+        print(f"decisions: the same as in {path}", flush=True)
+    moved = [d for d in decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both}, bracket=True)
+             if d not in diff]
+    if moved:
+        print("  (crossover moved to other tested levels, same decision: " + "; ".join(moved) + ")", flush=True)
+    merged = {**{k: decisions.to_json(v) for k, v in saved.items()}, **{k: decisions.to_json(v) for k, v in tables.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(merged, indent=1) + "\n", encoding="utf-8")
+    return diff
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,24 +159,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="build only the named report(s)")
     parser.add_argument("--skip-sweeps", action="store_true", help="resume the last study run (complete arms are not measured again) instead of starting over")
     parser.add_argument("--out-dir", default=str(REPO_ROOT / "reports"))
+    parser.add_argument("--decisions", action="store_true", help="measure and build nothing: print the decision tables "
+                        f"of the data measured now and compare them with <out-dir>/{DECISIONS_FILE} (exit 1 on a difference)")
     args = parser.parse_args(argv)
     names = {p.name for p in PUBLISHED}
     unknown = set(args.only or ()) - names
     if unknown:
         parser.error(f"unknown report(s) {', '.join(sorted(unknown))}; published: {', '.join(sorted(names))}")
     out_dir = Path(args.out_dir)
-    for pub in PUBLISHED:
-        if args.only and pub.name not in args.only:
-            continue
+    chosen = [p for p in PUBLISHED if not args.only or p.name in args.only]
+    if args.decisions:
+        tables = decision_tables(chosen)
+        saved = read_decisions(out_dir / DECISIONS_FILE)
+        print(decisions.markdown_table(tables))
+        missing = [k for k in tables if k not in saved]
+        if missing:
+            print(f"no earlier table of {', '.join(missing)} in {out_dir / DECISIONS_FILE} to compare with")
+        both = [k for k in tables if k in saved]
+        diff = decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both})
+        print("\n".join([f"different from {out_dir / DECISIONS_FILE}:", *diff]) if diff
+              else f"the same decisions as {out_dir / DECISIONS_FILE}")
+        return 1 if diff else 0
+    start = time.perf_counter()
+    measure_studies(chosen, skip_sweeps=args.skip_sweeps)
+    if any(p.study for p in chosen):
+        print(f"measured every study in {time.perf_counter() - start:.0f} s", flush=True)
+    for pub in chosen:
         t0 = time.perf_counter()
         print(f"{pub.name}:", flush=True)
         if pub.study:
-            path = publish_study(pub, out_dir, skip_sweeps=args.skip_sweeps)
+            path = publish_study(pub, out_dir)
         else:
             path = build_report([REPO_ROOT / p for p in pub.result_sets], pub.name, baseline=pub.baseline,
                                 title=pub.title, profiles=pub.profiles, out_dir=out_dir)
         shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
         print(f"  wrote {shown} ({path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - t0:.0f} s)", flush=True)
+        record_decisions(out_dir / DECISIONS_FILE, decision_tables([pub]))
+    print(f"published {len(chosen)} report(s) in {time.perf_counter() - start:.0f} s", flush=True)
     return 0
 
 

@@ -43,6 +43,11 @@ grid is expanded, with its number of sweeps and a rough duration; raise ``max_ar
 or pass ``--allow-large-grid`` to mean it. A study file is UTF-8, at most 1 MiB, nested at most
 64 levels, with no key twice in one mapping; each of these errors names the file and line.
 
+``parallel: N`` (top level; default 1) lets the local backend run up to N sweeps at once, each
+in a worker process running the same per-arm function as the Ray backend
+(:mod:`specsweep.study_parallel`): for embedded arms, whose simulated servers each take a free
+port and little CPU; real servers sharing one machine should stay at 1 (they would compete).
+
 ``backend: ray`` (``python -m specsweep.study FILE --backend ray``) runs arms in parallel as Ray
 tasks, each with its ``resources``; the top-level ``ray: {address, max_retries}`` says where and how
 often an arm whose node was lost is re-run (:mod:`specsweep.study_ray`).
@@ -270,6 +275,9 @@ class StudySpec(BaseModel):
                                    "abba: also within a repeat, level by level (more server restarts)")
     sentinel: SentinelSpec | None = Field(None, description="levels (and arms) measured again at the end, to "
                                                             "measure drift")
+    parallel: int = Field(1, ge=1, le=64, description="backend local: sweeps run at once, each in a worker process "
+                          "(1: one after another, right for real servers that share a machine; embedded arms can "
+                          "run several at once)")
     arms: list[ArmSpec] = Field(min_length=1)
 
     @field_validator("port_range")
@@ -289,6 +297,17 @@ class StudySpec(BaseModel):
             unknown = [a for a in self.sentinel.arms or [] if a not in names and not any(x.grid for x in self.arms)]
             if unknown:
                 raise ValueError(f"sentinel arms {unknown} are not arms of the study ({', '.join(sorted(names))})")
+        return self
+
+    @model_validator(mode="after")
+    def _parallel_ports(self) -> "StudySpec":
+        if self.parallel > 1:
+            for arm in self.arms:
+                s = arm.serve
+                if s is not None and "{port}" not in s.ready_url + (s.endpoint or "") + " ".join(s.argv):
+                    raise ValueError(f"parallel: {self.parallel} runs arms at once, but serve arm {arm.name!r} has a "
+                                     "fixed port (no '{port}' in its argv and ready_url), so two of its sweeps would "
+                                     "share it: use '{port}' there, or parallel: 1")
         return self
 
     @field_validator("name")

@@ -1,4 +1,4 @@
-"""The study's ``ray`` backend: every (arm, repeat) as a Ray task running :func:`specsweep.study.run_arm`.
+"""The study's ``ray`` backend: every (arm, repeat) as a Ray task running :func:`specsweep.study_arm.run_arm`.
 
 Optional (``pip install -e '.[ray]'``); the ``local`` backend never imports Ray. Each task asks
 for the arm's ``resources`` (``CPU``/``GPU`` map to Ray's ``num_cpus``/``num_gpus``, default one
@@ -25,6 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
+from specsweep.study_arm import ArmOutcome, arm_dir, complete_run, run_arm
 from specsweep.study_file import Arm, Study, StudyError
 
 
@@ -47,8 +48,6 @@ def _unpack(data: bytes, folder: Path) -> None:
 
 def _task(study: Study, arm: Arm, repeat: int, position: int, resume: bool, prior: bytes) -> tuple[dict[str, Any], bytes, str]:
     """On the worker: run one (arm, repeat) in a scratch folder; return its outcome and folder."""
-    from specsweep.study import arm_dir, run_arm
-
     scratch = Path(tempfile.mkdtemp(prefix=f"specsweep-{arm.name}-r{repeat}-"))
     try:
         folder = arm_dir(scratch, arm.name, repeat)
@@ -62,15 +61,13 @@ def _task(study: Study, arm: Arm, repeat: int, position: int, resume: bool, prio
 
 
 def run_on_ray(study: Study, out_dir: Path, *, resume: bool, log: Callable[[str], None],
-               on_outcome: Callable[[Any], None] = lambda outcome: None) -> list[Any]:
+               on_outcome: Callable[[ArmOutcome], None] = lambda outcome: None) -> list[ArmOutcome]:
     """Run the study's plan as Ray tasks; ``on_outcome`` sees each outcome as it arrives (its
     folder already in ``out_dir``); returns the outcomes in plan order (see the module doc)."""
     try:
         import ray
     except ImportError as exc:
         raise StudyError("backend 'ray' needs Ray: pip install -e '.[ray]' (or use backend 'local')") from exc
-    from specsweep.study import ArmOutcome, arm_dir, complete_run
-
     if not ray.is_initialized():
         ray.init(address=study.spec.ray.address or os.environ.get("RAY_ADDRESS") or None)
     remote = ray.remote(_task)
