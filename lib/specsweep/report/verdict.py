@@ -67,14 +67,14 @@ def _crossover_line(comp: Comparison, arm: str) -> str:
 
 def _curve_sentence(comp: Comparison, arm: str) -> str:
     """One sentence on the aggregate delta curve of an arm: its credible crossovers, or where it stands."""
-    label = md_text(comp.labels[arm])
+    label = md_text(arm)  # the short name; the label is given once, in Setup
     cx = comp.crossover(arm, "output_tok_s")
     if len(cx):
         parts = []
         for _, c in cx.iterrows():
             way = "lower" if c.direction == "gain_to_loss" else "higher"
             parts.append(f"credibly {way} than the baseline's above about **{c.crossover_concurrency:.0f}** concurrent "
-                         f"requests (the fitted delta curve crosses 0 between {c.c_low} and {c.c_high})")
+                         f"requests (the fitted delta curve crosses 0 between the tested {c.c_low} and {c.c_high})")
         return f"{label}'s aggregate throughput is " + "; then ".join(parts) + "."
     rows = comp.delta(arm, "output_tok_s")
     if rows.empty:
