@@ -105,12 +105,33 @@ def join_and(items: Sequence[str]) -> str:
 
 def delta_claim(kind: ClaimKind, arm: str, metric: str, rows: Sequence[dict[str, Any]], *, credible: bool,
                 sentence: str = "", profile: str = "") -> Claim:
-    """A gain / loss / no-difference claim from delta rows (:meth:`Comparison.delta_rows` values)."""
+    """A gain / loss / no-difference claim from delta rows (:meth:`Comparison.delta_rows` values).
+
+    ``values`` are the measured Δ%, except where a gain's or loss's measured Δ points the other
+    way than its credible fitted curve (one noisy level on a curve fitted through all): there the
+    fitted Δ, which the judgement rests on, and ``extra['measured']`` keeps every measured one.
+    """
+    measured = tuple(float(r["delta_pct"]) for r in rows)
+    values = list(measured)
+    if kind in ("gain", "loss"):
+        flip = -1.0 if lower_is_better(metric) else 1.0
+        want = 1.0 if kind == "gain" else -1.0
+        for i, r in enumerate(rows):
+            fit = r.get("fit_delta_pct")
+            if flip * want * values[i] <= 0 and fit is not None and not math.isnan(float(fit)):
+                values[i] = float(fit)
     return Claim(kind=kind, arm=arm, metric=metric,
-                 levels=tuple(int(r["concurrency"]) for r in rows),
-                 values=tuple(float(r["delta_pct"]) for r in rows),
+                 levels=tuple(int(r["concurrency"]) for r in rows), values=tuple(values),
                  bands=tuple((float(r["ci_low_pct"]), float(r["ci_high_pct"])) for r in rows),
-                 credible=credible, sentence=sentence, profile=profile)
+                 credible=credible, sentence=sentence, profile=profile, extra={"measured": measured})
+
+
+def value_text(claim: Claim, i: int) -> str:
+    """The figure of level ``i`` as the page writes it: '+4.0%', or '+4.1% (fitted curve; measured
+    -2.0%)' where the claim quotes the fitted Δ because the measured one points the other way."""
+    v = claim.values[i]
+    m = claim.extra.get("measured", claim.values)[i]
+    return pct(v) if v == m else f"{pct(v)} (fitted curve; measured {pct(m)})"
 
 
 def with_sentence(claim: Claim, sentence: str) -> Claim:

@@ -8,7 +8,7 @@ from specsweep.compare import Comparison, info, smallest_detectable_pct
 from specsweep.markup import md_text
 from specsweep.recommend.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
 from specsweep.recommend.profiles import Profile, SYNTHETIC_KINDS, Verdict
-from specsweep.claims import Claim, delta_claim, join_and, pct, with_sentence
+from specsweep.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
 from specsweep.recommend.text import WAIT_WORDS, _DECIDING, _band_text, _levels_text, _num, _pct
 
 
@@ -28,7 +28,7 @@ def _delta_claims(comp: Comparison, arm: str, metric: str, judged: pd.DataFrame,
 
 
 def _at_list(claim: Claim) -> str:
-    return ", ".join(f"{pct(v)} at {c}" for c, v in zip(claim.levels, claim.values))
+    return ", ".join(f"{value_text(claim, i)} at {c}" for i, c in enumerate(claim.levels))
 
 
 def _throughput_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame, min_effect: float,
@@ -63,14 +63,15 @@ def _user_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
     rows, signs, claims = _delta_claims(comp, arm, comp.user_metric, judged, min_effect, profile)
     if not rows:
         return "", []
-    lo, hi = min(r["delta_pct"] for r in rows), max(r["delta_pct"] for r in rows)
+    vals = [v for c in claims for v in c.values]  # a gain's figures point its way (see delta_claim)
+    lo, hi = min(vals), max(vals)
     what = minfo.label[0].lower() + minfo.label[1:]
     where = "every level both arms measured" if any(comp.unshared_levels(arm).values()) else "every tested level"
     if len(claims) == 1:
         c = claims[0]
         if c.kind == "gain":
             text = f"{label} makes each request credibly faster at {where}: {what} {pct(lo)} to {pct(hi)}."
-        if c.kind == "loss":
+        elif c.kind == "loss":
             text = f"{label} makes each request credibly slower at {where}: {what} {pct(lo)} to {pct(hi)}."
         else:
             text = (f"{label}'s {what} differs by {pct(lo)} to {pct(hi)}, but at no level credibly "
@@ -146,7 +147,13 @@ def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame
     def at(cs: list[int]) -> str:
         return ", ".join(map(str, cs))
 
-    def claim(text: str, metric: str = fallback_metric, levels: Sequence[int] = (), **kw: object) -> Claim:
+    # the metric the decisive levels were decided by (the gains for enable, the losses for keep off)
+    key = "gain" if verdict == "enable" else "loss" if losses else "neutral"
+    decisive = [deciding_metric(comp, arm, judged, i, fallback_metric) if comp is not None else fallback_metric
+                for i, o in enumerate(judged["outcome"]) if o == key]
+    main_metric = max(dict.fromkeys(decisive), key=decisive.count) if decisive else fallback_metric
+
+    def claim(text: str, metric: str = main_metric, levels: Sequence[int] = (), **kw: object) -> Claim:
         return Claim(kind="verdict", arm=arm, metric=metric, levels=tuple(levels or cs), sentence=text,
                      credible=bool(gains or losses), profile=profile, decision=decision, **kw)  # type: ignore[arg-type]
 
@@ -551,7 +558,7 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
     if faster:
         c = delta_claim("gain", arm, um, faster, credible=True, profile=profile)
         claims.append(with_sentence(c, "is faster once running (" + ", ".join(
-            f"{pct(v)} per-user at {lv}" for lv, v in zip(c.levels, c.values)) + ")"))
+            f"{value_text(c, i)} per-user at {lv}" for i, lv in enumerate(c.levels)) + ")"))
         head = claims[-1].sentence
     if unsure:
         c = delta_claim("no-difference", arm, um, unsure, credible=False, profile=profile)
