@@ -27,6 +27,11 @@ def _delta_claims(comp: Comparison, arm: str, metric: str, judged: pd.DataFrame,
     return rows, signs, claims
 
 
+def _span(lo: float, hi: float) -> str:
+    """'+12% to +57%', or '+30%' when both ends print the same."""
+    return pct(lo) if pct(lo) == pct(hi) else f"{pct(lo)} to {pct(hi)}"
+
+
 def _at_list(claim: Claim) -> str:
     return ", ".join(f"{value_text(claim, i)} at {c}" for i, c in enumerate(claim.levels))
 
@@ -70,11 +75,11 @@ def _user_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
     if len(claims) == 1:
         c = claims[0]
         if c.kind == "gain":
-            text = f"{label} makes each request credibly faster at {where}: {what} {pct(lo)} to {pct(hi)}."
+            text = f"{label} makes each request credibly faster at {where}: {what} {_span(lo, hi)}."
         elif c.kind == "loss":
-            text = f"{label} makes each request credibly slower at {where}: {what} {pct(lo)} to {pct(hi)}."
+            text = f"{label} makes each request credibly slower at {where}: {what} {_span(lo, hi)}."
         else:
-            text = (f"{label}'s {what} differs by {pct(lo)} to {pct(hi)}, but at no level credibly "
+            text = (f"{label}'s {what} differs by {_span(lo, hi)}, but at no level credibly "
                     f"(within the band or ±{min_effect:g}%).")
         return text, [with_sentence(c, text)]
     word = {"gain": "credibly faster", "loss": "credibly slower", "no-difference": "within noise"}
@@ -121,12 +126,14 @@ def _bounds(cs: Sequence[int], x: float) -> tuple[int, int]:
 def _point_text(comp: Comparison, arm: str, metric: str, cs: Sequence[int], x: float) -> tuple[str, tuple[int, int]]:
     """'about 37 concurrent requests, between the tested 32 and 64 (aggregate throughput: +11% […] at 32,
     -32% […] at 64)', or '32 concurrent requests (tested; …)' when ``x`` is a tested level."""
-    lo, hi = _bounds(cs, x)
     rows = comp.delta_rows(arm, metric)
     word = _DECIDING.get(metric, metric)
-    if lo == hi:
-        r = rows.get(lo)
-        return (f"{lo} concurrent requests (tested; {word} {_band_text(r)} there)", (lo, hi))
+    if round(x) in cs:  # X rounds to a tested level: say what was measured there
+        c = int(round(x))
+        exact = abs(x - c) < 1e-9
+        return (f"{'' if exact else 'about '}{c} concurrent requests (measured there: {word} "
+                f"{_band_text(rows.get(c))})", (c, c))
+    lo, hi = _bounds(cs, x)
     at = [f"{_band_text(rows.get(c))} at {c}" for c in (lo, hi) if c in rows]
     return (f"about {x:.0f} concurrent requests, between the tested {lo} and {hi} ({word}: {', '.join(at)})",
             (lo, hi))
