@@ -127,6 +127,9 @@ def build_report(
     if profiles is not None:
         params["profiles"] = profiles
     execute_notebook(notebook, executed, params)
+    from specsweep.report.summary import write_summary
+
+    write_summary(executed, out_dir / f"{name}.md")  # the Markdown summary beside the page
     return export_html(executed, out_dir / f"{name}.html")
 
 
