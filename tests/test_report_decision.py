@@ -110,3 +110,17 @@ def test_write_summary_takes_it_from_the_executed_notebook_and_drops_it_there(tm
     assert nbformat.read(str(path), as_version=4).cells[0].outputs == []  # the page does not carry it
     # a notebook without a summary leaves no stale one beside the page
     assert write_summary(path, tmp_path / "x.md") is None and not (tmp_path / "x.md").exists()
+
+
+def test_each_line_is_printed_once_across_the_profile_sections(tmp_path: Path) -> None:
+    """Lines every profile carries are said once for all; a line two carry is printed under the first only."""
+    from specsweep.report.verdict import profile_sections, shared_lines
+
+    comp, _, _ = two_arms(tmp_path, scaled(cross8, 1.3))
+    recs = [recommend(comp, p) for p in (THROUGHPUT, {"name": "thr2", "objective": "throughput", "concurrency_max": 16},
+                                         {"name": "lat", "objective": "latency"})]
+    sections = profile_sections(comp, recs)
+    shared = set(shared_lines(recs))
+    for line in {x for r in recs for x in (*r.reasons, *r.caveats, *r.next_experiments)} - shared:
+        assert sum(f"- {line}" in s or f". {line}" in s for s in sections) == 1, line
+    assert any("given under batch above" in s for s in sections[1:])
