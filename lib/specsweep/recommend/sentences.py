@@ -9,7 +9,7 @@ from specsweep.markup import md_text
 from specsweep.recommend.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
 from specsweep.recommend.profiles import Profile, SYNTHETIC_KINDS, Verdict
 from specsweep.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
-from specsweep.recommend.text import WAIT_WORDS, _DECIDING, _band_text, _levels_text, _num, _pct
+from specsweep.recommend.text import WAIT_WORDS, _DECIDING, _band_text, _levels_text, _num
 
 
 def _delta_claims(comp: Comparison, arm: str, metric: str, judged: pd.DataFrame, min_effect: float,

@@ -7,7 +7,6 @@ recommendation sections say, with the same numbers. Arms are named by their shor
 """
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 from typing import Any, Sequence
 
