@@ -7,6 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from fractions import Fraction
+
+import expected
 from helpers import SEED, write_level_only, write_measured
 from specsweep.compare import compare
 from specsweep.markup import markdown_html
@@ -38,9 +41,11 @@ def test_always_wins(tmp_path: Path) -> None:
         rec = recommend(comp, profile)
         assert rec.verdict == "enable" and rec.arm == "win", profile
         assert [b.outcome for b in rec.bands] == ["gain"]
-        assert rec.headline.startswith("Enable WIN")
+        assert rec.headline.startswith("Enable win:")  # the arm's short name; its label is for Setup
     exact = compare(study(tmp_path / "exact", win=scaled(lambda c: 1.2 - 0.015 * math.log2(c))), assumed_noise_pct=None)
-    assert "Aggregate Δ: +20% [+20%, +20%] at 1; +11% [+11%, +11%] at 64" in recommend(exact, THROUGHPUT).headline
+    # noise-free data: the band is the point; the ratio 1.2 − 0.015 × log2(C) gives +20% at 1 and +11% at 64
+    at1, at64 = expected.pct(Fraction(20)), expected.pct(Fraction(1110, 1000) * 100 - 100)
+    assert f"Aggregate Δ: {at1} [{at1}, {at1}] at 1; {at64} [{at64}, {at64}] at 64" in recommend(exact, THROUGHPUT).headline
     assert "Aggregate Δ: +20% (fitted " in recommend(comp, THROUGHPUT).headline  # assumed noise: a band, not a point
 
 
@@ -50,7 +55,9 @@ def test_always_loses(tmp_path: Path) -> None:
         rec = recommend(comp, profile)
         assert rec.verdict == "disable" and rec.arm is None
         assert rec.headline.startswith("Keep speculation off")
-    assert "credibly lowers it (-10% at 1, -13% at 2" in recommend(comp, THROUGHPUT).reasons[0]
+    # 0.9 − 0.03 × log2(C): −10% at 1, −13% at 2; the first clause names what it lowers
+    first = ", ".join(f"{expected.pct(Fraction(r) * 100 - 100)} at {c}" for c, r in ((1, Fraction(90, 100)), (2, Fraction(87, 100))))
+    assert f"lose credibly lowers aggregate output throughput ({first}" in recommend(comp, THROUGHPUT).reasons[0]
 
 
 def test_crosses_over_at_eight(tmp_path: Path) -> None:
@@ -64,7 +71,8 @@ def test_crosses_over_at_eight(tmp_path: Path) -> None:
     # the headline and the crossover come from the same fitted curve: one number, not two
     assert rec.up_to_concurrency == pytest.approx(cx.crossover_concurrency)
     assert rec.up_to_concurrency == pytest.approx(8.0, rel=0.03)
-    assert "up to about 8 concurrent requests" in rec.headline
+    # the crossover lies at the tested 8 (cross8 is 0 there): the headline says what was measured there
+    assert "up to about 8 concurrent requests (measured there: aggregate throughput" in rec.headline
     assert [(b.c_from, b.c_to, b.outcome) for b in rec.bands] == [(1, 4, "gain"), (8, 8, "neutral"), (16, 64, "loss")]
     assert "crossover is at about 8" in rec.reasons[0]
     # per-user speed is up everywhere (+30%), but above 8 each request takes longer in total by Little's law
@@ -77,8 +85,13 @@ def test_crosses_over_at_eight(tmp_path: Path) -> None:
     text = plain(lat.headline)
     # at 8 the wait is not shorter (Little's law: the aggregate is equal), so faster decoding is no gain there
     assert judged.at[8, "decided_by"] == "e2e_mean_est_s" and judged.at[8, "outcome"] == "neutral"
-    assert "With CROSS, each request is faster once running (+30% per-user at 8, +30% per-user at 16" in text
-    assert "takes longer per request in total, queueing included (Little's-law estimate): +0.0% at 8 (within noise), +11% at 16" in text
+    assert "With cross, each request is faster once running (+30% per-user at 8, +30% per-user at 16" in text
+    # by Little's law the wait moves inversely to aggregate throughput: 1 ÷ cross8(16) − 1 = +11% at 16, a
+    # credible loss; at 8 the aggregate is equal, so the wait there is said as within noise, never as longer
+    at16 = expected.pct(1 / Fraction(9, 10) * 100 - 100)
+    assert f"takes longer per request in total, queueing included (Little's-law estimate): {at16} at 16" in text
+    assert "may take longer per request in total (Little's-law estimate): +0.0% at 8 (within noise)" in text
+    assert "+0.0% at 8 (within noise), " not in text.split("takes longer per request in total, queueing")[1].split(";")[0]
     # balanced tolerates 5% aggregate loss: -10% at 16 is too much
     bal = recommend(comp, BALANCED)
     assert bal.verdict == "enable_up_to" and 4 < bal.up_to_concurrency < 16
@@ -119,7 +132,7 @@ def test_levels_on_one_arm_only_are_named(tmp_path: Path) -> None:
     rec = recommend(comp, THROUGHPUT)
     assert rec.verdict == "enable"
     assert "every tested concurrency" not in rec.headline
-    assert "Not compared at 128 (only WIN) and 8 (only the baseline): measured on one arm only." in rec.headline
+    assert "Not compared at 128 (only win) and 8 (only the baseline): measured on one arm only." in rec.headline
 
 
 def test_profile_validation_names_the_field() -> None:
@@ -140,8 +153,17 @@ def test_seed_throughput_says_what_one_run_cannot_support(seed) -> None:
     assert rec.levels.set_index("concurrency")["outcome"].tolist() == ["neutral", "gain", "gain", "neutral", "loss",
                                                                         "loss"]
     head = plain(rec.headline)
-    assert head.startswith("Enable MTP (NEXTN) up to about 37 concurrent requests")
-    assert "Aggregate Δ: +40% [+24%, +59%] at 4; -42% [-48%, -34%] at 128" in head
+    # X is where the fitted curve crosses 0 (not a tested level): the headline names the tested levels bounding
+    # it and quotes the deciding metric's measured Δ at both, from the seed's table
+    d = {c: expected.delta(SEED / "mtp", SEED / "baseline", "output_tok_s", c) for c in (1, 4, 16, 32, 64, 128)}
+    assert head.startswith(f"Enable mtp up to about {rec.up_to_concurrency:.0f} concurrent requests, between the tested "
+                           f"32 and 64 (aggregate throughput: {expected.pct(d[32])} [")
+    assert f"at 32, {expected.pct(d[64])} [" in head
+    # the largest and smallest aggregate Δ, each inside its band (the band is the fitted curve's, see test_compare)
+    for c in (4, 128):
+        lo, hi = (float(x.rstrip("%")) for x in head.split(f"{expected.pct(d[c])} [")[1].split("]")[0].split(", "))
+        assert lo < float(d[c]) < hi, (c, lo, hi)
+    assert head.index(f"Aggregate Δ: {expected.pct(d[4])} [") < head.index(f"; {expected.pct(d[128])} [")
     assert "One run per level" in head
     assert "3% per run is assumed" in " ".join(rec.caveats)
     # from its own residuals (no assumption) six single runs support no verdict at all
@@ -150,13 +172,14 @@ def test_seed_throughput_says_what_one_run_cannot_support(seed) -> None:
     assert plain(bare.headline).startswith("No measurable difference")
     assert "smallest difference these data could detect" in plain(bare.headline)
     text = plain(" ".join(rec.reasons))
-    for fragment in ("+12% at 1", "+40% at 4", "+38% at 16", "+11% at 32", "-32% at 64", "-42% at 128"):
-        assert fragment in text, fragment
+    for c, v in d.items():  # every level's aggregate Δ, rounded as a reader rounds (121.5 ÷ 108: +12.5% → +13%)
+        assert f"{expected.pct(v)} at {c}" in text, (c, v)
+    assert expected.pct(d[1]) == "+13%"
     # the cap is still the leading hypothesis for the lower figures, and the data says why it may not be all
     assert "max_running_requests = 48" in text and "leading hypothesis" in text
     assert "levels off at about 24–25" in text and "well below the cap of 48" in text
     assert "mem_fraction_static 0.75" in text
-    assert plain(rec.next_experiment).startswith("Re-run MTP (NEXTN) with --max-running-requests 128")
+    assert plain(rec.next_experiment).startswith("Re-run mtp with --max-running-requests 128")
 
 
 def test_seed_latency_names_the_wait(seed) -> None:
@@ -202,7 +225,7 @@ def test_slo_moves_a_level_only_with_a_credible_difference(tmp_path: Path) -> No
 def test_markdown_has_every_part_and_omits_shared_lines(seed) -> None:
     rec = recommend(seed, THROUGHPUT)
     md = rec.to_markdown()
-    for part in ("### batch", "| concurrency | outcome | decided by | aggregate Δ [95% band] |", "**Why**",
+    for part in ("### batch", "| concurrency | outcome | decided by | deciding Δ [95% band] | aggregate Δ [95% band] |", "**Why**",
                  "**Caveats", "**Next experiment**"):
         assert part in md
     shared = rec.caveats[:1]
@@ -228,7 +251,51 @@ def test_server_gauges_show_memory_not_the_cap(tmp_path: Path) -> None:
     assert "never ran more than 5 requests at once at 16, 32" in text
     assert "97% full there: memory, not the cap, limited admission" in text
     assert rec.next_experiment.startswith("The cap did not bind")
-    assert "--mem-fraction-static (now 0.7)" in rec.next_experiment
+    # advice an operator can run on the server that produced the data: SGLang's own flag, with a value
+    assert "`--mem-fraction-static 0.75` (now 0.7)" in rec.next_experiment
+    (advice,) = [c for c in rec.claims if c.kind == "advice"]
+    assert advice.argv == ("--mem-fraction-static", "0.75") and advice.server == "sglang"
+    # the gauge (5 running) and the estimate agree: both well below the cap of 8, and the page says so
+    (gauge,) = [c for c in rec.claims if c.kind == "gauge" and c.metric == "server_running_max"]
+    assert gauge.agrees is True and "agrees" in gauge.sentence and 5 < 0.75 * 8
+
+
+def test_advice_for_the_embedded_server_is_its_own_override(tmp_path: Path) -> None:
+    """The reference server has no --mem-fraction-static: the advice is its --set override, which its parser takes."""
+    from specsweep.consistency import advice_error
+
+    fast = {c: {"tokens": 30, "step_s": 0.01, "ttft_s": 0.02} for c in (2, 16, 32)}
+    spec = {2: {"tokens": 30, "step_s": 0.007, "ttft_s": 0.02}, 16: {"tokens": 30, "step_s": 0.006, "ttft_s": 0.9},
+            32: {"tokens": 30, "step_s": 0.006, "ttft_s": 1.8}}
+    gauges = {c: {"server_running_max": 5.0, "server_kv_usage_max": 0.97} for c in (16, 32)}
+    study_dir = tmp_path / "study"
+    write_measured(study_dir / "baseline", "baseline", fast, server={"simulated": True})
+    write_measured(study_dir / "spec", "spec", spec, level_extra=gauges,
+                   server={"max_running_requests": 8, "mem_fraction_static": 0.7, "simulated": True})
+    rec = recommend(compare(load_result_sets(study_dir)), THROUGHPUT)
+    assert "`--set speculative.mem_fraction_static=0.75`" in rec.next_experiment
+    assert "--mem-fraction-static" not in rec.next_experiment
+    assert advice_error("refserver", ("--set", "speculative.mem_fraction_static=0.75")) is None
+    assert "rejects" in advice_error("refserver", ("--mem-fraction-static", "0.75"))
+
+
+def test_a_gauge_that_contradicts_the_estimate_says_so(tmp_path: Path) -> None:
+    """The estimate levels off well below the cap but the gauge ran at the cap: 'disagrees', never 'agrees'."""
+    fast = {c: {"tokens": 30, "step_s": 0.01, "ttft_s": 0.02} for c in (2, 16, 32)}
+    spec = {2: {"tokens": 30, "step_s": 0.007, "ttft_s": 0.02}, 16: {"tokens": 30, "step_s": 0.006, "ttft_s": 0.9},
+            32: {"tokens": 30, "step_s": 0.006, "ttft_s": 1.8}}
+    gauges = {c: {"server_running_max": 8.0, "server_kv_usage_max": 0.5} for c in (16, 32)}
+    study_dir = tmp_path / "study"
+    write_measured(study_dir / "baseline", "baseline", fast)
+    write_measured(study_dir / "spec", "spec", spec, level_extra=gauges, server={"max_running_requests": 8})
+    comp = compare(load_result_sets(study_dir))
+    rec = recommend(comp, THROUGHPUT)
+    text = " ".join(rec.reasons)
+    assert "well below the cap of 8" in text
+    assert "gauge agrees" not in text and "The server's own gauge disagrees with that estimate" in text
+    assert "ran up to its cap of 8" in text
+    from specsweep.consistency import check_page
+    assert check_page(comp, [rec]) == []
 
 
 def test_queueing_behind_a_cap_is_a_latency_loss_named_in_the_headline(tmp_path: Path) -> None:
@@ -286,7 +353,7 @@ def test_a_failed_level_counts_against_the_arm(tmp_path: Path) -> None:
         judged = rec.levels.set_index("concurrency")
         assert judged.at[64, "outcome"] == "loss" and judged.at[64, "rule"] == "no successful requests"
         assert rec.verdict == "enable_up_to", profile
-        assert any("At concurrency 64 SPEC counts as a loss: no successful requests" in r for r in rec.reasons)
+        assert any("At concurrency 64 spec counts as a loss: no successful requests" in r for r in rec.reasons)
 
 
 def test_more_failures_lose_a_level(tmp_path: Path) -> None:
@@ -308,7 +375,7 @@ def test_headlines_name_gains_and_no_difference(tmp_path: Path) -> None:
     gains = [int(c) for c in judged.index[judged["outcome"] == "gain"]]
     flat = [int(c) for c in judged.index[judged["outcome"] == "neutral"]]
     assert rec.verdict == "enable" and gains and flat and max(gains) < min(flat)
-    assert rec.headline.startswith(f"Enable MOSTLY: it wins on aggregate throughput at concurrency "
+    assert rec.headline.startswith(f"Enable mostly: it wins on aggregate throughput at concurrency "
                                    f"{', '.join(map(str, gains))} and makes no measurable difference at "
                                    f"{', '.join(map(str, flat))}.")
 
@@ -340,24 +407,3 @@ def test_a_few_milliseconds_more_before_a_long_answer_do_not_lose_a_level() -> N
     rows["ttft_p99_s"] = row(2.0, 2.6, 20.0, 40.0)
     rows["e2e_p99_s"] = row(2.55, 2.6, -1.0, 5.0)
     assert _latency_outcome(rows, "user_tok_s_mean", waits, 2.0, True)[:2] == (-1, "ttft_p99_s")
-
-
-@pytest.mark.parametrize("label", ["MTP", "Speculative decoding with 3 draft tokens", "Use EAGLE-3 drafts",
-                                   "No speculation, measured again last"])
-def test_every_sentence_reads_right_for_every_label_shape(tmp_path: Path, label: str) -> None:
-    """A plain name, a noun phrase, a label starting with a verb: no "is takes", "is looks", "is is"."""
-    import re
-
-    cases = {"cross": scaled(cross8, 1.3),  # faster per user everywhere, the wait longer above 8
-             "flat": scaled(1.0, lambda c: 1.01)}  # within noise: "looks faster"
-    for name, rows in cases.items():
-        folder = write_level_only(tmp_path / name / "spec", "spec", rows, label=label)
-        base = write_level_only(tmp_path / name / "baseline", "baseline", BASE)
-        comp = compare(load_result_sets([base, folder]))
-        for profile in (THROUGHPUT, LATENCY, BALANCED, *DEFAULT_PROFILES):
-            rec = recommend(comp, profile)
-            text = plain("\n".join([rec.headline, *rec.reasons, *rec.caveats, *(b.sentence for b in rec.bands)]))
-            bad = re.findall(r"\bis (?:takes|looks|waits|is|makes|costs|pays)\b", text)
-            assert not bad, (label, profile["name"], bad, text)
-            if "once running" in text:
-                assert f"With {label}, each request " in text, text

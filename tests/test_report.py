@@ -18,29 +18,53 @@ def chart_count(html: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def seed_report(tmp_path_factory: pytest.TempPathFactory) -> str:
+def seed_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     out = tmp_path_factory.mktemp("reports")
     path = build_report([SEED], "seed", title="Seed test report", out_dir=out)
     nb = nbformat.read(str(out / "_build" / "seed.ipynb"), as_version=4)
     assert nb.metadata.papermill.parameters["result_sets"] == [str(SEED)]
-    return path.read_text()
+    return path.read_text(), (out / "seed.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def seed_report(seed_build: tuple[str, str]) -> str:
+    return seed_build[0]
+
+
+def page_text(page: str) -> str:
+    import html
+
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", page)))
 
 
 def test_seed_report_states_the_computed_findings(seed_report: str) -> None:
-    import html
+    from fractions import Fraction
 
-    text = html.unescape(re.sub(r"<[^>]+>", " ", seed_report))
-    text = re.sub(r"\s+", " ", text)
+    import expected
+    from specsweep.compare import compare
+    from specsweep.store import load_result_sets
+
+    text = page_text(seed_report)
     assert "Seed test report" in text
-    for fragment in ("+12% at 1", "+40% at 4", "+38% at 16", "+11% at 32", "-32% at 64", "-42% at 128",
-                     "max_running_requests = 48", "leading hypothesis", "cannot be the whole story",
+    # every level's aggregate Δ, computed here from the seed's own table and rounded as a reader rounds
+    d = {c: expected.delta(SEED / "mtp", SEED / "baseline", "output_tok_s", c) for c in (1, 4, 16, 32, 64, 128)}
+    assert d[1] == Fraction(25, 2)  # 121.5 ÷ 108: +12.5%, shown as +13%
+    for c, v in d.items():
+        assert f"{expected.pct(v)} at {c}" in text, (c, v)
+    # the Little's-law wait at 64 and 128: baseline aggregate ÷ arm aggregate − 1
+    waits = ", ".join(f"{expected.pct(expected.wait_delta(SEED / 'mtp', SEED / 'baseline', c))} at {c}" for c in (64, 128))
+    assert waits == "+48% at 64, +71% at 128"
+    assert f"takes longer per request in total, queueing included (Little's-law estimate): {waits}" in text
+    # "up to about X": X is where the fitted curve crosses 0 (not a tested level), named with the tested levels
+    # bounding it; the deciding metric's measured Δ at both stands beside it
+    x = compare(load_result_sets(SEED)).crossover("mtp").iloc[0].crossover_concurrency
+    assert 32 < x < 64
+    assert (f"Enable mtp up to about {x:.0f} concurrent requests, between the tested 32 and 64 (aggregate throughput: "
+            f"{expected.pct(d[32])} [") in text
+    for fragment in ("max_running_requests = 48", "leading hypothesis", "cannot be the whole story",
                      "--max-running-requests 128", "Latency-sensitive (interactive, agentic)", "Batch throughput",
                      # one run per level: the noise is an assumption, said where the verdict is
-                     "Enable MTP (NEXTN) up to about 37 concurrent requests", "One run per level",
-                     "3% per run is assumed", "assumed_noise_pct",
-                     # the latency verdict counts the whole wait, by Little's law, and says it is an estimate
-                     "takes longer per request in total, queueing included (Little's-law estimate)",
-                     "+48% at 64, +71% at 128",
+                     "One run per level", "3% per run is assumed", "assumed_noise_pct",
                      # one definition per number, a glossary, the method named exactly
                      "Terms", "TPOT", "Accept length", "EAGLE", "n-gram", "Little's law",
                      "Bonferroni over", "noise from an assumed run-to-run noise of 3% per run",
@@ -51,6 +75,32 @@ def test_seed_report_states_the_computed_findings(seed_report: str) -> None:
     assert "every tested level" not in text or "at every level both arms measured" not in text
     assert "(includes queueing and prefill)" not in text  # the seed's per-request definition is unknown, said once
     assert "percentile-bootstrap" not in text
+    assert "gauge agrees" not in text  # the seed has no gauge: nothing to agree with
+
+
+def test_seed_report_opens_with_the_decision(seed_build: tuple[str, str]) -> None:
+    """The first screen: per profile the decision, where, the deciding metric with its band, how stable."""
+    import expected
+
+    page, summary = seed_build
+    text = page_text(page)
+    first = text[text.index("Seed test report"):text.index("Terms")]
+    head = "profile decision arm enable at tested deciding metric [95% band] how stable"
+    assert head in first
+    rows = first.split(head)[1]
+    d32 = expected.pct(expected.delta(SEED / "mtp", SEED / "baseline", "output_tok_s", 32))
+    d64 = expected.pct(expected.delta(SEED / "mtp", SEED / "baseline", "output_tok_s", 64))
+    assert "Batch throughput enable up to 37 mtp 1 to about 37 1–128 aggregate throughput: " + d32 in rows
+    assert f"at 32 → {d64} [" in rows
+    assert "Interactive SLO: at least 60 tok/s per user enable mtp 1–128 1–128" in rows
+    assert "one run per level; noise assumed (3% per run)" in rows and "drift not measured" in rows
+    # the long label is for Setup: the opening names the arm by its short name only
+    assert "MTP (NEXTN)" not in first
+    # the summary beside the page: the same table in Markdown, escaped, with the key numbers
+    assert summary.startswith("## Seed test report\n")
+    assert "| Batch throughput | **enable up to 37** | mtp | 1 to about 37 | 1–128 | aggregate throughput: " in summary
+    assert "| 1 | 108 | 122 | \\+13% \\[" in summary  # 121.5 tok/s, +12.5%: halves away from zero
+    assert "- mtp: MTP \\(NEXTN\\) — server sglang" in summary
 
 
 def test_seed_report_is_offline_and_codeless(seed_report: str) -> None:
@@ -114,7 +164,7 @@ def test_top_of_report_warns_about_chunk_counts_and_meta_warnings(tmp_path: Path
     opening = html[: html.index("<ul>")]  # before the per-profile verdicts
     assert "token counts came from SSE chunks" in opening and "no throughput or acceptance verdict" in opening
     assert "server restarted at level 16" in opening and "<script>" not in html
-    assert "No verdict: the token counts of SPEC came from SSE chunks" in html
+    assert "No verdict: the token counts of spec came from SSE chunks" in html
     assert "Bonferroni over" in definitions_markdown(comp)
 
 

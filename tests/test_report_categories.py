@@ -18,7 +18,7 @@ from helpers import SEED
 from specsweep import charts, report
 from specsweep.compare import compare, curve_crossovers, fit_delta_curve, fit_metric
 from specsweep.datasets import builtin_prompts, category_metrics
-from specsweep.markup import markdown_html
+from specsweep.markup import markdown_html, md_text
 from specsweep.refserver.launch import RefServer
 from specsweep.store import ResultSet, load_result_set, load_result_sets
 from specsweep.sweep import run_sweep
@@ -108,7 +108,7 @@ def test_category_figures_are_category_metrics_and_the_sentence_names_best_and_w
     sentence = next(s for s in report.category_sentences(comp, category_sets) if s.startswith("At concurrency 1,"))
     best, worst = sentence.split("Per-user gain is highest for ")[1].split(" and lowest for ")
     code = d[(d["concurrency"] == 1) & (d["category"] == "code-edit")].iloc[0]
-    assert best == f"code-edit ({code.user_delta_pct:+.0f}%)" and worst.startswith(report.md_text(PAYLOAD))
+    assert best == f"code-edit ({code.user_delta_pct:+.0f}%)" and worst.startswith(md_text(PAYLOAD))
     assert "single run" in sentence and "fitted" not in sentence  # two levels: no curve, the measured Δ%
     assert set(d["user_ci_kind"]) == {"none"}
 
@@ -118,7 +118,7 @@ def test_category_figures_are_category_metrics_and_the_sentence_names_best_and_w
     cx = report.category_crossovers(comp, category_sets, curves)
     assert set(cx["status"]) == {"too few levels"} and len(cx) == 4
     said = report.category_crossover_sentences(comp, cx)
-    assert len(said) == 2 and all(f"too few levels for a curve for {report.md_text(PAYLOAD)}, code-edit (fewer than 3 "
+    assert len(said) == 2 and all(f"too few levels for a curve for {md_text(PAYLOAD)}, code-edit (fewer than 3 "
                                   "levels" in s for s in said)
     shown = report.category_crossover_table(comp, category_sets, curves)
     assert set(shown["crossover"]) == {"too few levels (2)"} and set(shown["C=1"]) == {"—"}
@@ -205,7 +205,7 @@ def test_a_category_crossover_is_said_with_the_numbers_beside_it(category_sets: 
     agg = next(s for s in said if s.startswith("Aggregate share by category"))
     assert (f"for code-edit it is credibly lower than on the baseline above about **{at:.0f}** concurrent requests "
             "(its fitted curve crosses 0 between 4 and 8)") in agg
-    assert f"no crossover is claimed for {report.md_text(PAYLOAD)} (credibly above 0 at 1, 2, 4, 8, 16, below at no level)" in agg
+    assert f"no crossover is claimed for {md_text(PAYLOAD)} (credibly above 0 at 1, 2, 4, 8, 16, below at no level)" in agg
     user = next(s for s in said if s.startswith("Per-user speed by category"))
     assert "too few levels for a curve for code-edit" in user and "crosses" not in user
 

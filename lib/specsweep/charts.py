@@ -876,7 +876,6 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
         y_lo, y_hi = _padded(pd.concat([frame["ci_low_pct"], frame["ci_high_pct"], frame["delta_pct"],
                                         pd.Series([0.0])]))
         y_scale = alt.Scale(domain=[y_lo, y_hi])
-        y = alt.Y("ci_low_pct:Q", title=titles[figure], scale=y_scale)
         tips = [alt.Tooltip("arm_name:N", title="arm"), alt.Tooltip("category:N", title="category"),
                 alt.Tooltip("concurrency:Q", title="concurrency"),
                 alt.Tooltip("delta_pct:Q", title="measured Δ%", format="+.1f"),

@@ -41,7 +41,6 @@ import os
 import re
 import ssl
 import sys
-from array import array
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter

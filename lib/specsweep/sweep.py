@@ -24,7 +24,6 @@ cannot make a later level look faster).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os

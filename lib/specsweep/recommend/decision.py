@@ -4,14 +4,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 import pandas as pd
-from specsweep.compare import ESTIMATED_WAIT, Comparison, zero_between
+from specsweep.claims import Claim
+from specsweep.compare import ESTIMATED_WAIT, Comparison, curve_crossovers, zero_between
 from specsweep.markup import md_text
 from specsweep.recommend.experiments import _where_uncertain
 from specsweep.recommend.judge import _bands, _slo_checks, _verdict, judge_levels, wait_metrics
 from specsweep.recommend.profiles import Profile, SYNTHETIC_KINDS, Verdict, parse_profile
 from specsweep.recommend.result import Recommendation
 from specsweep.recommend.sentences import _cap_sentences, _caveats, _deciding_word, _headline, _no_difference_size, _slo_sentences, _throughput_sentence, _user_sentence, _wait_note, aggregate_quote, drift_sentences, wait_sentence
-from specsweep.recommend.text import _pct
+from specsweep.recommend.text import _DECIDING, _band_text, _pct
 
 
 @dataclass
@@ -77,7 +78,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     refused = {a: w for a, w in comp.chunk_counted.items() if a in comp.spec_arms or a == comp.baseline}
     candidates = [a for a in comp.candidate_arms if not (token_based and (a in refused or comp.baseline in refused))]
     if token_based and not candidates and comp.spec_arms:
-        who = ", ".join(md_text(comp.labels.get(a, a)) for a in refused)
+        who = ", ".join(md_text(a) for a in refused)
         return Recommendation(
             profile=profile, verdict="no_verdict", arm=None, up_to_concurrency=None, from_concurrency=None,
             headline=(f"No verdict: the token counts of {who} came from SSE chunks (the server reported none), so "
@@ -86,7 +87,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
                 "Re-measure with a server (or API flavour) that reports token counts (usage with "
                 "continuous_usage_stats, or SGLang meta_info)."])
     if not candidates and comp.controls and not (token_based and refused):
-        who = ", ".join(md_text(comp.labels.get(a, a)) for a in comp.controls)
+        who = ", ".join(md_text(a) for a in comp.controls)
         return Recommendation(
             profile=profile, verdict="no_verdict", arm=None, up_to_concurrency=None, from_concurrency=None,
             headline=(f"No verdict: every arm besides the baseline is a control arm ({who}), configured like the "
@@ -95,7 +96,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
                 "Add the configuration to compare as another arm of the study."])
     d = decide(comp, profile, candidates)
     per_arm, arm, judged, verdict, up_to, from_c = d.per_arm, d.arm, d.judged, d.verdict, d.up_to, d.from_c
-    label = md_text(comp.labels.get(arm, arm))
+    label = md_text(arm)  # prose names arms by their short name; the label is given once, in Setup
     gains = [i for i, o in enumerate(judged["outcome"]) if o == "gain"]
     losses = [i for i, o in enumerate(judged["outcome"]) if o == "loss"]
     cs = judged["concurrency"].tolist()
@@ -108,12 +109,18 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     slo = " and ".join(c[0] for c in checks) if checks else None
     if checks:
         criterion += " under the SLO"
-    headline = _headline(verdict, label, criterion, judged, span, up_to, from_c, slo)
+    fallback = {"throughput": "output_tok_s", "balanced": comp.user_metric}.get(
+        profile.objective, (wait_metrics(comp, arm) or [comp.user_metric])[-1])
+    head_claim = _headline(verdict, label, criterion, judged, span, up_to, from_c, slo, comp=comp, arm=arm,
+                           fallback_metric=fallback, profile=profile.name)
+    claims: list[Claim] = [head_claim]
+    headline = head_claim.sentence
     if verdict == "disable" and not losses:
         deciding = "output_tok_s" if profile.objective == "throughput" else comp.user_metric
         headline = headline.rstrip(".") + _no_difference_size(comp, arm, deciding) + "."
     if profile.objective == "latency":
-        note = _wait_note(comp, arm, judged, profile.min_effect_pct)
+        note, note_claims = _wait_note(comp, arm, judged, profile.min_effect_pct, profile.name)
+        claims += note_claims
         if note:
             headline += " " + wait_sentence(label, note)
     else:
@@ -127,8 +134,10 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     if comp.single_run():
         headline += " One run per level: repeat each level (repeats=3) before relying on this."
 
-    reasons = [_throughput_sentence(comp, arm, label, judged, profile.min_effect_pct),
-               _user_sentence(comp, arm, label, judged, profile.min_effect_pct)]
+    thr_text, thr_claims = _throughput_sentence(comp, arm, label, judged, profile.min_effect_pct, profile.name)
+    user_text, user_claims = _user_sentence(comp, arm, label, judged, profile.min_effect_pct, profile.name)
+    claims += thr_claims + user_claims
+    reasons = [thr_text, user_text]
     if profile.objective == "latency":
         waits = wait_metrics(comp, arm)
         names = ", ".join(_deciding_word(comp, m) for m in waits)
@@ -164,32 +173,25 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         reasons.append(f"At concurrency {row.concurrency} {label} counts as a loss: {row.rule}.")
     reasons = [r for r in reasons if r]
     reasons += _slo_sentences(comp, profile, arm, label, judged)
-    cap_reasons, cap_experiment = _cap_sentences(comp, arm, label, judged, profile.min_effect_pct)
-    reasons += cap_reasons
+    cap_claims, cap_experiment = _cap_sentences(comp, arm, label, judged, profile.min_effect_pct, profile.name)
+    claims += cap_claims
+    reasons += [c.sentence for c in cap_claims]
     if d.tied_with:
         from specsweep.recommend.ties import tie_sentence
         reasons.append(tie_sentence(comp, arm, d.tied_with, verdict))
     others = [a for a in per_arm if a != arm and a not in d.tied_with]
     if others:
         reasons.append("Other arms scored lower for this profile: " + ", ".join(
-            f"{md_text(comp.labels.get(a, a))} (mean deciding delta {_pct(per_arm[a]['margin'].mean())})" for a in others) + ".")
+            f"{md_text(a)} (mean deciding delta {_pct(per_arm[a]['margin'].mean())})" for a in others) + ".")
 
     experiments = []
     if cap_experiment:
-        experiments.append(cap_experiment)
+        claims.append(cap_experiment)
+        experiments.append(cap_experiment.sentence)
     lo_c, hi_c = profile.concurrency_min, profile.concurrency_max or 10**9
-    for _, r in comp.crossover(arm, "output_tok_s").iterrows():
-        mids = _where_uncertain(comp, arm, "output_tok_s", r.c_low, r.c_high)
-        if mids:
-            experiments.append(f"Measure at {', '.join(map(str, mids))} (not yet measured, between {r.c_low} and "
-                               f"{r.c_high}, where the fitted aggregate delta's sign is least certain) to pin down "
-                               f"the crossover, now placed at about {r.crossover_concurrency:.0f}.")
-    if comp.crossover(arm, "output_tok_s").empty and not gains and not losses:
-        tested = comp.shared_levels(arm)
-        mids = _where_uncertain(comp, arm, "output_tok_s", max(lo_c, min(tested)) - 1e-9, min(hi_c, max(tested)) + 1e-9)
-        if mids:
-            experiments.append(f"Levels not yet measured where the fitted aggregate delta is least certain: "
-                               f"{', '.join(map(str, mids))}.")
+    for c in _crossover_experiments(comp, arm, judged, fallback, lo_c, hi_c, profile.name, bool(gains or losses)):
+        claims.append(c)
+        experiments.append(c.sentence)
     if comp.single_run():
         experiments.append("Repeat every level at least 3 times (repeats=3): the noise is then measured from the "
                            "repeats rather than " + (f"assumed ({comp.assumed_noise_pct:g}% per run)"
@@ -205,6 +207,52 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         profile=profile, verdict=verdict, arm=arm if verdict != "disable" else None,
         up_to_concurrency=up_to, from_concurrency=from_c, headline=headline,
         bands=_bands(judged, arm, label), reasons=reasons, caveats=_caveats(comp, profile, [arm]),
-        next_experiments=experiments, levels=pd.concat(per_arm.values(), ignore_index=True),
-        tied_with=list(d.tied_with),
+        next_experiments=experiments,
+        levels=_with_deciding_band(comp, pd.concat(per_arm.values(), ignore_index=True), fallback,
+                                   checks[0][1] if checks else fallback),
+        claims=claims, tied_with=list(d.tied_with),
     )
+
+
+def _with_deciding_band(comp: Comparison, levels: pd.DataFrame, fallback: str, slo_metric: str) -> pd.DataFrame:
+    """``levels`` with ``deciding_metric`` (the metric that decided each level; for an SLO rule the
+    SLO's metric, for another rule the profile's deciding metric) and ``deciding_band`` (its measured
+    Δ with the 95 % band), so the table beside a verdict shows the number that decided it."""
+    out = levels.copy()
+    metrics, bands = [], []
+    for r in out.itertuples():
+        rule = r.rule if isinstance(r.rule, str) else ""
+        m = (r.decided_by if comp.delta_rows(r.arm, r.decided_by) else
+             slo_metric if "SLO" in rule else fallback)
+        metrics.append(m)
+        bands.append(_band_text(comp.delta_rows(r.arm, m).get(int(r.concurrency))))
+    out["deciding_metric"], out["deciding_band"] = metrics, bands
+    return out
+
+
+def _crossover_experiments(comp: Comparison, arm: str, judged: pd.DataFrame, metric: str, lo_c: float,
+                           hi_c: float, profile: str, decided: bool) -> list[Claim]:
+    """Where to measure next for this profile: around the break-even of the profile's own deciding
+    metric (``metric``: aggregate throughput for a throughput profile, the wait for a latency one),
+    or, with no credible level at all, where that metric's fitted delta is least certain."""
+    out = []
+    word = _DECIDING.get(metric, metric)
+    curve = comp.curve(arm, metric)
+    crossings = curve_crossovers(curve) if curve is not None else []
+    for r in crossings:
+        mids = _where_uncertain(comp, arm, metric, r["c_low"], r["c_high"])
+        if mids:
+            out.append(Claim(kind="experiment", arm=arm, metric=metric, levels=tuple(mids), profile=profile,
+                             at=float(r["crossover_concurrency"]), bounds=(int(r["c_low"]), int(r["c_high"])),
+                             sentence=(f"Measure at {', '.join(map(str, mids))} (not yet measured, between the tested "
+                                       f"{r['c_low']} and {r['c_high']}, where the fitted {word} delta's sign is least "
+                                       f"certain) to pin down the crossover of {word}, now placed at about "
+                                       f"{r['crossover_concurrency']:.0f}.")))
+    if not crossings and not decided:
+        tested = comp.shared_levels(arm)
+        mids = _where_uncertain(comp, arm, metric, max(lo_c, min(tested)) - 1e-9, min(hi_c, max(tested)) + 1e-9)
+        if mids:
+            out.append(Claim(kind="experiment", arm=arm, metric=metric, levels=tuple(mids), profile=profile,
+                             sentence=(f"Levels not yet measured where the fitted {word} delta is least certain: "
+                                       f"{', '.join(map(str, mids))}.")))
+    return out

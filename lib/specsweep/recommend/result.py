@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 import pandas as pd
+from specsweep.claims import Claim
 from specsweep.markup import md_text
 from specsweep.recommend.profiles import Outcome, Profile, Verdict
 from specsweep.recommend.text import _DECIDING, _pct
@@ -44,6 +45,27 @@ class Recommendation:
     levels: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: candidate arms not credibly different from ``arm`` (the simplest of them is recommended; recommend.ties)
     tied_with: list[str] = field(default_factory=list)
+    #: every finding the sentences state, with its numbers (see specsweep.claims)
+    claims: list[Claim] = field(default_factory=list)
+
+    @property
+    def decision(self) -> str:
+        """The decision class: enable / enable up to X / enable from X / keep off / no measurable
+        difference / not established."""
+        verdict = [c for c in self.claims if c.kind == "verdict"]
+        if verdict:
+            return verdict[0].decision
+        return "not established" if self.verdict in ("no_verdict", "mixed") else self.verdict
+
+    @property
+    def shown_metrics(self) -> set[str]:
+        """Metrics whose Δ the recommendation's table shows beside the verdict."""
+        if self.levels.empty:
+            return set()
+        shown = {"output_tok_s"}
+        if "deciding_metric" in self.levels:
+            shown |= set(map(str, self.levels["deciding_metric"]))
+        return shown
 
     @property
     def next_experiment(self) -> str | None:
@@ -59,10 +81,12 @@ class Recommendation:
             lines += [f"*{md_text(self.profile.description)}*", ""]
         if not self.levels.empty and self.arm is not None or (not self.levels.empty and self.verdict == "disable"):
             lv = self.levels[self.levels["arm"] == (self.arm or self.levels["arm"].iloc[0])]
-            lines += ["| concurrency | outcome | decided by | aggregate Δ [95% band] | per-user Δ |", "|---|---|---|---|---|"]
+            lines += ["| concurrency | outcome | decided by | deciding Δ [95% band] | aggregate Δ [95% band] | per-user Δ |",
+                      "|---|---|---|---|---|---|"]
             for r in lv.itertuples():
                 decided = r.decided_by if isinstance(r.rule, str) else _DECIDING.get(r.decided_by, r.decided_by)
-                lines.append(f"| {r.concurrency} | {r.outcome} | {decided} | {r.aggregate_band} | "
+                deciding = getattr(r, "deciding_band", "n/a")
+                lines.append(f"| {r.concurrency} | {r.outcome} | {decided} | {deciding} | {r.aggregate_band} | "
                              f"{_pct(r.user_delta_pct) if not math.isnan(r.user_delta_pct) else 'n/a'} |")
             lines.append("")
         if self.reasons:

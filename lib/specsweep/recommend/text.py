@@ -4,11 +4,13 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 import pandas as pd
+from specsweep.claims import pct
 from specsweep.compare import ESTIMATED_WAIT
 
 
 def _pct(x: float) -> str:
-    return f"{x:+.0f}%" if abs(x) >= 9.5 else f"{x:+.1f}%"
+    """A Δ% as every sentence writes it (see :func:`specsweep.claims.pct`)."""
+    return pct(x)
 
 
 def _range_pct(r: tuple[float, float]) -> str:

@@ -19,7 +19,7 @@ from specsweep.report.display import (  # noqa: F401
     human_number, table, _fmt, _band, _pct_or_dash, show,
 )
 from specsweep.report.verdict import (  # noqa: F401
-    key_numbers, top_warnings, _crossover_line, _curve_sentence, SYNTHETIC_WORKLOADS,
+    key_numbers, _crossover_line, _curve_sentence, SYNTHETIC_WORKLOADS,
     workload_caveat, verdict_markdown, shared_lines, shared_markdown,
 )
 from specsweep.report.warnings import (  # noqa: F401

@@ -137,6 +137,9 @@ def build_report(
     exporter = import_in_background("nbconvert.exporters.html")  # while the kernel runs
     nb = execute_notebook(notebook, executed, params)
     exporter.join()
+    from specsweep.report.summary import write_summary
+
+    write_summary(nb, out_dir / f"{name}.md")  # the Markdown summary beside the page (and out of it)
     return export_html(nb, out_dir / f"{name}.html")  # the executed notebook as run, not read back
 
 

@@ -22,7 +22,7 @@ def key_numbers(comp: Comparison) -> pd.DataFrame:
         agg, usr = comp.delta_rows(arm, "output_tok_s"), comp.delta_rows(arm, um)
         for c, a in sorted(agg.items()):
             row: dict[str, Any] = {
-                "arm": comp.labels[arm], "concurrency": int(c),
+                "arm": arm, "concurrency": int(c),  # the short name: the label is given once, in Setup
                 "aggregate baseline (tok/s)": _fmt(float(a["baseline_value"])),
                 "aggregate arm (tok/s)": _fmt(float(a["arm_value"])),
                 "aggregate Δ%": f"{a['delta_pct']:+.1f}%",
@@ -50,14 +50,14 @@ def _crossover_line(comp: Comparison, arm: str) -> str:
 
 def _curve_sentence(comp: Comparison, arm: str) -> str:
     """One sentence on the aggregate delta curve of an arm: its credible crossovers, or where it stands."""
-    label = md_text(comp.labels[arm])
+    label = md_text(arm)  # the short name; the label is given once, in Setup
     cx = comp.crossover(arm, "output_tok_s")
     if len(cx):
         parts = []
         for _, c in cx.iterrows():
             way = "lower" if c.direction == "gain_to_loss" else "higher"
             parts.append(f"credibly {way} than the baseline's above about **{c.crossover_concurrency:.0f}** concurrent "
-                         f"requests (the fitted delta curve crosses 0 between {c.c_low} and {c.c_high})")
+                         f"requests (the fitted delta curve crosses 0 between the tested {c.c_low} and {c.c_high})")
         return f"{label}'s aggregate throughput is " + "; then ".join(parts) + "."
     rows = comp.delta(arm, "output_tok_s")
     if rows.empty:
@@ -139,3 +139,27 @@ def shared_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
     if experiments:
         lines += ["**Next experiments**", ""] + [f"{i}. {e}" for i, e in enumerate(experiments, start=1)]
     return "\n".join(lines)
+
+
+def profile_sections(comp: Comparison, recs: Sequence[Recommendation]) -> list[str]:
+    """One Markdown section per profile with only what differs: lines every profile carries are in
+    :func:`shared_markdown`; a line several (not all) carry is printed under the first of them, and a
+    later one says how many of its lines stand there instead of repeating them."""
+    shared = set(shared_lines(recs))
+    shown: dict[str, str] = {}  # line -> the profile it was printed under
+    out = []
+    for rec in recs:
+        lines = list(rec.reasons) + list(rec.caveats) + list(rec.next_experiments)
+        earlier = [x for x in dict.fromkeys(lines) if x in shown and x not in shared]
+        text = rec.to_markdown(omit=[*shared, *earlier])
+        by_profile: dict[str, int] = {}
+        for x in earlier:
+            by_profile[shown[x]] = by_profile.get(shown[x], 0) + 1
+        if by_profile:
+            text += "\n\n" + " ".join(
+                f"*Also for this profile: {n} line{'s' if n > 1 else ''} given under {md_text(p)} above.*"
+                for p, n in by_profile.items())
+        for x in lines:
+            shown.setdefault(x, rec.profile.name)
+        out.append(text)
+    return out

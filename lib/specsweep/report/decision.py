@@ -1,0 +1,219 @@
+"""The report's first screen: per profile the decision, its range, the deciding metric with its band
+and how stable it is; beside it the verdict strip; then a short verdict in prose.
+
+Everything here is built from the recommendations' claims (:mod:`specsweep.claims`), so the first
+screen, the prose and the Markdown summary (:mod:`specsweep.report.summary`) say what the
+recommendation sections say, with the same numbers. Arms are named by their short name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pandas as pd
+
+from specsweep.claims import Claim, join_and, pct
+from specsweep.compare import Comparison
+from specsweep.markup import markdown_html, md_text
+from specsweep.recommend import Recommendation
+from specsweep.recommend.text import _DECIDING, _band_text
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """One profile's decision as the first screen shows it (strings are plain text, not yet escaped)."""
+
+    profile: str
+    #: enable / enable up to X / enable from X / keep off / no measurable difference / not established
+    decision: str
+    #: the arm the decision is about (short name), None when no arm is recommended
+    arm: str | None
+    #: where to enable it (concurrency), '—' when nowhere
+    enable_at: str
+    #: the tested levels the profile judged
+    tested: str
+    #: the deciding metric and its measured Δ with the 95 % band, where it decides
+    deciding: str
+    #: how many of the judged levels are credible (the page-wide part, :func:`stability`, is said once under the table)
+    stability: str
+
+
+def stability(comp: Comparison) -> str:
+    """Runs per level, where the noise comes from, and whether drift between arms was guarded against."""
+    reps = comp.levels["n_repeats"].fillna(1)
+    if comp.single_run():
+        runs = "one run per level"
+        noises = [c.noise for (a, m), c in comp.curves.items() if m == "output_tok_s"]
+        if comp.assumed_noise_pct:
+            checked = not any("too few to check" in n for n in noises)
+            larger = any(n.startswith("the levels' scatter") for n in noises)
+            noise = (f"noise larger than the assumed {comp.assumed_noise_pct:g}% (from the levels' scatter)" if larger else
+                     f"noise assumed ({comp.assumed_noise_pct:g}% per run)"
+                     + (", checked against the levels' scatter" if checked else ", too few levels to check it"))
+        else:
+            noise = "noise from the fitted curve's residuals"
+    else:
+        runs = f"{int(reps.min())}–{int(reps.max())} runs per level" if reps.min() != reps.max() else f"{int(reps.min())} runs per level"
+        noise = "noise measured from the repeats"
+    study = comp.metas.get(comp.baseline, {}).get("study") or {}
+    interleaved = isinstance(study, dict) and int(study.get("repeats") or 1) >= 2
+    if comp.drift is not None:
+        drift = "drift measured by sentinel runs"
+    elif comp.controls:
+        drift = "drift bounded by a control arm"
+    elif interleaved:
+        drift = "arms interleaved"
+    else:
+        drift = "arms measured one after the other (drift not measured)"
+    return f"{runs}; {noise}; {drift}"
+
+
+def _verdict_claim(rec: Recommendation) -> Claim | None:
+    return next((c for c in rec.claims if c.kind == "verdict"), None)
+
+
+def _deciding(comp: Comparison, rec: Recommendation) -> str:
+    """The deciding metric's measured Δ and band where it decides: at the levels bounding X, or at the
+    decisive level nearest to 0 (the weakest gain or loss), or the largest Δ when nothing is credible."""
+    claim = _verdict_claim(rec)
+    if claim is None or rec.levels.empty:
+        return "—"
+    arm = claim.arm
+    word = _DECIDING.get(claim.metric, claim.metric)
+    rows = comp.delta_rows(arm, claim.metric)
+    if claim.bounds is not None and claim.bounds[0] != claim.bounds[1]:
+        lo, hi = claim.bounds
+        return f"{word}: {_band_text(rows.get(lo))} at {lo} → {_band_text(rows.get(hi))} at {hi}"
+    lv = rec.levels[rec.levels["arm"] == arm]
+    want = {"enable": "gain", "keep off": "loss"}.get(claim.decision)
+    if want is None and claim.bounds is not None:  # X at a tested level
+        c = claim.bounds[0]
+        return f"{word}: {_band_text(rows.get(c))} at {c}"
+    if want is not None:
+        decisive = lv[lv["outcome"] == want]
+        if decisive.empty:
+            return "—"
+        r = decisive.loc[decisive["deciding_band"].index[
+            decisive["margin"].abs().to_numpy().argmin()]]
+        weakest = "weakest gain" if want == "gain" else "smallest loss"
+        return f"{_DECIDING.get(r['deciding_metric'], r['deciding_metric'])}: {r['deciding_band']} at {int(r['concurrency'])} ({weakest})"
+    if claim.decision == "no measurable difference" and rows:
+        c = max((c for c in rows if c in set(lv["concurrency"])), key=lambda c: abs(float(rows[c]["delta_pct"])), default=None)
+        if c is not None:
+            return f"{word}: {_band_text(rows[c])} at {c} (largest Δ, not credible)"
+    return "see the levels"
+
+
+def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[DecisionRow]:
+    """One :class:`DecisionRow` per recommendation, from its verdict claim."""
+    out = []
+    for rec in recs:
+        claim = _verdict_claim(rec)
+        decision = rec.decision
+        lv = rec.levels[rec.levels["arm"] == (rec.arm or (claim.arm if claim else None))] if not rec.levels.empty else rec.levels
+        cs = [int(c) for c in lv["concurrency"]] if not lv.empty else []
+        tested = (f"{cs[0]}–{cs[-1]}" if len(cs) > 1 else str(cs[0])) if cs else "—"
+        if decision == "enable":
+            enable_at = tested
+        elif decision.startswith("enable up to") and rec.up_to_concurrency is not None:
+            enable_at = f"{cs[0]} to about {rec.up_to_concurrency:.0f}"
+        elif decision.startswith("enable from") and rec.from_concurrency is not None:
+            enable_at = f"about {rec.from_concurrency:.0f} to {cs[-1]}"
+        else:
+            enable_at = "—"
+        credible = int((lv["outcome"] != "neutral").sum()) if not lv.empty else 0
+        levels_note = f"{credible} of {len(cs)} levels credible" if cs else "no levels judged"
+        out.append(DecisionRow(profile=rec.profile.name, decision=decision, arm=rec.arm if rec.arm else (claim.arm if claim else None),
+                               enable_at=enable_at, tested=tested, deciding=_deciding(comp, rec),
+                               stability=levels_note))
+    return out
+
+
+DECISION_COLUMNS: tuple[str, ...] = ("profile", "decision", "arm", "enable at", "tested", "deciding metric [95% band]",
+                                     "how stable")
+
+
+def decision_frame(comp: Comparison, recs: Sequence[Recommendation]) -> pd.DataFrame:
+    """The decision table as a frame (plain text cells; :func:`specsweep.report.table` escapes them)."""
+    return pd.DataFrame([[r.profile, r.decision, r.arm or "—", r.enable_at, r.tested, r.deciding, r.stability]
+                         for r in decision_rows(comp, recs)], columns=list(DECISION_COLUMNS))
+
+
+def decision_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
+    """The decision table in Markdown, every cell escaped (profile names and arms are untrusted)."""
+    lines = ["| " + " | ".join(DECISION_COLUMNS) + " |", "|" + "---|" * len(DECISION_COLUMNS)]
+    for r in decision_rows(comp, recs):
+        cells = [md_text(r.profile), f"**{md_text(r.decision)}**", md_text(r.arm or "—"), md_text(r.enable_at),
+                 md_text(r.tested), md_text(r.deciding), md_text(r.stability)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"*How stable, for every profile:* {md_text(stability(comp))}."]
+    return "\n".join(lines)
+
+
+def _strip_html(comp: Comparison, recs: Sequence[Recommendation]) -> str:
+    """The verdict strip chart's HTML, or '' where the chart module has none yet (it comes with charts.verdict_strip)."""
+    from specsweep import charts
+    from specsweep.report.display import _render
+
+    strip, frame = getattr(charts, "verdict_strip", None), getattr(charts, "verdict_strip_frame", None)
+    if strip is None or frame is None:
+        return ""
+    chart = strip(frame(comp, recs), width=420)
+    return _render(chart.to_dict())["text/html"] if chart is not None else ""
+
+
+def first_screen_html(comp: Comparison, recs: Sequence[Recommendation]) -> str:
+    """The decision table and, beside it, the verdict strip: the screen an operator acts on."""
+    table = markdown_html(decision_markdown(comp, recs))
+    chart = _strip_html(comp, recs)
+    side = f'<div style="flex:1 1 420px;min-width:0">{chart}</div>' if chart else ""
+    return ('<div class="specsweep-decision" style="display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start">'
+            f'<div style="flex:1 1 560px;min-width:0;overflow-x:auto">{table}</div>{side}</div>')
+
+
+def first_screen(comp: Comparison, recs: Sequence[Recommendation]) -> Any:
+    """:func:`first_screen_html` as a display object."""
+    from IPython.display import HTML
+
+    return HTML(first_screen_html(comp, recs))
+
+
+def _values(claim: Claim) -> str:
+    return ", ".join(f"{pct(v)} at {c}" for c, v in zip(claim.levels, claim.values))
+
+
+def verdict_prose(comp: Comparison, recs: Sequence[Recommendation]) -> str:
+    """The verdict in a few sentences (Markdown): what each recommended arm does to aggregate throughput,
+    each group of profiles with the same decision and deciding metric once (how stable it is stands under
+    the decision table). Short names only."""
+    lines: list[str] = []
+    arms = list(dict.fromkeys(c.arm for r in recs for c in r.claims if c.kind == "verdict" and c.arm))
+    for arm in arms:
+        claims = next((r.claims for r in recs if any(c.arm == arm and c.metric == "output_tok_s"
+                                                      and c.kind in ("gain", "loss") for c in r.claims)), [])
+        gain = next((c for c in claims if c.kind == "gain" and c.metric == "output_tok_s" and c.arm == arm), None)
+        loss = next((c for c in claims if c.kind == "loss" and c.metric == "output_tok_s" and c.arm == arm), None)
+        cross = next((c for c in claims if c.kind == "crossover" and c.arm == arm), None)
+        parts = []
+        if gain:
+            parts.append(f"raises aggregate throughput at {join_and([str(c) for c in gain.levels])} ({_values(gain)})")
+        if loss:
+            parts.append(f"lowers it at {join_and([str(c) for c in loss.levels])} ({_values(loss)})")
+        if not parts:
+            parts.append("changes aggregate throughput credibly at no tested level")
+        text = f"**{md_text(arm)}** " + " and ".join(parts)
+        if cross and cross.bounds:
+            text += f"; the fitted curve crosses 0 near {cross.at:.0f}, between the tested {cross.bounds[0]} and {cross.bounds[1]}"
+        lines.append(text + ".")
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for r in decision_rows(comp, recs):
+        metric = r.deciding.split(":")[0] if ":" in r.deciding else ""
+        groups.setdefault((r.decision, r.arm or "", metric), []).append(r.profile)
+    for (decision, arm, metric), names in groups.items():
+        who = join_and([md_text(n) for n in names])
+        what = decision
+        if arm and decision.startswith("enable"):
+            what = decision.replace("enable", f"enable {md_text(arm)}", 1).replace(" up to ", " up to about ").replace(
+                " from ", " from about ")
+        lines.append(f"{who}: **{what}**" + (f" (decided by {md_text(metric)})" if metric else "") + ".")
+    return "\n\n".join(lines)
