@@ -61,7 +61,7 @@ class PageWarning:
 
 
 def _names(comp: Comparison, arms: Sequence[str]) -> str:
-    return ", ".join(f"**{md_text(comp.labels.get(a, a))}**" for a in dict.fromkeys(arms))
+    return ", ".join(f"**{md_text(a)}**" for a in dict.fromkeys(arms))
 
 
 def _min_effect(recs: Sequence[Any] | None) -> float:
@@ -82,7 +82,7 @@ def shortest_wait(comp: Comparison) -> tuple[float, str] | None:
                 i = v.idxmin()
                 row = lv.loc[i]
                 return float(v[i]), (f"the shortest {name} measured ({float(v[i]) * 1e3:.0f} ms, "
-                                     f"{md_text(comp.labels.get(row['arm'], row['arm']))} at {int(row['concurrency'])})")
+                                     f"{md_text(row['arm'])} at {int(row['concurrency'])})")
     return None
 
 
@@ -187,7 +187,7 @@ def collect_warnings(comp: Comparison, recs: Sequence[Any] | None = None,
     out: list[PageWarning] = []
     for arm, where in comp.chunk_counted.items():
         out.append(PageWarning(
-            "high", f"**{md_text(comp.labels[arm])}**: token counts came from SSE chunks ({md_text(where)}), not from "
+            "high", f"**{md_text(arm)}**: token counts came from SSE chunks ({md_text(where)}), not from "
             "the server's own counts, because the server reported none. Under speculation one chunk carries several "
             "tokens, so its aggregate throughput, per-user speed and acceptance are not trusted: no throughput or "
             "acceptance verdict is given for it.", True,
@@ -197,11 +197,20 @@ def collect_warnings(comp: Comparison, recs: Sequence[Any] | None = None,
         diffs = workload_differences((comp.metas.get(arm) or {}).get("workload") or {}, base)
         if diffs:
             out.append(PageWarning(
-                "high", f"**{md_text(comp.labels.get(arm, arm))}** and the baseline were measured with different "
+                "high", f"**{md_text(arm)}** and the baseline were measured with different "
                 f"workloads ({md_text('; '.join(diffs))}) and compared anyway (`--allow-workload-mismatch`).", True,
                 "Can change the verdict: its deltas mix the configuration's effect with the workload's, so they "
                 "are not the configuration's alone.", "workload-mismatch"))
     out += _recorded(comp, min_effect)
+    from specsweep.cpushare import cpu_share_warning
+
+    raw = [f for f in (getattr(comp, "raw_levels", None) or {}).values() if f is not None and not f.empty]
+    cpu = cpu_share_warning(pd.concat(raw, ignore_index=True) if raw else comp.levels)  # every run's own level rows
+    if cpu:
+        out.append(PageWarning(
+            "medium", cpu, False,
+            "Not assessed against the verdict: both arms lose the same share where it is alike; compare the "
+            "arms' shares in the full data before trusting a small difference.", "client-cpu", assessed=False))
     if include_workload_caveat:
         from specsweep.report.verdict import workload_caveat
 
