@@ -24,7 +24,10 @@ from specsweep.study_file import load_study
 
 
 def _study(tmp_path: Path, sentinel: bool) -> Path:
-    drift = ["--fault-drift-pct-per-min", "40", "--fault-drift-epoch-s", f"{time.time():.3f}"]
+    drift = ["--fault-drift-pct-per-min", "40", "--fault-drift-epoch-s", f"{time.time():.3f}",
+             # 20 ms decode steps: the server, not a client starved by a busy machine, sets the pace, so
+             # the drift shows in full at any load (with ~1 ms steps a loaded client diluted it)
+             "--set", "decode.fixed_ms=20"]
     doc = {
         "title": "Drifting machine", "name": "drift", "baseline": "baseline",
         "sweep": {"concurrency": [1, 4], "input_tokens": 32, "output_tokens": 48, "requests_per_level": 12},

@@ -109,7 +109,7 @@ def test_seed_report_is_offline_and_codeless(seed_report: str) -> None:
     assert not re.search(r"<link[^>]+stylesheet[^>]+http", seed_report)
     assert 'class="jp-CodeMirrorEditor' not in seed_report and "load_result_sets(" not in seed_report
     assert seed_report.count("window.vegaEmbed = vegaEmbed") == 1  # the bundle, inlined once
-    assert chart_count(seed_report) == 6  # throughput, per-user, Δ, fitted Δ, Pareto, concurrency; no latency data
+    assert chart_count(seed_report) == 8  # verdict strip, throughput, per-user, Δ, fitted Δ, Pareto, concurrency, what-if decomposition; no latency data
     assert '"tooltip"' in seed_report
     assert "Kernel is running over TCP" not in seed_report  # stderr is not published
 
@@ -128,7 +128,7 @@ def test_measured_report_has_latency_and_intervals(tmp_path: Path) -> None:
     assert "Only latency" in text and "Batch throughput" not in text
     assert "Time to first token" in text
     assert "noise from repeats (2 vs 2 runs per level)" in html
-    assert chart_count(html) == 8  # + latency + tokens per chunk
+    assert chart_count(html) == 10  # + latency + tokens per chunk
     assert "Decoding concurrency" in text
 
 

@@ -72,7 +72,7 @@ def test_every_chart_renders_offline(seed_html: Path, tmp_path: Path) -> None:
     html = seed_html
     source = html.read_text()
     expected = len(re.findall(r'class="specsweep-chart"', source))
-    assert expected == 6  # throughput, per-user, Δ, fitted Δ, Pareto, concurrency
+    assert expected == 8  # verdict strip, throughput, per-user, Δ, fitted Δ, Pareto, concurrency, what-if decomposition
     dom = dump_dom(html, tmp_path)
     views = re.findall(r'<svg[^>]*class="marks"|<canvas[^>]*class="marks"', dom)
     assert len(views) == expected, f"{len(views)} chart views rendered, expected {expected}"
@@ -84,7 +84,7 @@ def test_every_chart_renders_offline(seed_html: Path, tmp_path: Path) -> None:
 def test_tooltips_work_offline(seed_html: Path) -> None:
     """Hover a point over the DevTools protocol; the Vega tooltip must show its data."""
     result = hover_in_chromium(seed_html)
-    assert result["views"] == 6
+    assert result["views"] == 8
     assert "visible" in (result["tooltip_class"] or ""), result
     text = result["tooltip_text"] or ""
     assert "arm" in text and "concurrency" in text, text

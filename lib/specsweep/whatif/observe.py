@@ -142,11 +142,23 @@ def _cap(meta: dict[str, Any], comp_cap: int | None) -> int | None:
     return None
 
 
-def _workload_len(comp: Comparison, meta: dict[str, Any], key: str) -> float:
+#: the request column that measures each workload length where the workload fixes none
+_MEASURED_LEN = {"input_tokens": "prompt_tokens", "output_tokens": "output_tokens"}
+
+
+def _workload_len(comp: Comparison, meta: dict[str, Any], key: str, req: pd.DataFrame | None = None) -> float:
+    """The workload's ``key`` length (tokens): as the workload fixed it, else (prompt files, built-in
+    prompts, natural lengths) the mean the arm's own requests measured."""
     for source in (meta.get("workload") or {}, comp.workload or {}):
         x = _num(source.get(key))
         if x is not None and x > 0:
             return x
+    col = _MEASURED_LEN[key]
+    if req is not None and col in req.columns:
+        values = pd.to_numeric(req[col], errors="coerce")
+        values = values[np.isfinite(values) & (values > 0)]
+        if len(values):
+            return float(values.mean())
     raise WhatIfError(f"arm '{meta.get('arm')}': meta.json workload.{key} is missing; the what-if model needs the "
                       "prompt and output lengths of the measured workload")
 
@@ -192,8 +204,8 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
     req = measured_requests(rs) if rs is not None else None
     level_only = bool(meta.get("level_only")) or req is None and "e2e_mean_s" not in lv.columns
     rng = np.random.default_rng(seed)
-    output_tokens = _workload_len(comp, meta, "output_tokens")
-    prompt_tokens = _workload_len(comp, meta, "input_tokens")
+    output_tokens = _workload_len(comp, meta, "output_tokens", req)
+    prompt_tokens = _workload_len(comp, meta, "input_tokens", req)
     cap = _cap(meta, comp.caps.get(arm))
     pool = _num(server_setting(meta, "max_total_num_tokens")) or _num(
         (server_setting(meta, "memory_usage") or {}).get("token_capacity") if isinstance(

@@ -22,6 +22,7 @@ from specsweep.store import ResultSet
 
 from .decompose import FACTORS, decompose, decomposition_sentence
 from .model import ArmModel
+from .observe import WhatIfError
 from .predict import CONTEXT_ASSUMPTION, FOOTPRINT_ASSUMPTION, model_for, predict
 from .validate import cross_arm, comparable_pairs, loo, loo_summary
 
@@ -242,7 +243,11 @@ def _validation_md(comp: Comparison, models: dict[str, ArmModel], sets: Sequence
 
 def build(comp: Comparison, sets: Sequence[ResultSet] | None = None, *, n_boot: int = 200) -> Section:
     """Compute the whole section once."""
-    models = {a: model_for(comp, a, sets, n_boot=n_boot) for a in comp.arms}
+    try:
+        models = {a: model_for(comp, a, sets, n_boot=n_boot) for a in comp.arms}
+    except WhatIfError as exc:  # the page is still written, saying what the model lacks
+        return Section(markdown="## What if\n\nNo prediction on this page: " + md_text(str(exc)) + ".",
+                       chart=None, next_experiment=None)
     base_max = float(np.max(models[comp.baseline].data.admitted))
     out = ["## What if", "",
            "Each arm's serving is modelled from its own measurements: running requests = min(offered concurrency, "
