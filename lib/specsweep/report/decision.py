@@ -36,6 +36,14 @@ class DecisionRow:
     deciding: str
     #: how many of the judged levels are credible (the page-wide part, :func:`stability`, is said once under the table)
     stability: str
+    #: arms not credibly different from ``arm`` for this profile (``arm`` is the simplest of them)
+    tied_with: tuple[str, ...] = ()
+
+    def arm_text(self) -> str:
+        """The arm cell: its short name, and the arms it is tied with (plain text)."""
+        if not self.arm:
+            return "—"
+        return self.arm + (f" (tied with {', '.join(self.tied_with)})" if self.tied_with else "")
 
 
 def stability(comp: Comparison) -> str:
@@ -125,7 +133,7 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Deci
         levels_note = f"{credible} of {len(cs)} levels credible" if cs else "no levels judged"
         out.append(DecisionRow(profile=rec.profile.name, decision=decision, arm=rec.arm if rec.arm else (claim.arm if claim else None),
                                enable_at=enable_at, tested=tested, deciding=_deciding(comp, rec),
-                               stability=levels_note))
+                               stability=levels_note, tied_with=tuple(getattr(rec, "tied_with", ()) or ())))
     return out
 
 
@@ -135,7 +143,7 @@ DECISION_COLUMNS: tuple[str, ...] = ("profile", "decision", "arm", "enable at", 
 
 def decision_frame(comp: Comparison, recs: Sequence[Recommendation]) -> pd.DataFrame:
     """The decision table as a frame (plain text cells; :func:`specsweep.report.table` escapes them)."""
-    return pd.DataFrame([[r.profile, r.decision, r.arm or "—", r.enable_at, r.tested, r.deciding, r.stability]
+    return pd.DataFrame([[r.profile, r.decision, r.arm_text(), r.enable_at, r.tested, r.deciding, r.stability]
                          for r in decision_rows(comp, recs)], columns=list(DECISION_COLUMNS))
 
 
@@ -143,7 +151,7 @@ def decision_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
     """The decision table in Markdown, every cell escaped (profile names and arms are untrusted)."""
     lines = ["| " + " | ".join(DECISION_COLUMNS) + " |", "|" + "---|" * len(DECISION_COLUMNS)]
     for r in decision_rows(comp, recs):
-        cells = [md_text(r.profile), f"**{md_text(r.decision)}**", md_text(r.arm or "—"), md_text(r.enable_at),
+        cells = [md_text(r.profile), f"**{md_text(r.decision)}**", md_text(r.arm_text()), md_text(r.enable_at),
                  md_text(r.tested), md_text(r.deciding), md_text(r.stability)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"*How stable, for every profile:* {md_text(stability(comp))}."]
