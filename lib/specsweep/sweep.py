@@ -364,6 +364,16 @@ def summarise_level(
 # -------------------------------------------------------------------------------------- progress
 
 
+def _close_bars() -> None:
+    """Close every progress bar still open (a Ctrl-C can land between a bar's creation and its
+    ``finally``): one left to the interpreter's exit writes to a kernel stream already gone and
+    prints a traceback under the resume hint."""
+    tqdm_cls = sys.modules.get("tqdm").tqdm if "tqdm" in sys.modules else None
+    for bar in list(getattr(tqdm_cls, "_instances", ()) or ()):
+        with contextlib.suppress(Exception):
+            bar.close()
+
+
 class _Progress:
     """A tqdm bar per level with finished requests and an estimated live tok/s."""
 
@@ -844,13 +854,15 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
             before = poller.snapshot() if poller else {}
             if poller:
                 poller.start()
-            bar = _Progress(progress, n, f"C={c} r{r}", output_tokens)
             started = provenance.utc_now()
             cpu_start = cpu_meter.read() if cpu_meter else None
+            bar: _Progress | None = None
             try:
+                bar = _Progress(progress, n, f"C={c} r{r}", output_tokens)
                 result = gen.run_level(bodies, c, stop=stop, progress=bar)
             finally:
-                bar.close()
+                if bar is not None:
+                    bar.close()
                 samples = poller.stop() if poller else []
             # the level's own window: the parsing below happens while the server is idle
             cpu_figures = cpu_meter.level_figures(cpu_start) if cpu_meter and cpu_start else {}
@@ -897,6 +909,7 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
         }
         write_meta(run_dir, meta)
         if interrupted:
+            _close_bars()
             raise SweepInterrupted(run_dir, n_done) from None
         log(f"failed: {n_done} finished level(s) are saved in {run_dir}; continue with resume={str(run_dir)!r}")
         raise
