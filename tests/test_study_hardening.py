@@ -421,4 +421,11 @@ def test_ctrl_c_under_papermill_ends_with_how_to_resume(tmp_path: Path) -> None:
     # papermill's own 'Aborted!' ends the output; what comes last before it (progress bars aside) is the hint
     lines = [ln for ln in text.replace("\r", "\n").splitlines()
              if ln.strip() and not ln.startswith("Executing") and ln.strip() != "Aborted!"]
+    # papermill and the kernel stop on the same SIGINT; when papermill's own client notices the kernel
+    # gone first, asyncio prints that client's DeadKernelError after our lines (papermill's output, not
+    # the study's: seen once in a quiet CI run). Drop exactly that block, nothing else.
+    if lines and lines[-1].startswith("nbclient.exceptions.DeadKernelError: Kernel died"):
+        start = max((i for i, ln in enumerate(lines)
+                     if ln.startswith(("Task exception was never retrieved", "future: <Task finished"))), default=None)
+        lines = lines[:start] if start is not None else lines
     assert lines[-1].endswith(hint), lines[-5:]
