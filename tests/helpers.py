@@ -16,6 +16,14 @@ from specsweep.store import SCHEMA_VERSION, append_level, write_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b"
+#: a ``serve`` arm's program (``python -c FLAKY_SERVER {port} MARKER``): its first attempt SIGKILLs the process
+#: that runs the arm (the server's parent is the study's server guard, whose parent is that worker); once
+#: MARKER exists it serves the reference server's ``tiny`` profile on the port
+FLAKY_SERVER = ("import os, signal, sys, psutil; port, marker = sys.argv[1], sys.argv[2]\n"
+                "if not os.path.exists(marker):\n    open(marker, 'w').close()\n"
+                "    os.kill(psutil.Process(os.getppid()).ppid(), signal.SIGKILL)\n"
+                "else:\n    os.execv(sys.executable, [sys.executable, '-m', 'specsweep.refserver', '--profile', 'tiny', "
+                "'--port', port, '--health-delay-s', '0.2'])\n")
 
 
 def base_meta(arm: str, **extra: Any) -> dict[str, Any]:

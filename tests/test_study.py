@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import require_extra
+from helpers import FLAKY_SERVER, require_extra
 from specsweep.report import REPO_ROOT
 from specsweep.store import load_result_set
 from specsweep.probe import flush_prefix_cache
@@ -442,11 +442,7 @@ def test_the_ray_backend_runs_arms_as_tasks_with_their_resources(tmp_path: Path)
     # the baseline's first attempt kills the Ray worker running it (a lost node); the retry serves.
     # The server's parent is the study's server guard (specsweep.serverguard); the worker is the guard's parent.
     marker = tmp_path / "first-attempt-happened"
-    flaky = ("import os, signal, sys, psutil; port, marker = sys.argv[1], sys.argv[2]\n"
-             "if not os.path.exists(marker):\n    open(marker, 'w').close()\n"
-             "    os.kill(psutil.Process(os.getppid()).ppid(), signal.SIGKILL)\n"
-             "else:\n    os.execv(sys.executable, [sys.executable, '-m', 'specsweep.refserver', '--profile', 'tiny', "
-             "'--port', port, '--health-delay-s', '0.2'])\n")
+    flaky = FLAKY_SERVER
     doc = yaml.safe_load(study_text())
     doc["ray"] = {"max_retries": 1}
     doc["arms"] = [{"name": "baseline", "resources": {"fake_gpu": 1}, "serve": {

@@ -18,6 +18,8 @@ from specsweep.store import load_result_set
 from specsweep.study import run_study
 from specsweep.study_file import StudyError, load_study, parse_study
 
+from helpers import FLAKY_SERVER
+
 
 def _doc(**over: object) -> dict[str, object]:
     doc: dict[str, object] = {
@@ -50,11 +52,7 @@ def test_parallel_arms_on_their_own_ports_a_lost_worker_keeps_the_others_and_res
     # the 'flaky' arm's first attempt kills the worker process that runs it (the server's parent is
     # the server guard, whose parent is the worker); on resume it serves the reference server
     marker = tmp_path / "first-attempt-happened"
-    flaky = ("import os, signal, sys, psutil; port, marker = sys.argv[1], sys.argv[2]\n"
-             "if not os.path.exists(marker):\n    open(marker, 'w').close()\n"
-             "    os.kill(psutil.Process(os.getppid()).ppid(), signal.SIGKILL)\n"
-             "else:\n    os.execv(sys.executable, [sys.executable, '-m', 'specsweep.refserver', '--profile', 'tiny', "
-             "'--port', port, '--health-delay-s', '0.2'])\n")
+    flaky = FLAKY_SERVER
     doc = _doc()
     doc["arms"] = [*doc["arms"], {"name": "flaky", "serve": {  # type: ignore[list-item]
         "argv": [sys.executable, "-c", flaky, "{port}", str(marker)],
