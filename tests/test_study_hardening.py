@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -282,17 +283,38 @@ def test_a_pid_file_from_another_host_refuses_the_arm_naming_the_pid(tmp_path: P
 # ------------------------------------------------------------------------- issue 18 2(g): ports
 
 
+def _free_pair_below_the_ephemeral_range() -> int:
+    """A port p with p and p + 1 both free, below the kernel's ephemeral range, so that no other
+    test's outgoing connection (the kernel hands those ports from that range, 32768-60999 on Linux)
+    can take p + 1 between the check and its use; CI once lost this test to such a connection."""
+    try:
+        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32768
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, first_ephemeral - 1)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
+    pytest.fail("no two adjacent free ports below the ephemeral range on 127.0.0.1")
+
+
 def test_port_range_confines_the_port_placeholder(tmp_path: Path) -> None:
     with socket.socket() as held:
-        held.bind(("127.0.0.1", 0))
-        port = held.getsockname()[1]
+        port = _free_pair_below_the_ephemeral_range()
+        held.bind(("127.0.0.1", port))
         # the only other port of the range is picked, whatever the random start
-        low, high = (port, port + 1) if port < 65535 else (port - 1, port)
-        other = high if port == low else low
+        low, high = port, port + 1
+        other = high
         assert {free_port(port_range=(low, high)) for _ in range(20)} == {other}
         with pytest.raises(OSError, match=rf"no free port in port_range \[{port}, {port}\]"):
             free_port(port_range=(port, port))
-    lo = free_port()
+    lo = _free_pair_below_the_ephemeral_range()
     doc = yaml.safe_load(_study(tmp_path, [PY, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
                                            "--health-delay-s", "0"]).read_text())
     doc["port_range"] = [lo, lo]
