@@ -41,7 +41,7 @@ each level to its runner.
 
 The client measures itself: CPU seconds of its loop thread(s)/processes, mean in-flight count
 (Σ request durations / level window, Little's law), gap between a slot's finish and its next send,
-and event-loop lag (one loop iteration, sampled every 10 ms: about how late a timestamp can be).
+and event-loop lag (one loop iteration, sampled every 50 ms: about how late a timestamp can be).
 """
 from __future__ import annotations
 

@@ -36,7 +36,11 @@ from .spool import _Spilled, _Spool
 
 #: seconds between loop-lag samples: 40 a second (400 in a 10 s level, enough for its p99); sampling
 #: every 10 ms cost about 0.01 of a core (bench/cpu_share.py), half the 2 % budget beside a CPU engine
-_LAG_INTERVAL_S = 0.025
+#: how often the loop thread wakes on its own while a level runs (seconds): to see whether the level
+#: was stopped (Ctrl-C, a study's stop) and to time one trip through the event loop (the lag
+#: sample). Every wake costs the loop thread some 50-200 µs of CPU on a small VM, and on a CPU
+#: engine that CPU is taken from the server measured, so there is one such timer, not one per job.
+_TICK_S = 0.05
 #: a response bigger than this (bytes) is parsed as soon as it ends, inside the loop (a few ms),
 #: instead of being held until the level ends
 _EAGER_PARSE_BYTES = 1 << 20
@@ -150,13 +154,17 @@ def _release_free_memory() -> None:
         _MALLOC_TRIM(0)
 
 
-async def _lag_monitor(samples: list[float]) -> None:
-    """Every ``_LAG_INTERVAL_S`` (25 ms), time one trip through the event loop (``sleep(0)``): under load this is how long
-    a read that just arrived waits before its coroutine can timestamp it."""
+async def _ticker(samples: list[float], stop_check: Callable[[], bool], on_stop: Callable[[], None]) -> None:
+    """Every ``_TICK_S`` (50 ms): call ``on_stop`` and return once ``stop_check()`` is True; else
+    time one trip through the event loop (``sleep(0)``), the lag sample: under load this is how
+    long a read that just arrived waits before its coroutine can timestamp it."""
     sleep = asyncio.sleep
     append = samples.append
     while True:
-        await sleep(_LAG_INTERVAL_S)
+        await sleep(_TICK_S)
+        if stop_check():
+            on_stop()
+            return
         t0 = perf_counter()
         await sleep(0)
         append(perf_counter() - t0)
@@ -268,25 +276,19 @@ async def _engine(
     gc.freeze()  # long-lived objects (e.g. a notebook's data) leave the GC's scans during the level
     cpu0 = time.thread_time()
     tasks = [asyncio.create_task(slot()) for _ in range(concurrency)]
-    lag_task = asyncio.create_task(_lag_monitor(lag))
     stopped = False
 
-    async def watch() -> None:
+    def on_stop() -> None:
         nonlocal stopped
-        while True:
-            await asyncio.sleep(0.02)
-            if stop_check():
-                stopped = True
-                for t in tasks:
-                    t.cancel()
-                return
+        stopped = True
+        for t in tasks:
+            t.cancel()
 
-    watcher = asyncio.create_task(watch())
+    ticker = asyncio.create_task(_ticker(lag, stop_check, on_stop))
     try:
         await asyncio.gather(*tasks, return_exceptions=True)
     finally:
-        watcher.cancel()
-        lag_task.cancel()
+        ticker.cancel()
         for t in tasks:
             t.cancel()
         cpu = time.thread_time() - cpu0

@@ -19,8 +19,9 @@ from .level import LevelResult, ProgressFn, _assemble, _call_progress
 
 __all__ = ["InProcessRunner"]
 
-#: seconds between two looks at a level's progress from the calling thread
-_POLL_S = 0.05
+#: seconds between two looks at a level's progress from the calling thread (4 a second: the bar
+#: redraws once a second; Ctrl-C interrupts the wait at once, whatever this is)
+_POLL_S = 0.25
 
 
 class InProcessRunner:

@@ -24,7 +24,7 @@ class LevelResult:
     ``cpu_s``: CPU seconds the client spent measuring (loop thread, or all worker processes),
     excluding ``parse_cpu_s`` spent decoding after the level. ``mean_in_flight``: Σ request
     durations / (t_end − t_start). ``mean_dispatch_gap_s``: mean seconds from a slot's finish to its
-    next send. ``loop_lag_*_s``: duration of one event-loop iteration, sampled every 10 ms (seconds): about
+    next send. ``loop_lag_*_s``: duration of one event-loop iteration, sampled every 50 ms (seconds): about
     how long a read that just arrived waits before it is timestamped.
     ``warnings``: plain sentences when the client may have distorted the measurement.
     """
