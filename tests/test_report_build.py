@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -91,15 +92,20 @@ def test_cli_takes_paths_relative_to_the_current_directory(tmp_path: Path) -> No
 
 
 def test_same_inputs_give_byte_identical_html_and_no_tcp_warning(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    """A measured study (8 charts) built twice: same bytes; no kernel transport warning on the terminal."""
+    """A measured study (8 charts) built twice, on a kernel started early and on papermill's own: same
+    bytes; no kernel left running; no kernel transport warning on the terminal."""
     lv = {c: {"tokens": 40, "step_s": 0.02, "ttft_s": 0.05, "jitter": 0.05} for c in (1, 4, 16)}
     write_measured(tmp_path / "study" / "baseline", "baseline", lv, repeats=2)
     write_measured(tmp_path / "study" / "spec", "spec", {c: {**v, "tokens_per_chunk": 2} for c, v in lv.items()},
                    repeats=2)
     first = build_report([tmp_path / "study"], "twice", out_dir=tmp_path / "a")
-    second = build_report([tmp_path / "study"], "twice", out_dir=tmp_path / "b")
+    with pytest.MonkeyPatch.context() as mp:  # papermill's own kernel, not the one started early
+        mp.setenv("SPECSWEEP_EAGER_IMPORTS", "1")
+        second = build_report([tmp_path / "study"], "twice", out_dir=tmp_path / "b")
     captured = capfd.readouterr()
     assert first.read_bytes() == second.read_bytes()
+    # the early kernel is stopped with its build: no kernel process outlives build_report
+    assert not [p for p in psutil.Process().children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]
     assert len(re.findall(r'class="specsweep-chart"', first.read_text())) >= 6
     assert "without encryption" not in captured.err + captured.out
 
@@ -193,3 +199,33 @@ def test_sweep_parameters_from_meta() -> None:
     parse_config(params)
     assert sweep_parameters({**meta, "workload": {"kind": "prompt-file"}}, "x") is None
     assert sweep_parameters({**meta, "kind": "reference"}, "x") is None
+
+
+def test_the_report_kernel_starts_early_with_the_notebooks_modules_loaded() -> None:
+    """``EarlyKernel``: a running kernel with the notebook's imports done before papermill asks, and
+    gone after ``stop`` (the fast path of ``build_report``, which otherwise falls back silently)."""
+    import asyncio
+
+    from specsweep.report.build import EarlyKernel
+    from specsweep.report.paths import REPO_ROOT
+
+    kernel = EarlyKernel(REPO_ROOT)
+    assert kernel.km is not None and kernel.km.has_kernel
+    pid = kernel.km.provisioner.process.pid
+
+    async def loaded() -> str:
+        kc = kernel.km.client()
+        kc.start_channels()
+        await kc.wait_for_ready(timeout=60)
+        out: list[str] = []
+        await kc.execute_interactive("import os, sys; print(all(m in sys.modules for m in "
+                                     "('pandas', 'altair', 'specsweep.charts', 'specsweep.compare')), os.getcwd())",
+                                     output_hook=lambda msg: out.append(msg["content"].get("text", "")), timeout=60)
+        return "".join(out)
+
+    try:
+        assert asyncio.run(loaded()).split() == ["True", str(REPO_ROOT)]
+    finally:
+        kernel.stop()
+    assert kernel.km is None
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

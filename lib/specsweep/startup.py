@@ -188,20 +188,3 @@ def warm_vega_bundle() -> threading.Thread | None:
     thread = threading.Thread(target=run, name="specsweep-vega-bundle", daemon=True)
     thread.start()
     return thread
-
-
-def import_in_background(*modules: str) -> threading.Thread:
-    """Import ``modules`` in a daemon thread and return it (join it before use): a report's own
-    process imports nbconvert while its kernel starts and runs, instead of after. An import error
-    is left for the caller's own import to raise."""
-
-    def run() -> None:
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - the caller's own import reports it
-                return
-
-    thread = threading.Thread(target=run, name="specsweep-imports", daemon=True)
-    thread.start()
-    return thread

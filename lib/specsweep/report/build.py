@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any, Sequence
@@ -39,12 +41,75 @@ def kernel_manager_class() -> type:
     return EncryptedKernelManager
 
 
-def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], *, stream: bool = False) -> Any:
+#: what the report kernel imports while it starts (before it answers papermill), so that the
+#: notebook's first cell finds them loaded: the notebook's own imports, pandas and altair among them
+KERNEL_PRELOAD = ("import specsweep.report, specsweep.charts, specsweep.compare, specsweep.recommend, "
+                  "specsweep.store, specsweep.markup, specsweep.whatif.section, specsweep.study")
+
+
+class EarlyKernel:
+    """A report kernel started before this process imports papermill and nbconvert, so that the
+    kernel's start-up (ipykernel, then :data:`KERNEL_PRELOAD`) runs on the other core while this
+    process loads the notebook tools; papermill then runs the notebook on it (``km=``).
+
+    The kernel is this process's to stop (:meth:`stop`); papermill only stops kernels it started.
+    ``SPECSWEEP_EAGER_IMPORTS=1`` or a start that fails leaves ``km`` None: papermill starts its own.
+    """
+
+    def __init__(self, cwd: Path) -> None:
+        self.km: Any = None
+        self._clients: list[Any] = []
+        if os.environ.get("SPECSWEEP_EAGER_IMPORTS", "") not in ("", "0"):
+            return
+        import asyncio
+
+        base = kernel_manager_class()
+        clients = self._clients
+
+        class _Tracked(base):  # type: ignore[misc,valid-type]
+            """Remembers the clients papermill makes, so that their channels close with the kernel."""
+
+            def client(self, **kwargs: Any) -> Any:
+                kc = super().client(**kwargs)
+                clients.append(kc)
+                return kc
+
+        km = _Tracked(kernel_name="python3")
+        try:
+            asyncio.run(km.start_kernel(cwd=str(cwd), extra_arguments=[
+                "--HistoryManager.hist_file=:memory:", f"--IPKernelApp.exec_lines={KERNEL_PRELOAD}"]))
+        except Exception:  # no kernel this way: papermill starts one the usual way and says why if it cannot
+            return
+        self.km = km
+
+    def stop(self) -> None:
+        """Stop the kernel and close every client channel (idempotent)."""
+        import asyncio
+
+        for kc in self._clients:
+            try:
+                kc.stop_channels()
+            except Exception:
+                pass
+        self._clients.clear()
+        km, self.km = self.km, None
+        if km is not None and km.has_kernel:
+            try:
+                asyncio.run(km.shutdown_kernel(now=True))
+            except Exception:
+                pass
+
+
+def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], *, stream: bool = False,
+                     km: Any = None) -> Any:
     """Run ``notebook`` with papermill in the repository root; ``stream`` copies the kernel's
-    stdout/stderr (progress bars included) to this process's terminal as it runs."""
+    stdout/stderr (progress bars included) to this process's terminal as it runs; ``km``: a kernel
+    already started (:class:`EarlyKernel`), else papermill starts one."""
     import papermill as pm
 
     extra: dict[str, Any] = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if stream else {}
+    if km is not None:
+        extra["km"] = km
     # unless streamed (a long run someone watches), the notebook is written once at the end (and on
     # error), not after every cell: each save re-encodes the whole notebook, the 900 KB bundle included
     return pm.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(REPO_ROOT),
@@ -70,14 +135,49 @@ def page_title(nb: Any) -> str | None:
     return None
 
 
-def export_html(notebook: Path | Any, html_path: Path) -> Path:
+def offline_exporter() -> Any:
+    """nbconvert's HTML exporter with specsweep's ``offline`` template: no code, no prompts."""
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(template_dir())], exclude_input=True)
+    exporter.exclude_input_prompt = True
+    exporter.exclude_output_prompt = True
+    return exporter
+
+
+class _ExportReady(threading.Thread):
+    """Loads what the export needs (nbconvert, the compiled ``offline`` template, the summary
+    module) in a daemon thread while the kernel runs the notebook; :meth:`exporter` joins it.
+    A failure here is left for the export itself to raise."""
+
+    def __init__(self) -> None:
+        super().__init__(name="specsweep-export-ready", daemon=True)
+        self._exporter: Any = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            import specsweep.report.summary  # noqa: F401
+
+            exporter = offline_exporter()
+            exporter.template  # noqa: B018 - loads and compiles the template now
+            self._exporter = exporter
+        except Exception:  # noqa: BLE001 - the export's own call reports it
+            pass
+
+    def exporter(self) -> Any:
+        self.join()
+        return self._exporter
+
+
+def export_html(notebook: Path | Any, html_path: Path, exporter: Any = None) -> Path:
     """Export an executed notebook to self-contained HTML: no code, no stderr, no CDN scripts.
+    ``exporter``: an :func:`offline_exporter` made beforehand (default: a new one).
 
     Papermill's injected-parameters cell (no outputs, a random cell id) is dropped, so the same
     notebook outputs always give the same bytes.
     """
     import nbformat
-    from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(notebook), as_version=4) if isinstance(notebook, (str, Path)) else notebook
     nb.cells = [c for c in nb.cells if "injected-parameters" not in (c.get("metadata", {}).get("tags") or [])]
@@ -87,10 +187,7 @@ def export_html(notebook: Path | Any, html_path: Path) -> Path:
     heading = page_title(nb)
     if heading:
         nb.metadata["title"] = heading  # the browser tab and bookmarks show the report's title, not "Notebook"
-    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(template_dir())], exclude_input=True)
-    exporter.exclude_input_prompt = True
-    exporter.exclude_output_prompt = True
-    body, _ = exporter.from_notebook_node(nb)
+    body, _ = (exporter or offline_exporter()).from_notebook_node(nb)
     html_path.parent.mkdir(parents=True, exist_ok=True)
     html_path.write_text(body, encoding="utf-8")
     return html_path
@@ -129,18 +226,22 @@ def build_report(
         params["title"] = title
     if profiles is not None:
         params["profiles"] = profiles
-    import papermill  # noqa: F401 - first, so that the threads below do not slow its import
+    kernel = EarlyKernel(REPO_ROOT)  # starts on the other core while papermill and nbconvert load here
+    try:
+        import papermill  # noqa: F401 - first, so that the threads below do not slow its import
 
-    from specsweep.startup import import_in_background, warm_vega_bundle
+        from specsweep.startup import warm_vega_bundle
 
-    warm_vega_bundle()  # a first build makes the chart bundle while the kernel starts
-    exporter = import_in_background("nbconvert.exporters.html")  # while the kernel runs
-    nb = execute_notebook(notebook, executed, params)
-    exporter.join()
+        warm_vega_bundle()  # a first build makes the chart bundle while the kernel starts
+        ready = _ExportReady()  # nbconvert and its template load while the kernel runs
+        nb = execute_notebook(notebook, executed, params, km=kernel.km)
+        exporter = ready.exporter()
+    finally:
+        kernel.stop()
     from specsweep.report.summary import write_summary
 
     write_summary(nb, out_dir / f"{name}.md")  # the Markdown summary beside the page (and out of it)
-    return export_html(nb, out_dir / f"{name}.html")  # the executed notebook as run, not read back
+    return export_html(nb, out_dir / f"{name}.html", exporter)  # the executed notebook as run, not read back
 
 
 def _profiles_arg(text: str) -> list[dict[str, Any]]:
@@ -169,17 +270,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out-dir", default="reports", help="where NAME.html goes (default: ./reports)")
     parser.add_argument("--allow-workload-mismatch", action="store_true")
     args = parser.parse_args(argv)
-    from papermill.exceptions import PapermillExecutionError
-
-    try:
+    try:  # papermill is imported by build_report, after its kernel has started
         path = build_report(args.result_sets, args.name, baseline=args.baseline, title=args.title,
                             profiles=args.profiles, allow_workload_mismatch=args.allow_workload_mismatch,
                             out_dir=args.out_dir)
-    except PapermillExecutionError as exc:  # the notebook's own error, without the kernel's traceback
-        print(f"python -m specsweep.report: {exc.ename}: {exc.evalue}", file=sys.stderr)
-        return 1
     except (ValueError, FileNotFoundError) as exc:
         print(f"python -m specsweep.report: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        from papermill.exceptions import PapermillExecutionError
+
+        if not isinstance(exc, PapermillExecutionError):
+            raise
+        print(f"python -m specsweep.report: {exc.ename}: {exc.evalue}", file=sys.stderr)  # the notebook's own error
         return 1
     print(f"wrote {path}")
     return 0

@@ -34,7 +34,6 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.interpolate import Akima1DInterpolator, PchipInterpolator
 
 from .observe import ArmData
 
@@ -111,6 +110,9 @@ class ArmModel:
         n = float(np.clip(n, self.batch[0], self.batch[-1]))
         if INTERPOLATION == "linear":
             return np.array([np.interp(n, self.batch, row) for row in values])
+        # scipy.interpolate costs about 0.3 s to import: only where a curve through 3+ batch sizes is asked for
+        from scipy.interpolate import Akima1DInterpolator, PchipInterpolator
+
         if INTERPOLATION == "makima":
             return Akima1DInterpolator(self.batch, values, axis=1, method="makima")(n)
         if INTERPOLATION == "loglog" and (values > 0).all():
