@@ -10,7 +10,8 @@ Prints, as medians of ``--reps`` fresh processes run alternately (seconds):
 - the ten slowest imports by cumulative time (``python -X importtime``) of the eager process, so a
   new costly transitive dependency shows up here first;
 - ``empty notebook``: a one-cell notebook (``import specsweep``) built by
-  ``specsweep.report.build_report`` (papermill, then the same export), in a fresh process: the floor;
+  ``specsweep.report.build_report`` (its kernel started early, papermill, the same export, the same
+  exit), in a fresh process: the floor;
 - ``seed report``: ``python -m specsweep.report`` on the seed result set, in a fresh process;
   and their ratio (issue 21's goal: seed report ≤ 4 s and ≤ 1.5× the empty notebook).
 
@@ -46,6 +47,9 @@ nb.cells = [nbformat.v4.new_code_cell("result_sets, baseline, output_name, allow
             nbformat.v4.new_code_cell("import specsweep")]
 nbformat.write(nb, out / "empty.ipynb")
 report.build_report([], "empty", out_dir=out, notebook=out / "empty.ipynb")  # the same build path
+import os
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)  # and the same exit as python -m specsweep.report (no interpreter teardown)
 """
 
 def _env(eager: bool) -> dict[str, str]:

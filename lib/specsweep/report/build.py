@@ -52,11 +52,13 @@ class EarlyKernel:
     kernel's start-up (ipykernel, then :data:`KERNEL_PRELOAD`) runs on the other core while this
     process loads the notebook tools; papermill then runs the notebook on it (``km=``).
 
-    The kernel is this process's to stop (:meth:`stop`); papermill only stops kernels it started.
+    ``preload``: Python the kernel runs before it answers (default: the report notebook's imports;
+    None for another notebook). The kernel is this process's to stop (:meth:`stop`); papermill only
+    stops kernels it started.
     ``SPECSWEEP_EAGER_IMPORTS=1`` or a start that fails leaves ``km`` None: papermill starts its own.
     """
 
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, preload: str | None = KERNEL_PRELOAD) -> None:
         self.km: Any = None
         self._clients: list[Any] = []
         if os.environ.get("SPECSWEEP_EAGER_IMPORTS", "") not in ("", "0"):
@@ -77,7 +79,7 @@ class EarlyKernel:
         km = _Tracked(kernel_name="python3")
         try:
             asyncio.run(km.start_kernel(cwd=str(cwd), extra_arguments=[
-                "--HistoryManager.hist_file=:memory:", f"--IPKernelApp.exec_lines={KERNEL_PRELOAD}"]))
+                "--HistoryManager.hist_file=:memory:", *([f"--IPKernelApp.exec_lines={preload}"] if preload else [])]))
         except Exception:  # no kernel this way: papermill starts one the usual way and says why if it cannot
             return
         self.km = km
@@ -226,7 +228,8 @@ def build_report(
         params["title"] = title
     if profiles is not None:
         params["profiles"] = profiles
-    kernel = EarlyKernel(REPO_ROOT)  # starts on the other core while papermill and nbconvert load here
+    # the kernel starts on the other core while papermill and nbconvert load here
+    kernel = EarlyKernel(REPO_ROOT, KERNEL_PRELOAD if notebook.resolve() == REPORT_NOTEBOOK.resolve() else None)
     try:
         import papermill  # noqa: F401 - first, so that the threads below do not slow its import
 
