@@ -15,7 +15,7 @@ from specsweep.compare import compare
 from specsweep.markup import markdown_html
 from specsweep.recommend import DEFAULT_PROFILES, _sign, parse_profile, recommend
 from specsweep.store import load_result_sets
-from test_compare import BASE, LEVELS, cross8, scaled, study
+from test_compare import BASE, cross8, scaled, study
 
 THROUGHPUT = {"name": "batch", "objective": "throughput"}
 LATENCY = {"name": "agentic", "objective": "latency"}

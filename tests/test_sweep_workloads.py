@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import httpx
-import pandas as pd
 import pytest
 
 from specsweep import datasets

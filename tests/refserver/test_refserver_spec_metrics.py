@@ -4,7 +4,6 @@ SGLang's ``meta_info`` histogram and ``sglext.spec_tokens_details`` chunk
 (``return_spec_tokens_details``), each against the server's own ``/metrics`` counters."""
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
