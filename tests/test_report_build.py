@@ -229,3 +229,22 @@ def test_the_report_kernel_starts_early_with_the_notebooks_modules_loaded() -> N
         kernel.stop()
     assert kernel.km is None
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_from_a_running_event_loop_papermill_starts_the_kernel_as_usual(recwarn: pytest.WarningsRecorder) -> None:
+    """A report built from a notebook cell (a running loop in this thread): no early kernel, and no
+    "coroutine was never awaited" warning on the notebook's stderr."""
+    import asyncio
+    import gc
+
+    from specsweep.report.build import EarlyKernel
+    from specsweep.report.paths import REPO_ROOT
+
+    async def inside() -> EarlyKernel:
+        return EarlyKernel(REPO_ROOT)
+
+    kernel = asyncio.run(inside())
+    gc.collect()
+    assert kernel.km is None
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]
+    kernel.stop()  # nothing to stop: still fine

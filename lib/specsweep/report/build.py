@@ -55,7 +55,8 @@ class EarlyKernel:
     ``preload``: Python the kernel runs before it answers (default: the report notebook's imports;
     None for another notebook). The kernel is this process's to stop (:meth:`stop`); papermill only
     stops kernels it started.
-    ``SPECSWEEP_EAGER_IMPORTS=1`` or a start that fails leaves ``km`` None: papermill starts its own.
+    ``SPECSWEEP_EAGER_IMPORTS=1``, a running event loop in this thread (a notebook cell) or a start
+    that fails leaves ``km`` None: papermill starts its own.
     """
 
     def __init__(self, cwd: Path, preload: str | None = KERNEL_PRELOAD) -> None:
@@ -64,6 +65,13 @@ class EarlyKernel:
         if os.environ.get("SPECSWEEP_EAGER_IMPORTS", "") not in ("", "0"):
             return
         import asyncio
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass  # no event loop runs in this thread: start the kernel here
+        else:
+            return  # called from a running loop (a notebook cell): papermill starts its kernel as usual
 
         base = kernel_manager_class()
         clients = self._clients
