@@ -34,12 +34,11 @@ from ..client import (
 from ..records import RequestRecord
 from .spool import _Spilled, _Spool
 
-#: seconds between loop-lag samples: 40 a second (400 in a 10 s level, enough for its p99); sampling
-#: every 10 ms cost about 0.01 of a core (bench/cpu_share.py), half the 2 % budget beside a CPU engine
 #: how often the loop thread wakes on its own while a level runs (seconds): to see whether the level
 #: was stopped (Ctrl-C, a study's stop) and to time one trip through the event loop (the lag
 #: sample). Every wake costs the loop thread some 50-200 µs of CPU on a small VM, and on a CPU
 #: engine that CPU is taken from the server measured, so there is one such timer, not one per job.
+#: 20 lag samples a second: 200 in a 10 s level, enough for its p99.
 _TICK_S = 0.05
 #: a response bigger than this (bytes) is parsed as soon as it ends, inside the loop (a few ms),
 #: instead of being held until the level ends

@@ -18,11 +18,9 @@ from typing import Any
 
 from specsweep.report.paths import REPO_ROOT, REPORT_NOTEBOOK  # noqa: F401  (light: no pandas)
 
-#: the names this package re-exports, by the module that defines them
+#: the names this package re-exports lazily, by the module that defines them (``paths``, which
+#: imports nothing heavy, is imported above)
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "specsweep.report.paths": (
-        "REPO_ROOT", "REPORT_NOTEBOOK",
-    ),
     "specsweep.report.display": (
         "RENDERER", "vega_bundle", "_CHART_SEQ", "_render", "enable_offline_charts", "setup_notebook",
         "human_number", "table", "_fmt", "_band", "_pct_or_dash", "show",

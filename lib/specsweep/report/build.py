@@ -89,6 +89,8 @@ class EarlyKernel:
             asyncio.run(km.start_kernel(cwd=str(cwd), extra_arguments=[
                 "--HistoryManager.hist_file=:memory:", *([f"--IPKernelApp.exec_lines={preload}"] if preload else [])]))
         except Exception:  # no kernel this way: papermill starts one the usual way and says why if it cannot
+            self.km = km
+            self.stop()  # a kernel process the failed start left running goes too
             return
         self.km = km
 
