@@ -248,3 +248,43 @@ def test_from_a_running_event_loop_papermill_starts_the_kernel_as_usual(recwarn:
     assert kernel.km is None
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]
     kernel.stop()  # nothing to stop: still fine
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="unix sockets: POSIX only (Windows uses TCP with CurveZMQ)")
+def test_kernels_talk_over_private_unix_sockets_and_leave_nothing_behind() -> None:
+    """Every specsweep kernel listens on unix sockets in a 0700 folder of its own, so kernels started
+    at the same moment cannot take each other's TCP ports (a study's arms did: ``ZMQError: Address
+    already in use``); three started together all answer, and shutdown removes their folders."""
+    import asyncio
+    import os
+    import stat
+
+    from specsweep.report import kernel_manager_class
+
+    async def run() -> list[tuple[str, int, str]]:
+        managers = [kernel_manager_class()(kernel_name="python3") for _ in range(3)]
+        seen = []
+        await asyncio.gather(*(km.start_kernel(extra_arguments=["--HistoryManager.hist_file=:memory:"])
+                               for km in managers))
+        try:
+            for km in managers:
+                folder = os.path.dirname(km.ip)
+                seen.append((km.transport, stat.S_IMODE(os.stat(folder).st_mode), folder))
+                kc = km.client()
+                kc.start_channels()
+                try:
+                    await kc.wait_for_ready(timeout=60)
+                    assert os.path.exists(f"{km.ip}-{km.shell_port}"), "the shell socket is a file in that folder"
+                    reply = await kc.execute_interactive("x = 6 * 7", timeout=60)
+                    assert reply["content"]["status"] == "ok"
+                finally:
+                    kc.stop_channels()
+        finally:
+            await asyncio.gather(*(km.shutdown_kernel(now=True) for km in managers))
+        return seen
+
+    seen = asyncio.run(run())
+    assert [t for t, _, _ in seen] == ["ipc"] * 3
+    assert all(mode == 0o700 for _, mode, _ in seen)
+    assert len({folder for _, _, folder in seen}) == 3
+    assert not [folder for _, _, folder in seen if os.path.exists(folder)]

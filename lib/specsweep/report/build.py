@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
@@ -18,15 +19,23 @@ def template_dir() -> Path:
 
 
 def kernel_manager_class() -> type:
-    """The kernel manager papermill should use: one that does not print ipykernel's TCP warning.
+    """The kernel manager every specsweep kernel runs under (report build, study arms, the CLI).
 
-    ipykernel warns "Kernel is running over TCP without encryption" on stderr whenever the
-    manager does not provision CurveZMQ keys; jupyter_client provisions them with
-    ``transport_encryption="auto"`` when pyzmq has Curve (it does in the wheels). Without Curve,
-    or with a jupyter_client too old to know the setting, the default manager is returned.
+    On POSIX the kernel talks over IPC (unix sockets in a private 0700 folder of its own), not TCP.
+    Over TCP, jupyter_client picks five free ports by binding and closing them, and the kernel binds
+    them moments later; a kernel started beside it, or any outgoing connection, can take one in
+    between, and the kernel dies with ``ZMQError: Address already in use`` (seen when a study's arms
+    start kernels together). IPC has no such window, no port to take, and ipykernel prints no
+    "running over TCP without encryption" warning for it (the folder's permissions keep other users
+    out). Elsewhere (Windows), TCP with CurveZMQ keys (``transport_encryption="auto"``) where pyzmq
+    has Curve and jupyter_client knows the setting, so that warning is not printed either; else the
+    default manager.
     """
-    import zmq
     from jupyter_client import AsyncKernelManager
+
+    if os.name == "posix":
+        return _ipc_kernel_manager()
+    import zmq
 
     if not zmq.has("curve") or "transport_encryption" not in AsyncKernelManager.class_trait_names():
         return AsyncKernelManager
@@ -39,6 +48,40 @@ def kernel_manager_class() -> type:
             super().__init__(**kwargs)
 
     return EncryptedKernelManager
+
+
+@functools.cache
+def _ipc_kernel_manager() -> type:
+    """The ``IpcKernelManager`` class, built once on first use (jupyter_client is imported only then)."""
+    import shutil
+    import tempfile
+    import weakref
+
+    from jupyter_client import AsyncKernelManager
+
+    class IpcKernelManager(AsyncKernelManager):  # type: ignore[misc,valid-type]
+        """AsyncKernelManager whose kernel listens on unix sockets ``<private dir>/k-<n>``.
+
+        The folder is short (unix socket paths are limited to about 107 bytes, which a connection
+        file's own folder may exceed), made 0700 by :func:`tempfile.mkdtemp`, and removed when the
+        kernel is shut down (or, failing that, when the manager is collected).
+        """
+
+        def __init__(self, **kwargs: Any) -> None:
+            kwargs.setdefault("transport", "ipc")
+            super().__init__(**kwargs)
+            if self.transport == "ipc" and "ip" not in kwargs:
+                folder = tempfile.mkdtemp(prefix="specsweep-kernel-")
+                self.ip = os.path.join(folder, "k")
+                self._ipc_folder_finalizer = weakref.finalize(self, shutil.rmtree, folder, True)
+
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            await super()._async_cleanup_resources(restart=restart)
+            finalizer = getattr(self, "_ipc_folder_finalizer", None)
+            if not restart and finalizer is not None:
+                finalizer()
+
+    return IpcKernelManager
 
 
 #: what the report kernel imports while it starts (before it answers papermill), so that the
