@@ -494,3 +494,120 @@ def test_fast_path_keeps_exact_counts_of_a_real_fastsse_stream() -> None:
     assert rec.output_tokens == 300 and len(rec.chunk_times) == 100
     assert rec.chunk_tokens is not None and rec.chunk_tokens.sum() == 300
     assert (np.diff(rec.chunk_times) >= 0).all() and rec.finish_reason == "length" and rec.prompt_tokens == 4
+
+
+# ---- the tapped read path: chunks timestamped where the protocol receives them ----------------------
+
+async def _chunked_server(plan: list[tuple[float, bytes]]) -> tuple[asyncio.Server, int]:
+    """A server that answers every request with a chunked SSE body: per ``(sleep_s, data)`` of
+    ``plan``, sleep (seconds) then send ``data`` as one HTTP chunk; a final chunk ends it."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            pending = []
+            for sleep_s, data in plan:
+                if sleep_s:
+                    writer.write(b"".join(pending))
+                    pending.clear()
+                    await writer.drain()
+                    await asyncio.sleep(sleep_s)
+                pending.append(b"%x\r\n%s\r\n" % (len(data), data))
+            writer.write(b"".join(pending) + b"0\r\n\r\n")
+            await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+def _cmpl_events(n: int) -> list[bytes]:
+    return [b"data: " + orjson.dumps(_cmpl(f" t{i}", i + 1, "length" if i == n - 1 else None)) + b"\n\n"
+            for i in range(n)] + [b"data: [DONE]\n\n"]
+
+
+@pytest.mark.parametrize("tapped", [True, False], ids=["tapped", "readany"])
+def test_tapped_and_readany_paths_record_the_same_body(tapped: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """30,000 HTTP chunks in one response (more than aiohttp's chunk-offset high water of 16,384,
+    which would pause a reader that never consumes them), in bursts: every byte arrives on both
+    paths, each read has a time, and the tapped reader is aiohttp's own again afterwards."""
+    if not tapped:
+        monkeypatch.setattr(C, "_tappable", lambda *a: False)
+    events = _cmpl_events(30_000)
+    plan = [(0.01 if i % 5000 == 0 else 0.0, e) for i, e in enumerate(events)]
+
+    async def main() -> tuple[RawExchange, Any]:
+        server, port = await _chunked_server(plan)
+        async with C.make_client(f"http://127.0.0.1:{port}", 1, read_timeout_s=30) as cl:
+            req = cl.build_request("POST", "/v1/completions", content=b"{}")
+            ex = await C.send_streaming(cl, req)
+            rec = parse_exchange("openai-completions", ex)
+        server.close()
+        return ex, rec
+
+    ex, rec = asyncio.run(main())
+    assert ex.error is None
+    assert b"".join(ex.reads) == b"".join(events)
+    assert len(ex.times) == len(ex.reads) and ex.times == sorted(ex.times) and ex.t_sent < ex.times[0]
+    assert rec.output_tokens == 30_000 and rec.error is None
+    assert not C._TAPS
+
+
+def test_read_timeout_is_the_longest_silence_between_reads_on_the_tapped_path() -> None:
+    """Reads 0.2 s apart for 1.8 s pass a 1 s read timeout (a per-read limit, not a limit on the
+    whole body); then a 30 s silence fails the request as stalled, keeping what came before, and
+    the next request on the same client works."""
+    events = _cmpl_events(10)
+    trickle = [(0.2, e) for e in events[:9]]
+
+    async def main() -> list[Any]:
+        steady, port_a = await _chunked_server([(0.2, e) for e in events])
+        stalling, port_b = await _chunked_server([*trickle, (30.0, events[9]), (0.0, events[10])])
+        out = []
+        for port in (port_a, port_b, port_a):
+            async with C.make_client(f"http://127.0.0.1:{port}", 1, read_timeout_s=1.0) as cl:
+                out.append(await C.fetch(cl, "openai-completions", build_body("openai-completions", [1], 10)))
+        steady.close()
+        stalling.close()
+        return out
+
+    ok, stalled, after = asyncio.run(main())
+    assert ok.error is None and ok.output_tokens == 10
+    assert stalled.error is not None and stalled.error.startswith("stalled: no data for the read timeout 1 s"), stalled.error
+    assert stalled.output_tokens == 9
+    assert after.error is None and after.output_tokens == 10
+    assert not C._TAPS
+
+
+def test_a_body_that_piled_up_before_the_read_began_arrives_whole() -> None:
+    """The loop was busy (another response parsed in the loop) while a large body poured in: the
+    protocol paused at aiohttp's high water, and draining the pile resumed it, feeding more at
+    once. All of it must be read, in order (a single drain lost what the resume fed: 42 events of
+    an SGLang stream)."""
+    events = [b"data: " + orjson.dumps({"i": i, "pad": "x" * 900}) + b"\n\n" for i in range(3000)]
+
+    async def main() -> RawExchange:
+        server, port = await _chunked_server([(0.0, e) for e in events])
+        client = C.SweepClient(base_url=f"http://127.0.0.1:{port}", timeout=httpx.Timeout(30.0),
+                               transport=C.AiohttpTransport(limit=1, read_bufsize=4096))
+
+        async def busy_loop() -> None:  # holds the loop while the headers and the body arrive
+            await asyncio.sleep(0)
+            import time
+            time.sleep(0.3)
+
+        try:
+            req = client.build_request("POST", "/v1/completions", content=b"{}")
+            ex, _ = await asyncio.gather(C.send_streaming(client, req), busy_loop())
+        finally:
+            await client.aclose()
+            server.close()
+        return ex
+
+    for _ in range(3):
+        ex = asyncio.run(main())
+        assert ex.error is None
+        assert b"".join(ex.reads) == b"".join(events)

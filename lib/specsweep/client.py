@@ -512,10 +512,154 @@ def _spill_step(spill: SpillFn, ex: RawExchange, held: int) -> tuple[int, int]:
     return held, held + SPILL_STEP_BYTES
 
 
+class _TappedStreamReader(aiohttp.StreamReader):
+    """aiohttp's body stream, taken over by :func:`_read_aiohttp` while one response streams: each
+    body chunk the HTTP parser feeds goes straight to that response's :class:`_Tap` (timestamp,
+    bytes) in the protocol's ``data_received``, instead of into a buffer that a reading coroutine
+    then wakes up (a future and a task step) to empty. EOF and errors still reach
+    ``wait_eof()``. Same memory layout as its base (no slots of its own), so that a response's
+    reader can be switched to it and back (``__class__``); a reader with no tap registered behaves
+    exactly like aiohttp's."""
+
+    __slots__ = ()
+
+    def feed_data(self, data: bytes, size: int = 0) -> bool:
+        tap = _TAPS.get(id(self))
+        if tap is None:
+            return super().feed_data(data, size)
+        if data:
+            self.total_bytes += len(data)
+            try:
+                tap.feed(data)
+            except Exception as exc:  # a spill that failed: end the response with its error
+                self.set_exception(exc)
+        return False
+
+    def end_http_chunk_receiving(self) -> None:
+        if id(self) not in _TAPS:  # no reader consumes chunk offsets here: keep none
+            super().end_http_chunk_receiving()
+
+
+class _Tap:
+    """Where a tapped response's body goes: ``perf_counter()`` (seconds) then the bytes, per chunk,
+    into its :class:`RawExchange`; with ``spill``, offered every :data:`SPILL_STEP_BYTES`."""
+
+    __slots__ = ("ex", "t_append", "r_append", "spill", "held", "mark")
+
+    def __init__(self, ex: RawExchange, spill: SpillFn | None) -> None:
+        self.ex = ex
+        self.t_append = ex.times.append
+        self.r_append = ex.reads.append
+        self.spill = spill
+        self.held = 0
+        self.mark = SPILL_STEP_BYTES if spill is not None else sys.maxsize
+
+    def feed(self, data: bytes) -> None:
+        self.t_append(perf_counter())
+        self.r_append(data)
+        self.held += len(data)
+        if self.held >= self.mark:
+            self.held, self.mark = _spill_step(self.spill, self.ex, self.held)  # type: ignore[arg-type]
+
+
+#: id(reader) → its tap, for the responses now streaming through :class:`_TappedStreamReader`
+_TAPS: dict[int, _Tap] = {}
+
+
+class _SilenceWatch:
+    """The read timeout (longest silence between two reads, seconds) of a tapped response, on one
+    timer re-armed lazily: it fires ``limit`` after the last read it knows of, and when a read
+    came since, sleeps until ``limit`` after that one. aiohttp's own ``sock_read`` moves a timer
+    on every read instead (a cancel and a ``call_later`` per chunk)."""
+
+    __slots__ = ("reader", "ex", "limit", "since", "handle")
+
+    def __init__(self, reader: aiohttp.StreamReader, ex: RawExchange, limit: float) -> None:
+        self.reader = reader
+        self.ex = ex
+        self.limit = limit
+        self.since = perf_counter()
+        self.handle = asyncio.get_running_loop().call_later(limit, self.check)
+
+    def check(self) -> None:
+        times = self.ex.times
+        last = max(times[-1], self.since) if times else self.since
+        silent = perf_counter() - last
+        if silent >= self.limit:
+            self.handle = None
+            self.reader.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
+        else:
+            self.handle = asyncio.get_running_loop().call_later(self.limit - silent, self.check)
+
+    def cancel(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
+#: ``SPECSWEEP_READ_PATH=readany`` reads every aiohttp response with ``readany`` (the path before
+#: the tap, one wake-up of the reading task per read): a switch to compare the two, or to fall back
+#: should an aiohttp release change what the tap relies on. Read once, at import.
+_READANY = os.environ.get("SPECSWEEP_READ_PATH", "").strip().lower() == "readany"
+
+
+def _tappable(content: object, resp: aiohttp.ClientResponse) -> bool:
+    """Whether this response's body can be read through a tap: a plain aiohttp reader (not the
+    empty one of a bodiless response) on a live connection whose protocol exposes its read timeout,
+    unless ``SPECSWEEP_READ_PATH=readany``."""
+    conn = resp.connection
+    return (not _READANY and content.__class__ is aiohttp.StreamReader and conn is not None and conn.protocol is not None
+            and hasattr(type(conn.protocol), "read_timeout"))
+
+
 async def _read_aiohttp(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn | None) -> None:
-    """The hot loop over :class:`AiohttpTransport`'s response: per read, ``perf_counter()`` (seconds)
-    then append the bytes (and, with ``spill``, count them: see :data:`SpillFn`); aiohttp failures
-    become httpx exceptions as in ``_AiohttpStream``."""
+    """The hot path over :class:`AiohttpTransport`'s response: every body chunk, timestamped
+    (``perf_counter()``, seconds) where the protocol receives it, appended to ``ex`` (see
+    :class:`_TappedStreamReader`); the read timeout kept by :class:`_SilenceWatch`. A response
+    that cannot be tapped is read with ``readany`` as before. aiohttp failures become httpx
+    exceptions as in ``_AiohttpStream``."""
+    resp = stream._resp
+    content = resp.content
+    if not _tappable(content, resp):
+        return await _read_aiohttp_any(stream, ex, spill)
+    proto = resp.connection.protocol  # type: ignore[union-attr]
+    limit = proto.read_timeout
+    tap = _Tap(ex, spill)
+    watch: _SilenceWatch | None = None
+    key = id(content)
+    try:
+        exc = content.exception()
+        if exc is not None:
+            raise exc
+        # what came before the tap (with the headers, or while this task waited to run): drained
+        # until none is left, since a drain that resumes a paused protocol can feed more at once
+        while buffered := content.read_nowait():
+            tap.feed(buffered)
+        if not content.is_eof():
+            content.__class__ = _TappedStreamReader
+            _TAPS[key] = tap
+            if limit:
+                # aiohttp's per-read timer stops here (its handle already set covers the silence
+                # up to the next read); this watch keeps the same limit from then on
+                proto.read_timeout = None
+                watch = _SilenceWatch(content, ex, limit)
+            await content.wait_eof()
+    except aiohttp.ClientError as exc:
+        raise _map_aiohttp_error(exc) from exc
+    except asyncio.TimeoutError as exc:  # a read timeout
+        raise _map_aiohttp_error(exc) from exc
+    finally:
+        _TAPS.pop(key, None)
+        if watch is not None:
+            watch.cancel()
+        if content.__class__ is _TappedStreamReader:
+            content.__class__ = aiohttp.StreamReader
+    stream._done = True
+
+
+async def _read_aiohttp_any(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn | None) -> None:
+    """The fallback over :class:`AiohttpTransport`'s response: per ``readany``, ``perf_counter()``
+    (seconds) then append the bytes (and, with ``spill``, count them: see :data:`SpillFn`)."""
     readany = stream._resp.content.readany
     t_append = ex.times.append
     r_append = ex.reads.append
