@@ -150,7 +150,9 @@ class Comparison:
     family: int = 1
     #: bootstrap resamples used for per-request statistics
     n_boot: int = 400
-    _delta_index: dict[tuple[str, str], dict[int, dict[str, Any]]] | None = field(default=None, repr=False)
+    #: {(arm, metric): {concurrency: delta row}}, built from ``deltas`` when first asked for; not an
+    #: init field, so that ``dataclasses.replace(comp, deltas=...)`` (charts.select) builds its own
+    _delta_index: dict[tuple[str, str], dict[int, dict[str, Any]]] | None = field(default=None, init=False, repr=False)
 
     @property
     def spec_arms(self) -> list[str]:
@@ -178,10 +180,7 @@ class Comparison:
     def delta_rows(self, arm: str, metric: str) -> dict[int, dict[str, Any]]:
         """{concurrency: delta row as a dict} of one arm and metric (built once, then cached)."""
         if self._delta_index is None:
-            index: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
-            for r in self.deltas.to_dict("records"):
-                index.setdefault((r["arm"], r["metric"]), {})[int(r["concurrency"])] = r
-            self._delta_index = index
+            self._delta_index = _delta_index(records(self.deltas))
         return self._delta_index.get((arm, metric), {})
 
     def crossover(self, arm: str, metric: str = "output_tok_s") -> pd.DataFrame:
@@ -213,6 +212,28 @@ class Comparison:
 
 
 # ----------------------------------------------------------------------------------- workloads
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """``frame.to_dict("records")``, the same Python values, in about half the time (one
+    ``tolist`` per column instead of boxing cell by cell)."""
+    cols = list(frame.columns)
+    return [dict(zip(cols, vals)) for vals in zip(*(frame[c].tolist() for c in cols))]
+
+
+def _index_by(frame: pd.DataFrame, key: str) -> dict[Any, dict[str, Any]]:
+    """``frame.set_index(key).to_dict("index")`` the fast way (:func:`records`)."""
+    out = {}
+    for r in records(frame):
+        out[r.pop(key)] = r
+    return out
+
+
+def _delta_index(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
+    index: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for r in rows:
+        index.setdefault((r["arm"], r["metric"]), {})[int(r["concurrency"])] = r
+    return index
 
 
 def workload_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -1003,11 +1024,10 @@ def compare(
     family = 2 + len(waits)
     rows = []
     curves: dict[tuple[str, str], DeltaCurve] = {}
-    base_lv = levels[levels["arm"] == baseline].set_index("concurrency")
-    base_rows = base_lv.to_dict("index")
+    base_rows = _index_by(levels[levels["arm"] == baseline], "concurrency")
     #: per metric, {concurrency: |observed ln ratio|} of the control arms (largest over controls)
     control_dev: dict[str, dict[int, float]] = {}
-    rows_of = {a: levels[levels["arm"] == a].set_index("concurrency").to_dict("index") for a in arms[1:]}
+    rows_of = {a: _index_by(levels[levels["arm"] == a], "concurrency") for a in arms[1:]}
 
     def levels_of(arm: str, metric: str) -> list[int]:
         arm_rows = rows_of[arm]
@@ -1020,7 +1040,7 @@ def compare(
 
     first = _fit_shared(arms[1:], metrics, levels_of, fit, rng)
     for arm in sorted(arms[1:], key=lambda a: a not in controls):  # controls first: they widen the others
-        arm_rows = levels[levels["arm"] == arm].set_index("concurrency").to_dict("index")
+        arm_rows = rows_of[arm]
         for metric in metrics:
             cs = levels_of(arm, metric)
             if not cs:
@@ -1078,14 +1098,14 @@ def compare(
     pareto = levels[["arm", "concurrency", "output_tok_s", user_metric]].copy()
     pareto["on_frontier"] = pareto_frontier(pareto, user_metric, "output_tok_s")
 
-    missing = {a: sorted(set(base_lv.index) ^ set(levels.loc[levels["arm"] == a, "concurrency"])) for a in arms[1:]}
+    missing = {a: sorted(set(base_rows) ^ set(levels.loc[levels["arm"] == a, "concurrency"])) for a in arms[1:]}
     for arm, only in missing.items():
         if only:
             notes.append(f"Arm '{arm}' and the baseline were not measured at the same levels; "
                          f"concurrency {', '.join(map(str, only))} appear in only one of them and are not compared.")
     chunk_counted = {a: w for a in arms if (w := _chunk_counted(by_arm[a]))}
     warnings = [(a, str(w)) for a in arms for w in _as_list(by_arm[a].meta.get("warnings"))]
-    return Comparison(
+    comp = Comparison(
         baseline=baseline,
         arms=arms,
         labels={a: by_arm[a].label for a in arms},
@@ -1111,6 +1131,8 @@ def compare(
         run_order=next((str(by_arm[a].meta["study"].get("order")) for a in arms
                         if isinstance(by_arm[a].meta.get("study"), dict) and by_arm[a].meta["study"].get("order")), None),
     )
+    comp._delta_index = _delta_index(rows)  # the rows ``deltas`` was made of: no second pass over the frame
+    return comp
 
 
 def shared_models(curves: dict[tuple[str, str], DeltaCurve]) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 import pandas as pd
-from specsweep.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison
+from specsweep.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, records
 from specsweep.recommend.profiles import Profile, Verdict
 from specsweep.recommend.result import Band
 from specsweep.recommend.text import _band_text, _fit, _range_pct
@@ -120,7 +120,7 @@ def _level_rows(levels: pd.DataFrame) -> dict[tuple[str, int], dict[str, Any]]:
         return hit[1]
     if len(_ROWS) > 16:
         _ROWS.clear()
-    rows = {(str(r["arm"]), int(r["concurrency"])): r for r in levels.to_dict("records")}
+    rows = {(str(r["arm"]), int(r["concurrency"])): r for r in records(levels)}
     _ROWS[id(levels)] = (levels, rows)
     return rows
 
