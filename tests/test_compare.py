@@ -270,3 +270,23 @@ def test_chunk_counted_arms_and_meta_warnings_are_recorded(tmp_path: Path) -> No
 def test_pareto_frontier() -> None:
     pts = pd.DataFrame({"u": [10, 20, 15, 5, 20], "a": [100, 50, 40, 100, 60]})
     assert pareto_frontier(pts, "u", "a").tolist() == [True, False, False, False, True]
+
+
+def test_delta_rows_agree_with_the_deltas_frame_also_after_a_selection() -> None:
+    """``delta_rows`` (what verdicts read) holds exactly the rows of ``deltas``, and a comparison cut
+    by ``charts.select`` after it was first read answers for the cut, not the whole."""
+    from specsweep import charts
+    from specsweep.compare import records
+
+    comp = compare(load_result_sets([SEED]), "baseline")
+    for (arm, metric), _ in comp.deltas.groupby(["arm", "metric"]):
+        frame = {int(r["concurrency"]): r for r in records(comp.delta(arm, metric))}
+        assert comp.delta_rows(arm, metric).keys() == frame.keys()
+        for c, row in frame.items():
+            got = comp.delta_rows(arm, metric)[c]
+            assert got.keys() == row.keys()
+            assert all(got[k] == v or (isinstance(v, float) and math.isnan(v) and math.isnan(got[k]))
+                       for k, v in row.items()), (arm, metric, c)
+    cut = charts.select(comp, levels=[4, 16])
+    assert sorted(cut.delta_rows("mtp", "output_tok_s")) == [4, 16]
+    assert sorted(comp.delta_rows("mtp", "output_tok_s")) == [1, 4, 16, 32, 64, 128]
