@@ -636,7 +636,10 @@ async def _read_aiohttp(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn 
         while buffered := content.read_nowait():
             tap.feed(buffered)
         if not content.is_eof():
-            content.__class__ = _TappedStreamReader
+            try:
+                content.__class__ = _TappedStreamReader
+            except TypeError:  # a reader class that cannot be switched (a compiled one): read it the old way
+                return await _read_aiohttp_any(stream, ex, spill)
             _TAPS[key] = tap
             if limit:
                 # aiohttp's per-read timer stops here (its handle already set covers the silence
