@@ -28,7 +28,8 @@ client that reads in batches can go faster than this row; check ``srv cores`` < 
 ``ref-httpx-lines``
 (plain httpx ``aiter_lines`` + ``json``), ``ref-aiohttp-any`` (plain aiohttp ``iter_any`` + split +
 ``json``, like vLLM's bench client), and ``ss:<transport>:<read>:<loop>:w<N>`` = specsweep's
-``loadgen`` with that transport (aiohttp | httpx | httpx-aiohttp), read path (raw | bytes | stream),
+``loadgen`` with that transport (aiohttp | httpx | httpx-aiohttp), read path (raw | bytes | stream;
+``readany``: raw over aiohttp read the way before the tap, ``SPECSWEEP_READ_PATH=readany``),
 loop (uvloop | asyncio) and number of worker processes.
 
 Run from the repository root::
@@ -272,10 +273,14 @@ def run_ref_aiohttp(url: str, conc: int, n: int, max_tokens: int) -> dict[str, A
 
 def run_specsweep(variant: str, url: str, conc: int, n: int, max_tokens: int) -> dict[str, Any]:
     """specsweep's loadgen: ``ss:<transport>:<read>:<loop>:w<N>``."""
+    _, transport, read, loop, w = variant.split(":")
+    if read == "readany":  # the aiohttp transport's read path before the tap (read at import: set it first)
+        os.environ["SPECSWEEP_READ_PATH"], read = "readany", "raw"
     sys.path.insert(0, str(HERE.parent / "lib"))
     from specsweep.loadgen import run_level
+    from specsweep import client as _client
 
-    _, transport, read, loop, w = variant.split(":")
+    assert _client._READANY == (os.environ.get("SPECSWEEP_READ_PATH") == "readany"), "specsweep imported too early"
     bodies = [_body(i, max_tokens) for i in range(n)]
     res = run_level(url, "openai-completions", bodies, conc, workers=int(w[1:]), transport=transport,  # type: ignore[arg-type]
                     read=read, use_uvloop=(loop == "uvloop"), timeout_s=600, read_timeout_s=60)

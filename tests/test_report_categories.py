@@ -6,6 +6,7 @@ dataset stay text; synthetic-workload caveat, the setup table's workload line an
 parameters."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -260,7 +261,7 @@ def test_synthetic_workloads_carry_a_caveat_and_the_setup_names_the_workload(cat
     assert "mixed.jsonl" in line and "None" not in line and "8 prompts" in line and "32 output tokens" in line
     for kind in ("random-ids", "random-text"):
         metas = {a: {**m, "workload": {**m["workload"], "kind": kind}} for a, m in comp.metas.items()}
-        caveat = report.workload_caveat(type(comp)(**{**comp.__dict__, "metas": metas}))
+        caveat = report.workload_caveat(dataclasses.replace(comp, metas=metas))
         assert caveat is not None and kind in caveat and "not representative of real traffic" in caveat
     same = markdown_html(report.differences_markdown(comp))
     assert "All arms used the same workload: " in same and "<script>" not in same and "<strong>loud" not in same
