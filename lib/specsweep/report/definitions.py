@@ -33,7 +33,8 @@ GLOSSARY: dict[str, str] = {
     "TPOT": "time per output token after the first: (end-to-end time − TTFT) ÷ (output tokens − 1), in seconds.",
     "Per-user decode speed": "1 ÷ TPOT, in tok/s: how fast one request streams once its first token has arrived.",
     "TTFT": "time to first token: from sending a request to the first chunk that carries a token (queueing and "
-            "prefill included).",
+            "prefill included). A chunk's time is taken as the client receives its bytes, in the socket callback "
+            "and before any parsing.",
     "End-to-end time (e2e)": "from sending a request to its last token; p50 and p99 are the median and the 99th "
                              "percentile over requests.",
     "Speculative decoding": "a cheap *draft* proposes several tokens and the model checks them in one *verify* pass; "
