@@ -611,3 +611,28 @@ def test_a_body_that_piled_up_before_the_read_began_arrives_whole() -> None:
         ex = asyncio.run(main())
         assert ex.error is None
         assert b"".join(ex.reads) == b"".join(events)
+
+
+def test_a_stream_spilled_at_every_read_is_not_taken_for_stalled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The read timeout counts from the last read even when a spill has just moved every read out
+    of memory: reads 0.4 s apart for 2 s pass a 1 s timeout with a spill after each read."""
+    monkeypatch.setattr(C, "SPILL_STEP_BYTES", 1)
+    events = _cmpl_events(5)
+    moved: list[bytes] = []
+
+    def spill(ex: RawExchange, held: int) -> bool:
+        moved.extend(ex.reads)
+        ex.reads.clear()
+        ex.times.clear()
+        return True
+
+    async def main() -> RawExchange:
+        server, port = await _chunked_server([(0.4, e) for e in events])
+        async with C.make_client(f"http://127.0.0.1:{port}", 1, read_timeout_s=1.0) as cl:
+            ex = await C.send_streaming(cl, cl.build_request("POST", "/v1/completions", content=b"{}"), spill=spill)
+        server.close()
+        return ex
+
+    ex = asyncio.run(main())
+    assert ex.error is None, ex.error
+    assert b"".join(moved + ex.reads) == b"".join(events)

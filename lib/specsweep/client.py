@@ -541,10 +541,12 @@ class _TappedStreamReader(aiohttp.StreamReader):
 
 
 class _Tap:
-    """Where a tapped response's body goes: ``perf_counter()`` (seconds) then the bytes, per chunk,
-    into its :class:`RawExchange`; with ``spill``, offered every :data:`SPILL_STEP_BYTES`."""
+    """Where a response's body goes, on every read path: ``perf_counter()`` (seconds) then the
+    bytes, per read, into its :class:`RawExchange`; with ``spill``, offered every
+    :data:`SPILL_STEP_BYTES`. ``last``: the time of the latest read (of the tap's creation before
+    the first), kept here because a spill clears ``ex.times``."""
 
-    __slots__ = ("ex", "t_append", "r_append", "spill", "held", "mark")
+    __slots__ = ("ex", "t_append", "r_append", "spill", "held", "mark", "last")
 
     def __init__(self, ex: RawExchange, spill: SpillFn | None) -> None:
         self.ex = ex
@@ -553,9 +555,11 @@ class _Tap:
         self.spill = spill
         self.held = 0
         self.mark = SPILL_STEP_BYTES if spill is not None else sys.maxsize
+        self.last = perf_counter()
 
     def feed(self, data: bytes) -> None:
-        self.t_append(perf_counter())
+        self.last = t = perf_counter()
+        self.t_append(t)
         self.r_append(data)
         self.held += len(data)
         if self.held >= self.mark:
@@ -572,19 +576,16 @@ class _SilenceWatch:
     came since, sleeps until ``limit`` after that one. aiohttp's own ``sock_read`` moves a timer
     on every read instead (a cancel and a ``call_later`` per chunk)."""
 
-    __slots__ = ("reader", "ex", "limit", "since", "handle")
+    __slots__ = ("reader", "tap", "limit", "handle")
 
-    def __init__(self, reader: aiohttp.StreamReader, ex: RawExchange, limit: float) -> None:
+    def __init__(self, reader: aiohttp.StreamReader, tap: _Tap, limit: float) -> None:
         self.reader = reader
-        self.ex = ex
+        self.tap = tap
         self.limit = limit
-        self.since = perf_counter()
-        self.handle = asyncio.get_running_loop().call_later(limit, self.check)
+        self.handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(limit, self.check)
 
     def check(self) -> None:
-        times = self.ex.times
-        last = max(times[-1], self.since) if times else self.since
-        silent = perf_counter() - last
+        silent = perf_counter() - self.tap.last
         if silent >= self.limit:
             self.handle = None
             self.reader.set_exception(aiohttp.SocketTimeoutError("Timeout on reading data from socket"))
@@ -620,11 +621,11 @@ async def _read_aiohttp(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn 
     exceptions as in ``_AiohttpStream``."""
     resp = stream._resp
     content = resp.content
+    tap = _Tap(ex, spill)
     if not _tappable(content, resp):
-        return await _read_aiohttp_any(stream, ex, spill)
+        return await _read_aiohttp_any(stream, tap)
     proto = resp.connection.protocol  # type: ignore[union-attr]
     limit = proto.read_timeout
-    tap = _Tap(ex, spill)
     watch: _SilenceWatch | None = None
     key = id(content)
     try:
@@ -639,13 +640,13 @@ async def _read_aiohttp(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn 
             try:
                 content.__class__ = _TappedStreamReader
             except TypeError:  # a reader class that cannot be switched (a compiled one): read it the old way
-                return await _read_aiohttp_any(stream, ex, spill)
+                return await _read_aiohttp_any(stream, tap)
             _TAPS[key] = tap
             if limit:
                 # aiohttp's per-read timer stops here (its handle already set covers the silence
                 # up to the next read); this watch keeps the same limit from then on
                 proto.read_timeout = None
-                watch = _SilenceWatch(content, ex, limit)
+                watch = _SilenceWatch(content, tap, limit)
             await content.wait_eof()
     except aiohttp.ClientError as exc:
         raise _map_aiohttp_error(exc) from exc
@@ -660,24 +661,14 @@ async def _read_aiohttp(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn 
     stream._done = True
 
 
-async def _read_aiohttp_any(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn | None) -> None:
-    """The fallback over :class:`AiohttpTransport`'s response: per ``readany``, ``perf_counter()``
-    (seconds) then append the bytes (and, with ``spill``, count them: see :data:`SpillFn`)."""
+async def _read_aiohttp_any(stream: _AiohttpStream, tap: _Tap) -> None:
+    """The fallback over :class:`AiohttpTransport`'s response: each ``readany`` to ``tap``
+    (``perf_counter()`` when the reading task got it, then the bytes; see :class:`_Tap`)."""
     readany = stream._resp.content.readany
-    t_append = ex.times.append
-    r_append = ex.reads.append
-    held = 0
-    mark = SPILL_STEP_BYTES if spill is not None else sys.maxsize
+    feed = tap.feed
     try:
-        while True:
-            data = await readany()
-            if not data:
-                break
-            t_append(perf_counter())
-            r_append(data)
-            held += len(data)
-            if held >= mark:
-                held, mark = _spill_step(spill, ex, held)  # type: ignore[arg-type]
+        while data := await readany():
+            feed(data)
     except aiohttp.ClientError as exc:
         raise _map_aiohttp_error(exc) from exc
     except asyncio.TimeoutError as exc:  # aiohttp's read timeout (sock_read)
@@ -738,7 +729,7 @@ async def send_streaming(
                         it = response.stream.__aiter__()  # type: ignore[union-attr]
                     else:
                         it = response.aiter_bytes()
-                    await _read_iter(it, ex, spill)
+                    await _read_iter(it, _Tap(ex, spill))
             finally:
                 await response.aclose()
     except TimeoutError:
@@ -749,18 +740,11 @@ async def send_streaming(
     return ex
 
 
-async def _read_iter(it: AsyncIterator[bytes], ex: RawExchange, spill: SpillFn | None) -> None:
-    """The hot loop over an httpx byte iterator (the other read paths): as :func:`_read_aiohttp`."""
-    t_append = ex.times.append
-    r_append = ex.reads.append
-    held = 0
-    mark = SPILL_STEP_BYTES if spill is not None else sys.maxsize
+async def _read_iter(it: AsyncIterator[bytes], tap: _Tap) -> None:
+    """The loop over an httpx byte iterator (the other read paths): each read to ``tap``."""
+    feed = tap.feed
     async for data in it:
-        t_append(perf_counter())
-        r_append(data)
-        held += len(data)
-        if held >= mark:
-            held, mark = _spill_step(spill, ex, held)  # type: ignore[arg-type]
+        feed(data)
 
 
 async def fetch(
