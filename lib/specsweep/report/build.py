@@ -31,11 +31,10 @@ def kernel_manager_class() -> type:
     has Curve and jupyter_client knows the setting, so that warning is not printed either; else the
     default manager.
     """
-    from jupyter_client import AsyncKernelManager
-
     if os.name == "posix":
         return _ipc_kernel_manager()
     import zmq
+    from jupyter_client import AsyncKernelManager
 
     if not zmq.has("curve") or "transport_encryption" not in AsyncKernelManager.class_trait_names():
         return AsyncKernelManager
