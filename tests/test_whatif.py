@@ -2,6 +2,7 @@
 refusals and bad parameters (no server: see ``test_whatif_refserver.py`` for ground truth)."""
 from __future__ import annotations
 
+import gc
 import math
 from pathlib import Path
 
@@ -182,3 +183,20 @@ def test_untrusted_arm_names_are_escaped_in_the_section(tmp_path: Path) -> None:
     import re
 
     assert re.findall(r"(?<!\\)<img", md) == [] and "\\<img" in md, md
+
+
+def test_a_new_model_never_reads_a_dead_ones_validation_error() -> None:
+    """Models made and dropped in turn reuse addresses; each one's leave-one-level-out error (which sets
+    the bands, and so the page's next-experiment line) must be its own. An ``id()``-keyed cache failed
+    this about once in 13 models and made the seed page's sentence differ between two builds."""
+    from specsweep.whatif.validate import loo_rms
+    comp, sets = seed()
+    ref = {a: dict(loo_rms(model_for(comp, a, sets, n_boot=20))) for a in comp.arms}
+    gc.collect()
+    seen = []
+    for _ in range(30):
+        for a in comp.arms:
+            m = model_for(comp, a, sets, n_boot=20)
+            seen.append(loo_rms(m) == ref[a])
+            del m
+    assert all(seen), f"{seen.count(False)} of {len(seen)} models read another model's error"

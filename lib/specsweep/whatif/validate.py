@@ -34,7 +34,6 @@ MEASURED: dict[str, str] = {"aggregate_tok_s": "output_tok_s", "user_tok_s": "us
 #: settings that must agree for one arm to predict another (anything else differing: not comparable)
 SAME: tuple[str, ...] = ("speculative_algorithm", "speculative_num_steps", "speculative_num_draft_tokens",
                          "speculative_eagle_topk", "model_path", "tp_size", "chunked_prefill_size")
-_RMS_CACHE: dict[int, dict[str, float]] = {}
 
 
 def _measured(d: ArmData, i: int, fig: str) -> float:
@@ -92,12 +91,11 @@ def loo_summary(table: pd.DataFrame) -> dict[str, Any]:
 
 
 def loo_rms(m: ArmModel) -> dict[str, float]:
-    """The arm's leave-one-level-out RMS error % per figure (cached per model)."""
-    key = id(m)
-    if key not in _RMS_CACHE:
+    """The arm's leave-one-level-out RMS error % per figure (computed once per model, kept on it)."""
+    if m.loo_rms_pct is None:
         s = loo_summary(loo(m))
-        _RMS_CACHE[key] = {f: s[f + "_rms_pct"] for f in FIGURES}
-    return _RMS_CACHE[key]
+        m.loo_rms_pct = {f: s[f + "_rms_pct"] for f in FIGURES}
+    return m.loo_rms_pct
 
 
 def comparable_pairs(comp: Comparison) -> list[tuple[str, str, list[str]]]:
