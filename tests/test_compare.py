@@ -290,3 +290,37 @@ def test_delta_rows_agree_with_the_deltas_frame_also_after_a_selection() -> None
     cut = charts.select(comp, levels=[4, 16])
     assert sorted(cut.delta_rows("mtp", "output_tok_s")) == [4, 16]
     assert sorted(comp.delta_rows("mtp", "output_tok_s")) == [1, 4, 16, 32, 64, 128]
+
+
+def test_crossover_roots_match_a_reference_root_finder_on_many_curves() -> None:
+    """zero_between solves its bracket exactly (polynomial roots, or the line piece of the level values);
+    scipy's brentq on the same bracket is the reference, over random curves of both kinds."""
+    from scipy.optimize import brentq
+
+    from specsweep.compare import fit_delta_curve, zero_between
+
+    rng = np.random.default_rng(1)
+    kinds, n, worst = set(), 0, 0.0
+    for trial in range(120):
+        k = int(rng.integers(3, 8))
+        c = 2.0 ** np.arange(k)
+        y = rng.normal(0, 0.2, k) + np.linspace(0.3, -0.3, k) * rng.uniform(0.5, 2)
+        nv = None if trial % 2 else 0.01
+        cur = fit_delta_curve(c, y, noise_var=nv, noise_df=10 if nv else 0)
+        if cur is None:
+            continue
+        for j in range(k - 1):
+            z = zero_between(cur, c[j], c[j + 1])
+            xs = np.linspace(math.log2(c[j]), math.log2(c[j + 1]), 201)
+            vals = np.array([cur.predict(2 ** x)[0] for x in xs])
+            idx = np.nonzero(np.sign(vals[:-1]) * np.sign(vals[1:]) <= 0)[0]
+            assert (z is None) == (not len(idx))
+            if z is None or vals[idx[0]] == 0 or vals[idx[0] + 1] == 0:
+                continue
+            i = int(idx[0])
+            ref = brentq(lambda x: cur.predict(2 ** x)[0], xs[i], xs[i + 1], xtol=1e-13)
+            worst = max(worst, abs(math.log2(z) - ref))
+            kinds.add(cur._poly is not None)
+            n += 1
+    assert n > 60 and kinds == {True, False}
+    assert worst < 1e-9
