@@ -81,8 +81,9 @@ class ArmModel:
     ratio: np.ndarray = field(default_factory=lambda: np.array([1.0]))
     notes: list[str] = field(default_factory=list)
     #: this model's leave-one-level-out RMS error % per figure, filled by :func:`validate.loo_rms` (it lives
-    #: and dies with the model: a cache keyed by ``id()`` would hand a new model a dead one's errors)
-    loo_rms_pct: dict[str, float] | None = field(default=None, repr=False, compare=False)
+    #: and dies with the model: a cache keyed by ``id()`` would hand a new model a dead one's errors; not an
+    #: init field, so ``dataclasses.replace`` starts a changed copy without it)
+    loo_rms_pct: dict[str, float] | None = field(default=None, init=False, repr=False, compare=False)
 
     def requests_at(self, concurrency: float) -> float:
         """Requests a level at ``concurrency`` measures: the nearest measured level's requests per client."""
