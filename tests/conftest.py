@@ -34,6 +34,46 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(MAX_WORKERS, cpus))
 
 
+#: the test files that take longest (wall seconds on a 2-core machine, ``--durations``), longest first:
+#: they are handed to workers first (``--dist loadfile --no-loadscope-reorder`` hands out files in
+#: collection order; xdist would otherwise put the files with most tests first), so no
+#: long file starts last and leaves the other workers idle at the end. Most of their time is real-time
+#: waiting on reference servers and kernels, which overlaps with the short files' CPU work.
+LONG_FILES: tuple[str, ...] = (
+    "test_drift_study.py", "test_study.py", "test_verdict_draws.py", "test_demo_stability.py",
+    "test_whatif_refserver.py", "test_report_build.py", "test_hardening_data.py", "test_study_hardening.py",
+    "test_publish.py", "test_verdict_draws_hard.py", "test_sweep_notebook.py", "test_sweep_hardening.py",
+    "test_reproduce_sequence.py", "test_llamacpp_real.py", "test_study_failures.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Long files first (:data:`LONG_FILES`), each file's tests in their own order, the rest as collected."""
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # sort is stable
+
+
+@pytest.fixture(autouse=True)
+def terminal_sigint() -> Iterator[None]:
+    """Each test sees Ctrl-C as a terminal delivers it: SIGINT raises KeyboardInterrupt here, and
+    the processes a test starts inherit the default disposition.
+
+    A suite started with SIGINT ignored (a background job of a non-interactive shell) passes that
+    on: Python then installs no handler, pytest-xdist's workers inherit the ignored signal, an
+    ignored signal survives exec, and a papermill or study a test starts ignores the SIGINT the
+    test sends it (``_thread.interrupt_main`` does nothing either). Three Ctrl-C tests failed that
+    way; they test our handling of SIGINT, not the disposition they were started with.
+    """
+    import signal
+
+    before = signal.getsignal(signal.SIGINT)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, before)
+
+
 @pytest.fixture(scope="session")
 def refserver() -> Iterator[RefServer]:
     """A baseline ``tiny`` server."""
