@@ -378,6 +378,19 @@ class DeltaCurve:
         value = (1 - t) * self.fitted[i] + t * self.fitted[i + 1]
         return float(value), float(math.sqrt((1 - t) ** 2 * var[i] + t ** 2 * var[i + 1]))
 
+    def fitted_at(self, concurrency: np.ndarray) -> np.ndarray:
+        """The fitted ln-ratio at many concurrencies at once (what :meth:`predict` gives point by point)."""
+        x = np.log2(np.asarray(concurrency, float))
+        if self._poly is not None:
+            x0, sc, beta, _ = self._poly
+            return ((x[:, None] - x0) / sc) ** np.arange(len(beta)) @ beta
+        if len(self.concurrency) == 1:
+            return np.full(x.shape, float(self.fitted[0]))
+        xs = np.log2(self.concurrency.astype(float))
+        i = np.clip(np.searchsorted(xs, x) - 1, 0, len(xs) - 2)
+        t = (x - xs[i]) / (xs[i + 1] - xs[i])
+        return (1 - t) * self.fitted[i] + t * self.fitted[i + 1]
+
     def method(self) -> str:
         """One line naming the model, the noise source and the band."""
         k = len(self.concurrency)
@@ -499,7 +512,7 @@ def zero_between(curve: DeltaCurve, c1: float, c2: float) -> float | None:
     that brackets the same zero of the same curve gets the same concurrency, without scipy.optimize
     (0.2-0.5 s to import in every report kernel)."""
     xs = np.linspace(math.log2(c1), math.log2(c2), 201)
-    vals = np.array([curve.predict(2 ** x)[0] for x in xs])
+    vals = curve.fitted_at(2 ** xs)
     sign = np.sign(vals)
     idx = np.nonzero(sign[:-1] * sign[1:] <= 0)[0]
     if not len(idx):
