@@ -60,15 +60,25 @@ def sweep(out: Path, name: str, args: list[str], levels: list[int]) -> ResultSet
     return load_result_set(res.run_dir)
 
 
-def ground_truth(out: Path) -> dict[str, ResultSet]:
-    """The measured arm (``train``) and one real sweep per untested setting (reused where ``out`` has them)."""
+#: ground-truth sweeps run at once (each its own server and client, threads of this process): the slowed
+#: server sleeps through most of a step, so two sweeps share a 2-core machine without slowing each other
+#: (``bench/whatif_error.py --refserver --parallel 1,2`` prints both side by side)
+PARALLEL = 2
+
+
+def ground_truth(out: Path, parallel: int = PARALLEL) -> dict[str, ResultSet]:
+    """The measured arm (``train``) and one real sweep per untested setting (reused where ``out`` has them).
+
+    ``parallel``: how many sweeps run at once (1: one after the other)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     found = {name: sorted((out / name).glob("*/meta.json")) for name in ["train", *TRUTHS]}
     if all(found.values()):
         return {name: load_result_set(paths[-1].parent) for name, paths in found.items()}
-    sets = {"train": sweep(out, "train", *TRAIN)}
-    for name, (args, levels, _) in TRUTHS.items():
-        sets[name] = sweep(out, name, args, levels)
-    return sets
+    jobs = {"train": TRAIN, **{name: (args, levels) for name, (args, levels, _) in TRUTHS.items()}}
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        futures = {name: pool.submit(sweep, out, name, *job) for name, job in jobs.items()}
+        return {name: f.result() for name, f in futures.items()}
 
 
 def truth_errors(sets: dict[str, ResultSet]) -> list[dict[str, Any]]:
@@ -119,10 +129,25 @@ def print_study(path: Path) -> None:
                   f"  aggregate {_fmt(r['aggregate_tok_s_err_pct'])} %  per-user {_fmt(r['user_tok_s_err_pct'])} %")
 
 
+def print_truth(rows: list[dict[str, Any]], how: str) -> None:
+    """The ground-truth error table: each untested setting's error %, then the summary."""
+    print(f"\n== reference server (tiny, slowed): untested settings predicted from levels {TRAIN[1]} ({how})")
+    for r in rows:
+        print(f"  {r['case']:8s} C={r['concurrency']:4d} running {r['running']:.0f}  aggregate {_fmt(r['aggregate'])} %"
+              f"  per-user {_fmt(r['user'])} %  {'in band' if r['in_band'] else 'outside band'}"
+              f"{'  REFUSED: ' + str(r['why']) if r['refused'] else ''}")
+    e = np.abs([[r["aggregate"], r["user"]] for r in rows])
+    print(f"  median abs error {np.median(e):.2f} % (aggregate {np.median(e[:, 0]):.2f}, per-user "
+          f"{np.median(e[:, 1]):.2f}); worst {e.max():.2f} % (aggregate {e[:, 0].max():.2f}, per-user "
+          f"{e[:, 1].max():.2f}); aggregate inside its band {np.mean([r['in_band'] for r in rows]) * 100:.0f} %")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="*", type=Path, help="studies or result sets (default: the demo study, the seed)")
     ap.add_argument("--refserver", action="store_true", help="also run the tiny ground-truth sweeps (~2 min)")
+    ap.add_argument("--parallel", type=lambda v: [int(x) for x in v.split(",")], default=[PARALLEL],
+                    help=f"ground-truth sweeps at once; a list (1,2) runs each in turn, side by side (default {PARALLEL})")
     ap.add_argument("--out", type=Path, default=None,
                     help="where the ground-truth sweeps go (default: a temp dir); sweeps already there are reused")
     args = ap.parse_args(argv)
@@ -134,19 +159,12 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print_study(path)
     if args.refserver:
-        t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory() as tmp:
-            rows = truth_errors(ground_truth(args.out or Path(tmp)))
-        print(f"\n== reference server (tiny, slowed): untested settings predicted from levels {TRAIN[1]} "
-              f"({time.perf_counter() - t0:.0f} s)")
-        for r in rows:
-            print(f"  {r['case']:8s} C={r['concurrency']:4d} running {r['running']:.0f}  aggregate {_fmt(r['aggregate'])} %"
-                  f"  per-user {_fmt(r['user'])} %  {'in band' if r['in_band'] else 'outside band'}"
-                  f"{'  REFUSED: ' + str(r['why']) if r['refused'] else ''}")
-        e = np.abs([[r["aggregate"], r["user"]] for r in rows])
-        print(f"  median abs error {np.median(e):.2f} % (aggregate {np.median(e[:, 0]):.2f}, per-user "
-              f"{np.median(e[:, 1]):.2f}); worst {e.max():.2f} % (aggregate {e[:, 0].max():.2f}, per-user "
-              f"{e[:, 1].max():.2f}); aggregate inside its band {np.mean([r['in_band'] for r in rows]) * 100:.0f} %")
+        for parallel in args.parallel:
+            t0 = time.perf_counter()
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) if args.out is None else args.out / f"parallel-{parallel}" if len(args.parallel) > 1 else args.out
+                rows = truth_errors(ground_truth(out, parallel=parallel))
+            print_truth(rows, f"{parallel} sweep(s) at once, {time.perf_counter() - t0:.0f} s")
     return 0
 
 
