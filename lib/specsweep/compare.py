@@ -526,7 +526,12 @@ def zero_between(curve: DeltaCurve, c1: float, c2: float) -> float | None:
 
 
 def _root_in(curve: DeltaCurve, a: float, b: float) -> float:
-    """The zero of the curve's fitted ln-ratio in log2(concurrency) ∈ (a, b), where it changes sign."""
+    """The zero of the curve's fitted ln-ratio in log2(concurrency) ∈ (a, b), where it changes sign.
+
+    Every value comes from :meth:`DeltaCurve.fitted_at`, as the bracketing grid's did."""
+    def value(x: float) -> float:
+        return float(curve.fitted_at(np.array([2.0 ** x]))[0])
+
     if curve._poly is not None:
         x0, sc, beta, _ = curve._poly
         roots = np.polynomial.polynomial.polyroots(np.asarray(beta, float))
@@ -534,10 +539,10 @@ def _root_in(curve: DeltaCurve, a: float, b: float) -> float:
         inside = np.sort(real[(real >= a - 1e-12) & (real <= b + 1e-12)])
         if len(inside):
             return float(min(max(inside[0], a), b))
-        fa = curve.predict(2 ** a)[0]  # a root lost to rounding: bisect the sign change to 1e-12
+        fa = value(a)  # a root lost to rounding: bisect the sign change to 1e-12
         while b - a > 1e-12:
             m = (a + b) / 2
-            fm = curve.predict(2 ** m)[0]
+            fm = value(m)
             if fm == 0:
                 return m
             a, b, fa = (m, b, fm) if fa * fm > 0 else (a, m, fa)
@@ -546,7 +551,7 @@ def _root_in(curve: DeltaCurve, a: float, b: float) -> float:
     # so the first piece that changes sign holds the root
     knots = np.log2(curve.concurrency.astype(float))
     pts = [a, *[float(k) for k in knots if a < k < b], b]
-    f = [curve.predict(2 ** x)[0] for x in pts]
+    f = curve.fitted_at(2.0 ** np.array(pts)).tolist()
     for (xa, fa), (xb, fb) in zip(zip(pts, f), zip(pts[1:], f[1:])):
         if fa == 0:
             return xa
