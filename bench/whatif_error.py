@@ -162,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         for parallel in args.parallel:
             t0 = time.perf_counter()
             with tempfile.TemporaryDirectory() as tmp:
-                out = Path(tmp) if args.out is None else args.out / f"parallel-{parallel}" if len(args.parallel) > 1 else args.out
+                out = Path(tmp) if args.out is None else args.out
+                if len(args.parallel) > 1:  # each setting measures afresh, never reusing the other's sweeps
+                    out = out / f"parallel-{parallel}"
                 rows = truth_errors(ground_truth(out, parallel=parallel))
             print_truth(rows, f"{parallel} sweep(s) at once, {time.perf_counter() - t0:.0f} s")
     return 0

@@ -449,13 +449,17 @@ def test_ctrl_c_under_papermill_ends_with_how_to_resume(tmp_path: Path) -> None:
              if ln.strip() and not ln.startswith("Executing") and ln.strip() != "Aborted!"]
     last = max(i for i, ln in enumerate(lines) if hint in ln)
     after = lines[last + 1:]
-    assert not any("KeyboardInterrupt" in ln or "specsweep" in ln for ln in after), after
+    # no line names specsweep, except through the paths of the Python papermill runs on (a checkout in a
+    # folder named specsweep puts that name into every frame of papermill's own traceback)
+    def outside_python(ln: str) -> str:
+        return ln.replace(sys.prefix, "<env>").replace(sys.base_prefix, "<python>")
+
+    assert not any("KeyboardInterrupt" in ln or "specsweep" in outside_python(ln) for ln in after), after
     raised = [ln.split(":")[0] for ln in after if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", ln)]
     assert set(raised) <= {"nbclient.exceptions.DeadKernelError", "zmq.error.ZMQError"}, after
     own = [ln for ln in after if not (
         ln.startswith(("Kernel died while waiting for execute reply", "Task exception was never retrieved",
                        "future: <Task", "Traceback (most recent call last)", "  File ", "    ",
                        "nbclient.exceptions.DeadKernelError", "zmq.error.ZMQError"))
-        or ln.strip() in ("^" * len(ln.strip()), "")
         or ln.startswith(("The above exception", "During handling of the above exception")))]
     assert own == [], after
