@@ -14,6 +14,9 @@ def test_defaults_and_auto_rules() -> None:
     assert cfg.resolved_output_tokens() == 256  # reduced workload on the embedded server
     assert parse_config({"endpoint": "http://h:1"}).resolved_output_tokens() == 1000
     assert [cfg.requests_for(c) for c in (1, 2, 16)] == [4, 4, 32]
+    # a larger minimum: the low levels send a 145-prompt set whole, the high ones still 2 x C
+    wide = parse_config({"min_requests_per_level": 145, "concurrency": [4, 64, 96, 128]})
+    assert [wide.requests_for(c) for c in wide.concurrency] == [145, 145, 192, 256]
     assert cfg.warmups_for(16) == 16
     assert cfg.resolved_embedded_spec() == "off"
     assert parse_config({"arm": "mtp"}).resolved_embedded_spec() == "mtp"
@@ -36,6 +39,9 @@ def test_papermill_string_lists_are_accepted() -> None:
     ({"api": "grpc"}, "parameter 'api'"),
     ({"requests_per_level": 8, "concurrency": [16]}, "parameter 'requests_per_level': 8 is below the largest concurrency (16)"),
     ({"warmup_requests": -1}, "parameter 'warmup_requests': must be >= 0"),
+    ({"min_requests_per_level": 0}, "parameter 'min_requests_per_level'"),
+    ({"min_requests_per_level": 145, "requests_per_level": 200},
+     "parameter 'min_requests_per_level': applies only with requests_per_level='auto'"),
     ({"repeats": 0}, "parameter 'repeats'"),
     ({"concurency": [1]}, "parameter 'concurency': unknown parameter — did you mean 'concurrency'?"),
     ({"request_timeout_s": -1}, "parameter 'request_timeout_s'"),

@@ -198,6 +198,14 @@ def test_sweep_parameters_from_meta() -> None:
                       "requests_per_level": 16, "repeats": 3, "seed": 7, "out_dir": "data/runs/study"}
     parse_config(params)
     assert sweep_parameters({**meta, "workload": {"kind": "prompt-file"}}, "x") is None
+    # the auto rule with a larger minimum is said again; with the default minimum nothing is
+    auto = {**meta, "sweep": {**meta["sweep"], "requests_per_level": {"1": 145, "8": 145},
+                              "requests_per_level_rule": "auto", "min_requests_per_level": 145}}
+    again = sweep_parameters(auto, "data/runs/study")
+    assert again["min_requests_per_level"] == 145 and "requests_per_level" not in again
+    assert parse_config(again).requests_for(8) == 145
+    auto["sweep"]["min_requests_per_level"] = 4
+    assert "min_requests_per_level" not in sweep_parameters(auto, "data/runs/study")
     assert sweep_parameters({**meta, "kind": "reference"}, "x") is None
 
 

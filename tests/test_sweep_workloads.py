@@ -177,3 +177,19 @@ def test_reference_lengths_run_end_to_end(tmp_path: Path, refserver: RefServer) 
     assert list(req["requested_output_tokens"]) == expected and list(req["output_tokens"]) == expected
     assert len(set(expected)) > 1 and 80 in expected  # varied, and some capped
     assert (rs.levels["short_outputs"] == 0).all()
+
+
+def test_prompt_repeats_warn_of_a_prefix_cache_unless_the_server_keeps_none() -> None:
+    """A level that sends more requests than the prompt set holds warns that a prefix cache can serve
+    the repeats; a server whose own ``server_info`` says it keeps none (SGLang's
+    ``disable_radix_cache: true``, as the reference server says) gets no such warning."""
+    from specsweep.sweep import _workload_warnings
+
+    wl = make_workload("builtin", 16, 8, 0)
+    cfg = parse_config({"workload": "builtin", "min_requests_per_level": len(wl.prompts), "concurrency": [4, 128]})
+    for info in ({}, {"disable_radix_cache": False}):
+        (text,) = _workload_warnings(cfg, wl, info)
+        assert f"has {len(wl.prompts)} prompts but a level sends up to 256" in text and "prefix cache" in text
+    assert _workload_warnings(cfg, wl, {"disable_radix_cache": True}) == []
+    within = parse_config({"workload": "builtin", "requests_per_level": len(wl.prompts), "concurrency": [4, 128]})
+    assert "flush_cache=true" in _workload_warnings(within, wl, {})[0]  # repeats across levels only

@@ -5,8 +5,10 @@ the names (tokens, seconds). ``auto`` values are resolved by the documented rule
 
 - ``output_tokens="auto"``: 1000, or 256 when measuring the embedded reference server (a reduced
   demo workload so the no-parameter run finishes in minutes).
-- ``requests_per_level="auto"``: max(4, 2 × C) measured requests per level: every slot runs at
-  least two requests, so each level has a span in which all C slots are busy.
+- ``requests_per_level="auto"``: max(``min_requests_per_level``, 2 × C) measured requests per level
+  (the minimum is 4 unless given): every slot runs at least two requests, so each level has a span
+  in which all C slots are busy; a larger minimum gives the low levels enough requests for their own
+  figures (a prompt set sent whole at every level) while the high levels still get 2 × C.
 - ``warmup_requests="auto"``: C short requests (16 output tokens) at concurrency C before each
   level, so every connection is open and the server warm; excluded from all metrics.
 - ``embedded_spec="auto"``: ``off`` for the arm named ``baseline``, ``mtp`` for any other arm.
@@ -32,6 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 Api = Literal["auto", "sglang", "openai-completions", "openai-chat"]
 DEFAULT_CONCURRENCY = [1, 4, 16, 32, 64, 128]
 WARMUP_OUTPUT_TOKENS = 16
+#: ``requests_per_level="auto"``: at least this many measured requests per level unless ``min_requests_per_level`` says
+DEFAULT_MIN_REQUESTS = 4
 EMBEDDED_OUTPUT_TOKENS = 256
 #: ``output_tokens="auto"`` on a real server (the seed's workload)
 SERVER_OUTPUT_TOKENS = 1000
@@ -72,6 +76,8 @@ class SweepConfig(BaseModel):
                                                "a path, or auto (builtin for real servers, random-ids embedded)")
     output_length: Literal["fixed", "natural", "reference"] = "fixed"
     requests_per_level: int | Literal["auto"] = "auto"
+    min_requests_per_level: int = Field(DEFAULT_MIN_REQUESTS, ge=1, description="with requests_per_level='auto': "
+                                        "measured requests per level are max(this, 2 x concurrency)")
     warmup_requests: int | Literal["auto"] = "auto"
     repeats: int = Field(1, ge=1)
     request_timeout_s: float = Field(600.0, gt=0)
@@ -137,6 +143,10 @@ class SweepConfig(BaseModel):
                 f"{self.requests_per_level} is below the largest concurrency ({max(self.concurrency)}): that level "
                 f"could never hold {max(self.concurrency)} requests in flight; use 'auto' or at least "
                 f"{max(self.concurrency)}"))
+        if isinstance(self.requests_per_level, int) and self.min_requests_per_level != DEFAULT_MIN_REQUESTS:
+            problems.append(("min_requests_per_level",
+                f"applies only with requests_per_level='auto' (got requests_per_level={self.requests_per_level}); "
+                "give one of the two"))
         if isinstance(self.output_tokens, int) and self.output_tokens < 1:
             problems.append(("output_tokens", f"must be >= 1 or 'auto' (got {self.output_tokens})"))
         if isinstance(self.warmup_requests, int) and self.warmup_requests < 0:
@@ -168,8 +178,9 @@ class SweepConfig(BaseModel):
                            "real traffic; pass workload='random-ids' for a pure capacity test")
 
     def requests_for(self, concurrency: int) -> int:
+        """Measured requests at ``concurrency``: the fixed number, or the ``auto`` rule (module docstring)."""
         if self.requests_per_level == "auto":
-            return max(4, 2 * concurrency)
+            return max(self.min_requests_per_level, 2 * concurrency)
         return self.requests_per_level
 
     def warmups_for(self, concurrency: int) -> int:
@@ -221,7 +232,7 @@ def _closest_hint(name: str, known: Any = None) -> str:
 NOTEBOOK_PARAMETERS = (
     "endpoint", "arm", "label", "api", "model", "concurrency", "input_tokens", "output_tokens", "workload",
     "output_length",
-    "requests_per_level", "warmup_requests", "repeats", "request_timeout_s", "seed", "temperature", "out_dir",
+    "requests_per_level", "min_requests_per_level", "warmup_requests", "repeats", "request_timeout_s", "seed", "temperature", "out_dir",
     "resume", "client_workers", "embedded_profile", "embedded_spec", "embedded_args", "flush_cache",
 )
 #: names an IPython kernel defines in every notebook's namespace

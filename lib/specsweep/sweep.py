@@ -619,13 +619,14 @@ class _Evidence:
                                    "answering — stopping", level)
 
 
-def _workload_warnings(cfg: SweepConfig, workload: Workload) -> list[str]:
+def _workload_warnings(cfg: SweepConfig, workload: Workload, server_info: dict[str, Any]) -> list[str]:
     """Where a prompt set is too small for the sweep, so that a prefix cache can serve repeats.
 
     Within a level nothing empties the cache; across levels ``flush_cache`` does (where the server
-    offers a route: ``meta.prefix_cache_flush`` says whether it did)."""
+    offers a route: ``meta.prefix_cache_flush`` says whether it did). None where the server's own
+    ``server_info`` says it keeps no prefix cache (SGLang's ``disable_radix_cache: true``)."""
     n = len(workload.prompts)
-    if not n:
+    if not n or server_info.get("disable_radix_cache") is True:
         return []
     per_level = max(cfg.requests_for(c) for c, _ in cfg.plan())
     needed = sum(cfg.requests_for(c) for c, _ in cfg.plan())
@@ -676,6 +677,7 @@ def _sweep_params(cfg: SweepConfig) -> dict[str, Any]:
         "concurrency": cfg.concurrency, "repeats": cfg.repeats,
         "requests_per_level": {str(c): cfg.requests_for(c) for c in cfg.concurrency},
         "requests_per_level_rule": cfg.requests_per_level if cfg.requests_per_level == "auto" else "fixed",
+        **({"min_requests_per_level": cfg.min_requests_per_level} if cfg.requests_per_level == "auto" else {}),
         "warmup_requests": {str(c): cfg.warmups_for(c) for c in cfg.concurrency},
         "warmup_output_tokens": WARMUP_OUTPUT_TOKENS, "request_timeout_s": cfg.request_timeout_s,
         "temperature": cfg.temperature, "api": cfg.api, "seed": cfg.seed, "closed_loop": True,
@@ -743,7 +745,7 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
                 warnings.append(text)
                 log("⚠ " + text)
 
-        for w in preflight_warnings + _workload_warnings(cfg, workload):
+        for w in preflight_warnings + _workload_warnings(cfg, workload, info.server_info or {}):
             warn(w)
         write_meta(run_dir, meta)  # rerun_levels and the resume time are on disk before anything is measured
         todo = [key for key in cfg.plan() if key not in done]

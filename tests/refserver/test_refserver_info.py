@@ -43,6 +43,7 @@ def test_server_info_baseline(refserver: RefServer) -> None:
     info = httpx.get(refserver.url + "/server_info").json()
     assert info["speculative_algorithm"] is None and info["speculative_num_steps"] is None
     assert info["max_running_requests"] is None  # unset without speculation, as SGLang
+    assert info["disable_radix_cache"] is True  # the simulated engine keeps no prefix cache, and says so
     st = info["internal_states"][0]
     assert "avg_spec_accept_length" not in st
     assert st["effective_max_running_requests_per_dp"] >= 2048

@@ -191,6 +191,7 @@ class ServerState:
             "chunked_prefill_size": cfg.chunked_prefill_size,
             "context_length": cfg.context_length,
             "schedule_policy": "fcfs",
+            "disable_radix_cache": True,  # the simulated engine keeps no prefix cache (SGLang's flag for that)
             "speculative_algorithm": s.algorithm if spec else None,
             "speculative_draft_model_path": prof.model.model_path if spec else None,
             "speculative_num_steps": cfg.num_steps,

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Sequence
 from specsweep import __version__
+from specsweep.config import DEFAULT_MIN_REQUESTS
 from specsweep.markup import md_text
 from specsweep.report.paths import REPO_ROOT
 
@@ -123,6 +124,8 @@ def sweep_parameters(meta: dict[str, Any], out_dir: str) -> dict[str, Any] | Non
     fixed = _same_for_all(sweep.get("requests_per_level") or {}, sweep.get("requests_per_level_rule"))
     if fixed is not None:
         params["requests_per_level"] = fixed
+    elif sweep.get("requests_per_level_rule") == "auto" and sweep.get("min_requests_per_level") not in (None, DEFAULT_MIN_REQUESTS):
+        params["min_requests_per_level"] = sweep["min_requests_per_level"]
     for key, default in (("api", "auto"), ("repeats", 1), ("request_timeout_s", 600.0), ("seed", 0),
                          ("temperature", 0.0), ("client_workers", 1)):
         if sweep.get(key) is not None and sweep.get(key) != default:

@@ -5,6 +5,7 @@ import re
 from typing import Any, Sequence
 import pandas as pd
 from specsweep.compare import Comparison
+from specsweep.config import DEFAULT_MIN_REQUESTS
 from specsweep.markup import md_text
 from specsweep.report.reproduce import _workload_value, shell_line
 
@@ -42,7 +43,8 @@ def _requests_per_level(meta: dict[str, Any]) -> str | None:
     if isinstance(value, dict):
         rule = sweep.get("requests_per_level_rule")
         text = ", ".join(str(v) for v in value.values())
-        return text + (" (auto: max(4, 2 × concurrency))" if rule == "auto" else "")
+        least = sweep.get("min_requests_per_level") or DEFAULT_MIN_REQUESTS
+        return text + (f" (auto: max({least}, 2 × concurrency))" if rule == "auto" else "")
     return None if value is None else str(value)
 
 
