@@ -22,7 +22,9 @@ def test_the_published_demo_is_the_demo_study() -> None:
 
 def test_the_category_demo_is_published_and_measures_the_builtin_set() -> None:
     """``make reports`` also runs the category demo: baseline vs MTP on the built-in prompt set,
-    every prompt once per level (so every category is at every level, enough for its own curve)."""
+    every prompt at least once per level (so every category is at every level, enough for its own
+    curve), and at every level at least two requests per slot (the ``auto`` rule)."""
+    from specsweep.config import parse_config
     from specsweep.datasets import builtin_prompts
     from specsweep.report import MIN_CATEGORY_LEVELS
 
@@ -30,8 +32,11 @@ def test_the_category_demo_is_published_and_measures_the_builtin_set() -> None:
     study = load_study(REPO_ROOT / str(pub.study))
     assert study.name == pub.name and [a.name for a in study.arms] == ["baseline", "mtp"]
     sweep = study.spec.sweep
-    assert sweep["workload"] == "builtin" and sweep["requests_per_level"] == len(builtin_prompts())
-    assert len(sweep["concurrency"]) >= MIN_CATEGORY_LEVELS and max(sweep["concurrency"]) <= sweep["requests_per_level"]
+    assert sweep["workload"] == "builtin" and sweep["min_requests_per_level"] == len(builtin_prompts())
+    assert sweep.get("requests_per_level", "auto") == "auto" and len(sweep["concurrency"]) >= MIN_CATEGORY_LEVELS
+    cfg = parse_config(sweep)
+    assert [cfg.requests_for(c) for c in sweep["concurrency"]] == [max(len(builtin_prompts()), 2 * c)
+                                                                 for c in sweep["concurrency"]]
     for p in PUBLISHED:  # a study's report lands at reports/<its name>.html: the published name
         if p.study:
             assert load_study(REPO_ROOT / p.study).name == p.name
