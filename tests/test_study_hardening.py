@@ -55,15 +55,17 @@ print("escaped", int(os.read(r, 64)), flush=True)
 server = subprocess.Popen([sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", port,
                            "--health-delay-s", delay])
 print("refserver", server.pid, flush=True)
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-while server.poll() is None and not stop:
-    time.sleep(0.05)
-if stop:
-    server.terminate()
-    server.wait()
-    sys.exit(status)
-sys.exit(server.returncode)
+# SIGTERM blocked (after the server started, which must not inherit the mask) and taken with sigtimedwait:
+# a handler could run too late, after the loop saw the server, stopped by the same group SIGTERM, gone
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+while signal.sigtimedwait({signal.SIGTERM}, 0.05) is None:
+    if server.poll() is not None:  # gone: stopped with the group (our SIGTERM is then pending) or by itself
+        if signal.sigtimedwait({signal.SIGTERM}, 0) is None:
+            sys.exit(server.returncode)
+        break
+server.terminate()
+server.wait()
+sys.exit(status)
 '''
 
 
