@@ -44,8 +44,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 #: the test files that take longest (wall seconds on a 2-core machine, ``--durations``), longest first:
 #: they are handed to workers first (``--dist loadfile --no-loadscope-reorder`` hands out files in
 #: collection order; xdist would otherwise put the files with most tests first), so no
-#: long file starts last and leaves the other workers idle at the end. On 2 cores the suite is
-#: CPU-bound, so this trims only that tail (13 min 23 s against 13 min 35 s, within noise).
+#: long file starts last and leaves the other workers idle at the end. With one worker per core the
+#: suite was CPU-bound and this trimmed only that tail (13 min 23 s against 13 min 35 s, within noise).
 LONG_FILES: tuple[str, ...] = (
     "test_drift_study.py", "test_study.py", "test_verdict_draws.py", "test_demo_stability.py",
     "test_whatif_refserver.py", "test_report_build.py", "test_hardening_data.py", "test_study_hardening.py",

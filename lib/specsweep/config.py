@@ -232,7 +232,8 @@ def _closest_hint(name: str, known: Any = None) -> str:
 NOTEBOOK_PARAMETERS = (
     "endpoint", "arm", "label", "api", "model", "concurrency", "input_tokens", "output_tokens", "workload",
     "output_length",
-    "requests_per_level", "min_requests_per_level", "warmup_requests", "repeats", "request_timeout_s", "seed", "temperature", "out_dir",
+    "requests_per_level", "min_requests_per_level", "warmup_requests", "repeats", "request_timeout_s", "seed",
+    "temperature", "out_dir",
     "resume", "client_workers", "embedded_profile", "embedded_spec", "embedded_args", "flush_cache",
 )
 #: names an IPython kernel defines in every notebook's namespace
