@@ -324,3 +324,44 @@ def test_crossover_roots_match_a_reference_root_finder_on_many_curves() -> None:
             n += 1
     assert n > 60 and kinds == {True, False}
     assert worst < 1e-9
+
+
+def test_level_means_match_a_pandas_groupby_on_many_frames() -> None:
+    """``compare._aggregate_levels`` averages repeats in numpy; on random level frames (1-4 repeats
+    a level, a repeat with two rows, levels out of order, missing values, a level missing a metric
+    altogether, int and bool columns) its means and repeat counts are pandas' ``groupby().mean()``
+    and ``nunique()``, to the last bits of a float sum; frames with pandas' nullable dtypes take
+    pandas' own path."""
+    from specsweep.compare import _aggregate_levels
+    from specsweep.store import ResultSet
+
+    def by_pandas(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
+        cols = [c for c in lv.columns if c not in {"run_id", "arm", "concurrency"}]
+        agg = lv.groupby("concurrency", as_index=False)[cols].mean()
+        agg["n_repeats"] = lv.groupby("concurrency")["repeat"].nunique().to_numpy()
+        agg = agg.drop(columns=["repeat"])
+        agg.insert(0, "arm", rs.arm)
+        agg["has_requests"] = False
+        return agg
+
+    rng = np.random.default_rng(7)
+    for case in range(200):
+        levels = rng.permutation([1, 2, 4, 8, 16, 32, 64])[: rng.integers(1, 8)]
+        rows = [(int(c), r) for c in levels for r in range(int(rng.integers(1, 5)))]
+        rows += rows[: int(rng.integers(0, 3))]  # a repeat with two rows counts once
+        rng.shuffle(rows)
+        n = len(rows)
+        lv = pd.DataFrame({
+            "run_id": [f"r{r}" for _, r in rows], "arm": "spec",
+            "concurrency": [c for c, _ in rows], "repeat": [r for _, r in rows],
+            "output_tok_s": rng.lognormal(7, 2, n),
+            "ttft_p99_s": np.where(rng.random(n) < 0.3, np.nan, rng.lognormal(-2, 1, n)),
+            "errors": rng.integers(0, 3, n), "saturated": rng.random(n) < 0.5,
+        })
+        lv.loc[lv["concurrency"] == levels[0], "ttft_p99_s"] = np.nan  # one level with no value at all
+        if case % 10 == 0:
+            lv["errors"] = lv["errors"].astype("Int64")  # nullable: pandas' path
+        rs = ResultSet(path=Path("spec"), meta={"arm": "spec"}, levels=lv)
+        got, want = _aggregate_levels(rs, lv), by_pandas(rs, lv)
+        assert list(got.columns) == list(want.columns)
+        pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-13, atol=0)
