@@ -12,6 +12,9 @@ Prints, as medians of ``--reps`` fresh processes run alternately (seconds):
 - ``empty notebook``: a one-cell notebook (``import specsweep``) built by
   ``specsweep.report.build_report`` (its kernel started early, papermill, the same export, the same
   exit), in a fresh process: the floor;
+- ``... its kernel loading the report's modules first``: the same empty notebook, its kernel
+  importing :data:`specsweep.report.build.KERNEL_PRELOAD` (pandas, altair, specsweep's report
+  modules) before it answers, as the report's kernel does: what of the seed report is imports;
 - ``seed report``: ``python -m specsweep.report`` on the seed result set, in a fresh process;
   and their ratio (issue 21's goal: seed report ≤ 4 s and ≤ 1.5× the empty notebook).
 
@@ -46,6 +49,9 @@ nb.cells = [nbformat.v4.new_code_cell("result_sets, baseline, output_name, allow
                                       metadata={"tags": ["parameters"]}),
             nbformat.v4.new_code_cell("import specsweep")]
 nbformat.write(nb, out / "empty.ipynb")
+if sys.argv[2:] == ["imports"]:  # the kernel loads what the report's does before it answers (KERNEL_PRELOAD)
+    from specsweep.report import build
+    build.REPORT_NOTEBOOK = out / "empty.ipynb"
 report.build_report([], "empty", out_dir=out, notebook=out / "empty.ipynb")  # the same build path
 import os
 sys.stdout.flush(); sys.stderr.flush()
@@ -97,7 +103,7 @@ def measure(reps: int, cold: bool = True) -> dict[str, dict[str, float]]:
     """Median and minimum wall seconds and median CPU seconds per row, ``reps`` fresh processes
     each, the rows interleaved within each repetition so that load drifts hit them alike.
     ``cold``: also the seed report with an empty specsweep cache (a fresh install's first build)."""
-    keys = ["deferred", "eager", "empty", "seed"] + (["seed_cold"] if cold else [])
+    keys = ["deferred", "eager", "empty", "empty_imports", "seed"] + (["seed_cold"] if cold else [])
     walls: dict[str, list[float]] = {k: [] for k in keys}
     cpus: dict[str, list[float]] = {k: [] for k in keys}
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,6 +118,7 @@ def measure(reps: int, cold: bool = True) -> dict[str, dict[str, float]]:
             add("deferred", _timed([sys.executable, "-c", STACK], _env(False)))
             add("eager", _timed([sys.executable, "-c", STACK], _env(True)))
             add("empty", _timed([sys.executable, "-c", EMPTY, tmp], warm))
+            add("empty_imports", _timed([sys.executable, "-c", EMPTY, tmp, "imports"], warm))
             add("seed", _timed([sys.executable, *SEED, "--out-dir", tmp], warm))
             if cold:
                 fresh = dict(warm, SPECSWEEP_CACHE_DIR=os.path.join(tmp, f"cold{rep}"))
@@ -134,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [("deferred", f"{STACK}, deferred rfc3987_syntax (default)"),
             ("eager", f"{STACK}, eager (SPECSWEEP_EAGER_IMPORTS=1)"),
             ("empty", "floor: empty notebook, build_report (papermill + export)"),
+            ("empty_imports", "the same, its kernel loading the report's modules first (KERNEL_PRELOAD)"),
             ("seed", "seed report, python -m specsweep.report"),
             ("seed_cold", "seed report, empty cache (first build after install)")]
     for key, label in rows:
@@ -142,12 +150,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {label:<76} {m['wall']:6.2f} ({m['min']:.2f})  cpu {m['cpu']:5.2f}")
     ratio = med["seed"]["wall"] / med["empty"]["wall"]
     print(f"  seed report / floor (wall) {ratio:5.2f}x   (issue 21 goal: <= 1.5x, and seed <= 4 s on a quiet 2-core machine)")
+    imports = med["empty_imports"]["wall"] / med["empty"]["wall"]
+    print(f"  floor with the report's modules / floor {imports:5.2f}x; seed report / that {med['seed']['wall'] / med['empty_imports']['wall']:5.2f}x"
+          "   (what loading pandas, altair and specsweep costs, and what the report's own work does)")
     print("slowest imports of the eager stack (cumulative s):")
     for secs, name in slowest_imports():
         print(f"  {secs:6.2f}  {name}")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"reps": args.reps, "load": [load0[0], load[0]], "rows": med,
-                                                   "ratio": ratio}, indent=1))
+                                                   "ratio": ratio, "imports_ratio": imports}, indent=1))
     return 0
 
 if __name__ == "__main__":
