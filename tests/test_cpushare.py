@@ -80,6 +80,28 @@ def test_a_real_server_tree_is_measured_apart_from_the_client(refserver_factory)
     assert METRICS["client_cpu_share_pct"].unit == "%"
 
 
+def test_the_meters_own_scan_of_proc_is_not_counted_as_the_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each reading scans every process in /proc (about 2 ms, more on a busy machine); the window's
+    client CPU is what runs between the two readings, not the readings' own work: with a scan made
+    to cost 0.2 s at both ends, an empty window reads well under 0.2 s."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        meter = CpuShare(proc.pid)
+        real = cpushare._parents
+
+        def slow_parents() -> dict[int, int]:
+            _burn(0.2)
+            return real()
+
+        monkeypatch.setattr(cpushare, "_parents", slow_parents)
+        start = meter.read()
+        figures = meter.level_figures(start)
+        assert figures["client_cpu_s"] < 0.05, figures
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_sweep_stores_the_share_per_level_and_prints_it(tmp_path: Path, refserver: RefServer) -> None:
     lines: list[str] = []
     res = run_sweep({"endpoint": refserver.url, "concurrency": [1, 4], "input_tokens": 32, "output_tokens": 40,
