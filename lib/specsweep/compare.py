@@ -598,8 +598,9 @@ def _group_means(lv: pd.DataFrame, columns: list[str]) -> dict[str, np.ndarray] 
     however few the rows, and a comparison makes two (a verdict-draw case makes 500). Each level's
     mean skips missing values and is missing where all are, as pandas'; its sum is a plain float64
     sum where pandas compensates (Kahan), so a mean may differ from pandas' in its last bits (at
-    most 4e-16 relative over the committed result sets and 180 verdict draws). None where a column
-    is not a plain numpy number or flag, or a repeat is missing: pandas then."""
+    most 4e-16 relative over the committed result sets and 180 verdict draws). None where
+    ``concurrency`` or ``repeat`` is not a plain numpy integer column (a missing repeat makes it
+    float) or a column is not a plain numpy number or flag: pandas then."""
     if lv.empty or not all(isinstance(lv[c].dtype, np.dtype) and lv[c].dtype.kind in "iub"
                            for c in ("concurrency", "repeat")) or not all(
             isinstance(lv[c].dtype, np.dtype) and lv[c].dtype.kind in "iufb" for c in columns):
@@ -610,8 +611,9 @@ def _group_means(lv: pd.DataFrame, columns: list[str]) -> dict[str, np.ndarray] 
     for c in columns:
         v = lv[c].to_numpy(dtype=float)
         ok = ~np.isnan(v)
-        count = np.bincount(inv[ok], minlength=n)
-        total = np.bincount(inv[ok], weights=v[ok], minlength=n)
+        where = inv[ok]
+        count = np.bincount(where, minlength=n)
+        total = np.bincount(where, weights=v[ok], minlength=n)
         out[c] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
     pairs = np.unique(np.stack([inv.astype(np.int64), lv["repeat"].to_numpy().astype(np.int64)]), axis=1)
     out["n_repeats"] = np.bincount(pairs[0], minlength=n)

@@ -160,22 +160,21 @@ class CpuShare:
         busy machine) is never counted as the client's."""
         import time
 
+        in_process = self.client_pid == os.getpid()  # this process at full resolution (ticks are 10 ms)
+
+        def mark() -> tuple[float, float]:
+            return (time.process_time() if in_process else 0.0), time.monotonic()
+
         if end:
-            own_self, clock = time.process_time(), time.monotonic()
+            own_self, clock = mark()
         parents = _parents()
         server = descendants(self.server_pid, parents) if self.server_pid in parents else set()
         client = descendants(self.client_pid, parents) - server
         server_s = _tree_cpu(server)
-        if self.client_pid == os.getpid():  # this process at full resolution (ticks are 10 ms), the rest from /proc
-            others = _tree_cpu(client - {self.client_pid})
-            if not end:
-                own_self, clock = time.process_time(), time.monotonic()
-            own = own_self + others
-        else:
-            own = _tree_cpu(client)
-            if not end:
-                clock = time.monotonic()
-        return Reading(own, server_s, frozenset(server), clock)
+        others = _tree_cpu(client - {self.client_pid} if in_process else client)  # the rest from /proc
+        if not end:
+            own_self, clock = mark()
+        return Reading(own_self + others, server_s, frozenset(server), clock)
 
     def level_figures(self, start: Reading) -> dict[str, float]:
         """The level's columns from ``start`` to now: ``client_cpu_s``, ``server_cpu_s`` (CPU s),
