@@ -86,7 +86,7 @@ def _ipc_kernel_manager() -> type:
 #: what the report kernel imports while it starts (before it answers papermill), so that the
 #: notebook's first cell finds them loaded: the notebook's own imports, pandas and altair among them
 KERNEL_PRELOAD = ("import specsweep.report, specsweep.charts, specsweep.compare, specsweep.recommend, "
-                  "specsweep.store, specsweep.markup, specsweep.whatif.section, specsweep.study")
+                  "specsweep.store, specsweep.markup, specsweep.whatif.section, specsweep.study_page")
 
 
 class EarlyKernel:
