@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from specsweep.probe import (SPEC_TYPE_UNREPORTED, TokenCounter, acceptance_from_counters, counters, gauges, llamacpp_settings,
-                             parse_metrics, probe, spec_level_figures)
+                             metric_names, parse_metrics, probe, spec_level_figures)
 from specsweep.records import RequestRecord
 from specsweep.refserver.launch import RefServer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
+REAL = FIXTURES / "real-b1-0c1e570"
 
 
 def _fixture_server(routes: dict[str, tuple[int, str, bytes]]) -> tuple[ThreadingHTTPServer, str]:
@@ -109,6 +110,60 @@ def test_recorded_llamacpp_metrics() -> None:
     assert spec_level_figures(c, c) == {}  # no movement, nothing claimed
 
 
+#: an exposition with the shapes that could fool a line filter: a longer name sharing a wanted
+#: prefix, label values holding blanks, braces, quotes and commas, comments naming wanted metrics,
+#: leading blanks, a timestamp, a histogram, and a line of another metric no parser can read
+TRICKY = """# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="a b{c}, \\"d\\""} 3.0
+vllm:num_requests_running_max{engine="0"} 99.0
+   vllm:num_requests_waiting{engine="0",model_name="m"} 2.0 1700000000000
+vllm:num_requests_waitingX 7.0
+# TYPE vllm:generation_tokens counter
+vllm:generation_tokens_total{engine="0"} 1234.0
+vllm:generation_tokens_created{engine="0"} 1.7e9
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="0.3"} 4.0
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf"} 9.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 5.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 3.0
+"""
+
+
+def test_the_pollers_line_filter_keeps_exactly_the_samples_it_reads(
+        refserver_mtp: RefServer, refserver_factory: Callable[..., RefServer]) -> None:
+    """parse_metrics(text, names) returns what the whole parse returns for those names, on every
+    exposition at hand (recorded llama-server, the reference server's three surfaces, TRICKY), so
+    the gauges and counters a level reads are the same; an unreadable line of a metric the poller
+    does not read no longer costs the level its figures."""
+    import httpx
+
+    vllm = refserver_factory("mtp", ["--api-surface", "vllm"])
+    texts = {"llamacpp": [(FIXTURES / "metrics.txt").read_text(), (REAL / "metrics.txt").read_text()],
+             "sglang": [httpx.get(refserver_mtp.url + "/metrics").text],
+             "vllm": [httpx.get(vllm.url + "/metrics").text, TRICKY]}
+    for server, expositions in texts.items():
+        for text in expositions:
+            full = parse_metrics(text)
+            for what in ("gauges", "counters"):
+                names = metric_names(server, what)
+                assert names, (server, what)
+                assert parse_metrics(text, names) == [s for s in full if s[0] in names], (server, what, text[:80])
+            assert gauges(parse_metrics(text, metric_names(server, "gauges")), server) == gauges(full, server)
+            assert counters(parse_metrics(text, metric_names(server, "counters")), server) == counters(full, server)
+    tricky = parse_metrics(TRICKY, metric_names("vllm", "gauges"))
+    assert tricky == [("vllm:num_requests_running", {"engine": "0", "model_name": 'a b{c}, "d"'}, 3.0),
+                      ("vllm:num_requests_waiting", {"engine": "0", "model_name": "m"}, 2.0)]
+    assert counters(parse_metrics(TRICKY, metric_names("vllm", "counters")), "vllm") == {
+        "generation_tokens": 1234.0, "spec_accepted_pos_0": 5.0, "spec_accepted_pos_1": 3.0}
+    broken = TRICKY + "vllm:cache_config_info{block_size=16 1\n"
+    with pytest.raises(ValueError):
+        parse_metrics(broken)
+    assert parse_metrics(broken, metric_names("vllm", "gauges")) == tricky
+    assert parse_metrics(TRICKY, frozenset()) == []
+    with pytest.raises(ValueError, match="gauges.*counters"):
+        metric_names("vllm", "histograms")
+
+
 def test_reference_llamacpp_surface_probes_like_the_recording(
         refserver_factory: Callable[..., RefServer]) -> None:
     srv = refserver_factory("mtp", ["--api-surface", "llamacpp", "--set", "model.vocab_size=1403",
@@ -144,9 +199,6 @@ def test_token_counter_without_tokenize_gives_up_once(recorded_llamacpp: str) ->
     assert counter.recount([rec]) == 0 and rec.token_source == "chunks" and rec.output_tokens == 2
     assert counter.available is False and "/tokenize" in (counter.why or "")
     counter.close()
-
-
-REAL = FIXTURES / "real-b1-0c1e570"
 
 
 @pytest.fixture

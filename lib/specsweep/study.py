@@ -65,7 +65,7 @@ import pandas as pd
 from specsweep import provenance
 from specsweep.agreement import output_agreement
 from specsweep.report import build_report
-from specsweep.store import (ResultSet, atomic_write_bytes, exclusive_lock, holder_text, load_result_set, write_frame,
+from specsweep.store import (atomic_write_bytes, exclusive_lock, holder_text, load_result_set, write_frame,
                              write_meta)
 from specsweep.study_file import DEFAULT_MAX_ARMS, HARD_MAX_ARMS, ORDER_TEXT, Arm, Study, StudyError, load_study
 # the per-arm machinery lives in study_arm (shared with the Ray and parallel backends); re-exported here
