@@ -136,8 +136,15 @@ def test_suite_seconds(beside: bool) -> dict[str, Any]:
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if beside else None
     try:
         t0 = time.perf_counter()
-        rc = subprocess.run(["make", "test"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
-        return {"seconds": time.perf_counter() - t0, "passed": rc == 0, "beside": beside}
+        done = subprocess.run(["make", "test"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace")
+        seconds = time.perf_counter() - t0
+        lines = done.stdout.splitlines()
+        # what failed, and pytest's closing line (e.g. "1 failed, 868 passed in 713.71s"), kept in the JSON
+        failed = [ln for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
+        summary = next((ln.strip("= ") for ln in reversed(lines) if " in " in ln and ("passed" in ln or "failed" in ln)), "")
+        return {"seconds": seconds, "passed": done.returncode == 0, "beside": beside, "summary": summary,
+                "failed": failed}
     finally:
         if hog is not None:
             hog.kill()
@@ -263,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         ts = test_suite_seconds(args.test_beside)
         dump["test_suite"] = ts
         lines.append(f"| 21.3 | `make test` wall min{' (a CPU hog beside it)' if ts['beside'] else ''} | "
-                     f"{ts['seconds'] / 60:.1f}, {'passed' if ts['passed'] else '**failed**'} | | ≤ 5 | "
+                     f"{ts['seconds'] / 60:.1f}, {'passed' if ts['passed'] else '**failed**'} ({ts['summary']}) | | ≤ 5 | "
                      f"{_yes(ts['passed'] and ts['seconds'] <= 300)} |")
     if args.cpu_share:
         cs = cpu_share_figures()
@@ -275,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"levels read by plain aiohttp, `--floor`) | {per} | {per_floor} | ≤ 2 | "
                      f"{_yes(cs['worst_pct'] <= 2.0)} |")
     print("\n".join(lines))
+    for line in dump.get("test_suite", {}).get("failed", []):
+        print(f"# make test: {line}")
     print(f"# load average {os.getloadavg()[0]:.2f} at the end (the machine is shared: figures are noisy; "
           "compare specsweep with the reference of the same run)")
     if args.json_out:
