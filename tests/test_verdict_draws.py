@@ -8,8 +8,12 @@ quotes :data:`specsweep.draws.QUOTED`; these tests recompute every quoted figure
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
+from helpers import LOW_PRIORITY, at_low_priority
 from specsweep import draws
 
 N = 500
@@ -17,8 +21,9 @@ N = 500
 
 @pytest.fixture(scope="module")
 def rates() -> dict[tuple[str, str], dict[str, float]]:
-    return {(case, form): draws.verdict_rates(case, form, n=N, seed=seed)
-            for case in draws.CASES for form, seed in draws.SEEDS.items()}
+    # minutes of CPU: below the suite's real-time tests in priority (helpers.at_low_priority)
+    return at_low_priority(lambda: {(case, form): draws.verdict_rates(case, form, n=N, seed=seed)
+                                    for case in draws.CASES for form, seed in draws.SEEDS.items()})
 
 
 @pytest.mark.parametrize("form", ["repeats", "averaged"])
@@ -66,3 +71,19 @@ def test_draws_follow_the_stated_model() -> None:
     assert 0.02 < ratio.std() / np.sqrt(2) < 0.04
     one, _ = draws.draw_pair("none", "averaged", rng)
     assert len(one.levels) == len(draws.LEVELS)
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority") or sys.platform != "linux", reason="per-thread nice values are Linux's")
+def test_the_draws_run_below_the_suites_priority_and_the_worker_keeps_its_own() -> None:
+    """The fixture above computes in a thread LOW_PRIORITY steps nicer than the worker's (so real-time
+    tests beside it keep the CPU); the worker's own thread is untouched; errors come back."""
+    import threading
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before = nice()
+    assert at_low_priority(nice) == min(19, before + LOW_PRIORITY)
+    assert nice() == before
+    with pytest.raises(ZeroDivisionError):
+        at_low_priority(lambda: 1 / 0)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers import at_low_priority
 from specsweep import draws
 from specsweep.recommend import DEFAULT_PROFILES
 
@@ -44,7 +45,7 @@ PROFILES = [p["name"] for p in DEFAULT_PROFILES]
 
 
 def rates(case: str, n: int, seed: int = 22) -> dict[str, float]:
-    return draws.hard_rates(case, n=n, seed=seed)
+    return at_low_priority(draws.hard_rates, case, n=n, seed=seed)  # below the real-time tests beside it
 
 
 def test_generator_follows_its_model() -> None:
