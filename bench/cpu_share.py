@@ -73,8 +73,6 @@ def figures(result_set: Path) -> list[dict[str, Any]]:
 async def _plain_level(url: str, bodies: list[bytes], concurrency: int) -> int:
     """Send ``bodies`` with ``concurrency`` workers through one plain aiohttp session; read each
     stream line by line, one ``perf_counter`` per line; the number of ``data:`` lines read."""
-    import time
-
     import aiohttp
 
     queue = list(reversed(bodies))
@@ -106,12 +104,11 @@ def floor_run(tmp: Path) -> list[dict[str, Any]]:
     import orjson
 
     from specsweep.client import PATHS
-    from specsweep.config import parse_config
+    from specsweep.config import WARMUP_OUTPUT_TOKENS, parse_config
     from specsweep.cpushare import CpuShare
     from specsweep.probe import erase_llamacpp_slots, probe
     from specsweep.study_arm import Redactor, ServerProcess
     from specsweep.study_file import load_study
-    from specsweep.config import WARMUP_OUTPUT_TOKENS
     from specsweep.sweep import WARMUP_INDEX_BASE, _prompt_offsets, choose_chat, prompt_cache_plan
     from specsweep.workload import make_workload, warmup_workload
 

@@ -132,9 +132,9 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 3.0
 def test_the_pollers_line_filter_keeps_exactly_the_samples_it_reads(
         refserver_mtp: RefServer, refserver_factory: Callable[..., RefServer]) -> None:
     """parse_metrics(text, names) returns what the whole parse returns for those names, on every
-    exposition at hand (recorded llama-server, the reference server's three surfaces, TRICKY), so
-    the gauges and counters a level reads are the same; an unreadable line of a metric the poller
-    does not read no longer costs the level its figures."""
+    exposition at hand (two recorded llama-server ones, the reference server's SGLang and vLLM
+    surfaces, TRICKY), so the gauges and counters a level reads are the same; an unreadable line
+    of a metric the poller does not read no longer costs the level its figures."""
     import httpx
 
     vllm = refserver_factory("mtp", ["--api-surface", "vllm"])
