@@ -5,9 +5,9 @@ meta records, and the arms' request rows where given); nothing is read from a si
 configuration. Per level (one concurrency ``C``):
 
 - ``admitted`` (``n``): requests the server held at once — ``min(C, cap)``, or the running-requests
-  gauge's maximum where it shows a lower limit (running + queued ≥ :data:`QUEUE_SEEN` × C, queued ≥ :data:`QUEUED_SHARE` × C, and no more
-  requests decoding on average than that maximum); for level-only data (no
-  per-request rows) ``aggregate ÷ per-request tok/s`` (see :data:`LEVEL_ONLY_ASSUMPTIONS`).
+  gauge's maximum where it shows a lower limit that the client waited on (see :func:`gauge_limit`);
+  for level-only data (no per-request rows) ``aggregate ÷ per-request tok/s`` (see
+  :data:`LEVEL_ONLY_ASSUMPTIONS`).
 - ``saturated``: ``n < C`` — clients waited in the server's queue.
 - the figures the model needs: aggregate tok/s, per-user speed (mean 1/TPOT, or per-request tok/s
   for level-only data), TTFT and end-to-end mean and p50 (s), accept length (tokens per decode step
@@ -29,7 +29,7 @@ import pandas as pd
 from specsweep.compare import Comparison, measured_requests
 from specsweep.store import ResultSet
 
-__all__ = ["ArmData", "ASSUMED_NOISE_PCT", "LEVEL_ONLY_ASSUMPTIONS", "WhatIfError", "observe", "server_setting"]
+__all__ = ["ArmData", "ASSUMED_NOISE_PCT", "LEVEL_ONLY_ASSUMPTIONS", "WhatIfError", "gauge_limit", "observe", "queue_margin", "server_setting"]
 
 #: run-to-run noise (% per level, 1 sd) assumed where no per-request samples exist (level-only data)
 ASSUMED_NOISE_PCT: float = 3.0
@@ -39,6 +39,8 @@ PLATEAU: float = 1.1
 QUEUE_SEEN: float = 0.9
 #: ... and its queue gauge at least this share of the clients (a queue of a few forms at any step boundary)
 QUEUED_SHARE: float = 0.1
+#: ... and never fewer than this many requests (at 16 clients, 10 % is one or two: a step boundary's queue)
+QUEUED_MIN: float = 2.0
 #: the figures each replicate carries, in this order
 FIGURES: tuple[str, ...] = ("output_tok_s", "user_tok_s", "ttft_mean_s", "ttft_p50_s", "e2e_mean_s", "e2e_p50_s")
 LEVEL_ONLY_ASSUMPTIONS: tuple[str, ...] = (
@@ -172,6 +174,46 @@ def _level_value(row: pd.Series, *names: str) -> float:
     return math.nan
 
 
+def gauge_limit(c: float, n: float, *, gauge: float, queued: float, decoding: float = math.nan,
+                in_flight: float = math.nan) -> float | None:
+    """The server's limit on running requests at one level (requests), or None where the gauges show none.
+
+    ``c``: the level's clients; ``n``: what the cap allows (``min(C, cap)``); ``gauge`` and ``queued``:
+    the polled running- and queued-requests gauges' maxima; ``decoding`` and ``in_flight``: the
+    client's time-averaged requests decoding and requests out (NaN where the result set has none).
+
+    The gauges are claims to check. Polled gauges undersample (servers refresh them every few steps),
+    and a queue of a few forms for a moment at every step boundary, more of them when the client or
+    the server is short of CPU. So a maximum below ``n`` is a limit only where the server held fewer
+    with the rest of the clients visibly waiting: running + queued ≥ :data:`QUEUE_SEEN` × C (× the
+    client's mean requests out, where fewer: a client short of CPU sends the next one late) and
+    queued ≥ :func:`queue_margin` on the server's gauges, no more requests decoding on average than
+    the gauge's maximum (else the gauge missed them), and, where the client counted them, at least
+    :func:`queue_margin` more requests out on average than the server ever ran or decoded: a limit
+    the client never waited on holds nothing back.
+
+    What these figures cannot tell apart: an undersampled gauge at a level whose requests spend
+    :func:`queue_margin` or more of their time out but not decoding (slow prefill, a client short of
+    CPU) looks like a limit with its queue."""
+    if not (math.isfinite(gauge) and math.isfinite(queued) and 1 <= gauge < n - 0.5):
+        return None
+    out = min(c, in_flight) if math.isfinite(in_flight) else c  # the requests there were to hold
+    if queued < queue_margin(c) or gauge + queued < QUEUE_SEEN * out:
+        return None
+    if decoding > gauge + 0.5:
+        return None
+    if in_flight - max(gauge, decoding if math.isfinite(decoding) else gauge) < queue_margin(c):
+        # (False for NaN: no client count, no check)
+        return None
+    return gauge
+
+
+def queue_margin(c: float) -> float:
+    """The fewest waiting requests that show a limit at ``c`` clients: :data:`QUEUED_SHARE` × C, at
+    least :data:`QUEUED_MIN`."""
+    return max(QUEUED_SHARE * c, QUEUED_MIN)
+
+
 def _bootstrap(req: pd.DataFrame, n_boot: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Replicates of one level's per-request statistics: mean user speed, TTFT/e2e mean and p50."""
     user = req["user_tok_s"].to_numpy(dtype=float) if "user_tok_s" in req else np.full(len(req), np.nan)
@@ -241,16 +283,12 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
             reps["e2e_mean_s"][:, i] = c * output_tokens / reps["output_tok_s"][:, i]
         else:
             n, src = (min(c, cap) if cap else c), "cap"
-            gauge = _level_value(row, "server_running_max")
-            queued = _level_value(row, "server_queued_max")
-            # polled gauges undersample (servers refresh them every few steps) and a queue forms for a
-            # moment at every step boundary: a limit below min(C, cap) counts only where the server held
-            # fewer with the rest of the clients visibly waiting (running + queued ≈ C)
-            if (math.isfinite(gauge) and math.isfinite(queued) and 1 <= gauge < n - 0.5 and queued >= QUEUED_SHARE * c
-                    and gauge + queued >= QUEUE_SEEN * c
-                    and not _level_value(row, "decoding_concurrency") > gauge + 0.5):
-                # (more requests decoding on average than the gauge's maximum: the gauge missed them)
-                n, src = gauge, "gauge"
+            limit = gauge_limit(c, n, gauge=_level_value(row, "server_running_max"),
+                                queued=_level_value(row, "server_queued_max"),
+                                decoding=_level_value(row, "decoding_concurrency"),
+                                in_flight=_level_value(row, "client_mean_in_flight"))
+            if limit is not None:
+                n, src = limit, "gauge"
             sources.append(src)
             reps["output_tok_s"][0, i] = a
             reps["user_tok_s"][0, i] = u
