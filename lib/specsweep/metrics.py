@@ -57,6 +57,11 @@ _NO_TOKENS.flags.writeable = False
 Better = Literal["higher", "lower", "neutral"]
 
 
+#: a reference server whose steps woke on average more than this late (ms, ``sim_step_lag_mean_ms``)
+#: fell behind its schedule: the level line and the page say so
+SIM_LAG_WARN_MS: float = 1.0
+
+
 @dataclass(frozen=True)
 class MetricInfo:
     """How to label and read one metric column."""
@@ -125,6 +130,34 @@ METRICS: dict[str, MetricInfo] = {
     "server_cpu_cores": MetricInfo(
         "Server CPU", "cores", "neutral",
         "the local server process tree's CPU seconds ÷ the level's wall seconds (specsweep.cpushare)",
+    ),
+    # the reference server only (refserver/schedule_metrics.py): how well the simulator kept its schedule
+    "sim_steps": MetricInfo(
+        "Simulator steps", "steps", "neutral",
+        "Δ specsweep_refserver_steps_total over the level: engine steps the simulated server ran",
+    ),
+    "sim_step_lag_mean_ms": MetricInfo(
+        "Simulator step lag", "ms", "lower",
+        "1000 × Δ specsweep_refserver_step_lag_seconds_total ÷ Δ steps: how late the simulated server's steps "
+        "woke after their scheduled end, on average (its machine's CPU, not the profile)",
+    ),
+    "sim_step_lag_pct": MetricInfo(
+        "Simulator step lag share", "%", "lower",
+        "100 × Δ specsweep_refserver_step_lag_seconds_total ÷ Δ specsweep_refserver_step_seconds_total: the "
+        "mean lag as a share of the scheduled step length",
+    ),
+    "sim_late_steps_pct": MetricInfo(
+        "Simulator late steps", "%", "lower",
+        "100 × Δ specsweep_refserver_late_steps_total ÷ Δ steps: steps that woke more than 1 ms late",
+    ),
+    "sim_clock_resyncs": MetricInfo(
+        "Simulator clock resyncs", "resets", "lower",
+        "Δ specsweep_refserver_clock_resyncs_total: times the simulator fell more than 0.25 s behind and reset "
+        "its clock (it then ran slower than its profile)",
+    ),
+    "sim_resync_lost_s": MetricInfo(
+        "Simulator time lost", "s", "lower",
+        "Δ specsweep_refserver_resync_lost_seconds_total: schedule time the clock resets dropped",
     ),
 }
 for _name, _label in (("ttft", "Time to first token"), ("tpot", "Time per output token"),

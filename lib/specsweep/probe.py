@@ -79,6 +79,17 @@ COUNTERS: dict[str, dict[str, str]] = {
     "spec_accepted_tokens": {"vllm": "vllm:spec_decode_num_accepted_tokens_total",
                              "llamacpp": "llamacpp:spec_decode_num_accepted_tokens_total"},
 }
+#: the reference server's schedule (``refserver/schedule_metrics.py``), the same names under every
+#: surface; no real server has them, so they are read only from a simulator
+SIM_COUNTERS: dict[str, str] = {
+    "sim_steps": "specsweep_refserver_steps_total",
+    "sim_step_s": "specsweep_refserver_step_seconds_total",
+    "sim_step_lag_s": "specsweep_refserver_step_lag_seconds_total",
+    "sim_late_steps": "specsweep_refserver_late_steps_total",
+    "sim_clock_resyncs": "specsweep_refserver_clock_resyncs_total",
+    "sim_resync_lost_s": "specsweep_refserver_resync_lost_seconds_total",
+}
+COUNTERS.update({key: {server: name for server in ("sglang", "vllm", "llamacpp")} for key, name in SIM_COUNTERS.items()})
 #: counters of accepted tokens per draft position (label ``position``); recorded as
 #: ``spec_accepted_pos_<i>`` in :func:`counters`
 PER_POSITION: dict[str, str] = {

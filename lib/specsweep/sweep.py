@@ -44,7 +44,7 @@ from specsweep.client import spec_request_options
 from specsweep.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
 from specsweep.cpushare import CpuShare, level_suffix
 from specsweep.loadgen import LevelResult, LoadGenerator
-from specsweep.metrics import (SOURCE_COUNTERS, LevelAcceptance, acceptance_from_requests, level_metrics,
+from specsweep.metrics import (SIM_LAG_WARN_MS, SOURCE_COUNTERS, LevelAcceptance, acceptance_from_requests, level_metrics,
                                requests_frame)
 from specsweep.probe import (COUNTER_ACCEPTANCE_FORMULA, LLAMACPP_NO_PROMPT_CACHE, MetricsPoller, ProbeError,
                              ServerProbe, TokenCounter, acceptance_from_counters, erase_llamacpp_slots, probe,
@@ -253,6 +253,7 @@ def server_figures(
     for key in ("generation_tokens", "requests"):
         if key in before and key in after:
             out[f"server_{key}_delta"] = after[key] - before[key]
+    out.update(simulator_schedule_figures(before, after))
     by_name: dict[str, list[float]] = {}
     for t, name, value in samples:
         if window[0] <= t <= window[1]:
@@ -267,6 +268,27 @@ def server_figures(
     if "kv_usage" in by_name:
         out["server_kv_usage_max"] = max(by_name["kv_usage"])
     return out
+
+
+def simulator_schedule_figures(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """How well a reference server kept its profile's schedule over one level (``sim_*`` columns;
+    none for a real server, which has no such counters): steps run, their mean lag (ms, and % of the
+    scheduled step length), the share woken more than 1 ms late (%), clock resyncs and the schedule
+    time they dropped (s). See ``refserver/schedule_metrics.py``."""
+    keys = ("sim_steps", "sim_step_s", "sim_step_lag_s", "sim_late_steps", "sim_clock_resyncs", "sim_resync_lost_s")
+    if not all(k in before and k in after for k in keys):
+        return {}
+    d = {k: after[k] - before[k] for k in keys}
+    if d["sim_steps"] <= 0 or any(v < 0 for v in d.values()):  # none ran, or the server restarted
+        return {}
+    return {
+        "sim_steps": d["sim_steps"],
+        "sim_step_lag_mean_ms": 1e3 * d["sim_step_lag_s"] / d["sim_steps"],
+        "sim_step_lag_pct": 100 * d["sim_step_lag_s"] / d["sim_step_s"] if d["sim_step_s"] > 0 else math.nan,
+        "sim_late_steps_pct": 100 * d["sim_late_steps"] / d["sim_steps"],
+        "sim_clock_resyncs": d["sim_clock_resyncs"],
+        "sim_resync_lost_s": d["sim_resync_lost_s"],
+    }
 
 
 #: llama.cpp's accept length (its ``mean len`` log line and ``/metrics``): verification steps only
@@ -888,7 +910,8 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
             _warn_counts(level.iloc[0], req, c, r, preflight_source, warn, meta)
             write_meta(run_dir, meta)
             row = level.iloc[0]
-            log(_level_line(row).replace(" — saved", level_suffix(row) + " — saved"))  # the CPU share, where measured
+            # the CPU share, and a simulator's lag where it fell behind its schedule
+            log(_level_line(row).replace(" — saved", level_suffix(row) + _schedule_suffix(row) + " — saved"))
             evidence.add(result.records)
             damage = damaged_levels(live_levels(run_dir)).get((c, r))
             trouble = None
@@ -918,6 +941,16 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
     finally:
         if poller:
             poller.close()
+
+
+def _schedule_suffix(row: pd.Series) -> str:
+    """``", simulator 3.2 ms late per step, 1 clock reset"`` for a level line where a reference server
+    fell behind its schedule (``metrics.SIM_LAG_WARN_MS``), else ''."""
+    lag = float(row.get("sim_step_lag_mean_ms", math.nan))
+    resyncs = int(row.get("sim_clock_resyncs", 0) or 0)
+    if not (lag > SIM_LAG_WARN_MS or resyncs):
+        return ""
+    return f", simulator {lag:.1f} ms late per step" + (f", {resyncs} clock reset(s)" if resyncs else "")
 
 
 def _warn_counts(row: pd.Series, req: pd.DataFrame, c: int, r: int, preflight_source: str | None,

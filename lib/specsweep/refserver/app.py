@@ -55,6 +55,7 @@ from aiohttp import web
 from . import __version__ as REFSERVER_VERSION
 from .faults import CountRewriter
 from .metrics import CONTENT_TYPE_LATEST
+from .schedule_metrics import schedule_exposition
 from .model import SimRequest, request_seed
 from .vllm_api import add_vllm_routes
 from .llamacpp_api import add_llamacpp_routes, llamacpp_error
@@ -590,7 +591,7 @@ class Handlers:
 
     async def metrics(self, request: web.Request) -> web.Response:
         """``GET /metrics``: Prometheus text."""
-        resp = web.Response(body=self.state.metrics.render())
+        resp = web.Response(body=self.state.metrics.render() + schedule_exposition(self.state.engine))
         resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return resp
 

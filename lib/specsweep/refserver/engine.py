@@ -22,6 +22,11 @@ A step's outcome is known when it is planned, so the engine commits it at once a
 request's sink to ``prepare`` its chunk (format the bytes) while it waits; at the scheduled end
 it only calls ``deliver`` (one ``transport.write`` per chunk). Sinks live in ``streaming.py``.
 
+Schedule: ``steps_timed``, ``step_s_total``, ``lag_s_total``, ``late_steps`` and ``resyncs`` (with the time they
+dropped, ``resync_lost_s``) say how well the process kept the profile's schedule; every API surface
+exposes them on ``/metrics`` (``schedule_metrics.py``), so a sweep can tell a level measured on a
+machine too busy to simulate it.
+
 Metrics: with ``metrics`` (SGLang names) the engine updates counters and histograms per request
 and refreshes the scheduler gauges every ``decode_log_interval`` decode steps. An ``observer``
 (``StepObserver``; the vLLM surface's metrics) is instead called once per committed step with the
@@ -124,6 +129,13 @@ class Engine:
         self.resyncs = 0
         self.late_steps = 0
         self.max_step_lag_s = 0.0
+        #: the schedule, summed over every step (seconds): scheduled length, how late each woke (≥ 0),
+        #: and the time the clock resyncs dropped (the simulated server ran that much slower than its
+        #: profile); ``schedule_metrics`` exposes them as counters
+        self.steps_timed = 0
+        self.step_s_total = 0.0
+        self.lag_s_total = 0.0
+        self.resync_lost_s = 0.0
         self.last_gen_throughput = 0.0
         self.last_spec_accept_length: float | None = None
         self._wake = asyncio.Event()
@@ -222,6 +234,7 @@ class Engine:
                 self._log_t = now
             elif now - t > self.resync_s:
                 self.resyncs += 1
+                self.resync_lost_s += now - t
                 t = now
             step = core.plan(t)
             if step is None:  # pragma: no cover - admission always succeeds when nothing runs
@@ -240,6 +253,10 @@ class Engine:
             self._step_len = step.duration_s
             await self._sleep_until(target)
             lag = clock() - target
+            self.steps_timed += 1
+            self.step_s_total += step.duration_s
+            if lag > 0:
+                self.lag_s_total += lag
             if lag > 0.001:
                 self.late_steps += 1
                 if lag > 0.002:

@@ -11,6 +11,9 @@ figure it could distort:
   more than the smallest minimum effect of the profiles (% of that time);
 - a client that kept fewer requests in flight than the level names: the shortfall (%) against the
   minimum effect;
+- a reference server that fell behind its profile's schedule (``sim_*`` level columns): its mean
+  step lag, judged as a late timestamp; a clock resync (the simulator ran slower than its profile)
+  can change the verdict;
 - token counts from SSE chunks, workloads that differ, a failed prefix-cache flush, outputs shorter
   than asked: they change what the figures measure, so they can change the verdict;
 - anything else recorded: not assessed (counted as able to change the verdict, ranked after the
@@ -22,6 +25,7 @@ from a result set is escaped.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
@@ -30,6 +34,7 @@ import pandas as pd
 
 from specsweep.compare import Comparison, workload_differences
 from specsweep.markup import md_text
+from specsweep.metrics import SIM_LAG_WARN_MS
 
 Severity = Literal["high", "medium", "low"]
 SEVERITY_RANK: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
@@ -97,6 +102,39 @@ def _lag_effect(comp: Comparison, lag_ms: float, min_effect: float) -> tuple[boo
                       f"{min_effect:g}% minimum effect, so the latency figures may be off by a deciding amount.")
     return False, (f"Does not change the verdict: {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, below the "
                    f"{min_effect:g}% minimum effect; aggregate throughput does not depend on timestamps.")
+
+
+def _simulator_lag(comp: Comparison, min_effect: float) -> PageWarning | None:
+    """The reference server fell behind its profile's schedule on some level (``sim_*`` columns): a
+    clock resync there (it ran slower than its profile: can change the verdict), or steps that woke on
+    average more than :data:`SIM_LAG_WARN_MS` late (assessed as a late timestamp of that size)."""
+    frames = [f.assign(arm=a) if "arm" not in f else f
+              for a, f in (getattr(comp, "raw_levels", None) or {}).items() if f is not None and not f.empty]
+    lv = pd.concat(frames, ignore_index=True) if frames else comp.levels
+    if "sim_step_lag_mean_ms" not in lv:
+        return None
+    lag = pd.to_numeric(lv["sim_step_lag_mean_ms"], errors="coerce")
+    resyncs = pd.to_numeric(lv.get("sim_clock_resyncs", pd.Series(0.0, index=lv.index)), errors="coerce").fillna(0)
+    hot = lv[(lag > SIM_LAG_WARN_MS) | (resyncs > 0)]
+    if hot.empty:
+        return None
+    worst = float(pd.to_numeric(hot["sim_step_lag_mean_ms"], errors="coerce").max())
+    share = pd.to_numeric(hot.get("sim_step_lag_pct", pd.Series(math.nan, index=hot.index)), errors="coerce").max()
+    n_resync = int(pd.to_numeric(hot.get("sim_clock_resyncs", pd.Series(0.0, index=hot.index)), errors="coerce").fillna(0).sum())
+    lost = float(pd.to_numeric(hot.get("sim_resync_lost_s", pd.Series(0.0, index=hot.index)), errors="coerce").fillna(0).sum())
+    conc = sorted({int(c) for c in hot["concurrency"]})
+    text = (f"**The simulated server fell behind its schedule** on {len(hot)} level(s) of "
+            f"{_names(comp, list(hot['arm']))} (concurrency {', '.join(str(c) for c in conc)}): its steps woke up to "
+            f"{worst:.1f} ms late on average" + (f" ({share:.0f} % of a step)" if math.isfinite(share) else "")
+            + (f", and its clock was reset {n_resync} time(s), dropping {lost:.2f} s of schedule" if n_resync else "")
+            + ". Those figures measure this machine's CPU as well as the profile: rerun on a quieter machine, or "
+            "with fewer arms at once.")
+    if n_resync:
+        return PageWarning("high", text, True, "Can change the verdict: where the clock was reset the simulated "
+                           "server ran slower than its profile, so its throughput there is the machine's, not the "
+                           "configuration's.", "simulator-lag")
+    changes, effect = _lag_effect(comp, worst, min_effect)
+    return PageWarning("high" if changes else "low", text, changes, effect, "simulator-lag")
 
 
 def _level_lag_ms(comp: Comparison, where: Sequence[tuple[str, int | None]]) -> float | None:
@@ -202,6 +240,9 @@ def collect_warnings(comp: Comparison, recs: Sequence[Any] | None = None,
                 "Can change the verdict: its deltas mix the configuration's effect with the workload's, so they "
                 "are not the configuration's alone.", "workload-mismatch"))
     out += _recorded(comp, min_effect)
+    sim = _simulator_lag(comp, min_effect)
+    if sim is not None:
+        out.append(sim)
     from specsweep.cpushare import cpu_share_warning
 
     raw = [f for f in (getattr(comp, "raw_levels", None) or {}).values() if f is not None and not f.empty]

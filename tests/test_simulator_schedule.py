@@ -1,0 +1,118 @@
+"""A simulated server that falls behind its profile's schedule is seen, recorded per level and warned about.
+
+The reference server simulates its engine in real time on the CPU it shares with everything else;
+on a machine too busy to keep up, its figures measure that machine rather than the profile. Its
+``specsweep_refserver_*`` schedule counters (every API surface) are read before and after each
+level into ``sim_*`` columns, and the page warns where a level's steps woke late or its clock was
+reset. The stall here is real: the server process is stopped (SIGSTOP) for 0.6 s in mid-level.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from helpers import write_measured
+from specsweep.compare import compare
+from specsweep.probe import SIM_COUNTERS, counters, parse_metrics
+from specsweep.refserver.launch import RefServer
+from specsweep.metrics import SIM_LAG_WARN_MS
+from specsweep.report.warnings import collect_warnings
+from specsweep.store import load_result_set, load_result_sets
+from specsweep.sweep import run_sweep, simulator_schedule_figures
+
+SLOW = ["--set", "decode.fixed_ms=60", "--set", "decode.per_token_ms=0.1", "--set", "prefill.fixed_ms=5"]
+
+
+@pytest.mark.parametrize("surface", ["sglang", "vllm", "llamacpp"])
+def test_every_surface_exposes_the_schedule_counters(surface: str) -> None:
+    args = [] if surface == "sglang" else ["--api-surface", surface]
+    with RefServer("tiny", "mtp", ["--health-delay-s", "0.1", *args]) as srv, httpx.Client(base_url=srv.url) as c:
+        def read() -> dict[str, float]:
+            return counters(parse_metrics(c.get("/metrics").text, set(SIM_COUNTERS.values())), surface)
+
+        before = read()
+        assert set(before) == set(SIM_COUNTERS), before
+        model = c.get("/v1/models").json()["data"][0]["id"]
+        r = c.post("/v1/completions", json={"model": model, "prompt": "hi", "max_tokens": 16}, timeout=30)
+        assert r.status_code == 200, r.text
+        after = read()
+    figures = simulator_schedule_figures(before, after)
+    assert figures["sim_steps"] >= 8  # one prefill and ≥ 7 decode steps (accept length ≤ 2)
+    assert 0 <= figures["sim_step_lag_mean_ms"] < 250 and figures["sim_clock_resyncs"] == 0
+
+
+def test_without_the_counters_or_across_a_restart_there_are_no_figures() -> None:
+    assert simulator_schedule_figures({}, {}) == {}  # a real server: no sim_* columns at all
+    before = {k: 10.0 for k in SIM_COUNTERS}
+    assert simulator_schedule_figures(before, {k: 0.0 for k in SIM_COUNTERS}) == {}  # counters went back
+    assert simulator_schedule_figures(before, dict(before)) == {}  # no step ran
+
+
+def test_a_stalled_simulator_is_recorded_and_warned_about(tmp_path: Path) -> None:
+    lines: list[str] = []
+    with RefServer("tiny", "mtp", ["--health-delay-s", "0.1", *SLOW]) as srv:
+        assert srv.process is not None
+        pid = srv.process.pid
+
+        def stall() -> None:  # 0.3 s into the second level: a host that stops the server for 0.6 s
+            time.sleep(0.3)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(0.6)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+
+        def log(line: str) -> None:
+            lines.append(line)
+            if line.startswith("C=2 repeat 0:") and "saved" in line:
+                threading.Thread(target=stall, daemon=True).start()
+
+        res = run_sweep({"endpoint": srv.url, "concurrency": [2, 4], "input_tokens": 32, "output_tokens": 32,
+                         "workload": "random-ids", "out_dir": str(tmp_path / "runs"), "requests_per_level": 8,
+                         "warmup_requests": 0, "metrics_interval_s": 0.1, "arm": "baseline"},
+                        progress=False, log=log)
+    rs = load_result_set(res.run_dir)
+    lv = rs.levels.set_index("concurrency")
+    assert lv.at[4, "sim_clock_resyncs"] >= 1, lv.filter(like="sim_").to_string()
+    assert lv.at[4, "sim_resync_lost_s"] >= 0.3
+    assert lv.at[4, "sim_step_lag_mean_ms"] > SIM_LAG_WARN_MS
+    assert lv.at[2, "sim_steps"] > 0 and lv.at[4, "sim_steps"] > 0
+    (line,) = [ln for ln in lines if ln.startswith("C=4 repeat 0:")]
+    assert "ms late per step" in line and "clock reset" in line
+    (w,) = [w for w in collect_warnings(compare([rs])) if w.kind == "simulator-lag"]
+    assert w.changes_verdict and w.severity == "high"
+    assert "fell behind its schedule" in w.text and "concurrency 4" in w.text and "clock was reset" in w.text
+
+
+def _sim(lag_ms: float, resyncs: float = 0.0) -> dict[str, float]:
+    return {"sim_steps": 100.0, "sim_step_lag_mean_ms": lag_ms, "sim_step_lag_pct": lag_ms / 20 * 100,
+            "sim_late_steps_pct": 50.0 if lag_ms > 1 else 1.0, "sim_clock_resyncs": resyncs,
+            "sim_resync_lost_s": 0.4 * resyncs}
+
+
+@pytest.mark.parametrize("ttft_s, lag_ms, resyncs, kind", [
+    (0.02, 0.3, 0, None),           # a busy machine's usual lag: no warning
+    (0.02, 3.0, 0, "changes"),      # 3 ms of 20 ms TTFT: more than the 2 % minimum effect
+    (2.0, 3.0, 0, "does-not"),      # 3 ms of 2 s: below it
+    (2.0, 0.3, 1, "changes"),       # a clock reset: the simulator ran slower than its profile
+])
+def test_the_warning_weighs_the_lag_against_the_shortest_wait(tmp_path: Path, ttft_s: float, lag_ms: float,
+                                                              resyncs: float, kind: str | None) -> None:
+    levels = {c: {"tokens": 30, "step_s": 0.01, "ttft_s": ttft_s} for c in (2, 8)}
+    arm = "spec <script>alert(1)</script> *x*"
+    write_measured(tmp_path / "base", "baseline", levels, level_extra={c: _sim(0.2) for c in (2, 8)})
+    write_measured(tmp_path / "spec", arm, levels, level_extra={2: _sim(0.2), 8: _sim(lag_ms, resyncs)})
+    found = [w for w in collect_warnings(compare(load_result_sets(tmp_path))) if w.kind == "simulator-lag"]
+    if kind is None:
+        assert not found
+        return
+    (w,) = found
+    assert w.changes_verdict is (kind == "changes")
+    assert "1 level(s)" in w.text and "concurrency 8" in w.text and "<script>" not in w.text
+    assert ("clock was reset" in w.text) is bool(resyncs)
