@@ -87,7 +87,7 @@ def test_a_stalled_simulator_is_recorded_and_warned_about(tmp_path: Path) -> Non
     assert "ms late per step" in line and "clock reset" in line
     (w,) = [w for w in collect_warnings(compare([rs])) if w.kind == "simulator-lag"]
     assert w.changes_verdict and w.severity == "high"
-    assert "fell behind its schedule" in w.text and "concurrency 4" in w.text and "clock was reset" in w.text
+    assert "fell behind its schedule" in w.text and "at concurrency 4:" in w.text and "clock was reset" in w.text
 
 
 def _sim(lag_ms: float, resyncs: float = 0.0) -> dict[str, float]:
@@ -114,5 +114,17 @@ def test_the_warning_weighs_the_lag_against_the_shortest_wait(tmp_path: Path, tt
         return
     (w,) = found
     assert w.changes_verdict is (kind == "changes")
-    assert "1 level(s)" in w.text and "concurrency 8" in w.text and "<script>" not in w.text
+    assert "in 1 of 4 measured levels" in w.text and "at concurrency 8:" in w.text and "<script>" not in w.text
+    if not resyncs:  # weighed against the wait at 8, the level that lagged
+        assert "at concurrency 8 the lag" in w.effect or "at concurrency 8, where" in w.effect, w.effect
     assert ("clock was reset" in w.text) is bool(resyncs)
+
+
+def test_a_level_s_lag_is_weighed_against_that_level_s_waits(tmp_path: Path) -> None:
+    """3 ms of lag at 8 clients, whose TTFT is 2 s, does not decide, although TTFT at 2 clients is 20 ms."""
+    levels = {2: {"tokens": 30, "step_s": 0.01, "ttft_s": 0.02}, 8: {"tokens": 30, "step_s": 0.01, "ttft_s": 2.0}}
+    write_measured(tmp_path / "base", "baseline", levels, level_extra={c: _sim(0.2) for c in (2, 8)})
+    write_measured(tmp_path / "spec", "spec", levels, level_extra={2: _sim(0.2), 8: _sim(3.0)})
+    (w,) = [w for w in collect_warnings(compare(load_result_sets(tmp_path))) if w.kind == "simulator-lag"]
+    assert not w.changes_verdict and w.severity == "low"
+    assert "at concurrency 8, where 3.0 ms is" in w.effect, w.effect

@@ -12,8 +12,8 @@ figure it could distort:
 - a client that kept fewer requests in flight than the level names: the shortfall (%) against the
   minimum effect;
 - a reference server that fell behind its profile's schedule (``sim_*`` level columns): its mean
-  step lag, judged as a late timestamp; a clock resync (the simulator ran slower than its profile)
-  can change the verdict;
+  step lag, judged as a late timestamp against the shortest median wait at the same level; a clock
+  resync (the simulator ran slower than its profile) can change the verdict;
 - token counts from SSE chunks, workloads that differ, a failed prefix-cache flush, outputs shorter
   than asked: they change what the figures measure, so they can change the verdict;
 - anything else recorded: not assessed (counted as able to change the verdict, ranked after the
@@ -74,10 +74,11 @@ def _min_effect(recs: Sequence[Any] | None) -> float:
     return min(effects) if effects else DEFAULT_MIN_EFFECT_PCT
 
 
-def shortest_wait(comp: Comparison) -> tuple[float, str] | None:
-    """(seconds, what) of the shortest median wait any arm measured at any level — TTFT p50, else e2e
-    p50, else the Little's-law mean — the figure a late timestamp distorts most; None without one."""
-    lv = comp.levels
+def shortest_wait(comp: Comparison, concurrency: int | None = None) -> tuple[float, str] | None:
+    """(seconds, what) of the shortest median wait any arm measured at any level (``concurrency``:
+    at that level only) — TTFT p50, else e2e p50, else the Little's-law mean — the figure a late
+    timestamp distorts most; None without one."""
+    lv = comp.levels if concurrency is None else comp.levels[comp.levels["concurrency"] == concurrency]
     for col, name in (("ttft_p50_s", "median time to first token"), ("e2e_p50_s", "median end-to-end time"),
                       ("e2e_mean_est_s", "mean request time (Little's law)")):
         if col in lv:
@@ -123,8 +124,10 @@ def _simulator_lag(comp: Comparison, min_effect: float) -> PageWarning | None:
     n_resync = int(pd.to_numeric(hot.get("sim_clock_resyncs", pd.Series(0.0, index=hot.index)), errors="coerce").fillna(0).sum())
     lost = float(pd.to_numeric(hot.get("sim_resync_lost_s", pd.Series(0.0, index=hot.index)), errors="coerce").fillna(0).sum())
     conc = sorted({int(c) for c in hot["concurrency"]})
-    text = (f"**The simulated server fell behind its schedule** on {len(hot)} level(s) of "
-            f"{_names(comp, list(hot['arm']))} (concurrency {', '.join(str(c) for c in conc)}): its steps woke up to "
+    runs = int(lag.notna().sum())
+    text = (f"**The simulated server fell behind its schedule** in {len(hot)} of {runs} measured levels (each arm, "
+            f"repeat and concurrency counted once) of {_names(comp, list(hot['arm']))}, at concurrency "
+            f"{', '.join(str(c) for c in conc)}: its steps woke up to "
             f"{worst:.1f} ms late on average" + (f" ({share:.0f} % of a step)" if math.isfinite(share) else "")
             + (f", and its clock was reset {n_resync} time(s), dropping {lost:.2f} s of schedule" if n_resync else "")
             + ". Those figures measure this machine's CPU as well as the profile: rerun on a quieter machine, or "
@@ -133,8 +136,25 @@ def _simulator_lag(comp: Comparison, min_effect: float) -> PageWarning | None:
         return PageWarning("high", text, True, "Can change the verdict: where the clock was reset the simulated "
                            "server ran slower than its profile, so its throughput there is the machine's, not the "
                            "configuration's.", "simulator-lag")
-    changes, effect = _lag_effect(comp, worst, min_effect)
-    return PageWarning("high" if changes else "low", text, changes, effect, "simulator-lag")
+    # a late step delays the tokens of its own level: weigh each level's lag against that level's waits
+    weighed = []
+    for c, lag_c in hot.groupby("concurrency")["sim_step_lag_mean_ms"].max().items():
+        wait = shortest_wait(comp, int(c))
+        if wait is not None and math.isfinite(lag_c):
+            weighed.append((float(lag_c) / 1e3 / wait[0] * 100, int(c), float(lag_c), wait))
+    if not weighed:
+        changes, effect = _lag_effect(comp, worst, min_effect)
+        return PageWarning("high" if changes else "low", text, changes, effect, "simulator-lag")
+    share_pct, c, lag_c, wait = max(weighed)
+    if share_pct > min_effect:
+        return PageWarning("high", text, True, (
+            f"Can change the verdict: at concurrency {c} the lag, {lag_c:.1f} ms, is {share_pct:.1f}% of {wait[1]}, "
+            f"more than the {min_effect:g}% minimum effect, so the latency figures there may be off by a deciding "
+            "amount."), "simulator-lag")
+    return PageWarning("low", text, False, (
+        f"Does not change the verdict: the largest share is at concurrency {c}, where {lag_c:.1f} ms is "
+        f"{share_pct:.1f}% of {wait[1]}, below the {min_effect:g}% minimum effect; aggregate throughput does not "
+        "depend on when a step's tokens were written."), "simulator-lag")
 
 
 def _level_lag_ms(comp: Comparison, where: Sequence[tuple[str, int | None]]) -> float | None:
