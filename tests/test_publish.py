@@ -77,3 +77,41 @@ def test_a_published_study_runs_fresh_with_per_arm_and_per_level_progress(
     assert publish_study(pub, tmp_path / "reports") == report
     terminal = "".join(capfd.readouterr())
     assert "C=1 repeat 0:" not in terminal and terminal.count("already complete") == 4
+
+
+@pytest.mark.parametrize("at_once", [1, 2, 5])
+def test_studies_are_measured_at_most_at_once_at_a_time(monkeypatch: pytest.MonkeyPatch, at_once: int) -> None:
+    """The scheduling alone (``run_study`` is timed, not run: the studies themselves are measured by the tests
+    above): one study at a time by default, since each runs its own parallel sweeps and more at once put the
+    simulated servers behind their schedule."""
+    import threading
+    import time
+
+    from specsweep import publish
+
+    lock, running, peak = threading.Lock(), [0], [0]
+
+    def fake_run_study(study, **_: object) -> None:  # noqa: ANN001
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+
+    monkeypatch.setattr(publish, "run_study", fake_run_study)
+    pubs = [p for p in PUBLISHED if p.study] * 2  # the demo studies, twice over: at least three
+    assert len(pubs) >= 3
+    publish.measure_studies(pubs, at_once=at_once)
+    assert peak[0] == min(at_once, len(pubs))
+    assert publish.STUDIES_AT_ONCE == 1
+    with pytest.raises(ValueError, match="at_once=0"):
+        publish.measure_studies(pubs, at_once=0)
+
+
+def test_studies_at_once_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    from specsweep import publish
+
+    with pytest.raises(SystemExit):
+        publish.main(["--studies-at-once", "0"])
+    assert "--studies-at-once 0: must be at least 1" in capsys.readouterr().err
