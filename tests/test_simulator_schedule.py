@@ -116,7 +116,7 @@ def test_the_warning_weighs_the_lag_against_the_shortest_wait(tmp_path: Path, tt
     assert w.changes_verdict is (kind == "changes")
     assert "in 1 of 4 measured levels" in w.text and "at concurrency 8:" in w.text and "<script>" not in w.text
     if not resyncs:  # weighed against the wait at 8, the level that lagged
-        assert "at concurrency 8 the lag" in w.effect or "at concurrency 8, where" in w.effect, w.effect
+        assert "at concurrency 8, 3.0 ms is" in w.effect or "at concurrency 8, where" in w.effect, w.effect
     assert ("clock was reset" in w.text) is bool(resyncs)
 
 

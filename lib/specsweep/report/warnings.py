@@ -7,8 +7,9 @@ and says of each whether it can change the verdict, comparing the warning's own 
 figure it could distort:
 
 - late timestamps (event-loop lag, a busy client): the lag in ms against the shortest median time
-  to first token (else end-to-end time) the verdict reads; it changes the verdict where the lag is
-  more than the smallest minimum effect of the profiles (% of that time);
+  to first token (else end-to-end time) measured at the level that lagged (a late chunk delays that
+  level's waits; any level's where the warning names none); it changes the verdict where the lag
+  is more than the smallest minimum effect of the profiles (% of that time);
 - a client that kept fewer requests in flight than the level names: the shortfall (%) against the
   minimum effect;
 - a reference server that fell behind its profile's schedule (``sim_*`` level columns): its mean
@@ -105,6 +106,30 @@ def _lag_effect(comp: Comparison, lag_ms: float, min_effect: float) -> tuple[boo
                    f"{min_effect:g}% minimum effect; aggregate throughput does not depend on timestamps.")
 
 
+def _weighed_lag(comp: Comparison, lags: Sequence[tuple[int | None, float]], min_effect: float
+                 ) -> tuple[bool, str, float]:
+    """(changes the verdict, effect, the lag it names in ms) of late timestamps: ``lags`` (concurrency,
+    ms) each weighed against the shortest median wait measured at its own level (a late chunk delays
+    the waits of the level it belongs to), the largest share deciding; levels without a wait (or
+    lags without a level) fall back to the shortest wait of any level (:func:`_lag_effect`)."""
+    weighed = []
+    for c, lag_ms in lags:
+        wait = shortest_wait(comp, c) if c is not None else None
+        if wait is not None and math.isfinite(lag_ms):
+            weighed.append((lag_ms / 1e3 / wait[0] * 100, c, lag_ms, wait))
+    if not weighed:
+        lag_ms = max((x for _, x in lags if math.isfinite(x)), default=0.0)
+        return (*_lag_effect(comp, lag_ms, min_effect), lag_ms)
+    share, c, lag_ms, wait = max(weighed, key=lambda w: w[0])
+    if share > min_effect:
+        return True, (f"Can change the verdict: at concurrency {c}, {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, "
+                      f"more than the {min_effect:g}% minimum effect, so the latency figures there may be off by a "
+                      "deciding amount."), lag_ms
+    return False, (f"Does not change the verdict: the largest share is at concurrency {c}, where {lag_ms:.1f} ms is "
+                   f"{share:.1f}% of {wait[1]}, below the {min_effect:g}% minimum effect; aggregate throughput does "
+                   "not depend on timestamps."), lag_ms
+
+
 def _simulator_lag(comp: Comparison, min_effect: float) -> PageWarning | None:
     """The reference server fell behind its profile's schedule on some level (``sim_*`` columns): a
     clock resync there (it ran slower than its profile: can change the verdict), or steps that woke on
@@ -136,25 +161,9 @@ def _simulator_lag(comp: Comparison, min_effect: float) -> PageWarning | None:
         return PageWarning("high", text, True, "Can change the verdict: where the clock was reset the simulated "
                            "server ran slower than its profile, so its throughput there is the machine's, not the "
                            "configuration's.", "simulator-lag")
-    # a late step delays the tokens of its own level: weigh each level's lag against that level's waits
-    weighed = []
-    for c, lag_c in hot.groupby("concurrency")["sim_step_lag_mean_ms"].max().items():
-        wait = shortest_wait(comp, int(c))
-        if wait is not None and math.isfinite(lag_c):
-            weighed.append((float(lag_c) / 1e3 / wait[0] * 100, int(c), float(lag_c), wait))
-    if not weighed:
-        changes, effect = _lag_effect(comp, worst, min_effect)
-        return PageWarning("high" if changes else "low", text, changes, effect, "simulator-lag")
-    share_pct, c, lag_c, wait = max(weighed)
-    if share_pct > min_effect:
-        return PageWarning("high", text, True, (
-            f"Can change the verdict: at concurrency {c} the lag, {lag_c:.1f} ms, is {share_pct:.1f}% of {wait[1]}, "
-            f"more than the {min_effect:g}% minimum effect, so the latency figures there may be off by a deciding "
-            "amount."), "simulator-lag")
-    return PageWarning("low", text, False, (
-        f"Does not change the verdict: the largest share is at concurrency {c}, where {lag_c:.1f} ms is "
-        f"{share_pct:.1f}% of {wait[1]}, below the {min_effect:g}% minimum effect; aggregate throughput does not "
-        "depend on when a step's tokens were written."), "simulator-lag")
+    per_level = hot.groupby("concurrency")["sim_step_lag_mean_ms"].max()
+    changes, effect, _ = _weighed_lag(comp, [(int(c), float(x)) for c, x in per_level.items()], min_effect)
+    return PageWarning("high" if changes else "low", text, changes, effect, "simulator-lag")
 
 
 def _level_lag_ms(comp: Comparison, where: Sequence[tuple[str, int | None]]) -> float | None:
@@ -182,19 +191,19 @@ def _recorded(comp: Comparison, min_effect: float) -> list[PageWarning]:
         first = items[0][3]
         where = "its meta.json" if len(set(arms)) == 1 else "each one's meta.json"
         at = f" at concurrency {', '.join(map(str, levels))}" if levels else ""
-        lags = [float(x.group(1)) for *_, b in items if (x := _LAG.search(b))]
+        lags = [(c, float(x.group(1))) for _, c, _, b in items if (x := _LAG.search(b))]
         if lags:
-            lag = max(lags)
+            lag = max(x for _, x in lags)
             body = (f"event-loop lag p99 up to {lag:.1f} ms in {len(items)} run{'s' if len(items) > 1 else ''}"
                     f"{at}: chunk timestamps can be late by that much")
-            changes, effect = _lag_effect(comp, lag, min_effect)
+            changes, effect, _ = _weighed_lag(comp, lags, min_effect)
             out.append(PageWarning("medium" if changes else "low", f"{_names(comp, arms)} (recorded in {where}): "
                                    f"{md_text(body)}", changes, effect, "timestamps"))
             continue
         if _CORES.search(first):
-            lag = _level_lag_ms(comp, [(a, c) for a, c, _, _ in items])
-            if lag is not None:
-                changes, effect = _lag_effect(comp, lag, min_effect)
+            per_level = [(c, x) for a, c, _, _ in items if (x := _level_lag_ms(comp, [(a, c)])) is not None]
+            if per_level:
+                changes, effect, lag = _weighed_lag(comp, per_level, min_effect)
                 effect = effect.replace(f"{lag:.1f} ms", f"its event-loop lag p99 ({lag:.1f} ms)", 1)
             else:
                 changes, effect = True, ("Can change the verdict: a busy client stamps chunks late, and these data "
