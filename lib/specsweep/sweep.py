@@ -46,7 +46,7 @@ from specsweep.cpushare import CpuShare, level_suffix
 from specsweep.loadgen import LevelResult, LoadGenerator
 from specsweep.metrics import (SIM_LAG_WARN_MS, SOURCE_COUNTERS, LevelAcceptance, acceptance_from_requests, level_metrics,
                                requests_frame)
-from specsweep.probe import (COUNTER_ACCEPTANCE_FORMULA, LLAMACPP_NO_PROMPT_CACHE, MetricsPoller, ProbeError,
+from specsweep.probe import (COUNTER_ACCEPTANCE_FORMULA, LLAMACPP_NO_PROMPT_CACHE, SIM_COUNTERS, MetricsPoller, ProbeError,
                              ServerProbe, TokenCounter, acceptance_from_counters, erase_llamacpp_slots, probe,
                              spec_level_figures, try_flush_prefix_cache)
 from specsweep.plausibility import PREFIX as PLAUSIBILITY_PREFIX
@@ -275,10 +275,9 @@ def simulator_schedule_figures(before: dict[str, float], after: dict[str, float]
     none for a real server, which has no such counters): steps run, their mean lag (ms, and % of the
     scheduled step length), the share woken more than 1 ms late (%), clock resyncs and the schedule
     time they dropped (s). See ``refserver/schedule_metrics.py``."""
-    keys = ("sim_steps", "sim_step_s", "sim_step_lag_s", "sim_late_steps", "sim_clock_resyncs", "sim_resync_lost_s")
-    if not all(k in before and k in after for k in keys):
+    if not all(k in before and k in after for k in SIM_COUNTERS):
         return {}
-    d = {k: after[k] - before[k] for k in keys}
+    d = {k: after[k] - before[k] for k in SIM_COUNTERS}
     if d["sim_steps"] <= 0 or any(v < 0 for v in d.values()):  # none ran, or the server restarted
         return {}
     return {

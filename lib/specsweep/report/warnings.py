@@ -93,34 +93,30 @@ def shortest_wait(comp: Comparison, concurrency: int | None = None) -> tuple[flo
     return None
 
 
-def _lag_effect(comp: Comparison, lag_ms: float, min_effect: float) -> tuple[bool, str]:
-    wait = shortest_wait(comp)
-    if wait is None:
-        return False, (f"Does not change the verdict: no measured wait is judged on these data, and aggregate "
-                       f"throughput does not depend on timestamps ({lag_ms:.1f} ms).")
-    share = lag_ms / 1e3 / wait[0] * 100
-    if share > min_effect:
-        return True, (f"Can change the verdict: {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, more than the "
-                      f"{min_effect:g}% minimum effect, so the latency figures may be off by a deciding amount.")
-    return False, (f"Does not change the verdict: {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, below the "
-                   f"{min_effect:g}% minimum effect; aggregate throughput does not depend on timestamps.")
-
-
 def _weighed_lag(comp: Comparison, lags: Sequence[tuple[int | None, float]], min_effect: float
                  ) -> tuple[bool, str, float]:
     """(changes the verdict, effect, the lag it names in ms) of late timestamps: ``lags`` (concurrency,
     ms) each weighed against the shortest median wait measured at its own level (a late chunk delays
-    the waits of the level it belongs to), the largest share deciding; levels without a wait (or
-    lags without a level) fall back to the shortest wait of any level (:func:`_lag_effect`)."""
+    the waits of the level it belongs to), else (no level, or none measured there) at any level; the
+    largest share decides."""
     weighed = []
     for c, lag_ms in lags:
-        wait = shortest_wait(comp, c) if c is not None else None
+        here = shortest_wait(comp, c) if c is not None else None
+        wait = here or shortest_wait(comp)
         if wait is not None and math.isfinite(lag_ms):
-            weighed.append((lag_ms / 1e3 / wait[0] * 100, c, lag_ms, wait))
+            weighed.append((lag_ms / 1e3 / wait[0] * 100, c if here else None, lag_ms, wait))
     if not weighed:
         lag_ms = max((x for _, x in lags if math.isfinite(x)), default=0.0)
-        return (*_lag_effect(comp, lag_ms, min_effect), lag_ms)
+        return False, (f"Does not change the verdict: no measured wait is judged on these data, and aggregate "
+                       f"throughput does not depend on timestamps ({lag_ms:.1f} ms)."), lag_ms
     share, c, lag_ms, wait = max(weighed, key=lambda w: w[0])
+    if c is None:
+        if share > min_effect:
+            return True, (f"Can change the verdict: {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, more than the "
+                          f"{min_effect:g}% minimum effect, so the latency figures may be off by a deciding "
+                          "amount."), lag_ms
+        return False, (f"Does not change the verdict: {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, below the "
+                       f"{min_effect:g}% minimum effect; aggregate throughput does not depend on timestamps."), lag_ms
     if share > min_effect:
         return True, (f"Can change the verdict: at concurrency {c}, {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, "
                       f"more than the {min_effect:g}% minimum effect, so the latency figures there may be off by a "
@@ -130,24 +126,34 @@ def _weighed_lag(comp: Comparison, lags: Sequence[tuple[int | None, float]], min
                    "not depend on timestamps."), lag_ms
 
 
-def _simulator_lag(comp: Comparison, min_effect: float) -> PageWarning | None:
-    """The reference server fell behind its profile's schedule on some level (``sim_*`` columns): a
-    clock resync there (it ran slower than its profile: can change the verdict), or steps that woke on
-    average more than :data:`SIM_LAG_WARN_MS` late (assessed as a late timestamp of that size)."""
+def _run_levels(comp: Comparison) -> pd.DataFrame:
+    """Every run's own level rows (one per arm, repeat and concurrency), else the comparison's levels."""
     frames = [f.assign(arm=a) if "arm" not in f else f
               for a, f in (getattr(comp, "raw_levels", None) or {}).items() if f is not None and not f.empty]
-    lv = pd.concat(frames, ignore_index=True) if frames else comp.levels
+    return pd.concat(frames, ignore_index=True) if frames else comp.levels
+
+
+def _simulator_lag(comp: Comparison, lv: pd.DataFrame, min_effect: float) -> PageWarning | None:
+    """The reference server fell behind its profile's schedule on some level (``sim_*`` columns of
+    ``lv``, every run's level rows): a clock resync there (it ran slower than its profile: can change
+    the verdict), or steps that woke on average more than :data:`SIM_LAG_WARN_MS` late (assessed as a
+    late timestamp of that size)."""
     if "sim_step_lag_mean_ms" not in lv:
         return None
-    lag = pd.to_numeric(lv["sim_step_lag_mean_ms"], errors="coerce")
-    resyncs = pd.to_numeric(lv.get("sim_clock_resyncs", pd.Series(0.0, index=lv.index)), errors="coerce").fillna(0)
-    hot = lv[(lag > SIM_LAG_WARN_MS) | (resyncs > 0)]
+
+    def column(name: str, missing: float) -> pd.Series:
+        return pd.to_numeric(lv[name], errors="coerce") if name in lv else pd.Series(missing, index=lv.index)
+
+    lag, resyncs = column("sim_step_lag_mean_ms", math.nan), column("sim_clock_resyncs", 0.0).fillna(0)
+    hot_rows = (lag > SIM_LAG_WARN_MS) | (resyncs > 0)
+    hot = lv[hot_rows]
     if hot.empty:
         return None
-    worst = float(pd.to_numeric(hot["sim_step_lag_mean_ms"], errors="coerce").max())
-    share = pd.to_numeric(hot.get("sim_step_lag_pct", pd.Series(math.nan, index=hot.index)), errors="coerce").max()
-    n_resync = int(pd.to_numeric(hot.get("sim_clock_resyncs", pd.Series(0.0, index=hot.index)), errors="coerce").fillna(0).sum())
-    lost = float(pd.to_numeric(hot.get("sim_resync_lost_s", pd.Series(0.0, index=hot.index)), errors="coerce").fillna(0).sum())
+    hot_lag = lag[hot_rows]
+    worst = float(hot_lag.max())
+    share = column("sim_step_lag_pct", math.nan)[hot_rows].max()
+    n_resync = int(resyncs[hot_rows].sum())
+    lost = float(column("sim_resync_lost_s", 0.0).fillna(0)[hot_rows].sum())
     conc = sorted({int(c) for c in hot["concurrency"]})
     runs = int(lag.notna().sum())
     text = (f"**The simulated server fell behind its schedule** in {len(hot)} of {runs} measured levels (each arm, "
@@ -161,7 +167,7 @@ def _simulator_lag(comp: Comparison, min_effect: float) -> PageWarning | None:
         return PageWarning("high", text, True, "Can change the verdict: where the clock was reset the simulated "
                            "server ran slower than its profile, so its throughput there is the machine's, not the "
                            "configuration's.", "simulator-lag")
-    per_level = hot.groupby("concurrency")["sim_step_lag_mean_ms"].max()
+    per_level = hot_lag.groupby(hot["concurrency"]).max()
     changes, effect, _ = _weighed_lag(comp, [(int(c), float(x)) for c, x in per_level.items()], min_effect)
     return PageWarning("high" if changes else "low", text, changes, effect, "simulator-lag")
 
@@ -269,13 +275,13 @@ def collect_warnings(comp: Comparison, recs: Sequence[Any] | None = None,
                 "Can change the verdict: its deltas mix the configuration's effect with the workload's, so they "
                 "are not the configuration's alone.", "workload-mismatch"))
     out += _recorded(comp, min_effect)
-    sim = _simulator_lag(comp, min_effect)
+    runs = _run_levels(comp)
+    sim = _simulator_lag(comp, runs, min_effect)
     if sim is not None:
         out.append(sim)
     from specsweep.cpushare import cpu_share_warning
 
-    raw = [f for f in (getattr(comp, "raw_levels", None) or {}).values() if f is not None and not f.empty]
-    cpu = cpu_share_warning(pd.concat(raw, ignore_index=True) if raw else comp.levels)  # every run's own level rows
+    cpu = cpu_share_warning(runs)
     if cpu:
         out.append(PageWarning(
             "medium", cpu, False,
