@@ -128,3 +128,14 @@ def test_a_level_s_lag_is_weighed_against_that_level_s_waits(tmp_path: Path) -> 
     (w,) = [w for w in collect_warnings(compare(load_result_sets(tmp_path))) if w.kind == "simulator-lag"]
     assert not w.changes_verdict and w.severity == "low"
     assert "at concurrency 8, where 3.0 ms is" in w.effect, w.effect
+
+
+def test_the_share_of_a_step_quoted_is_the_worst_lag_s_own(tmp_path: Path) -> None:
+    """'up to 3.0 ms late on average (15 % of a step)': the share of the level that lagged 3.0 ms, not the
+    largest share of any level (2.0 ms of a 5 ms step, 40 %)."""
+    levels = {c: {"tokens": 30, "step_s": 0.01, "ttft_s": 0.5} for c in (2, 8)}
+    write_measured(tmp_path / "base", "baseline", levels, level_extra={c: _sim(0.2) for c in (2, 8)})
+    write_measured(tmp_path / "spec", "spec", levels, level_extra={2: {**_sim(2.0), "sim_step_lag_pct": 40.0},
+                                                                     8: {**_sim(3.0), "sim_step_lag_pct": 15.0}})
+    (w,) = [w for w in collect_warnings(compare(load_result_sets(tmp_path))) if w.kind == "simulator-lag"]
+    assert "up to 3.0 ms late on average (15 % of a step)" in w.text, w.text

@@ -151,7 +151,8 @@ def _simulator_lag(comp: Comparison, lv: pd.DataFrame, min_effect: float) -> Pag
         return None
     hot_lag = lag[hot_rows]
     worst = float(hot_lag.max())
-    share = column("sim_step_lag_pct", math.nan)[hot_rows].max()
+    # the share of a step of that same level (the parenthesis reads as the worst lag's)
+    share = float(column("sim_step_lag_pct", math.nan)[hot_lag.idxmax()]) if hot_lag.notna().any() else math.nan
     n_resync = int(resyncs[hot_rows].sum())
     lost = float(column("sim_resync_lost_s", 0.0).fillna(0)[hot_rows].sum())
     conc = sorted({int(c) for c in hot["concurrency"]})
