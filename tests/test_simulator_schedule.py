@@ -9,6 +9,7 @@ reset. The stall here is real: the server process is stopped (SIGSTOP) for 0.6 s
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -87,7 +88,11 @@ def test_a_stalled_simulator_is_recorded_and_warned_about(tmp_path: Path) -> Non
     assert "ms late per step" in line and "clock reset" in line
     (w,) = [w for w in collect_warnings(compare([rs])) if w.kind == "simulator-lag"]
     assert w.changes_verdict and w.severity == "high"
-    assert "fell behind its schedule" in w.text and "at concurrency 4:" in w.text and "clock was reset" in w.text
+    assert "fell behind its schedule" in w.text and "clock was reset" in w.text
+    # the stalled level is named; on a loaded machine the first level may have lagged too, and is then named
+    # beside it (CI once read "at concurrency 2, 4:")
+    named = re.search(r"at concurrency ([\d, ]+):", w.text)
+    assert named and 4 in {int(c) for c in named.group(1).split(", ")}, w.text
 
 
 def _sim(lag_ms: float, resyncs: float = 0.0) -> dict[str, float]:
