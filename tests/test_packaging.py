@@ -63,3 +63,15 @@ def test_environment_yml_installs_the_project_and_python() -> None:
     assert pip_sections and "-e ." in pip_sections[0]
     requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
     assert requires == ">=3.11"
+
+
+def test_the_package_version_is_pyproject_s() -> None:
+    """``specsweep.__version__`` is written out (no importlib.metadata at import); it must say the
+    version pyproject.toml declares, which is what an installed copy's metadata says too."""
+    from importlib import metadata
+
+    import specsweep
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert specsweep.__version__ == declared, "bump lib/specsweep/__init__.py's __version__ with pyproject.toml"
+    assert metadata.version("specsweep") == declared, "reinstall: pip install -e '.[test]'"
