@@ -39,6 +39,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from specsweep.client import FLAVOURS, Flavour, auth_headers
+from specsweep.tls import verify_context
 
 #: server_info keys kept in meta.json (the rest is trimmed: it can be large and is not needed)
 SERVER_INFO_KEYS = (
@@ -270,7 +271,8 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
     if api != "auto" and api not in FLAVOURS:
         raise ProbeError(f"api must be 'auto' or one of {', '.join(FLAVOURS)}; got {api!r}")
     tried: list[str] = []
-    with httpx.Client(base_url=base, timeout=timeout_s, headers=auth_headers(), trust_env=False) as client:
+    with httpx.Client(base_url=base, timeout=timeout_s, headers=auth_headers(), trust_env=False,
+                      verify=verify_context()) as client:
         info: dict[str, Any] = {}
         server = "openai-compatible"
         for path in ("/server_info", "/get_server_info"):
@@ -393,7 +395,8 @@ def try_flush_prefix_cache(endpoint: str, timeout_s: float = 10.0, busy_retries:
     connection is a failure, kept (with its route) in ``failure``.
     """
     failures: list[str] = []
-    with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False) as client:
+    with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False,
+                      verify=verify_context()) as client:
         for route in FLUSH_ROUTES:
             for attempt in range(busy_retries + 1):
                 try:
@@ -433,7 +436,8 @@ def erase_llamacpp_slots(endpoint: str, timeout_s: float = 10.0) -> tuple[str | 
     llama-server allows the action only when started with ``--slot-save-path`` (it answers 501
     otherwise; ``specsweep.engines.llamacpp`` sets one) and ``/slots`` needs its slots endpoint.
     """
-    with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False) as client:
+    with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False,
+                      verify=verify_context()) as client:
         status, slots, err = _get_json(client, "/slots")
         if status != 200 or not isinstance(slots, list):
             return None, f"GET /slots answered {err or status}"
@@ -579,7 +583,8 @@ class MetricsPoller:
         self.server = server
         self.interval_s = interval_s
         self.samples: list[tuple[float, str, float]] = []
-        self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=auth_headers(), trust_env=False)
+        self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=auth_headers(), trust_env=False,
+                                    verify=verify_context())
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gauges, self._counters = metric_names(server, "gauges"), metric_names(server, "counters")
@@ -653,7 +658,8 @@ class TokenCounter:
         self.model = model
         self.available = True
         self.why: str | None = None
-        self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=auth_headers(), trust_env=False)
+        self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=auth_headers(), trust_env=False,
+                                    verify=verify_context())
 
     def _body(self, text: str) -> dict[str, Any]:
         if self.server == "llamacpp":

@@ -1,0 +1,75 @@
+"""The shared certificate-verification context (specsweep.tls) verifies as httpx's default does.
+
+A real HTTPS server on 127.0.0.1 with a self-signed certificate: a client given
+``verify_context()`` refuses it (verification is on, not merely cheaper), and with
+``trust_env=True`` and ``SSL_CERT_FILE`` naming that certificate the same server is accepted, as
+``httpx.Client(verify=True, trust_env=True)`` would.
+"""
+from __future__ import annotations
+
+import http.server
+import shutil
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specsweep.tls import verify_context
+
+
+@pytest.fixture
+def https_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command (Debian package 'openssl') to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}", cert
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_one_context_per_process_that_verifies() -> None:
+    ctx = verify_context()
+    assert ctx is verify_context()  # built once
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+
+
+def test_an_untrusted_certificate_is_refused_and_ssl_cert_file_is_honoured(
+        https_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, cert = https_server
+    with httpx.Client(trust_env=False, verify=verify_context()) as client, pytest.raises(httpx.ConnectError) as err:
+        client.get(url)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(err.value)
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    trusting = verify_context(trust_env=True)
+    assert trusting is not verify_context() and trusting is verify_context(trust_env=True)
+    with httpx.Client(verify=trusting) as client:
+        assert client.get(url).text == "ok"
+    monkeypatch.delenv("SSL_CERT_FILE")
+    assert verify_context(trust_env=True) is not trusting  # the environment changed: a context of its own
