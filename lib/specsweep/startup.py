@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,25 @@ def defer_rfc3987_syntax() -> bool:
 # kept in a per-user cache file and read back (about 1 ms). A file lock serialises the first build
 # across processes (a report's own process can start it in a thread while its kernel starts:
 # :func:`warm_vega_bundle`); a missing, unreadable or unwritable cache only costs the rebuild.
+
+
+#: the environment variable that sets how many threads OpenBLAS (the BLAS of numpy's PyPI wheels) starts
+BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+def single_threaded_blas(env: MutableMapping[str, str] | None = None) -> None:
+    """Ask OpenBLAS for one thread (in ``env``, default this process's environment), unless it
+    already says how many.
+
+    When numpy is imported, OpenBLAS starts a thread for every other core, and those threads spin
+    before they sleep: ``import numpy`` cost 0.18 s of CPU on a 2-core machine, 0.08 s with one
+    thread, and more with more cores. specsweep's arrays are never large enough for BLAS threads to
+    pay (a verdict draw's compare and decide take as long with one), and on a CPU engine every
+    spinning thread is taken from the server measured. It acts only before numpy is imported: the
+    reference server, ``python -m specsweep.report``/``study``/``publish`` call it first, and every
+    kernel specsweep starts gets it in its environment (``report.build.kernel_manager_class``).
+    """
+    (os.environ if env is None else env).setdefault(BLAS_THREADS, "1")
 
 
 def cache_dir() -> Path:

@@ -22,10 +22,14 @@ from collections.abc import Callable, Sequence
 
 from typing import TYPE_CHECKING, Any
 
-from . import READY_PREFIX
-from .faults import DataFaults, FaultConfig
-from .model import resolve
-from .profiles import ProfileError, available_profiles, load_profile
+from specsweep.startup import single_threaded_blas
+
+single_threaded_blas()  # before .model imports numpy (see specsweep.startup)
+
+from . import READY_PREFIX  # noqa: E402
+from .faults import DataFaults, FaultConfig  # noqa: E402
+from .model import resolve  # noqa: E402
+from .profiles import ProfileError, available_profiles, load_profile  # noqa: E402
 
 if TYPE_CHECKING:  # the HTTP stack is imported only once the arguments are valid
     from .state import ServerState

@@ -3,7 +3,11 @@ import logging
 import os
 import sys
 
-from specsweep.report.build import main
+from specsweep.startup import single_threaded_blas
+
+single_threaded_blas()  # before numpy is imported (see specsweep.startup)
+
+from specsweep.report.build import main  # noqa: E402
 
 code = main()
 # Every file is written and closed and the kernel is stopped: skip the interpreter's teardown of

@@ -33,6 +33,10 @@ def kernel_manager_class() -> type:
     """
     if os.name == "posix":
         return _ipc_kernel_manager()
+    return _single_blas_thread(_windows_kernel_manager())
+
+
+def _windows_kernel_manager() -> type:
     import zmq
     from jupyter_client import AsyncKernelManager
 
@@ -47,6 +51,22 @@ def kernel_manager_class() -> type:
             super().__init__(**kwargs)
 
     return EncryptedKernelManager
+
+
+def _single_blas_thread(base: type) -> type:
+    """``base`` whose kernels start with one OpenBLAS thread unless the environment given says how
+    many (:func:`specsweep.startup.single_threaded_blas`: about 0.1 s of CPU per kernel)."""
+    from specsweep.startup import single_threaded_blas
+
+    class OneBlasThread(base):  # type: ignore[misc,valid-type]
+        async def start_kernel(self, **kw: Any) -> Any:
+            env = dict(kw.get("env") or os.environ)
+            single_threaded_blas(env)
+            kw["env"] = env
+            return await super().start_kernel(**kw)
+
+    OneBlasThread.__name__ = OneBlasThread.__qualname__ = base.__name__
+    return OneBlasThread
 
 
 @functools.cache
@@ -80,7 +100,7 @@ def _ipc_kernel_manager() -> type:
             if not restart and finalizer is not None:
                 finalizer()
 
-    return IpcKernelManager
+    return _single_blas_thread(IpcKernelManager)
 
 
 #: what the report kernel imports while it starts (before it answers papermill), so that the
