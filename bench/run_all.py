@@ -16,7 +16,9 @@ Runs, each in fresh processes (server pinned to ``--server-core``, client to ``-
 4. issue 21: ``bench/import_time.py`` (the seed report beside the floor of an empty notebook built
    the same way, warm and first build); with ``--test-suite`` the wall time of ``make test``
    (``--test-beside``: with a CPU-bound process beside it); with ``--cpu-share``
-   ``bench/cpu_share.py`` (the client's CPU as a share of llama.cpp's per level).
+   ``bench/cpu_share.py`` (the client's CPU as a share of llama.cpp's per level); with ``--reports``
+   ``make reports``' pipeline (``python -m specsweep.publish``) in a scratch worktree of HEAD, its
+   wall time and whether its decisions are the committed pages'.
 
 Figures:
 
@@ -40,6 +42,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -151,6 +154,42 @@ def test_suite_seconds(beside: bool) -> dict[str, Any]:
             hog.wait()
 
 
+def reports_seconds() -> dict[str, Any]:
+    """Wall and busy CPU seconds of ``make reports``' pipeline (``python -m specsweep.publish``: every
+    demo study measured afresh, every report built) in a scratch worktree of HEAD, so the checkout's
+    pages stay as committed (issue 21, goal 1), and whether its decisions were those of the committed
+    ``reports/decisions.json``. The worktree's ``lib`` comes first on ``PYTHONPATH``, so its paths
+    (data/, reports/) are the ones written; set-up is not counted (the checkout's .venv is used)."""
+    tmp = tempfile.mkdtemp(prefix="specsweep-reports-")
+    tree = os.path.join(tmp, "tree")
+    subprocess.run(["git", "worktree", "add", "--detach", tree, "HEAD"], cwd=REPO, check=True, capture_output=True)
+    try:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(tree, "lib"), os.environ.get("PYTHONPATH", "")])}
+        busy0, t0 = _busy_cpu_s(), time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "specsweep.publish"], cwd=tree, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace")
+        seconds, busy = time.perf_counter() - t0, _busy_cpu_s() - busy0
+        lines = done.stdout.splitlines()
+        verdict = next((ln for ln in lines if ln.startswith("decisions: ")), "decisions: not printed")
+        return {"seconds": seconds, "busy_cpu_s": busy, "passed": done.returncode == 0,
+                "same_decisions": verdict.startswith("decisions: the same as"), "decisions": verdict,
+                "tail": lines[-15:] if done.returncode else []}
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _busy_cpu_s() -> float:
+    """Seconds of CPU the whole machine has spent busy (``/proc/stat``: user, nice, system, irq,
+    softirq, steal), or nan where there is no /proc."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return float("nan")
+    ticks = os.sysconf("SC_CLK_TCK")
+    return sum(int(fields[i]) for i in (0, 1, 2, 5, 6, 7)) / ticks
+
+
 def cpu_share_figures() -> dict[str, Any]:
     """bench/cpu_share.py: the client's CPU as a share of llama.cpp's per level (issue 21, goal 4)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test-beside", action="store_true")
     ap.add_argument("--cpu-share", action="store_true",
                     help="also measure the client's CPU share of llama.cpp's (issue 21 goal 4; needs the [llamacpp] extra)")
+    ap.add_argument("--reports", action="store_true",
+                    help="also time make reports' pipeline in a scratch worktree (issue 21 goal 1; minutes)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
 
@@ -266,6 +307,14 @@ def main(argv: list[str] | None = None) -> int:
         if "seed_cold" in r:
             lines.append(f"| 21.2 | seed report, first build after install (empty cache), wall s (CPU s) | "
                          f"{r['seed_cold']['wall']:.2f} ({r['seed_cold']['cpu']:.2f}) | | | |")
+    if args.reports:
+        rp = reports_seconds()
+        dump["reports"] = rp
+        lines.append(f"| 21.1 | `make reports` without set-up (every demo measured afresh, every page built), wall min "
+                     f"(busy CPU s); decisions | {rp['seconds'] / 60:.1f} ({rp['busy_cpu_s']:.0f}); "
+                     f"{'the same as committed' if rp['same_decisions'] else '**' + rp['decisions'] + '**'}"
+                     f"{'' if rp['passed'] else ', **failed**'} | | ≤ 6, the same | "
+                     f"{_yes(rp['passed'] and rp['same_decisions'] and rp['seconds'] <= 360)} |")
     if args.test_suite:
         ts = test_suite_seconds(args.test_beside)
         dump["test_suite"] = ts
@@ -284,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     for line in dump.get("test_suite", {}).get("failed", []):
         print(f"# make test: {line}")
+    for line in dump.get("reports", {}).get("tail", []):
+        print(f"# make reports: {line}")
     print(f"# load average {os.getloadavg()[0]:.2f} at the end (the machine is shared: figures are noisy; "
           "compare specsweep with the reference of the same run)")
     if args.json_out:
