@@ -1,9 +1,10 @@
 """The shared certificate-verification context (specsweep.tls) verifies as httpx's default does.
 
-A real HTTPS server on 127.0.0.1 with a self-signed certificate: a client given
-``verify_context()`` refuses it (verification is on, not merely cheaper), and with
-``trust_env=True`` and ``SSL_CERT_FILE`` naming that certificate the same server is accepted, as
-``httpx.Client(verify=True, trust_env=True)`` would.
+Clients of ``http://`` servers share one context; clients of ``https://`` servers get httpx's own
+(``True``), since httpcore changes a context's ALPN setting at every TLS connection. A real HTTPS
+server on 127.0.0.1 with a self-signed certificate: the shared context refuses it (verification
+is on, not merely cheaper), and with ``trust_env=True`` and ``SSL_CERT_FILE`` naming that
+certificate it is accepted, as ``httpx.Client(verify=True, trust_env=True)`` would.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import httpx
 import pytest
 
 from helpers import in_ci
-from specsweep.tls import verify_context
+from specsweep.tls import verify_for
 
 
 @pytest.fixture
@@ -57,23 +58,25 @@ def https_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         server.server_close()
 
 
-def test_one_context_per_process_that_verifies() -> None:
-    ctx = verify_context()
-    assert ctx is verify_context()  # built once
+def test_http_clients_share_one_context_and_https_clients_get_their_own() -> None:
+    ctx = verify_for("http://127.0.0.1:30000")
+    assert isinstance(ctx, ssl.SSLContext) and ctx is verify_for("HTTP://other-host:1/health")  # built once
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    assert verify_for("https://gpu-host:30000") is True and verify_for("gpu-host:30000") is True
 
 
 def test_an_untrusted_certificate_is_refused_and_ssl_cert_file_is_honoured(
         https_server: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     url, cert = https_server
-    with httpx.Client(trust_env=False, verify=verify_context()) as client, pytest.raises(httpx.ConnectError) as err:
+    shared = verify_for("http://127.0.0.1")
+    with httpx.Client(trust_env=False, verify=shared) as client, pytest.raises(httpx.ConnectError) as err:
         client.get(url)
     assert "CERTIFICATE_VERIFY_FAILED" in str(err.value)
 
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
-    trusting = verify_context(trust_env=True)
-    assert trusting is not verify_context() and trusting is verify_context(trust_env=True)
-    with httpx.Client(verify=trusting) as client:
+    trusting = verify_for("http://127.0.0.1", trust_env=True)
+    assert trusting is not shared and trusting is verify_for("http://h", trust_env=True)
+    with httpx.Client(verify=trusting, trust_env=False) as client:  # trust_env=False: no proxy from the environment
         assert client.get(url).text == "ok"
     monkeypatch.delenv("SSL_CERT_FILE")
-    assert verify_context(trust_env=True) is not trusting  # the environment changed: a context of its own
+    assert verify_for("http://127.0.0.1", trust_env=True) is not trusting  # the environment changed: a context of its own

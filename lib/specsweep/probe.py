@@ -39,7 +39,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from specsweep.client import FLAVOURS, Flavour, auth_headers
-from specsweep.tls import verify_context
+from specsweep.tls import verify_for
 
 #: server_info keys kept in meta.json (the rest is trimmed: it can be large and is not needed)
 SERVER_INFO_KEYS = (
@@ -272,7 +272,7 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
         raise ProbeError(f"api must be 'auto' or one of {', '.join(FLAVOURS)}; got {api!r}")
     tried: list[str] = []
     with httpx.Client(base_url=base, timeout=timeout_s, headers=auth_headers(), trust_env=False,
-                      verify=verify_context()) as client:
+                      verify=verify_for(base)) as client:
         info: dict[str, Any] = {}
         server = "openai-compatible"
         for path in ("/server_info", "/get_server_info"):
@@ -396,7 +396,7 @@ def try_flush_prefix_cache(endpoint: str, timeout_s: float = 10.0, busy_retries:
     """
     failures: list[str] = []
     with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False,
-                      verify=verify_context()) as client:
+                      verify=verify_for(endpoint)) as client:
         for route in FLUSH_ROUTES:
             for attempt in range(busy_retries + 1):
                 try:
@@ -437,7 +437,7 @@ def erase_llamacpp_slots(endpoint: str, timeout_s: float = 10.0) -> tuple[str | 
     otherwise; ``specsweep.engines.llamacpp`` sets one) and ``/slots`` needs its slots endpoint.
     """
     with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False,
-                      verify=verify_context()) as client:
+                      verify=verify_for(endpoint)) as client:
         status, slots, err = _get_json(client, "/slots")
         if status != 200 or not isinstance(slots, list):
             return None, f"GET /slots answered {err or status}"
@@ -584,7 +584,7 @@ class MetricsPoller:
         self.interval_s = interval_s
         self.samples: list[tuple[float, str, float]] = []
         self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=auth_headers(), trust_env=False,
-                                    verify=verify_context())
+                                    verify=verify_for(base_url))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gauges, self._counters = metric_names(server, "gauges"), metric_names(server, "counters")
@@ -659,7 +659,7 @@ class TokenCounter:
         self.available = True
         self.why: str | None = None
         self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=auth_headers(), trust_env=False,
-                                    verify=verify_context())
+                                    verify=verify_for(base_url))
 
     def _body(self, text: str) -> dict[str, Any]:
         if self.server == "llamacpp":

@@ -34,7 +34,7 @@ from specsweep import provenance, serverguard
 from specsweep.redact import kernel_manager_with_secrets
 from specsweep.report import REPO_ROOT, kernel_manager_class
 from specsweep.study_file import SECRET_NAME, Arm, Study, endpoint_of, free_port, secret_argv_values
-from specsweep.tls import verify_context
+from specsweep.tls import verify_for
 
 SWEEP_NOTEBOOK = REPO_ROOT / "notebooks" / "sweep.ipynb"
 RUNS = "_runs"
@@ -210,7 +210,7 @@ class ServerProcess:
         and (on this host, where visible) holds the port; raise :class:`ServerError` with the log
         tail if it exits first, another process answers, or ``start_timeout_s`` passes."""
         deadline = time.monotonic() + self.spec.start_timeout_s
-        with httpx.Client(timeout=5.0, trust_env=False, verify=verify_context()) as client:
+        with httpx.Client(timeout=5.0, trust_env=False, verify=verify_for(self.ready_url)) as client:
             while True:
                 if not self.alive():
                     raise self._exited_error()

@@ -595,10 +595,10 @@ def server_alive(base_url: str, timeout_s: float = 5.0) -> tuple[bool, str]:
     import httpx
 
     from specsweep.client import auth_headers
-    from specsweep.tls import verify_context
+    from specsweep.tls import verify_for
 
     seen = []
-    with httpx.Client(timeout=timeout_s, headers=auth_headers(), verify=verify_context(trust_env=True)) as client:
+    with httpx.Client(timeout=timeout_s, headers=auth_headers(), verify=verify_for(base_url, trust_env=True)) as client:
         for path in HEALTH_PATHS:
             try:
                 status = client.get(base_url + path).status_code
