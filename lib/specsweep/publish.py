@@ -26,12 +26,7 @@ the same.
 """
 from __future__ import annotations
 
-if __name__ == "__main__":  # run as a program: before numpy is imported (see specsweep.startup)
-    from specsweep.startup import single_threaded_blas
-
-    single_threaded_blas()
-
-import argparse  # noqa: E402
+import argparse
 import concurrent.futures
 import json
 import sys

@@ -100,21 +100,28 @@ def defer_rfc3987_syntax() -> bool:
 
 #: the environment variable that sets how many threads OpenBLAS (the BLAS of numpy's PyPI wheels) starts
 BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+#: the variables OpenBLAS reads for its thread count, in its order: any of them set means the user chose
+BLAS_THREAD_SETTINGS = (BLAS_THREADS, "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def single_threaded_blas(env: MutableMapping[str, str] | None = None) -> None:
-    """Ask OpenBLAS for one thread (in ``env``, default this process's environment), unless it
-    already says how many.
+    """Ask OpenBLAS for one thread (in ``env``, default this process's environment), unless the
+    environment already says how many (``OPENBLAS_NUM_THREADS``, ``GOTO_NUM_THREADS`` or
+    ``OMP_NUM_THREADS``).
 
     When numpy is imported, OpenBLAS starts a thread for every other core, and those threads spin
     before they sleep: ``import numpy`` cost 0.18 s of CPU on a 2-core machine, 0.08 s with one
     thread, and more with more cores. specsweep's arrays are never large enough for BLAS threads to
     pay (a verdict draw's compare and decide take as long with one), and on a CPU engine every
-    spinning thread is taken from the server measured. It acts only before numpy is imported: the
-    reference server, ``python -m specsweep.report``/``study``/``publish`` call it first, and every
-    kernel specsweep starts gets it in its environment (``report.build.kernel_manager_class``).
+    spinning thread is taken from the server measured. It acts only before numpy is imported. Only
+    processes that start no server of the user's call it: the reference server and ``python -m
+    specsweep.report`` first thing, and every kernel specsweep starts gets it in its environment
+    (``report.build.kernel_manager_class``). A study's runner does not: the servers it starts
+    (``serve`` arms) inherit its environment, and an engine measured must run as its user set it.
     """
-    (os.environ if env is None else env).setdefault(BLAS_THREADS, "1")
+    env = os.environ if env is None else env
+    if not any(env.get(name) for name in BLAS_THREAD_SETTINGS):
+        env[BLAS_THREADS] = "1"
 
 
 def cache_dir() -> Path:

@@ -47,12 +47,7 @@ already holds a study is refused; ``--fresh`` deletes that study first (``make r
 """
 from __future__ import annotations
 
-if __name__ == "__main__":  # run as a program: before numpy is imported (see specsweep.startup)
-    from specsweep.startup import single_threaded_blas
-
-    single_threaded_blas()
-
-import argparse  # noqa: E402
+import argparse
 import atexit
 import contextlib
 import functools
