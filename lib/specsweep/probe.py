@@ -250,6 +250,14 @@ def vocab_of_models(body: Any) -> int | None:
     return None
 
 
+def _client(base_url: str, timeout_s: float) -> httpx.Client:
+    """A client of the server at ``base_url`` for short requests (``timeout_s`` seconds): its API
+    key, nothing from the environment (no proxy), and certificate verification as httpx's default,
+    one context shared by clients of ``http://`` servers (:mod:`specsweep.tls`)."""
+    return httpx.Client(base_url=base_url, timeout=timeout_s, headers=auth_headers(), trust_env=False,
+                        verify=verify_for(base_url))
+
+
 def _get_json(client: httpx.Client, path: str) -> tuple[int | None, Any, str | None]:
     try:
         resp = client.get(path)
@@ -271,8 +279,7 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
     if api != "auto" and api not in FLAVOURS:
         raise ProbeError(f"api must be 'auto' or one of {', '.join(FLAVOURS)}; got {api!r}")
     tried: list[str] = []
-    with httpx.Client(base_url=base, timeout=timeout_s, headers=auth_headers(), trust_env=False,
-                      verify=verify_for(base)) as client:
+    with _client(base, timeout_s) as client:
         info: dict[str, Any] = {}
         server = "openai-compatible"
         for path in ("/server_info", "/get_server_info"):
@@ -395,8 +402,7 @@ def try_flush_prefix_cache(endpoint: str, timeout_s: float = 10.0, busy_retries:
     connection is a failure, kept (with its route) in ``failure``.
     """
     failures: list[str] = []
-    with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False,
-                      verify=verify_for(endpoint)) as client:
+    with _client(endpoint, timeout_s) as client:
         for route in FLUSH_ROUTES:
             for attempt in range(busy_retries + 1):
                 try:
@@ -436,8 +442,7 @@ def erase_llamacpp_slots(endpoint: str, timeout_s: float = 10.0) -> tuple[str | 
     llama-server allows the action only when started with ``--slot-save-path`` (it answers 501
     otherwise; ``specsweep.engines.llamacpp`` sets one) and ``/slots`` needs its slots endpoint.
     """
-    with httpx.Client(base_url=endpoint, timeout=timeout_s, headers=auth_headers(), trust_env=False,
-                      verify=verify_for(endpoint)) as client:
+    with _client(endpoint, timeout_s) as client:
         status, slots, err = _get_json(client, "/slots")
         if status != 200 or not isinstance(slots, list):
             return None, f"GET /slots answered {err or status}"
@@ -583,8 +588,7 @@ class MetricsPoller:
         self.server = server
         self.interval_s = interval_s
         self.samples: list[tuple[float, str, float]] = []
-        self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=auth_headers(), trust_env=False,
-                                    verify=verify_for(base_url))
+        self._client = _client(base_url, timeout_s)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gauges, self._counters = metric_names(server, "gauges"), metric_names(server, "counters")
@@ -658,8 +662,7 @@ class TokenCounter:
         self.model = model
         self.available = True
         self.why: str | None = None
-        self._client = httpx.Client(base_url=base_url, timeout=timeout_s, headers=auth_headers(), trust_env=False,
-                                    verify=verify_for(base_url))
+        self._client = _client(base_url, timeout_s)
 
     def _body(self, text: str) -> dict[str, Any]:
         if self.server == "llamacpp":
