@@ -69,15 +69,10 @@ def redact_text(text: str, values: list[str] | None = None) -> str:
 def kernel_manager_with_secrets(base: type, values: Sequence[str]) -> type:
     """A subclass of the (async) Jupyter kernel manager ``base`` whose kernels get ``values`` in
     :data:`REDACT_ENV` (JSON), so the sweep they run masks them in every file it writes."""
+    from specsweep.report.build import kernel_manager_with_env
+
     extra = {REDACT_ENV: json.dumps(list(values))}
-
-    class WithSecrets(base):  # type: ignore[misc,valid-type]
-        async def start_kernel(self, **kw: Any) -> Any:
-            kw["env"] = {**dict(kw.get("env") or os.environ), **extra}
-            return await super().start_kernel(**kw)
-
-    WithSecrets.__name__ = WithSecrets.__qualname__ = f"{base.__name__}WithSecrets"
-    return WithSecrets
+    return kernel_manager_with_env(base, lambda env: env.update(extra), f"{base.__name__}WithSecrets")
 
 
 def redact(obj: Any, values: list[str] | None = None) -> Any:

@@ -9,7 +9,7 @@ import sys
 import threading
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from specsweep.report.paths import REPORT_NOTEBOOK, REPO_ROOT
 
 
@@ -53,20 +53,28 @@ def _windows_kernel_manager() -> type:
     return EncryptedKernelManager
 
 
+def kernel_manager_with_env(base: type, edit: Callable[[dict[str, str]], None], name: str | None = None) -> type:
+    """A subclass of the (async) Jupyter kernel manager ``base`` whose kernels start with the
+    environment they would have had (the ``env`` given, else this process's), changed in place by
+    ``edit``; named ``name`` (default: ``base``'s name)."""
+
+    class WithEnv(base):  # type: ignore[misc,valid-type]
+        async def start_kernel(self, **kw: Any) -> Any:
+            env = dict(kw.get("env") or os.environ)
+            edit(env)
+            kw["env"] = env
+            return await super().start_kernel(**kw)
+
+    WithEnv.__name__ = WithEnv.__qualname__ = name or base.__name__
+    return WithEnv
+
+
 def _single_blas_thread(base: type) -> type:
     """``base`` whose kernels start with one OpenBLAS thread unless the environment given says how
     many (:func:`specsweep.startup.single_threaded_blas`: about 0.1 s of CPU per kernel)."""
     from specsweep.startup import single_threaded_blas
 
-    class OneBlasThread(base):  # type: ignore[misc,valid-type]
-        async def start_kernel(self, **kw: Any) -> Any:
-            env = dict(kw.get("env") or os.environ)
-            single_threaded_blas(env)
-            kw["env"] = env
-            return await super().start_kernel(**kw)
-
-    OneBlasThread.__name__ = OneBlasThread.__qualname__ = base.__name__
-    return OneBlasThread
+    return kernel_manager_with_env(base, single_threaded_blas)
 
 
 @functools.cache
