@@ -180,14 +180,12 @@ def reports_seconds() -> dict[str, Any]:
 
 
 def _busy_cpu_s() -> float:
-    """Seconds of CPU the whole machine has spent busy (``/proc/stat``: user, nice, system, irq,
-    softirq, steal), or nan where there is no /proc."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    except OSError:
-        return float("nan")
-    ticks = os.sysconf("SC_CLK_TCK")
-    return sum(int(fields[i]) for i in (0, 1, 2, 5, 6, 7)) / ticks
+    """Seconds of CPU the whole machine has spent busy (user, nice, system, irq, softirq, steal), as
+    ``bench/client_overhead.py`` counts it."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
 
 
 def cpu_share_figures() -> dict[str, Any]:
