@@ -334,8 +334,7 @@ class CpuSampler(threading.Thread):
         import psutil
 
         if self.proc is None:
-            t = psutil.cpu_times()
-            return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+            return busy_cpu_s()
         try:
             procs = [self.proc, *self.proc.children(recursive=True)]
             total = 0.0
@@ -373,19 +372,22 @@ class CpuSampler(threading.Thread):
         return s[-1][1]
 
 
-def wait_quiet(threshold: float, max_wait_s: float) -> None:
-    """Wait (up to max_wait_s) until the whole machine uses at most ``threshold`` cores over 1 s."""
+def busy_cpu_s() -> float:
+    """Seconds of CPU the whole machine has spent busy since boot (user, nice, system, irq,
+    softirq, steal: all but idle and iowait)."""
     import psutil
 
-    def busy() -> float:
-        t = psutil.cpu_times()
-        return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
 
+
+def wait_quiet(threshold: float, max_wait_s: float) -> None:
+    """Wait (up to max_wait_s) until the whole machine uses at most ``threshold`` cores over 1 s."""
     deadline = time.monotonic() + max_wait_s
     while True:
-        b0, t0 = busy(), time.monotonic()
+        b0, t0 = busy_cpu_s(), time.monotonic()
         time.sleep(1.0)
-        load = (busy() - b0) / (time.monotonic() - t0)
+        load = (busy_cpu_s() - b0) / (time.monotonic() - t0)
         if load <= threshold or time.monotonic() > deadline:
             return
         time.sleep(2.0)

@@ -52,6 +52,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from client_overhead import busy_cpu_s  # noqa: E402 - a sibling script, found through HERE
 REPO = HERE.parent
 SPECSWEEP = "ss:aiohttp:raw:uvloop:w1"
 REFERENCE = "ref-aiohttp-any"
@@ -167,12 +170,12 @@ def reports_seconds() -> dict[str, Any]:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(tree, "lib"), os.environ.get("PYTHONPATH", "")])}
         # as make reports runs it (Makefile, target bytecode): bytecode caches kept, lib/ compiled first (timed)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        busy0, t0 = _busy_cpu_s(), time.perf_counter()
+        busy0, t0 = busy_cpu_s(), time.perf_counter()
         subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "lib")], check=True,
                        stdout=subprocess.DEVNULL)
         done = subprocess.run([sys.executable, "-m", "specsweep.publish"], cwd=tree, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, errors="replace")
-        seconds, busy = time.perf_counter() - t0, _busy_cpu_s() - busy0
+        seconds, busy = time.perf_counter() - t0, busy_cpu_s() - busy0
         lines = done.stdout.splitlines()
         verdict = next((ln for ln in lines if ln.startswith("decisions: ")), "decisions: not printed")
         return {"seconds": seconds, "busy_cpu_s": busy, "passed": done.returncode == 0,
@@ -181,15 +184,6 @@ def reports_seconds() -> dict[str, Any]:
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _busy_cpu_s() -> float:
-    """Seconds of CPU the whole machine has spent busy (user, nice, system, irq, softirq, steal), as
-    ``bench/client_overhead.py`` counts it."""
-    import psutil
-
-    t = psutil.cpu_times()
-    return t.user + t.nice + t.system + t.irq + t.softirq + t.steal
 
 
 def cpu_share_figures() -> dict[str, Any]:
