@@ -185,7 +185,8 @@ class Comparison:
 
     def crossover(self, arm: str, metric: str = "output_tok_s") -> pd.DataFrame:
         c = self.crossovers
-        return c[(c["arm"] == arm) & (c["metric"] == metric)].reset_index(drop=True)
+        mask = (c["arm"].to_numpy(object) == arm) & (c["metric"].to_numpy(object) == metric)  # numpy: no string kernels
+        return c[mask].reset_index(drop=True)
 
     def arm_levels(self, arm: str) -> pd.DataFrame:
         return self.levels[self.levels["arm"] == arm].sort_values("concurrency").reset_index(drop=True)
@@ -219,14 +220,6 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     ``tolist`` per column instead of boxing cell by cell)."""
     cols = list(frame.columns)
     return [dict(zip(cols, vals)) for vals in zip(*(frame[c].tolist() for c in cols))]
-
-
-def _index_by(frame: pd.DataFrame, key: str) -> dict[Any, dict[str, Any]]:
-    """``frame.set_index(key).to_dict("index")`` the fast way (:func:`records`)."""
-    out = {}
-    for r in records(frame):
-        out[r.pop(key)] = r
-    return out
 
 
 def _delta_index(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
@@ -601,9 +594,10 @@ def _group_means(lv: pd.DataFrame, columns: list[str]) -> dict[str, np.ndarray] 
     most 4e-16 relative over the committed result sets and 180 verdict draws). None where
     ``concurrency`` or ``repeat`` is not a plain numpy integer column (a missing repeat makes it
     float) or a column is not a plain numpy number or flag: pandas then."""
-    if lv.empty or not all(isinstance(lv[c].dtype, np.dtype) and lv[c].dtype.kind in "iub"
+    dtypes = dict(zip(lv.columns, lv.dtypes))
+    if lv.empty or not all(isinstance(dtypes[c], np.dtype) and dtypes[c].kind in "iub"
                            for c in ("concurrency", "repeat")) or not all(
-            isinstance(lv[c].dtype, np.dtype) and lv[c].dtype.kind in "iufb" for c in columns):
+            isinstance(dtypes[c], np.dtype) and dtypes[c].kind in "iufb" for c in columns):
         return None
     keys, inv = np.unique(lv["concurrency"].to_numpy(), return_inverse=True)
     n = len(keys)
@@ -615,15 +609,21 @@ def _group_means(lv: pd.DataFrame, columns: list[str]) -> dict[str, np.ndarray] 
         count = np.bincount(where, minlength=n)
         total = np.bincount(where, weights=v[ok], minlength=n)
         out[c] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-    pairs = np.unique(np.stack([inv.astype(np.int64), lv["repeat"].to_numpy().astype(np.int64)]), axis=1)
-    out["n_repeats"] = np.bincount(pairs[0], minlength=n)
+    rep = lv["repeat"].to_numpy().astype(np.int64)
+    span = int(rep.max()) - int(rep.min()) + 1
+    if span * n < 2**62:  # each (level, repeat) pair as one integer: a 1-d unique, not a 2-d one
+        pair_level = np.unique(inv.astype(np.int64) * span + (rep - rep.min())) // span
+    else:
+        pair_level = np.unique(np.stack([inv.astype(np.int64), rep]), axis=1)[0]
+    out["n_repeats"] = np.bincount(pair_level, minlength=n)
     return out
 
 
 def _aggregate_levels(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
     """One row per concurrency of an arm's level rows ``lv``: numeric columns averaged over repeats,
     plus ``spec_accept_length_source`` (the repeats' sources, joined) where the levels name it."""
-    numeric = [c for c in lv.columns if c not in {"run_id", "arm", "token_source"} and pd.api.types.is_numeric_dtype(lv[c])]
+    numeric = [c for c, dtype in lv.dtypes.items()
+               if c not in {"run_id", "arm", "token_source"} and pd.api.types.is_numeric_dtype(dtype)]
     columns = [c for c in numeric if c not in {"concurrency"}]
     means = _group_means(lv, columns)
     if means is None:
@@ -633,6 +633,9 @@ def _aggregate_levels(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
         agg.insert(0, "arm", rs.arm)
     else:
         means.pop("repeat", None)
+        has_requests = measured_requests(rs) is not None
+        if "spec_accept_length_source" not in lv.columns:  # every column at once: no insert after
+            return pd.DataFrame({"arm": [rs.arm] * len(means["concurrency"]), **means, "has_requests": has_requests})
         agg = pd.DataFrame({"arm": [rs.arm] * len(means["concurrency"]), **means})
     if "spec_accept_length_source" in lv.columns:  # named, not averaged: which figures the acceptance came from
         sources = lv.groupby("concurrency")["spec_accept_length_source"].agg(
@@ -657,14 +660,10 @@ def _cap(meta: dict[str, Any]) -> int | None:
 def pareto_frontier(points: pd.DataFrame, x: str, y: str) -> pd.Series:
     """True for rows no other row dominates (>= on both ``x`` and ``y``, > on one)."""
     xs, ys = points[x].to_numpy(float), points[y].to_numpy(float)
-    flags = []
-    for i in range(len(points)):
-        if math.isnan(xs[i]) or math.isnan(ys[i]):
-            flags.append(False)
-            continue
-        dominated = ((xs >= xs[i]) & (ys >= ys[i]) & ((xs > xs[i]) | (ys > ys[i]))).any()
-        flags.append(not bool(dominated))
-    return pd.Series(flags, index=points.index)
+    # dominates[j, i]: row j is >= row i on both and > on one (NaN compares False: dominates nothing)
+    dominates = ((xs[:, None] >= xs) & (ys[:, None] >= ys) & ((xs[:, None] > xs) | (ys[:, None] > ys)))
+    flags = ~dominates.any(axis=0) & ~np.isnan(xs) & ~np.isnan(ys)
+    return pd.Series(flags.tolist(), index=points.index)
 
 
 def _with_littles_law(rs: ResultSet) -> pd.DataFrame:
@@ -674,7 +673,12 @@ def _with_littles_law(rs: ResultSet) -> pd.DataFrame:
     measured = "e2e_mean_s" in lv and lv["e2e_mean_s"].notna().any()
     if not measured and isinstance(out_tokens, (int, float)) and out_tokens > 0 and "output_tok_s" in lv:
         agg = pd.to_numeric(lv["output_tok_s"], errors="coerce")
-        lv["e2e_mean_est_s"] = (lv["concurrency"] * float(out_tokens) / agg.where(agg > 0)).astype(float)
+        conc = lv["concurrency"]
+        if all(isinstance(x.dtype, np.dtype) and x.dtype.kind in "iuf" for x in (agg, conc)):  # numpy: same figures
+            a = agg.to_numpy(float)
+            lv["e2e_mean_est_s"] = conc.to_numpy() * float(out_tokens) / np.where(a > 0, a, np.nan)
+        else:
+            lv["e2e_mean_est_s"] = (conc * float(out_tokens) / agg.where(agg > 0)).astype(float)
     return lv
 
 
@@ -1020,7 +1024,7 @@ def _level_variance(cs: Sequence[int], per_level: Sequence[tuple[float, int]], p
     d = np.array([p[2] for p in pts], float)
     # E[ln s²] = ln σ² + ψ(d/2) − ln(d/2); Var[ln s²] = ψ'(d/2)
     z = np.log([p[1] for p in pts]) - (special.digamma(d / 2) - np.log(d / 2))
-    w = 1.0 / special.polygamma(1, d / 2)
+    w = 1.0 / special.zeta(2.0, d / 2)  # trigamma: special.polygamma(1, x) is 1.0 * 1.0 * zeta(2, x)
     X = np.vstack([np.ones_like(x), x]).T
     beta, _, _ = _wls(X, z, w)
     trend = np.exp(beta[0] + beta[1] * np.log2(np.asarray(cs, float)))
@@ -1084,10 +1088,14 @@ def compare(
     notes = _check_workloads(sets, base, allow_workload_mismatch) + definition_notes
 
     levels = pd.concat([_aggregate_levels(by_arm[a], raw_levels[a]) for a in arms], ignore_index=True)
-    user_metric = next(
-        (m for m in USER_METRICS if m in levels.columns and levels.groupby("arm")[m].apply(lambda s: s.notna().any()).all()),
-        None,
-    )
+    arm_of_row = levels["arm"].to_numpy(object)
+    arm_masks = [arm_of_row == a for a in dict.fromkeys(arm_of_row)]  # the arms present, as groupby("arm") sees them
+
+    def in_every_arm(metric: str) -> bool:
+        has = levels[metric].notna().to_numpy()
+        return all(has[mask].any() for mask in arm_masks)
+
+    user_metric = next((m for m in USER_METRICS if m in levels.columns and in_every_arm(m)), None)
     if user_metric is None:
         raise ValueError("no per-user speed metric (user_tok_s_mean or request_tok_s_mean) is present in every arm"
                          + "".join(f" {n}" for n in definition_notes))
@@ -1107,10 +1115,13 @@ def compare(
     family = 2 + len(waits)
     rows = []
     curves: dict[tuple[str, str], DeltaCurve] = {}
-    base_rows = _index_by(levels[levels["arm"] == baseline], "concurrency")
+    by_arm_rows: dict[str, dict[Any, dict[str, Any]]] = {a: {} for a in arms}
+    for r in records(levels):  # {arm: {concurrency: row}}, ``levels.set_index`` per arm the fast way
+        by_arm_rows.setdefault(r["arm"], {})[r.pop("concurrency")] = r
+    base_rows = by_arm_rows[baseline]
     #: per metric, {concurrency: |observed ln ratio|} of the control arms (largest over controls)
     control_dev: dict[str, dict[int, float]] = {}
-    rows_of = {a: _index_by(levels[levels["arm"] == a], "concurrency") for a in arms[1:]}
+    rows_of = {a: by_arm_rows[a] for a in arms[1:]}
 
     def levels_of(arm: str, metric: str) -> list[int]:
         arm_rows = rows_of[arm]
@@ -1178,10 +1189,10 @@ def compare(
     crossovers = pd.DataFrame(cx_rows, columns=["arm", "metric", "c_low", "c_high", "delta_low_pct", "delta_high_pct",
                                                 "crossover_concurrency", "direction"])
 
-    pareto = levels[["arm", "concurrency", "output_tok_s", user_metric]].copy()
-    pareto["on_frontier"] = pareto_frontier(pareto, user_metric, "output_tok_s")
+    pareto = pd.DataFrame({**{c: levels[c] for c in ("arm", "concurrency", "output_tok_s", user_metric)},
+                           "on_frontier": pareto_frontier(levels, user_metric, "output_tok_s")})
 
-    missing = {a: sorted(set(base_rows) ^ set(levels.loc[levels["arm"] == a, "concurrency"])) for a in arms[1:]}
+    missing = {a: sorted(set(base_rows) ^ set(rows_of[a])) for a in arms[1:]}
     for arm, only in missing.items():
         if only:
             notes.append(f"Arm '{arm}' and the baseline were not measured at the same levels; "
