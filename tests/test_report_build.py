@@ -239,6 +239,50 @@ def test_the_report_kernel_starts_early_with_the_notebooks_modules_loaded() -> N
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+def test_kernels_start_without_the_debugger_and_otherwise_as_ipykernels_own_launcher(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """specsweep.kernel_launcher: the kernel command names it in place of ``-m ipykernel_launcher``;
+    its kernel has debugpy blocked and the same ``sys.path`` as a kernel of the stock launcher
+    (``SPECSWEEP_KERNEL_DEBUGGER=1``), whose debugger stays as ipykernel sets it up."""
+    import asyncio
+    import json
+
+    from specsweep.kernel_launcher import launcher_argv
+    from specsweep.report import kernel_manager_class
+    from specsweep.report.paths import REPO_ROOT
+
+    assert launcher_argv(["py", "-m", "ipykernel_launcher", "-f", "{connection_file}"]) == \
+        ["py", "-m", "specsweep.kernel_launcher", "-f", "{connection_file}"]
+    assert launcher_argv(["julia", "-i", "kernel.jl", "{connection_file}"]) == ["julia", "-i", "kernel.jl", "{connection_file}"]
+
+    async def probe() -> tuple[list[str], dict]:
+        km = kernel_manager_class()(kernel_name="python3")
+        await km.start_kernel(cwd=str(REPO_ROOT), extra_arguments=["--HistoryManager.hist_file=:memory:"])
+        cmd = list(km.provisioner.process.args) if hasattr(km.provisioner.process, "args") else []
+        kc = km.client()
+        kc.start_channels()
+        out: list[str] = []
+        try:
+            await kc.wait_for_ready(timeout=60)
+            await kc.execute_interactive(
+                "import json, sys; print(json.dumps({'debugpy': repr(sys.modules.get('debugpy', 'not imported')), "
+                "'path': sys.path, 'debugger': bool(getattr(get_ipython().kernel, 'debugger', None))}))",
+                output_hook=lambda msg: out.append(msg["content"].get("text", "")), timeout=60)
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+        return cmd, json.loads("".join(out))
+
+    cmd, lean = asyncio.run(probe())
+    assert "specsweep.kernel_launcher" in cmd and "ipykernel_launcher" not in cmd
+    monkeypatch.setenv("SPECSWEEP_KERNEL_DEBUGGER", "1")
+    stock_cmd, stock = asyncio.run(probe())
+    assert "ipykernel_launcher" in stock_cmd
+    assert lean["debugpy"] == "None" and lean["debugger"] is False
+    assert stock["debugpy"] != "None"
+    assert lean["path"] == stock["path"]
+
+
 def test_from_a_running_event_loop_papermill_starts_the_kernel_as_usual(recwarn: pytest.WarningsRecorder) -> None:
     """A report built from a notebook cell (a running loop in this thread): no early kernel, and no
     "coroutine was never awaited" warning on the notebook's stderr."""

@@ -33,7 +33,7 @@ def kernel_manager_class() -> type:
     """
     if os.name == "posix":
         return _ipc_kernel_manager()
-    return _single_blas_thread(_windows_kernel_manager())
+    return _lean_kernel(_single_blas_thread(_windows_kernel_manager()))
 
 
 def _windows_kernel_manager() -> type:
@@ -67,6 +67,23 @@ def kernel_manager_with_env(base: type, edit: Callable[[dict[str, str]], None], 
 
     WithEnv.__name__ = WithEnv.__qualname__ = name or base.__name__
     return WithEnv
+
+
+def _lean_kernel(base: type) -> type:
+    """``base`` whose kernels start with :mod:`specsweep.kernel_launcher` (ipykernel without the
+    debugger, about 0.06 s of CPU less per kernel) in place of ``-m ipykernel_launcher``, unless
+    ``SPECSWEEP_KERNEL_DEBUGGER=1``."""
+    from specsweep.kernel_launcher import launcher_argv
+
+    class Lean(base):  # type: ignore[misc,valid-type]
+        def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+            cmd = super().format_kernel_cmd(extra_arguments)
+            if os.environ.get("SPECSWEEP_KERNEL_DEBUGGER", "") not in ("", "0"):
+                return cmd
+            return launcher_argv(cmd)
+
+    Lean.__name__ = Lean.__qualname__ = base.__name__
+    return Lean
 
 
 def _single_blas_thread(base: type) -> type:
@@ -108,7 +125,7 @@ def _ipc_kernel_manager() -> type:
             if not restart and finalizer is not None:
                 finalizer()
 
-    return _single_blas_thread(IpcKernelManager)
+    return _lean_kernel(_single_blas_thread(IpcKernelManager))
 
 
 #: what the report kernel imports while it starts (before it answers papermill), so that the
