@@ -1,6 +1,7 @@
 """The command line: errors exit 2 with a message, signals exit 0, the ready line, RefServer."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -103,3 +104,25 @@ def test_refserver_context_manager() -> None:
         assert srv.url and srv.url.startswith("http://127.0.0.1:") and srv.port > 0
         assert httpx.get(srv.url + "/server_info").json()["random_seed"] == 5
     assert srv.returncode == 0 and srv.process is None
+
+
+def test_aiohttp_loads_without_the_ca_store_and_the_environment_is_restored() -> None:
+    """The server imports aiohttp with OpenSSL's CA file and folder pointing at nothing (its default
+    client contexts, which it never uses, then load no certificates), and restores both variables."""
+    code = r"""
+import json, os, sys
+os.environ["SSL_CERT_DIR"] = "/custom/dir"
+os.environ.pop("SSL_CERT_FILE", None)
+from specsweep.refserver.__main__ import _no_client_ca_store
+with _no_client_ca_store():
+    seen = os.environ["SSL_CERT_FILE"], os.environ["SSL_CERT_DIR"]
+    import aiohttp.connector as c
+after = os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+with _no_client_ca_store():  # aiohttp loaded: nothing changes
+    again = os.environ.get("SSL_CERT_FILE")
+print(json.dumps({"seen": seen, "after": after, "again": again,
+                  "ca_loaded": c._SSL_CONTEXT_VERIFIED.cert_store_stats()["x509_ca"]}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got == {"seen": [os.devnull, os.devnull], "after": [None, "/custom/dir"], "again": None, "ca_loaded": 0}
