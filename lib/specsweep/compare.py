@@ -625,23 +625,24 @@ def _aggregate_levels(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
     numeric = [c for c, dtype in lv.dtypes.items()
                if c not in {"run_id", "arm", "token_source"} and pd.api.types.is_numeric_dtype(dtype)]
     columns = [c for c in numeric if c not in {"concurrency"}]
-    means = _group_means(lv, columns)
-    if means is None:
-        agg = lv.groupby("concurrency", as_index=False)[columns].mean()
-        agg["n_repeats"] = lv.groupby("concurrency")["repeat"].nunique().to_numpy()
-        agg = agg.drop(columns=["repeat"], errors="ignore")
-        agg.insert(0, "arm", rs.arm)
-    else:
-        means.pop("repeat", None)
-        has_requests = measured_requests(rs) is not None
-        if "spec_accept_length_source" not in lv.columns:  # every column at once: no insert after
-            return pd.DataFrame({"arm": [rs.arm] * len(means["concurrency"]), **means, "has_requests": has_requests})
-        agg = pd.DataFrame({"arm": [rs.arm] * len(means["concurrency"]), **means})
-    if "spec_accept_length_source" in lv.columns:  # named, not averaged: which figures the acceptance came from
+    # the columns after the averages, in order: which figures the acceptance came from (named, not
+    # averaged) where the levels name it, then whether the arm has measured requests
+    tail: dict[str, Any] = {}
+    if "spec_accept_length_source" in lv.columns:
         sources = lv.groupby("concurrency")["spec_accept_length_source"].agg(
             lambda s: "; ".join(sorted(set(s.dropna().astype(str)))) or None)
-        agg["spec_accept_length_source"] = sources.reindex(agg["concurrency"]).to_numpy()
-    agg["has_requests"] = measured_requests(rs) is not None
+        tail["spec_accept_length_source"] = sources.to_numpy()  # one per level, in concurrency order
+    tail["has_requests"] = measured_requests(rs) is not None
+    means = _group_means(lv, columns)
+    if means is not None:  # every column at once: no column added after
+        means.pop("repeat", None)
+        return pd.DataFrame({"arm": [rs.arm] * len(means["concurrency"]), **means, **tail})
+    agg = lv.groupby("concurrency", as_index=False)[columns].mean()
+    agg["n_repeats"] = lv.groupby("concurrency")["repeat"].nunique().to_numpy()
+    agg = agg.drop(columns=["repeat"], errors="ignore")
+    agg.insert(0, "arm", rs.arm)
+    for name, value in tail.items():
+        agg[name] = value
     return agg
 
 
@@ -1117,7 +1118,7 @@ def compare(
     curves: dict[tuple[str, str], DeltaCurve] = {}
     by_arm_rows: dict[str, dict[Any, dict[str, Any]]] = {a: {} for a in arms}
     for r in records(levels):  # {arm: {concurrency: row}}, ``levels.set_index`` per arm the fast way
-        by_arm_rows.setdefault(r["arm"], {})[r.pop("concurrency")] = r
+        by_arm_rows[r["arm"]][r.pop("concurrency")] = r
     base_rows = by_arm_rows[baseline]
     #: per metric, {concurrency: |observed ln ratio|} of the control arms (largest over controls)
     control_dev: dict[str, dict[int, float]] = {}
