@@ -65,6 +65,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # sort is stable
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze what collection loaded (every test module, specsweep, pandas, altair: about 180,000
+    objects a worker keeps to its end), so that the full collections the tests trigger no longer
+    walk it (:func:`gc.freeze`). The verdict-draw files spent 2.6 s in the collector, 1.1 s with
+    it frozen (two runs each, one process)."""
+    import gc
+
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def terminal_sigint() -> Iterator[None]:
     """Each test sees Ctrl-C as a terminal delivers it: SIGINT raises KeyboardInterrupt here, and

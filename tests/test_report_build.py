@@ -243,7 +243,8 @@ def test_kernels_start_without_the_debugger_and_otherwise_as_ipykernels_own_laun
         monkeypatch: pytest.MonkeyPatch) -> None:
     """specsweep.kernel_launcher: the kernel command names it in place of ``-m ipykernel_launcher``;
     its kernel has debugpy blocked and the same ``sys.path`` as a kernel of the stock launcher
-    (``SPECSWEEP_KERNEL_DEBUGGER=1``), whose debugger stays as ipykernel sets it up."""
+    (``SPECSWEEP_KERNEL_DEBUGGER=1``), whose debugger stays as ipykernel sets it up; its first cell
+    finds the garbage collector on again and start-up's objects frozen."""
     import asyncio
     import json
 
@@ -266,7 +267,8 @@ def test_kernels_start_without_the_debugger_and_otherwise_as_ipykernels_own_laun
             await kc.wait_for_ready(timeout=60)
             await kc.execute_interactive(
                 "import json, sys; print(json.dumps({'debugpy': repr(sys.modules.get('debugpy', 'not imported')), "
-                "'path': sys.path, 'debugger': bool(getattr(get_ipython().kernel, 'debugger', None))}))",
+                "'path': sys.path, 'debugger': bool(getattr(get_ipython().kernel, 'debugger', None)), "
+                "'gc': [__import__('gc').isenabled(), __import__('gc').get_freeze_count()]}))",
                 output_hook=lambda msg: out.append(msg["content"].get("text", "")), timeout=60)
         finally:
             kc.stop_channels()
@@ -281,6 +283,8 @@ def test_kernels_start_without_the_debugger_and_otherwise_as_ipykernels_own_laun
     assert lean["debugpy"] == "None" and lean["debugger"] is False
     assert stock["debugpy"] != "None"
     assert lean["path"] == stock["path"]
+    assert lean["gc"][0] is True and lean["gc"][1] > 10_000  # collecting, start-up's objects frozen
+    assert stock["gc"] == [True, 0]
 
 
 def test_from_a_running_event_loop_papermill_starts_the_kernel_as_usual(recwarn: pytest.WarningsRecorder) -> None:
