@@ -344,3 +344,46 @@ def test_kernels_talk_over_private_unix_sockets_and_leave_nothing_behind() -> No
     assert all(mode == 0o700 for _, mode, _ in seen)
     assert len({folder for _, _, folder in seen}) == 3
     assert not [folder for _, _, folder in seen if os.path.exists(folder)]
+
+
+@pytest.mark.parametrize("notebook, preload_name", [("report.ipynb", "KERNEL_PRELOAD"), ("sweep.ipynb", "SWEEP_PRELOAD")])
+def test_kernel_preloads_import_cleanly_and_cover_their_notebooks_imports(notebook: str, preload_name: str) -> None:
+    """A report's and a study arm's kernel import their notebook's specsweep modules while they start
+    (specsweep.report.build): each preload runs in a fresh interpreter (a misspelled module would only
+    be logged by ipykernel, and the gain lost) and leaves loaded every specsweep module its notebook's
+    cells import, so the two cannot drift apart."""
+    import ast
+    import json
+    import subprocess
+    import sys
+
+    import nbformat
+
+    from specsweep.report import build
+    from specsweep.report.paths import REPO_ROOT
+
+    preload = getattr(build, preload_name)
+    assert build.preload_arguments(preload) == [f"--IPKernelApp.exec_lines={preload}"]
+    loaded = set(json.loads(subprocess.run(
+        [sys.executable, "-c", preload + "\nimport json, sys; print(json.dumps(sorted(sys.modules)))"],
+        check=True, cwd=REPO_ROOT, timeout=120, capture_output=True, text=True).stdout))
+    nb = nbformat.read(REPO_ROOT / "notebooks" / notebook, as_version=4)
+    wanted: set[str] = set()
+    for cell in nb.cells:
+        for node in ast.walk(ast.parse(cell.source)) if cell.cell_type == "code" else ():
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("specsweep"):
+                wanted.add(node.module)
+                wanted.update(sub for a in node.names if _is_module(sub := f"{node.module}.{a.name}"))
+            elif isinstance(node, ast.Import):
+                wanted.update(a.name for a in node.names if a.name.startswith("specsweep"))
+    assert "specsweep.charts" in wanted  # the scan finds the notebook's imports
+    assert not sorted(wanted - loaded), f"{preload_name} leaves {sorted(wanted - loaded)} for {notebook}'s cells to import"
+
+
+def _is_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a name in a module, not a package's submodule
+        return False

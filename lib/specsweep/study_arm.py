@@ -33,6 +33,7 @@ import psutil
 from specsweep import provenance, serverguard
 from specsweep.redact import kernel_manager_with_secrets
 from specsweep.report import REPO_ROOT, kernel_manager_class
+from specsweep.report.build import SWEEP_PRELOAD, preload_arguments
 from specsweep.study_file import SECRET_NAME, Arm, Study, endpoint_of, free_port, secret_argv_values
 from specsweep.tls import verify_for
 
@@ -496,7 +497,8 @@ def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int
             pm.execute_notebook(str(notebook), str(executed), parameters=params, cwd=os.getcwd(),
                                 kernel_name="python3", progress_bar=False, log_output=True,
                                 kernel_manager_class=kernel_manager_with_secrets(kernel_manager_class(),
-                                                                                 redact.secrets))
+                                                                                 redact.secrets),
+                                extra_arguments=preload_arguments(SWEEP_PRELOAD))
         except pm.PapermillExecutionError as exc:
             died = server is not None and not server.alive()
             why = (f"the server died mid-arm (status {server.process.returncode if server and server.process else '?'})"
