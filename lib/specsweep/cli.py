@@ -131,6 +131,8 @@ def _run_sweep(args: argparse.Namespace) -> int:
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
+    from specsweep.report.build import SWEEP_PRELOAD, kernel_manager_class, preload_arguments
+
     values = {k[3:]: v for k, v in vars(args).items() if k.startswith("nb_")}
     defaults = {p.name: p.default for p in notebook_parameters()}
     arm = values.get("arm", defaults["arm"])
@@ -138,8 +140,11 @@ def _run_sweep(args: argparse.Namespace) -> int:
     target = Path(args.output_notebook) if args.output_notebook else out_dir / f"sweep-{arm}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
+        # the kernel every specsweep sweep runs in (a study arm's too): unix sockets, no debugger, the
+        # notebook's modules preloaded (specsweep.report.build)
         pm.execute_notebook(str(SWEEP_NOTEBOOK), str(target), parameters=values, log_output=args.log_output,
-                            progress_bar=False, cwd=str(Path.cwd()))
+                            progress_bar=False, cwd=str(Path.cwd()), kernel_manager_class=kernel_manager_class(),
+                            extra_arguments=preload_arguments(SWEEP_PRELOAD))
     except PapermillExecutionError as exc:
         print(f"{PROG} sweep: {exc.ename}: {exc.evalue} (the executed notebook is {target})", file=sys.stderr)
         bad = exc.ename in BAD_INPUT_ERRORS or (exc.ename == "ValueError" and str(exc.evalue).startswith("parameter '"))
