@@ -1190,8 +1190,9 @@ def compare(
     crossovers = pd.DataFrame(cx_rows, columns=["arm", "metric", "c_low", "c_high", "delta_low_pct", "delta_high_pct",
                                                 "crossover_concurrency", "direction"])
 
+    # every column shares ``levels``' index: named, pandas does not align them (0.24 against 0.33 ms)
     pareto = pd.DataFrame({**{c: levels[c] for c in ("arm", "concurrency", "output_tok_s", user_metric)},
-                           "on_frontier": pareto_frontier(levels, user_metric, "output_tok_s")})
+                           "on_frontier": pareto_frontier(levels, user_metric, "output_tok_s")}, index=levels.index)
 
     missing = {a: sorted(set(base_rows) ^ set(rows_of[a])) for a in arms[1:]}
     for arm, only in missing.items():
