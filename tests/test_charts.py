@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import altair as alt
 import pytest
@@ -16,6 +17,9 @@ from helpers import ROOT, SEED
 from specsweep import charts
 from specsweep.compare import Comparison, compare
 from specsweep.store import load_result_sets
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ import yaml
 
 from helpers import FLAKY_SERVER, require_extra
 from specsweep.report import REPO_ROOT
-from specsweep.store import load_result_set
+from specsweep.store import ResultSet, load_result_set
 from specsweep.probe import flush_prefix_cache
 from specsweep.study import Redactor, main, run_arm, run_order, run_study, study_markdown
 from specsweep.study_file import StudyError, load_study, parse_study
@@ -527,9 +527,7 @@ def test_fresh_starts_over_and_a_study_without_its_baseline_builds_no_report(tmp
     assert not (tmp_path / "reports").exists()
 
 
-def _capped(arm: str, cap: int | None, rows: list[tuple[int, float, int]], pool: int = 63_376) -> "ResultSet":
-    from specsweep.store import ResultSet
-
+def _capped(arm: str, cap: int | None, rows: list[tuple[int, float, int]], pool: int = 63_376) -> ResultSet:
     levels = pd.DataFrame([{"concurrency": c, "repeat": 0, "output_tok_s": tok, "server_running_max": ran}
                            for c, tok, ran in rows])
     server = {"name": "sglang", "max_running_requests": cap, "max_total_num_tokens": pool,
