@@ -29,6 +29,18 @@ def code_blocks(page: str) -> list[str]:
     return [htmllib.unescape(b).strip() for b in re.findall(r'<code class="language-sh">(.*?)</code>', page, re.S)]
 
 
+def kernel_processes() -> list[psutil.Process]:
+    """This process's live descendants that are Jupyter kernels (specsweep's launcher or ipykernel's)."""
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "kernel_launcher" in " ".join(p.cmdline()):
+                found.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
 @pytest.fixture(scope="module")
 def seed_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("built")
@@ -105,9 +117,33 @@ def test_same_inputs_give_byte_identical_html_and_no_tcp_warning(tmp_path: Path,
     captured = capfd.readouterr()
     assert first.read_bytes() == second.read_bytes()
     # the early kernel is stopped with its build: no kernel process outlives build_report
-    assert not [p for p in psutil.Process().children(recursive=True) if "ipykernel" in " ".join(p.cmdline())]
+    assert not kernel_processes()
     assert len(re.findall(r'class="specsweep-chart"', first.read_text())) >= 6
     assert "without encryption" not in captured.err + captured.out
+
+
+def test_a_failing_export_still_stops_the_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel is stopped while the page is written; an export that raises still leaves no kernel
+    running when build_report raises (and the kernel was running when the notebook had run)."""
+    from specsweep.report import build
+
+    seen: list[int] = []
+    run = build.execute_notebook
+
+    def counted(*args: object, **kwargs: object) -> object:
+        nb = run(*args, **kwargs)
+        seen.append(len(kernel_processes()))
+        return nb
+
+    def broken(*args: object, **kwargs: object) -> Path:
+        raise RuntimeError("disk full (simulated)")
+
+    monkeypatch.setattr(build, "execute_notebook", counted)
+    monkeypatch.setattr(build, "export_html", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        build_report([SEED], "broken", out_dir=tmp_path)
+    assert seen == [1]
+    assert not kernel_processes()
 
 
 @pytest.mark.parametrize(("value", "shown"), [

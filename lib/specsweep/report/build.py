@@ -259,7 +259,8 @@ def offline_exporter() -> Any:
 
 class _ExportReady(threading.Thread):
     """Loads what the export needs (nbconvert, the compiled ``offline`` template, the summary
-    module) in a daemon thread while the kernel runs the notebook; :meth:`exporter` joins it.
+    module, the exporter's first-page costs) in a daemon thread while the kernel runs the notebook;
+    :meth:`exporter` joins it.
     A failure here is left for the export itself to raise."""
 
     def __init__(self) -> None:
@@ -269,10 +270,16 @@ class _ExportReady(threading.Thread):
 
     def run(self) -> None:
         try:
+            import nbformat
+
             import specsweep.report.summary  # noqa: F401
 
             exporter = offline_exporter()
-            exporter.template  # noqa: B018 - loads and compiles the template now
+            # one export of an empty notebook: the template compiles, and what the exporter does only
+            # on its first page (importing BeautifulSoup, compiling its entity table and the three CSS
+            # selectors of HTMLExporter's accessibility pass) happens here, on the core the kernel
+            # leaves idle, instead of after the notebook has run
+            exporter.from_notebook_node(nbformat.v4.new_notebook())
             self._exporter = exporter
         except Exception:  # noqa: BLE001 - the export's own call reports it
             pass
@@ -340,6 +347,7 @@ def build_report(
         params["profiles"] = profiles
     # the kernel starts on the other core while papermill and nbconvert load here
     kernel = EarlyKernel(REPO_ROOT, KERNEL_PRELOAD if notebook.resolve() == REPORT_NOTEBOOK.resolve() else None)
+    stopping: threading.Thread | None = None
     try:
         import papermill  # noqa: F401 - first, so that the threads below do not slow its import
 
@@ -349,12 +357,18 @@ def build_report(
         ready = _ExportReady()  # nbconvert and its template load while the kernel runs
         nb = execute_notebook(notebook, executed, params, km=kernel.km)
         exporter = ready.exporter()
-    finally:
-        kernel.stop()
-    from specsweep.report.summary import write_summary
+        # the kernel's work is done: it is stopped while the page is written (jupyter_client waits for
+        # the killed process in 0.1 s sleeps), and joined below before this returns or raises
+        stopping = threading.Thread(target=kernel.stop, name="specsweep-kernel-stop", daemon=True)
+        stopping.start()
+        from specsweep.report.summary import write_summary
 
-    write_summary(nb, out_dir / f"{name}.md")  # the Markdown summary beside the page (and out of it)
-    return export_html(nb, out_dir / f"{name}.html", exporter)  # the executed notebook as run, not read back
+        write_summary(nb, out_dir / f"{name}.md")  # the Markdown summary beside the page (and out of it)
+        return export_html(nb, out_dir / f"{name}.html", exporter)  # the executed notebook as run, not read back
+    finally:
+        if stopping is not None:
+            stopping.join()
+        kernel.stop()  # idempotent: a no-op once the thread has stopped it
 
 
 def _profiles_arg(text: str) -> list[dict[str, Any]]:
