@@ -40,7 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
 #: the template: the launcher's start-up (no debugger, no collector, the preload, frozen), then one
-#: fork per connection file read from stdin; the child's CPU comes back from wait4 as a JSON line
+#: fork per connection file read from stdin, whose child runs :func:`specsweep.kernel_launcher.main`
+#: as a launched kernel does; the child's CPU comes back from wait4 as a JSON line
 TEMPLATE = r"""
 import gc, json, os, sys, time
 sys.modules.setdefault("debugpy", None)
@@ -58,10 +59,11 @@ for line in sys.stdin:
         null = os.open(os.devnull, os.O_RDWR)  # the kernel's own stdio, not the template's reply pipe
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        gc.enable()
-        app = kernelapp.IPKernelApp.instance()
-        app.initialize(["-f", cf, "--HistoryManager.hist_file=:memory:"])
-        app.start()
+        # the launcher's own main() on the arguments a launched kernel gets (the preload runs again,
+        # its modules already loaded), so the two kernels differ only in what the fork inherited
+        sys.argv = ["kernel_launcher", "-f", cf, "--HistoryManager.hist_file=:memory:", sys.argv[2]]
+        from specsweep import kernel_launcher
+        kernel_launcher.main()
         os._exit(0)
     _, status, usage = os.wait4(pid, 0)
     print(json.dumps({"pid": pid, "cpu_s": usage.ru_utime + usage.ru_stime, "status": status}), flush=True)
@@ -117,7 +119,10 @@ class Template:
     """The template process: start-up once, then a forked kernel per :meth:`kernel` call."""
 
     def __init__(self, preload: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", TEMPLATE, preload], cwd=REPO, stdin=subprocess.PIPE,
+        from specsweep.report.build import preload_arguments
+
+        self.proc = subprocess.Popen([sys.executable, "-c", TEMPLATE, preload, *preload_arguments(preload)],
+                                     cwd=REPO, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
         self.startup_cpu_s = json.loads(self.proc.stdout.readline())["template_cpu_s"]  # type: ignore[union-attr]
 
