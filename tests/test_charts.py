@@ -414,3 +414,36 @@ def test_latency_legend_tells_p50_from_p99_and_the_arms_apart(measured: Comparis
     assert dash and all(d["field"] == "percentile" and d["scale"]["domain"] == ["p50", "p99"] for d in dash)
     drawn = {p[1] for p in line_paths(chart)}
     assert {pct[0]["dash"], pct[1]["dash"]} <= drawn
+
+
+def test_charts_are_built_without_debug_mode_and_still_validated_once(comp: Comparison) -> None:
+    """The library builds its charts with Altair's per-object validation off (``charts.validated_once``):
+    debug mode is back on for the analyst's own objects afterwards (also after a build that raises),
+    and a chart built that way is still checked against the schema as a whole when it is rendered."""
+    import pandas as pd
+    from altair.utils import schemapi
+
+    assert schemapi.DEBUG_MODE
+    seen: list[bool] = []
+
+    @charts.validated_once
+    def bad() -> alt.Chart:
+        seen.append(schemapi.DEBUG_MODE)
+        return alt.Chart(pd.DataFrame({"x": [1]})).mark_line(color=5).encode(x="x:Q")  # colour must be a string
+
+    chart = bad()  # debug mode would have raised here
+    assert seen == [False] and schemapi.DEBUG_MODE
+    with pytest.raises(schemapi.SchemaValidationError):
+        chart.to_dict()  # what a notebook's display, save() and the report's page call
+    with pytest.raises(schemapi.SchemaValidationError):
+        alt.MarkDef(color=5)  # the analyst's own objects keep debug mode's early error
+
+    @charts.validated_once
+    def fails() -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        fails()
+    assert schemapi.DEBUG_MODE
+    charts.delta_chart(comp).to_dict()  # a real chart passes the whole-spec validation
+    assert schemapi.DEBUG_MODE

@@ -16,6 +16,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from specsweep.charts import validated_once
 from specsweep.compare import Comparison
 from specsweep.markup import md_text
 from specsweep.store import ResultSet
@@ -286,6 +287,7 @@ def build(comp: Comparison, sets: Sequence[ResultSet] | None = None, *, n_boot: 
                    validation=validation, cap_predictions=caps, decompositions=decs)
 
 
+@validated_once
 def _chart(comp: Comparison, decs: dict[str, pd.DataFrame]) -> alt.TopLevelMixin | None:
     frames = []
     for a, d in decs.items():
