@@ -129,10 +129,14 @@ def _ipc_kernel_manager() -> type:
 
 
 #: what the report kernel imports while it starts (before it answers papermill), so that the
-#: notebook's first cell finds them loaded: the notebook's own imports, pandas and altair among them
+#: notebook's first cell finds them loaded: the notebook's own imports, pandas and altair among them,
+#: and the parts of scipy the library imports where it first needs them (``compare``'s t and F
+#: quantiles, the what-if model's interpolation: 0.3 s of CPU every report's cells paid, while this
+#: process was waiting on them; at start-up they load beside this process's own imports)
 KERNEL_PRELOAD = ("import specsweep.report, specsweep.charts, specsweep.compare, specsweep.recommend, "
                   "specsweep.store, specsweep.markup, specsweep.whatif.section, specsweep.study_page, "
-                  "specsweep.consistency, specsweep.report.decision, specsweep.report.summary")
+                  "specsweep.consistency, specsweep.report.decision, specsweep.report.summary, "
+                  "scipy.special, scipy.interpolate")
 
 #: what a study arm's kernel imports while it starts, for the same reason: the sweep notebook's
 #: imports. They then load without the collector and are frozen with start-up
