@@ -22,7 +22,6 @@ from helpers import write_measured
 from specsweep.compare import compare
 from specsweep.probe import SIM_COUNTERS, counters, parse_metrics
 from specsweep.refserver.launch import RefServer
-from specsweep.metrics import SIM_LAG_WARN_MS
 from specsweep.report.warnings import collect_warnings
 from specsweep.store import load_result_set, load_result_sets
 from specsweep.sweep import run_sweep, simulator_schedule_figures
@@ -82,7 +81,9 @@ def test_a_stalled_simulator_is_recorded_and_warned_about(tmp_path: Path) -> Non
     lv = rs.levels.set_index("concurrency")
     assert lv.at[4, "sim_clock_resyncs"] >= 1, lv.filter(like="sim_").to_string()
     assert lv.at[4, "sim_resync_lost_s"] >= 0.3
-    assert lv.at[4, "sim_step_lag_mean_ms"] > SIM_LAG_WARN_MS
+    # no assertion on the level's mean step lag: a stop that lands while a step sleeps to its target makes
+    # that step ~0.6 s late (and the clock resync after it), one that lands while the engine delivers a
+    # step's chunks shows only as the resync (the loaded suite once read 0.83 ms); the warning reads both
     assert lv.at[2, "sim_steps"] > 0 and lv.at[4, "sim_steps"] > 0
     (line,) = [ln for ln in lines if ln.startswith("C=4 repeat 0:")]
     assert "ms late per step" in line and "clock reset" in line
