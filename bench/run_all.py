@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{r['empty']['wall']:.2f} ({r['empty']['cpu']:.2f}); {st['ratio']:.2f}× | | ≤ 1.5× | "
                      f"{_yes(st['ratio'] <= 1.5)} |")
         if "seed_over_imports" in st:
-            lines.append(f"| 21.2 | the floor, its kernel loading the report's modules first (pandas, altair, specsweep), "
+            lines.append(f"| 21.2 | the floor, its kernel loading the report's modules first (pandas, altair, specsweep, scipy), "
                          f"wall s (CPU s); seed ÷ that | {r['empty_imports']['wall']:.2f} ({r['empty_imports']['cpu']:.2f}); "
                          f"{st['seed_over_imports']:.2f}× | | | |")
         if "seed_cold" in r:
