@@ -13,8 +13,9 @@ Prints, as medians of ``--reps`` fresh processes run alternately (seconds):
   ``specsweep.report.build_report`` (its kernel started early, papermill, the same export, the same
   exit), in a fresh process: the floor;
 - ``... its kernel loading the report's modules first``: the same empty notebook, its kernel
-  importing :data:`specsweep.report.build.KERNEL_PRELOAD` (pandas, altair, scipy's special functions and interpolation, specsweep's report
-  modules) before it answers, as the report's kernel does: what of the seed report is imports;
+  importing :data:`specsweep.report.build.KERNEL_PRELOAD` (pandas, altair, scipy's special functions
+  and interpolation, specsweep's report modules) before it answers, as the report's kernel does:
+  what of the seed report is imports;
 - ``seed report``: ``python -m specsweep.report`` on the seed result set, in a fresh process;
   and their ratio (issue 21's goal: seed report ≤ 4 s and ≤ 1.5× the empty notebook).
 
