@@ -27,6 +27,8 @@ the ``specsweep`` Altair theme, enabled on import unless another theme is alread
 
 Each chart is built with Altair's per-object validation off (:func:`validated_once`); the whole
 chart is validated against the Vega-Lite schema when it is shown or saved, as every chart is.
+Its data frames become Vega-Lite values through :mod:`specsweep.chartdata` (the same values as
+Altair's default data transformer, faster; enabled on import where Altair's default is active).
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from typing import ParamSpec, TypeVar
 import altair as alt
 import pandas as pd
 
+from specsweep import chartdata
 from specsweep.compare import Comparison, pareto_frontier
 from specsweep.metrics import metric_info
 
@@ -60,6 +63,7 @@ def specsweep_theme() -> alt.theme.ThemeConfig:
 
 if alt.theme.active == "default":  # never override a theme the analyst chose
     alt.theme.enable(THEME)
+chartdata.enable()  # likewise: only where Altair's default data transformer is the active one
 
 
 #: the stroke dash of each arm's lines, in the order of the colour domain (baseline first: solid)

@@ -54,10 +54,10 @@ def enable_offline_charts() -> None:
 
 def setup_notebook() -> None:
     """Notebook defaults for reports: offline charts, readable tables, no row limit for charts."""
-    import altair as alt
+    from specsweep import chartdata
 
     enable_offline_charts()
-    alt.data_transformers.disable_max_rows()
+    chartdata.disable_max_rows()
     pd.set_option("display.max_columns", 60)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_colwidth", None)
