@@ -10,6 +10,8 @@ is ``window.__pwned`` (None unless an injected script ran), ``text`` the page's 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -83,7 +85,8 @@ def main(browser: str, html: str, all_points: bool = False) -> int:
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         f"--user-data-dir={profile}", f"--remote-debugging-port={port}", "--remote-allow-origins=*",
         "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--window-size=1400,1000",
-        "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=dict(os.environ, TMPDIR=profile))  # its singleton socket folder too goes with the profile
     try:
         deadline = time.time() + 30
         targets = None
@@ -125,7 +128,12 @@ def main(browser: str, html: str, all_points: bool = False) -> int:
         return 0
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        shutil.rmtree(profile, ignore_errors=True)  # 2.5 MB a run, left in /tmp before
 
 
 if __name__ == "__main__":

@@ -55,12 +55,15 @@ class Launched:
 
 
 @contextmanager
-def launched(tmp: Path, name: str, *extra: str, start_timeout_s: float = 180.0) -> Iterator[Launched]:
+def launched(tmp: Path, name: str, *extra: str, start_timeout_s: float = 180.0,
+             settings_json: bool = True) -> Iterator[Launched]:
     """The launcher as its own process on 127.0.0.1; yields once it printed its ready line, then
-    SIGTERM, and the exit status must be 0."""
+    SIGTERM, and the exit status must be 0. Without ``settings_json`` the launcher writes its
+    settings where it chooses (the ready line says where) and must remove them when it stops."""
     settings_path = tmp / f"{name}-settings.json"
+    where = ["--settings-json", str(settings_path)] if settings_json else []
     argv = [sys.executable, "-m", "specsweep.engines.llamacpp", "--model", "smollm2", "--slots", str(SLOTS),
-            "--threads", "1", "--ctx-per-slot", str(CTX), "--port", "0", "--settings-json", str(settings_path), *extra]
+            "--threads", "1", "--ctx-per-slot", str(CTX), "--port", "0", *where, *extra]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ,
                                                                                           "PYTHONUNBUFFERED": "1"})
     log: list[str] = []
@@ -85,6 +88,8 @@ def launched(tmp: Path, name: str, *extra: str, start_timeout_s: float = 180.0) 
                 log.append(line)
                 if "specsweep.engines.llamacpp: ready at " in line:
                     url = line.split("ready at ", 1)[1].split()[0]
+                    if not settings_json:
+                        settings_path = Path(line.split("; settings: ", 1)[1].split(" and GET /props", 1)[0])
         # keep draining the engine's log so that it never blocks on a full pipe
         import threading
 
@@ -99,6 +104,7 @@ def launched(tmp: Path, name: str, *extra: str, start_timeout_s: float = 180.0) 
             proc.kill()
             rc = proc.wait()
     assert rc == 0, f"the launcher exited {rc} on SIGTERM"
+    assert settings_path.exists() == settings_json, settings_path  # a file it chose is not left behind
 
 
 def sweep(url: str, out: Path, arm: str) -> ResultSet:
@@ -133,7 +139,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     with launched(tmp, "ngram", *NGRAM) as srv:
         out["ngram"] = sweep(srv.url, tmp / "runs", "ngram")
         out["ngram_settings"] = srv.settings
-    with launched(tmp, "refuses-erase", "--no-slot-erase") as srv:
+    with launched(tmp, "refuses-erase", "--no-slot-erase", settings_json=False) as srv:
         out["no_erase"] = erase_llamacpp_slots(srv.url)
         res = run_sweep({"endpoint": srv.url, "arm": "no-erase", "concurrency": [1], "output_tokens": 8,
                          "workload": "builtin", "requests_per_level": 2, "warmup_requests": 0, "flush_cache": True,

@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,18 +34,29 @@ def offline_prefix() -> list[str]:
     return []
 
 
-def dump_dom(html: Path, tmp_path: Path) -> str:
-    browser = require_chromium()
+def chromium_dump(uri: str, tmp_path: Path, *flags: str, budget_ms: int = 15000) -> str:
+    """The DOM headless Chromium holds after ``budget_ms`` of virtual time on ``uri``, offline
+    (:func:`offline_prefix`, every host name unresolvable, a dead proxy); its profile stays under
+    ``tmp_path``, its singleton socket folder (``TMPDIR``: a short path, as a unix socket's must
+    be) in a temporary folder removed afterwards."""
+    scratch = tempfile.mkdtemp(prefix="specsweep-chromium-")
     cmd = offline_prefix() + [
-        browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        require_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=15000",
+        f"--user-data-dir={tmp_path / 'profile'}", *flags, f"--virtual-time-budget={budget_ms}",
         "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
-        "--dump-dom", html.resolve().as_uri(),
+        "--dump-dom", uri,
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=dict(os.environ, TMPDIR=scratch))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+def dump_dom(html: Path, tmp_path: Path) -> str:
+    return chromium_dump(html.resolve().as_uri(), tmp_path)
 
 
 def hover_in_chromium(html: Path, *args: str, timeout_s: float = 120) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import nbformat
@@ -15,7 +14,7 @@ import pandas as pd
 import pytest
 
 from specsweep.report import export_html
-from test_report_browser import offline_prefix, require_chromium
+from test_report_browser import chromium_dump
 
 #: what the page reports about itself once loaded: the page's width, and the wide table's and its
 #: nearest scrolling box's geometry (px)
@@ -61,16 +60,8 @@ def measure(html: Path, tmp_path: Path, width: int = 1400) -> dict:
     page = page[:end] + MEASURE + page[end:]
     probe = tmp_path / "probe.html"
     probe.write_text(page, encoding="utf-8")
-    cmd = offline_prefix() + [
-        require_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},900", "--virtual-time-budget=10000",
-        "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=http://127.0.0.1:9",
-        "--dump-dom", probe.resolve().as_uri(),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    m = re.search(r"data-measure=\"([^\"]*)\"", done.stdout)
+    dom = chromium_dump(probe.resolve().as_uri(), tmp_path, f"--window-size={width},900", budget_ms=10000)
+    m = re.search(r"data-measure=\"([^\"]*)\"", dom)
     assert m, "the page did not report its layout"
     return json.loads(m.group(1).replace("&quot;", '"'))
 

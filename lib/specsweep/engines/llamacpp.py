@@ -21,8 +21,8 @@ serves until SIGTERM or SIGINT, then exits 0 within a second. No compiler and no
 Every setting applied is recorded (:func:`launch_settings`, read back from the engine's own
 parameter object, not from the command line): in the server's ``GET /props`` as
 ``ui_settings.specsweep_launch`` (where :mod:`specsweep.probe` finds it), and as JSON at
-``--settings-json`` (default: a file in the temporary directory), whose path the ready line
-prints. Slot erase (``POST /slots/{id}?action=erase``, which llama.cpp allows only with a slot
+``--settings-json`` (default: a file in the temporary directory, removed again at a clean stop;
+a path given is kept), whose path the ready line prints. Slot erase (``POST /slots/{id}?action=erase``, which llama.cpp allows only with a slot
 save path) is enabled so that a sweep can empty the prompt cache between levels.
 """
 from __future__ import annotations
@@ -284,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     watchdog.start()
     del server
     shutil.rmtree(slot_dir, ignore_errors=True)
+    if not args.settings_json:  # ours, in the temporary directory: one per port would pile up there
+        path.unlink(missing_ok=True)
     print(f"{PROG}: stopped", flush=True)
     return 0
 
