@@ -208,3 +208,29 @@ def test_a_server_that_dies_mid_sweep_stops_it_and_keeps_finished_levels(tmp_pat
     assert rs.levels["concurrency"].tolist() == [1]
     assert rs.meta["complete"] is False and rs.meta["failed"]["level"] == [2, 0]
     assert "SweepAborted" in rs.meta["failed"]["reason"]
+
+
+def test_the_level_bar_redraws_at_most_once_a_second_and_ends_on_the_last_count(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each redraw in a kernel is a message (about 0.5 ms of the client's CPU): finished requests
+    within REFRESH_S of the last redraw only move the count; the last one is drawn once, by close."""
+    from specsweep import sweep as sweep_mod
+
+    clock = [100.0]
+    monkeypatch.setattr(sweep_mod.time, "perf_counter", lambda: clock[0])
+    bar = sweep_mod._Progress(True, 4, "C=1 r0", 32)
+    draws = lambda: capsys.readouterr().err.count("\r")  # noqa: E731 - tqdm starts every redraw with \r
+    assert draws() == 1  # the empty bar
+    for done, t in ((1, 100.3), (2, 100.6)):
+        clock[0] = t
+        bar(done, 4)
+    assert draws() == 0  # within a second of the last redraw
+    clock[0] = 101.2
+    bar(3, 4)
+    assert draws() == 1
+    clock[0] = 101.3
+    bar(4, 4)
+    assert draws() == 0  # the last count waits for close
+    bar.close()
+    err = capsys.readouterr().err
+    assert err.count("\r") == 1 and "4/4" in err and "tok/s" in err
