@@ -279,13 +279,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     while not stop.wait(0.2):
         pass
     # the engine's destructor joins its loops (tens of ms); never let a stop take longer than the deadline
+    # our files first (the server serves nothing more): the watchdog's exit would skip them
+    shutil.rmtree(slot_dir, ignore_errors=True)
+    if not args.settings_json:  # ours, in the temporary directory: one per port would pile up there
+        path.unlink(missing_ok=True)
     watchdog = threading.Timer(EXIT_DEADLINE_S, os._exit, args=(0,))
     watchdog.daemon = True
     watchdog.start()
     del server
-    shutil.rmtree(slot_dir, ignore_errors=True)
-    if not args.settings_json:  # ours, in the temporary directory: one per port would pile up there
-        path.unlink(missing_ok=True)
     print(f"{PROG}: stopped", flush=True)
     return 0
 
