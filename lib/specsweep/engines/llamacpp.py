@@ -22,8 +22,9 @@ Every setting applied is recorded (:func:`launch_settings`, read back from the e
 parameter object, not from the command line): in the server's ``GET /props`` as
 ``ui_settings.specsweep_launch`` (where :mod:`specsweep.probe` finds it), and as JSON at
 ``--settings-json`` (default: a file in the temporary directory, removed again at a clean stop;
-a path given is kept), whose path the ready line prints. Slot erase (``POST /slots/{id}?action=erase``, which llama.cpp allows only with a slot
-save path) is enabled so that a sweep can empty the prompt cache between levels.
+a path given is kept), whose path the ready line prints. Slot erase
+(``POST /slots/{id}?action=erase``, which llama.cpp allows only with a slot save path) is
+enabled so that a sweep can empty the prompt cache between levels.
 """
 from __future__ import annotations
 
@@ -278,11 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"ui_settings.{PROPS_KEY}", flush=True)
     while not stop.wait(0.2):
         pass
-    # the engine's destructor joins its loops (tens of ms); never let a stop take longer than the deadline
-    # our files first (the server serves nothing more): the watchdog's exit would skip them
+    # our files first (the server serves nothing more): the watchdog's exit below would skip them
     shutil.rmtree(slot_dir, ignore_errors=True)
     if not args.settings_json:  # ours, in the temporary directory: one per port would pile up there
         path.unlink(missing_ok=True)
+    # the engine's destructor joins its loops (tens of ms); never let a stop take longer than the deadline
     watchdog = threading.Timer(EXIT_DEADLINE_S, os._exit, args=(0,))
     watchdog.daemon = True
     watchdog.start()
