@@ -423,14 +423,46 @@ def _split_superseded(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return live, old
 
 
+def _study_record(path: Path) -> dict[str, Any]:
+    """A study folder's ``study.json`` (written by :mod:`specsweep.study`), or {} without a readable one."""
+    try:
+        doc = json.loads((path / "study.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def study_arm_order(path: str | os.PathLike[str]) -> list[str]:
+    """The arms of the study folder at ``path`` in the order its plan first runs them (the order a
+    study's own report shows them in); [] where there is no ``study.json`` with a plan."""
+    plan = _study_record(Path(path)).get("plan")
+    names: list[str] = []
+    for step in plan if isinstance(plan, list) else []:
+        arm = step.get("arm") if isinstance(step, dict) else None
+        if isinstance(arm, str) and arm not in names:
+            names.append(arm)
+    return names
+
+
+def study_title(paths: Sequence[str | os.PathLike[str]]) -> str | None:
+    """The title in ``study.json`` when ``paths`` is one study folder that has one, else None."""
+    if len(paths) != 1:
+        return None
+    title = _study_record(Path(paths[0])).get("title")
+    return title if isinstance(title, str) and title.strip() else None
+
+
 def find_result_sets(path: str | os.PathLike[str]) -> list[Path]:
-    """The result-set folders at ``path``: itself if it has a meta.json, else its sub-folders that do."""
+    """The result-set folders at ``path``: itself if it has a meta.json, else its sub-folders that do,
+    in the study's arm order where ``path`` is a study folder (:func:`study_arm_order`; other
+    sub-folders after them), else by name."""
     path = Path(path)
     if (path / "meta.json").is_file():
         return [path]
     if not path.is_dir():
         raise SchemaError(f"{path}: no such folder; pass a result-set folder (with meta.json) or a study folder")
-    found = sorted(p.parent for p in path.glob("*/meta.json"))
+    rank = {name: i for i, name in enumerate(study_arm_order(path))}
+    found = sorted((p.parent for p in path.glob("*/meta.json")), key=lambda p: (rank.get(p.name, len(rank)), p.name))
     if not found:
         raise SchemaError(f"{path}: neither a result set (no meta.json) nor a study (no sub-folder has one)")
     return found

@@ -333,6 +333,8 @@ def build_report(
 
     Relative ``result_sets`` and ``out_dir`` are taken relative to the current directory. The
     executed notebook is kept beside the page in ``<out_dir>/_build/<name>.ipynb`` for inspection.
+    Without ``title``, one study folder gives its study's title (``study.json``), and its arms come
+    in the study's order (:func:`specsweep.store.find_result_sets`): the page its study built.
     """
     if not name or any(ch in name for ch in "/\\") or name.startswith("."):
         raise ValueError(f"report name {name!r} must be a plain file name (no slashes, not hidden)")
@@ -347,6 +349,10 @@ def build_report(
         "output_name": name,
         "allow_workload_mismatch": allow_workload_mismatch,
     }
+    if not title:
+        from specsweep.store import study_title
+
+        title = study_title(result_sets)
     if title:
         params["title"] = title
     if profiles is not None:
@@ -397,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="result-set or study folder (repeatable; relative to the current directory)")
     parser.add_argument("--name", required=True, help="report name: writes OUT_DIR/NAME.html")
     parser.add_argument("--baseline", default="baseline", help="arm name of the baseline (default: baseline)")
-    parser.add_argument("--title", default=None, help="report title (default: the notebook's)")
+    parser.add_argument("--title", default=None, help="report title (default: a study folder's title, else the notebook's)")
     parser.add_argument("--profiles", type=_profiles_arg, default=None,
                         help="workload profiles as a YAML list (default: the built-in three); see README")
     parser.add_argument("--out-dir", default="reports", help="where NAME.html goes (default: ./reports)")
