@@ -423,3 +423,39 @@ def _is_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:  # a name in a module, not a package's submodule
         return False
+
+
+def test_the_builder_loads_no_pandas_before_its_kernel_starts_and_a_study_folder_names_the_page(tmp_path: Path) -> None:
+    """The report kernel starts first and imports pandas and the report's modules while the builder
+    loads papermill and nbconvert: anything that loads pandas in the builder before it (0.5 s of
+    imports) delays the whole page. A study folder's title is read before that, from the standard
+    library only (``specsweep.study_record``)."""
+    from specsweep.report.paths import REPO_ROOT
+
+    study = tmp_path / "study"
+    shutil.copytree(SEED, study / "set")
+    (study / "study.json").write_text(json.dumps({"title": "From <study.json>", "fingerprint": {"arms": {}}}))
+    probe = f"""
+import json, sys
+from specsweep.report import build
+seen = {{}}
+class Stop(Exception):
+    pass
+class Early:
+    def __init__(self, *args, **kwargs):
+        seen["pandas"] = "pandas" in sys.modules
+        raise Stop
+build.EarlyKernel = Early
+try:
+    build.build_report([{str(study)!r}], "x", out_dir={str(tmp_path / "out")!r})
+except Stop:
+    pass
+print(json.dumps(seen))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"pandas": False}
+
+    from specsweep.study_record import study_title
+
+    assert study_title([study]) == "From <study.json>"

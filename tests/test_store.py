@@ -232,24 +232,29 @@ def test_a_study_skips_and_names_a_run_that_never_finished_a_level(tmp_path: Pat
         load_result_sets(empty)
 
 
-def test_a_study_folder_gives_its_arms_in_the_plans_order_and_its_title(tmp_path: Path) -> None:
-    """A study's own report shows its arms in plan order under its title; a report rebuilt from the
-    study folder (``specsweep report DIR``) must give the same page, so the folder reads the same way."""
-    from specsweep.store import find_result_sets, study_arm_order, study_title
+def test_a_study_folder_gives_its_arms_in_the_study_files_order_and_its_title(tmp_path: Path) -> None:
+    """A study's own report shows its arms in the study file's order under its title; a report rebuilt
+    from the study folder (``specsweep report DIR``) must give the same page, so the folder reads the
+    same way (the order from study.json's fingerprint, which the study writes in that order)."""
+    from specsweep.store import find_result_sets
+    from specsweep.study_record import study_arm_order, study_title
 
     for arm in ("baseline", "ngram", "control", "zz-extra"):
         write_level_only(tmp_path / arm, arm, {1: (1.0, 1.0)})
     assert [p.name for p in find_result_sets(tmp_path)] == ["baseline", "control", "ngram", "zz-extra"]  # by name
     assert study_title([tmp_path]) is None and study_arm_order(tmp_path) == []
+    # the plan runs the control first; the study file (and its report) lists baseline, ngram, control
     plan = [{"position": i, "repeat": r, "arm": a} for i, (r, a) in enumerate(
-        [(0, "baseline"), (0, "ngram"), (0, "control"), (1, "control"), (1, "ngram"), (1, "baseline")], 1)]
-    (tmp_path / "study.json").write_text(json.dumps({"title": "A <b>real</b> engine", "plan": plan}))
+        [(0, "control"), (0, "ngram"), (0, "baseline"), (1, "baseline"), (1, "ngram"), (1, "control")], 1)]
+    fingerprint = {"sweep": {}, "arms": {"baseline": "d1", "ngram": "d2", "control": "d3"}}
+    (tmp_path / "study.json").write_text(json.dumps({"title": "A <b>real</b> engine", "plan": plan,
+                                                     "fingerprint": fingerprint}))
     assert study_arm_order(tmp_path) == ["baseline", "ngram", "control"]
     assert [p.name for p in find_result_sets(tmp_path)] == ["baseline", "ngram", "control", "zz-extra"]
     assert [s.arm for s in load_result_sets(tmp_path)] == ["baseline", "ngram", "control", "zz-extra"]
     assert study_title([tmp_path]) == "A <b>real</b> engine"  # a string like any title: the page escapes it
     assert study_title([tmp_path, tmp_path / "baseline"]) is None  # only one study folder names the page
-    for broken in ("{", "[]", json.dumps({"title": 3, "plan": "x"})):
+    for broken in ("{", "[]", json.dumps({"title": 3, "plan": plan, "fingerprint": {"arms": ["baseline"]}})):
         (tmp_path / "study.json").write_text(broken)
         assert study_title([tmp_path]) is None and study_arm_order(tmp_path) == []
         assert [p.name for p in find_result_sets(tmp_path)] == ["baseline", "control", "ngram", "zz-extra"]

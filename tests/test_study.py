@@ -24,7 +24,7 @@ import yaml
 
 from helpers import FLAKY_SERVER, require_extra
 from specsweep.report import REPO_ROOT
-from specsweep.store import ResultSet, load_result_set
+from specsweep.store import ResultSet, find_result_sets, load_result_set
 from specsweep.probe import flush_prefix_cache
 from specsweep.study import Redactor, main, run_arm, run_order, run_study, study_markdown
 from specsweep.study_file import StudyError, load_study, parse_study
@@ -349,6 +349,8 @@ def test_a_study_end_to_end_with_a_failing_arm_then_resumed(tmp_path: Path) -> N
 
     # what a report can say about the study (for report.ipynb): run order, missing arm, agreement
     sets = [load_result_set(p) for p in result.result_sets]
+    # the study folder read back (specsweep report DIR) gives the arms in the order its report got them
+    assert find_result_sets(out) == result.result_sets
     order = run_order(sets)
     assert list(zip(order["arm"], order["repeat"])) == [(o.arm, o.repeat) for o in result.outcomes if o.arm != "broken"]
     text = study_markdown(sets, "baseline")

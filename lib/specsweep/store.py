@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specsweep.redact import redact, redact_frame
+from specsweep.study_record import study_arm_order
 
 SCHEMA_VERSION = 1
 
@@ -423,38 +424,9 @@ def _split_superseded(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return live, old
 
 
-def _study_record(path: Path) -> dict[str, Any]:
-    """A study folder's ``study.json`` (written by :mod:`specsweep.study`), or {} without a readable one."""
-    try:
-        doc = json.loads((path / "study.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def study_arm_order(path: str | os.PathLike[str]) -> list[str]:
-    """The arms of the study folder at ``path`` in the order its plan first runs them (the order a
-    study's own report shows them in); [] where there is no ``study.json`` with a plan."""
-    plan = _study_record(Path(path)).get("plan")
-    names: list[str] = []
-    for step in plan if isinstance(plan, list) else []:
-        arm = step.get("arm") if isinstance(step, dict) else None
-        if isinstance(arm, str) and arm not in names:
-            names.append(arm)
-    return names
-
-
-def study_title(paths: Sequence[str | os.PathLike[str]]) -> str | None:
-    """The title in ``study.json`` when ``paths`` is one study folder that has one, else None."""
-    if len(paths) != 1:
-        return None
-    title = _study_record(Path(paths[0])).get("title")
-    return title if isinstance(title, str) and title.strip() else None
-
-
 def find_result_sets(path: str | os.PathLike[str]) -> list[Path]:
     """The result-set folders at ``path``: itself if it has a meta.json, else its sub-folders that do,
-    in the study's arm order where ``path`` is a study folder (:func:`study_arm_order`; other
+    in the study file's arm order where ``path`` is a study folder (:func:`study_arm_order`; other
     sub-folders after them), else by name."""
     path = Path(path)
     if (path / "meta.json").is_file():

@@ -350,7 +350,7 @@ def build_report(
         "allow_workload_mismatch": allow_workload_mismatch,
     }
     if not title:
-        from specsweep.store import study_title
+        from specsweep.study_record import study_title  # standard library only: no pandas before the kernel
 
         title = study_title(result_sets)
     if title:
