@@ -92,10 +92,10 @@ def test_auto_workload_is_builtin_for_real_servers_and_random_ids_embedded() -> 
 
 def test_builtin_sweep_recovers_each_categorys_acceptance(tmp_path: Path, refserver_mtp: RefServer) -> None:
     """Every built-in prompt once (145 requests at C=16, 128 tokens each, SGLang meta_info per
-    request): each category's measured accept length (datasets.category_metrics) is within
-    0.12 tokens/step of the rule's prediction for the prompts sent (harmonic mean of the
-    per-prompt means: Σ tokens / Σ steps with equal tokens per request) and within 0.15 of the
-    server's configured per-category mean (/server_info, repetitiveness 0). Which prompt draws
+    request): each category's measured accept length (datasets.category_metrics) is close to
+    the rule's prediction for the prompts sent (harmonic mean of the per-prompt means: Σ tokens
+    / Σ steps with equal tokens per request), and that prediction is within 0.1 tokens/step of
+    the server's configured per-category mean (/server_info, repetitiveness 0). Which prompt draws
     which seeded acceptance depends on arrival order at C=16, so each run is a fresh draw: the
     tolerance is 4.5 standard errors of the category's ratio estimate (Σ tokens / Σ steps, from
     its own requests' step counts: about 0.04 for code-edit, 0.02 for creative-writing, measured
