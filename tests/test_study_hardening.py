@@ -271,6 +271,97 @@ def test_a_pid_file_left_by_a_killed_runner_is_checked_by_start_time_and_cleaned
         leftover.wait()
 
 
+LINUX_PROC = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="start ticks need Linux's /proc")
+
+#: a study worker's runner watch in a process whose clock reads a step of STEP_S seconds (psutil's
+#: boot time, from which every start time in seconds since the epoch is derived, moved by it);
+#: argv: the runner's identity (JSON) recorded before the step, STEP_S
+STEPPED_WATCH = r"""
+import json, signal, sys
+import psutil._pslinux as linux
+real = linux.boot_time
+linux.boot_time = lambda: real() + float(sys.argv[2])
+from specsweep.study_parallel import _watch_runner
+def interrupted(signum, frame):
+    print("interrupted", flush=True)
+    sys.exit(3)
+signal.signal(signal.SIGINT, interrupted)
+print("watching", flush=True)
+_watch_runner(json.loads(sys.argv[1]))
+"""
+
+
+@LINUX_PROC
+@pytest.mark.parametrize("step_s", [1.0, -1.0, 4.0])
+def test_a_step_of_the_system_clock_leaves_a_running_process_the_same_one(monkeypatch: pytest.MonkeyPatch,
+                                                                         step_s: float) -> None:
+    # CI lost two tests to a one-second step of the kernel's boot time (whole seconds in /proc/stat,
+    # moved by a step of the clock): each start time read after it was a second off, so a study
+    # worker took its runner for gone (and interrupted its sweep), and the runner took its starting
+    # server for gone (and waited on its guard without end)
+    import psutil._pslinux as linux
+
+    from specsweep import serverguard
+
+    me, old_style = serverguard.identity(os.getpid()), None
+    assert me is not None and me["start_ticks"] == serverguard.start_ticks(os.getpid())
+    old_style = {k: v for k, v in me.items() if k != "start_ticks"}  # a pid file from before ticks were recorded
+    real = linux.boot_time
+    monkeypatch.setattr(linux, "boot_time", lambda: real() + step_s)
+    assert abs(psutil.Process(os.getpid()).create_time() - me["create_time"] - step_s) < 0.01  # the step is seen
+    assert serverguard.same_process(me)
+    assert serverguard.same_process(old_style) == (abs(step_s) < serverguard.SAME_EPOCH_S)
+    # a reused pid (another start) and a process of an earlier boot (same ticks, an hour apart) are not it
+    assert not serverguard.same_process({**me, "start_ticks": me["start_ticks"] + 1})
+    assert not serverguard.same_process({**me, "create_time": me["create_time"] - 3600})
+
+
+@LINUX_PROC
+@pytest.mark.slow
+def test_a_study_worker_keeps_measuring_through_a_clock_step_and_stops_once_its_runner_is_gone() -> None:
+    from specsweep import serverguard
+
+    runner = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])
+    try:
+        entry = serverguard.identity(runner.pid)
+        watch = subprocess.Popen([PY, "-c", STEPPED_WATCH, json.dumps(entry), "1"], stdout=subprocess.PIPE,
+                                 text=True)
+        assert watch.stdout is not None and watch.stdout.readline() == "watching\n"
+        time.sleep(2.0)  # four looks at the runner, each reading the stepped clock
+        assert watch.poll() is None, f"the worker took its running runner for gone: {watch.stdout.read()}"
+        runner.kill()
+        runner.wait()
+        assert watch.wait(timeout=30) == 3 and watch.stdout.read() == "interrupted\n"
+    finally:
+        runner.kill()
+        runner.wait()
+
+
+def test_a_server_taken_for_gone_before_ready_never_leaves_the_runner_waiting_on_its_guard(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # whatever makes the runner take its server for gone while the guard still runs it, the runner
+    # waits for the guard a bounded time, then stops it and reports the arm's server as exited
+    from specsweep import serverguard, study_arm
+
+    study = load_study(_study(tmp_path, [PY, "-c", "import time; time.sleep(60)"], stop_grace_s=1))
+    server = ServerProcess(study.arms[0], tmp_path / "server.log", Redactor([]), tmp_path / PID_FILE)
+    server.start()
+    try:
+        deadline = time.monotonic() + 30
+        while server.server_pid is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sleeper = server.record()["server"]
+        monkeypatch.setattr(study_arm, "GUARD_EXIT_S", 0.5)
+        monkeypatch.setattr(serverguard, "same_process", lambda entry: False)
+        with pytest.raises(ServerError, match="before it was ready"):
+            server.wait_ready(poll_s=0.1)
+        monkeypatch.undo()
+        assert server.process is not None and server.process.poll() is not None
+        assert _gone(sleeper["pid"])
+    finally:
+        server.stop()
+
+
 def test_a_pid_file_from_another_host_refuses_the_arm_naming_the_pid(tmp_path: Path) -> None:
     folder = tmp_path / "out" / "_runs" / "baseline" / "r0"
     folder.mkdir(parents=True)

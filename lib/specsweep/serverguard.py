@@ -14,9 +14,10 @@ The guard (its own session, so a signal to the runner's terminal group does not 
 - starts the server in a session of its own with ``PR_SET_PDEATHSIG = SIGKILL`` (if the guard
   itself is killed, the kernel kills the server);
 - records the pid file ``F`` (JSON): runner, guard, server and every process of the server's tree,
-  each as pid + start time (``psutil`` ``create_time``, seconds since the epoch) so a later run can
-  tell a leftover process from an unrelated one that reuses its pid; rewritten when the tree changes
-  (looked at every ``TREE_S`` seconds);
+  each as pid + start time (``psutil`` ``create_time``, seconds since the epoch, and on Linux the
+  start in clock ticks since boot, which a step of the system clock does not move) so a later run
+  can tell a leftover process from an unrelated one that reuses its pid; rewritten when the tree
+  changes (looked at every ``TREE_S`` seconds);
 - on ``SIGTERM`` (the runner's stop, or the runner's death) sends ``SIGTERM`` to the server's
   process group and every process of its tree, ``SIGKILL`` after ``--grace-s`` seconds, then kills
   whatever of the tree remains (processes in sessions of their own) and records them as
@@ -76,26 +77,60 @@ def _die_with_parent() -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+#: seconds two epoch start times of one process may differ by when both also carry start ticks that
+#: agree: the epoch time is the kernel's boot time (``btime``, whole seconds, moved by every step of
+#: the system clock) plus the ticks, so it can change by a second or more while the process runs
+SAME_EPOCH_WITH_TICKS_S = 10.0
+#: the same, where ticks are not known (not Linux, or a pid file from before they were recorded)
+SAME_EPOCH_S = 2.0
+
+
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22): unlike
+    a start time in seconds since the epoch it never moves, whatever the system clock does. None
+    where there is no ``/proc`` or the process is gone."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_bytes()
+        return int(stat[stat.rindex(b")") + 1:].split()[19])  # fields after the name start at field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def identity(pid: int) -> dict[str, Any] | None:
-    """pid, start time (s since the epoch) and name; None if gone. (No command line: it may hold a
-    secret, and the pid file lives in the study's folder.)"""
+    """pid, start time (s since the epoch; on Linux also ``start_ticks``, see :func:`start_ticks`)
+    and name; None if gone. (No command line: it may hold a secret, and the pid file lives in the
+    study's folder.)"""
     try:
         p = psutil.Process(pid)
         with p.oneshot():
             if p.status() == psutil.STATUS_ZOMBIE:
                 return None
-            return {"pid": pid, "create_time": p.create_time(), "name": p.name()}
+            entry: dict[str, Any] = {"pid": pid, "create_time": p.create_time(), "name": p.name()}
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
+    ticks = start_ticks(pid)
+    if ticks is not None:
+        entry["start_ticks"] = ticks
+    return entry
 
 
 def same_process(entry: dict[str, Any]) -> bool:
-    """Whether the process of a pid-file entry still runs: same pid *and* same start time
-    (a reused pid belongs to another process), not a zombie."""
+    """Whether the process of a pid-file entry still runs: same pid *and* same start (a reused pid
+    belongs to another process), not a zombie. The start is compared in clock ticks since boot where
+    both sides have them (exactly; the epoch times, which a step of the system clock moves, then
+    only need to agree within :data:`SAME_EPOCH_WITH_TICKS_S`, which rules out a process of an
+    earlier boot), else in seconds since the epoch within :data:`SAME_EPOCH_S`."""
     try:
-        p = psutil.Process(int(entry["pid"]))
-        # within a second: the kernel's boot time, from which start times are derived, can shift by that much
-        return abs(p.create_time() - float(entry["create_time"])) < 1.0 and p.status() != psutil.STATUS_ZOMBIE
+        pid = int(entry["pid"])
+        p = psutil.Process(pid)
+        epoch_gap = abs(p.create_time() - float(entry["create_time"]))
+        recorded = entry.get("start_ticks")
+        ticks = start_ticks(pid) if recorded is not None else None
+        if ticks is not None:
+            same = ticks == int(recorded) and epoch_gap < SAME_EPOCH_WITH_TICKS_S  # type: ignore[arg-type]
+        else:
+            same = epoch_gap < SAME_EPOCH_S
+        return same and p.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, KeyError, TypeError, ValueError):
         return False
 

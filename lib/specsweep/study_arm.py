@@ -197,7 +197,14 @@ class ServerProcess:
         return int(status) if status is not None else self.process.returncode
 
     def _exited_error(self) -> ServerError:
-        self.process.wait() if self.process else None
+        """The error for a server gone before it was ready. Its guard exits once it has cleaned up
+        after the server; should it not within the stop bound, :meth:`stop` ends it (never a wait
+        without end)."""
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=self.spec.stop_grace_s + GUARD_EXIT_S)
+            except subprocess.TimeoutExpired:
+                self.stop()
         self._drain()
         final = self.record().get("final") or {}
         if final.get("error"):
@@ -265,7 +272,7 @@ class ServerProcess:
             except ProcessLookupError:
                 pass
             try:
-                proc.wait(timeout=self.spec.stop_grace_s + 15)
+                proc.wait(timeout=self.spec.stop_grace_s + GUARD_EXIT_S)
             except subprocess.TimeoutExpired:  # the guard hangs: kill the recorded tree from here
                 left = serverguard.leftovers(self.pid_file)
                 proc.kill()
@@ -303,6 +310,9 @@ class ServerProcess:
 _GUARD_BOOT = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r}); "
                "from specsweep.serverguard import main; sys.exit(main())")
 PID_FILE = "server.pid.json"
+#: seconds, beyond ``stop_grace_s``, that the runner waits for the guard to exit once it should
+#: (its server stopped or gone: the guard then kills what the server left, within about 6 s)
+GUARD_EXIT_S = 15.0
 
 
 def _host_port(url: str) -> tuple[str, int] | None:

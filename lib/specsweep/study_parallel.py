@@ -31,8 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
-import psutil
-
+from specsweep import serverguard
 from specsweep.study_arm import ArmOutcome, arm_dir, complete_run, run_arm
 from specsweep.study_file import Arm, Study
 
@@ -54,23 +53,19 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def _watch_runner(runner: int, started: float) -> None:
-    """In a worker: interrupt the main thread (as Ctrl-C would) once the runner (pid ``runner``,
-    created at ``started``, so a reused pid does not count) is gone."""
-    while True:
-        try:
-            if psutil.Process(runner).create_time() != started:
-                break
-        except psutil.Error:
-            break
+def _watch_runner(runner: dict[str, Any]) -> None:
+    """In a worker: interrupt the main thread (as Ctrl-C would) once the runner (its
+    :func:`~specsweep.serverguard.identity`, so a reused pid does not count, nor a step of the
+    system clock, which moves a start time in seconds since the epoch) is gone."""
+    while serverguard.same_process(runner):
         time.sleep(0.5)
     os.kill(os.getpid(), signal.SIGINT)
 
 
 def _worker(study: Study, arm: Arm, repeat: int, out_dir: str, position: int, resume: bool,
-            conn: multiprocessing.connection.Connection, runner: tuple[int, float]) -> None:
+            conn: multiprocessing.connection.Connection, runner: dict[str, Any]) -> None:
     """A worker process: run one (arm, repeat), send its log lines and then its outcome to the runner."""
-    threading.Thread(target=_watch_runner, args=runner, daemon=True, name="runner-watch").start()
+    threading.Thread(target=_watch_runner, args=(runner,), daemon=True, name="runner-watch").start()
     tag = f"[{arm.name} r{repeat}] "
 
     def log(line: str) -> None:
@@ -97,7 +92,9 @@ def run_parallel(study: Study, out_dir: Path, *, workers: int, resume: bool, log
     ``on_outcome`` sees each outcome as it arrives; returns the outcomes in plan order."""
     out_dir = Path(out_dir).resolve()
     ctx = _context()
-    runner = (os.getpid(), psutil.Process().create_time())
+    runner = serverguard.identity(os.getpid())
+    if runner is None:  # cannot happen: this process runs
+        raise RuntimeError("the study runner could not read its own process identity")
     outcomes: list[ArmOutcome] = []
     todo: list[tuple[int, int, Arm]] = []
     for position, (repeat, arm) in enumerate(study.plan(), 1):
