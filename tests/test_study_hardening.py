@@ -292,7 +292,7 @@ _watch_runner(json.loads(sys.argv[1]))
 
 
 @LINUX_PROC
-@pytest.mark.parametrize("step_s", [1.0, -1.0, 4.0])
+@pytest.mark.parametrize("step_s", [1.0, -1.0, 4.0, 3600.0])
 def test_a_step_of_the_system_clock_leaves_a_running_process_the_same_one(monkeypatch: pytest.MonkeyPatch,
                                                                          step_s: float) -> None:
     # CI lost two tests to a one-second step of the kernel's boot time (whole seconds in /proc/stat,
@@ -303,17 +303,21 @@ def test_a_step_of_the_system_clock_leaves_a_running_process_the_same_one(monkey
 
     from specsweep import serverguard
 
-    me, old_style = serverguard.identity(os.getpid()), None
+    me = serverguard.identity(os.getpid())
     assert me is not None and me["start_ticks"] == serverguard.start_ticks(os.getpid())
-    old_style = {k: v for k, v in me.items() if k != "start_ticks"}  # a pid file from before ticks were recorded
+    assert me["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    no_boot_id = {k: v for k, v in me.items() if k != "boot_id"}
+    old_style = {k: v for k, v in no_boot_id.items() if k != "start_ticks"}  # a pid file from before ticks
     real = linux.boot_time
     monkeypatch.setattr(linux, "boot_time", lambda: real() + step_s)
     assert abs(psutil.Process(os.getpid()).create_time() - me["create_time"] - step_s) < 0.01  # the step is seen
-    assert serverguard.same_process(me)
+    assert serverguard.same_process(me)  # ticks and boot id: any step
+    assert serverguard.same_process(no_boot_id) == (abs(step_s) < serverguard.SAME_EPOCH_WITH_TICKS_S)
     assert serverguard.same_process(old_style) == (abs(step_s) < serverguard.SAME_EPOCH_S)
-    # a reused pid (another start) and a process of an earlier boot (same ticks, an hour apart) are not it
+    # a reused pid (another start) and a process of another boot (same ticks) are not it
     assert not serverguard.same_process({**me, "start_ticks": me["start_ticks"] + 1})
-    assert not serverguard.same_process({**me, "create_time": me["create_time"] - 3600})
+    assert not serverguard.same_process({**me, "boot_id": "00000000-0000-4000-8000-000000000000"})
+    assert not serverguard.same_process({**no_boot_id, "create_time": me["create_time"] - 3600})
 
 
 @LINUX_PROC

@@ -15,9 +15,9 @@ The guard (its own session, so a signal to the runner's terminal group does not 
   itself is killed, the kernel kills the server);
 - records the pid file ``F`` (JSON): runner, guard, server and every process of the server's tree,
   each as pid + start time (``psutil`` ``create_time``, seconds since the epoch, and on Linux the
-  start in clock ticks since boot, which a step of the system clock does not move) so a later run
-  can tell a leftover process from an unrelated one that reuses its pid; rewritten when the tree
-  changes (looked at every ``TREE_S`` seconds);
+  start in clock ticks since boot with the boot's id, which no step of the system clock moves) so a
+  later run can tell a leftover process from an unrelated one that reuses its pid; rewritten when
+  the tree changes (looked at every ``TREE_S`` seconds);
 - on ``SIGTERM`` (the runner's stop, or the runner's death) sends ``SIGTERM`` to the server's
   process group and every process of its tree, ``SIGKILL`` after ``--grace-s`` seconds, then kills
   whatever of the tree remains (processes in sessions of their own) and records them as
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import os
 import signal
@@ -77,12 +78,24 @@ def _die_with_parent() -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-#: seconds two epoch start times of one process may differ by when both also carry start ticks that
-#: agree: the epoch time is the kernel's boot time (``btime``, whole seconds, moved by every step of
-#: the system clock) plus the ticks, so it can change by a second or more while the process runs
+#: Linux's id of the running boot: a random UUID the kernel makes at each boot
+BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+#: seconds two epoch start times of one process may differ by when both carry start ticks that agree
+#: but no boot id says they are of the same boot: the epoch time is the kernel's boot time (``btime``,
+#: whole seconds, moved by every step of the system clock) plus the ticks, so it moves while the
+#: process runs; within this bound an earlier boot's process with the same ticks is still ruled out
 SAME_EPOCH_WITH_TICKS_S = 10.0
 #: the same, where ticks are not known (not Linux, or a pid file from before they were recorded)
 SAME_EPOCH_S = 2.0
+
+
+@functools.lru_cache(maxsize=1)
+def boot_id() -> str | None:
+    """This boot's id (:data:`BOOT_ID_FILE`); None where there is none (not Linux)."""
+    try:
+        return BOOT_ID_FILE.read_text(encoding="ascii").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def start_ticks(pid: int) -> int | None:
@@ -97,9 +110,9 @@ def start_ticks(pid: int) -> int | None:
 
 
 def identity(pid: int) -> dict[str, Any] | None:
-    """pid, start time (s since the epoch; on Linux also ``start_ticks``, see :func:`start_ticks`)
-    and name; None if gone. (No command line: it may hold a secret, and the pid file lives in the
-    study's folder.)"""
+    """pid, start time (s since the epoch; on Linux also ``start_ticks`` and ``boot_id``, see
+    :func:`start_ticks`) and name; None if gone. (No command line: it may hold a secret, and the
+    pid file lives in the study's folder.)"""
     try:
         p = psutil.Process(pid)
         with p.oneshot():
@@ -111,25 +124,31 @@ def identity(pid: int) -> dict[str, Any] | None:
     ticks = start_ticks(pid)
     if ticks is not None:
         entry["start_ticks"] = ticks
+        if boot_id() is not None:
+            entry["boot_id"] = boot_id()
     return entry
 
 
 def same_process(entry: dict[str, Any]) -> bool:
     """Whether the process of a pid-file entry still runs: same pid *and* same start (a reused pid
-    belongs to another process), not a zombie. The start is compared in clock ticks since boot where
-    both sides have them (exactly; the epoch times, which a step of the system clock moves, then
-    only need to agree within :data:`SAME_EPOCH_WITH_TICKS_S`, which rules out a process of an
-    earlier boot), else in seconds since the epoch within :data:`SAME_EPOCH_S`."""
+    belongs to another process), not a zombie. Where the entry has start ticks (Linux), they must
+    be equal, and the boot the same: by its id where both sides know it (then no step of the system
+    clock, however large, matters), else by epoch start times within
+    :data:`SAME_EPOCH_WITH_TICKS_S`. Without ticks (an entry from before they were recorded, no
+    ``/proc``), the epoch start times within :data:`SAME_EPOCH_S`."""
     try:
         pid = int(entry["pid"])
         p = psutil.Process(pid)
-        epoch_gap = abs(p.create_time() - float(entry["create_time"]))
         recorded = entry.get("start_ticks")
         ticks = start_ticks(pid) if recorded is not None else None
-        if ticks is not None:
-            same = ticks == int(recorded) and epoch_gap < SAME_EPOCH_WITH_TICKS_S  # type: ignore[arg-type]
+        if ticks is not None and entry.get("boot_id") is not None and boot_id() is not None:
+            same = ticks == int(recorded) and entry["boot_id"] == boot_id()  # type: ignore[arg-type]
         else:
-            same = epoch_gap < SAME_EPOCH_S
+            epoch_gap = abs(p.create_time() - float(entry["create_time"]))
+            if ticks is not None:
+                same = ticks == int(recorded) and epoch_gap < SAME_EPOCH_WITH_TICKS_S  # type: ignore[arg-type]
+            else:
+                same = epoch_gap < SAME_EPOCH_S
         return same and p.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, KeyError, TypeError, ValueError):
         return False
