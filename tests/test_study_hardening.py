@@ -271,16 +271,18 @@ def test_a_pid_file_left_by_a_killed_runner_is_checked_by_start_time_and_cleaned
         leftover.wait()
 
 
-LINUX_PROC = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="start ticks need Linux's /proc")
+LINUX_PROC = pytest.mark.skipif(not (Path("/proc/self/stat").is_file() and Path("/proc/sys/kernel/random/boot_id").is_file()),
+                                reason="start ticks and the boot id need Linux's /proc")
 
-#: a study worker's runner watch in a process whose clock reads a step of STEP_S seconds (psutil's
-#: boot time, from which every start time in seconds since the epoch is derived, moved by it);
+#: a study worker's runner watch in a process where every start time in seconds since the epoch
+#: reads STEP_S seconds later than when the runner's identity was recorded (as after a step of the
+#: system clock, which moves the kernel's boot time they are derived from);
 #: argv: the runner's identity (JSON) recorded before the step, STEP_S
 STEPPED_WATCH = r"""
 import json, signal, sys
-import psutil._pslinux as linux
-real = linux.boot_time
-linux.boot_time = lambda: real() + float(sys.argv[2])
+import psutil
+real = psutil.Process.create_time
+psutil.Process.create_time = lambda self: real(self) + float(sys.argv[2])
 from specsweep.study_parallel import _watch_runner
 def interrupted(signum, frame):
     print("interrupted", flush=True)
@@ -299,8 +301,6 @@ def test_a_step_of_the_system_clock_leaves_a_running_process_the_same_one(monkey
     # moved by a step of the clock): each start time read after it was a second off, so a study
     # worker took its runner for gone (and interrupted its sweep), and the runner took its starting
     # server for gone (and waited on its guard without end)
-    import psutil._pslinux as linux
-
     from specsweep import serverguard
 
     me = serverguard.identity(os.getpid())
@@ -308,8 +308,8 @@ def test_a_step_of_the_system_clock_leaves_a_running_process_the_same_one(monkey
     assert me["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     no_boot_id = {k: v for k, v in me.items() if k != "boot_id"}
     old_style = {k: v for k, v in no_boot_id.items() if k != "start_ticks"}  # a pid file from before ticks
-    real = linux.boot_time
-    monkeypatch.setattr(linux, "boot_time", lambda: real() + step_s)
+    real = psutil.Process.create_time
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: real(self) + step_s)  # as after the step
     assert abs(psutil.Process(os.getpid()).create_time() - me["create_time"] - step_s) < 0.01  # the step is seen
     assert serverguard.same_process(me)  # ticks and boot id: any step
     assert serverguard.same_process(no_boot_id) == (abs(step_s) < serverguard.SAME_EPOCH_WITH_TICKS_S)
@@ -320,25 +320,46 @@ def test_a_step_of_the_system_clock_leaves_a_running_process_the_same_one(monkey
     assert not serverguard.same_process({**no_boot_id, "create_time": me["create_time"] - 3600})
 
 
+def test_the_boot_id_is_read_again_after_a_failed_read_and_an_identity_never_mixes_two_processes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specsweep import serverguard
+
+    monkeypatch.setattr(serverguard, "_boot_id", [])
+    monkeypatch.setattr(serverguard, "BOOT_ID_FILE", tmp_path / "missing")
+    assert serverguard.boot_id() is None  # a failed read is not kept
+    (tmp_path / "boot_id").write_text("3a2552bf-50b8-4956-af51-520c507bd650\n")
+    monkeypatch.setattr(serverguard, "BOOT_ID_FILE", tmp_path / "boot_id")
+    assert serverguard.boot_id() == "3a2552bf-50b8-4956-af51-520c507bd650"
+    # the pid reused between the start-ticks read and psutil's: no identity, rather than a mixed one
+    ticks = iter([100, 200])
+    monkeypatch.setattr(serverguard, "start_ticks", lambda pid: next(ticks))
+    assert serverguard.identity(os.getpid()) is None
+
+
 @LINUX_PROC
 @pytest.mark.slow
 def test_a_study_worker_keeps_measuring_through_a_clock_step_and_stops_once_its_runner_is_gone() -> None:
     from specsweep import serverguard
 
     runner = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])
+    watch: subprocess.Popen[str] | None = None
     try:
         entry = serverguard.identity(runner.pid)
         watch = subprocess.Popen([PY, "-c", STEPPED_WATCH, json.dumps(entry), "1"], stdout=subprocess.PIPE,
                                  text=True)
         assert watch.stdout is not None and watch.stdout.readline() == "watching\n"
-        time.sleep(2.0)  # four looks at the runner, each reading the stepped clock
+        time.sleep(2.0)  # four looks at the runner, each after the step
         assert watch.poll() is None, f"the worker took its running runner for gone: {watch.stdout.read()}"
         runner.kill()
         runner.wait()
         assert watch.wait(timeout=30) == 3 and watch.stdout.read() == "interrupted\n"
     finally:
-        runner.kill()
-        runner.wait()
+        for proc in (runner, watch):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+                if proc.stdout is not None:
+                    proc.stdout.close()
 
 
 def test_a_server_taken_for_gone_before_ready_never_leaves_the_runner_waiting_on_its_guard(
@@ -357,7 +378,9 @@ def test_a_server_taken_for_gone_before_ready_never_leaves_the_runner_waiting_on
         sleeper = server.record()["server"]
         monkeypatch.setattr(study_arm, "GUARD_EXIT_S", 0.5)
         monkeypatch.setattr(serverguard, "same_process", lambda entry: False)
-        with pytest.raises(ServerError, match="before it was ready"):
+        with pytest.raises(ServerError, match=rf"the server this study started \(pid {sleeper['pid']} \(python.*\) no "
+                                              "longer looked like the process it started, yet its guard still ran it "
+                                              r"1\.5 s later; the study stopped it \(status -?\d+\) before it was ready"):
             server.wait_ready(poll_s=0.1)
         monkeypatch.undo()
         assert server.process is not None and server.process.poll() is not None

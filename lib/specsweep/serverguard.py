@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import functools
 import json
 import os
 import signal
@@ -89,13 +88,21 @@ SAME_EPOCH_WITH_TICKS_S = 10.0
 SAME_EPOCH_S = 2.0
 
 
-@functools.lru_cache(maxsize=1)
+_boot_id: list[str] = []  # this boot's id once read (a boot outlives every process in it)
+
+
 def boot_id() -> str | None:
-    """This boot's id (:data:`BOOT_ID_FILE`); None where there is none (not Linux)."""
-    try:
-        return BOOT_ID_FILE.read_text(encoding="ascii").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
+    """This boot's id (:data:`BOOT_ID_FILE`); None where there is none (not Linux) or it could
+    not be read this time (read again at the next call)."""
+    if not _boot_id:
+        try:
+            text = BOOT_ID_FILE.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        if not text:
+            return None
+        _boot_id.append(text)
+    return _boot_id[0]
 
 
 def start_ticks(pid: int) -> int | None:
@@ -113,6 +120,7 @@ def identity(pid: int) -> dict[str, Any] | None:
     """pid, start time (s since the epoch; on Linux also ``start_ticks`` and ``boot_id``, see
     :func:`start_ticks`) and name; None if gone. (No command line: it may hold a secret, and the
     pid file lives in the study's folder.)"""
+    ticks = start_ticks(pid)
     try:
         p = psutil.Process(pid)
         with p.oneshot():
@@ -121,7 +129,8 @@ def identity(pid: int) -> dict[str, Any] | None:
             entry: dict[str, Any] = {"pid": pid, "create_time": p.create_time(), "name": p.name()}
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
-    ticks = start_ticks(pid)
+    if start_ticks(pid) != ticks:  # gone, or the pid reused, between the two reads: not one process
+        return None
     if ticks is not None:
         entry["start_ticks"] = ticks
         if boot_id() is not None:
@@ -131,11 +140,11 @@ def identity(pid: int) -> dict[str, Any] | None:
 
 def same_process(entry: dict[str, Any]) -> bool:
     """Whether the process of a pid-file entry still runs: same pid *and* same start (a reused pid
-    belongs to another process), not a zombie. Where the entry has start ticks (Linux), they must
-    be equal, and the boot the same: by its id where both sides know it (then no step of the system
-    clock, however large, matters), else by epoch start times within
-    :data:`SAME_EPOCH_WITH_TICKS_S`. Without ticks (an entry from before they were recorded, no
-    ``/proc``), the epoch start times within :data:`SAME_EPOCH_S`."""
+    belongs to another process), not a zombie. Where the entry and the process both have start
+    ticks (Linux), they must be equal, and the boot the same: by its id where both sides know it
+    (then no step of the system clock, however large, matters), else by epoch start times within
+    :data:`SAME_EPOCH_WITH_TICKS_S`. Otherwise (an entry from before ticks were recorded, no
+    ``/proc``) the epoch start times must agree within :data:`SAME_EPOCH_S`."""
     try:
         pid = int(entry["pid"])
         p = psutil.Process(pid)

@@ -199,12 +199,18 @@ class ServerProcess:
     def _exited_error(self) -> ServerError:
         """The error for a server gone before it was ready. Its guard exits once it has cleaned up
         after the server; should it not within the stop bound, :meth:`stop` ends it (never a wait
-        without end)."""
+        without end) and the error says so."""
         if self.process is not None:
             try:
                 self.process.wait(timeout=self.spec.stop_grace_s + GUARD_EXIT_S)
             except subprocess.TimeoutExpired:
+                server = self.record().get("server") or {}
                 self.stop()
+                return ServerError(f"arm {self.arm.name}: the server this study started "
+                                   f"({serverguard.describe(server)}) no longer looked like the process it "
+                                   f"started, yet its guard still ran it {self.spec.stop_grace_s + GUARD_EXIT_S:g} s "
+                                   "later; the study stopped it (status "
+                                   f"{self.returncode}) before it was ready ({self.ready_url})", self.log_tail())
         self._drain()
         final = self.record().get("final") or {}
         if final.get("error"):
