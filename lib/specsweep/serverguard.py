@@ -133,8 +133,8 @@ def identity(pid: int) -> dict[str, Any] | None:
         return None
     if ticks is not None:
         entry["start_ticks"] = ticks
-        if boot_id() is not None:
-            entry["boot_id"] = boot_id()
+        if (boot := boot_id()) is not None:
+            entry["boot_id"] = boot
     return entry
 
 
@@ -150,14 +150,16 @@ def same_process(entry: dict[str, Any]) -> bool:
         p = psutil.Process(pid)
         recorded = entry.get("start_ticks")
         ticks = start_ticks(pid) if recorded is not None else None
-        if ticks is not None and entry.get("boot_id") is not None and boot_id() is not None:
-            same = ticks == int(recorded) and entry["boot_id"] == boot_id()  # type: ignore[arg-type]
+
+        def epoch_gap() -> float:
+            return abs(p.create_time() - float(entry["create_time"]))
+
+        if ticks is None:
+            same = epoch_gap() < SAME_EPOCH_S
+        elif entry.get("boot_id") is not None and (boot := boot_id()) is not None:
+            same = ticks == int(recorded) and entry["boot_id"] == boot  # type: ignore[arg-type]
         else:
-            epoch_gap = abs(p.create_time() - float(entry["create_time"]))
-            if ticks is not None:
-                same = ticks == int(recorded) and epoch_gap < SAME_EPOCH_WITH_TICKS_S  # type: ignore[arg-type]
-            else:
-                same = epoch_gap < SAME_EPOCH_S
+            same = ticks == int(recorded) and epoch_gap() < SAME_EPOCH_WITH_TICKS_S  # type: ignore[arg-type]
         return same and p.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, KeyError, TypeError, ValueError):
         return False

@@ -201,14 +201,15 @@ class ServerProcess:
         after the server; should it not within the stop bound, :meth:`stop` ends it (never a wait
         without end) and the error says so."""
         if self.process is not None:
+            bound_s = self.spec.stop_grace_s + GUARD_EXIT_S
             try:
-                self.process.wait(timeout=self.spec.stop_grace_s + GUARD_EXIT_S)
+                self.process.wait(timeout=bound_s)
             except subprocess.TimeoutExpired:
                 server = self.record().get("server") or {}
                 self.stop()
                 return ServerError(f"arm {self.arm.name}: the server this study started "
                                    f"({serverguard.describe(server)}) no longer looked like the process it "
-                                   f"started, yet its guard still ran it {self.spec.stop_grace_s + GUARD_EXIT_S:g} s "
+                                   f"started, yet its guard still ran it {bound_s:g} s "
                                    "later; the study stopped it (status "
                                    f"{self.returncode}) before it was ready ({self.ready_url})", self.log_tail())
         self._drain()
