@@ -365,7 +365,7 @@ def test_a_study_worker_keeps_measuring_through_a_clock_step_and_stops_once_its_
 def test_a_server_taken_for_gone_before_ready_never_leaves_the_runner_waiting_on_its_guard(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # whatever makes the runner take its server for gone while the guard still runs it, the runner
-    # waits for the guard a bounded time, then stops it and reports the arm's server as exited
+    # waits for the guard a bounded time, then stops it and says so (not 'exited before it was ready')
     from specsweep import serverguard, study_arm
 
     study = load_study(_study(tmp_path, [PY, "-c", "import time; time.sleep(60)"], stop_grace_s=1))
