@@ -31,11 +31,34 @@ def quiet(_: str) -> None:
     pass
 
 
+#: times :func:`mixed_sets` measures the pair again while its own page would warn that the simulated
+#: server fell behind its schedule
+MEASURE_ATTEMPTS = 3
+
+
 def mixed_sets(tmp: Path, refserver: RefServer, refserver_mtp: RefServer, concurrency: list[int],
                repeats: int = 1) -> list[ResultSet]:
     """Baseline and MTP sweeps (8 requests a level, 32 tokens) of a prompt file that alternates
     built-in code-edit prompts (the reference server's highest acceptance) and creative-writing
-    prompts (its lowest) relabelled with :data:`PAYLOAD`."""
+    prompts (its lowest) relabelled with :data:`PAYLOAD`.
+
+    The tiny profile's steps take about 2 ms, so one stall of a loaded test machine decides a
+    category's 4 requests: a fresh clone's suite once saw the baseline's simulator 8.5 ms late per
+    step at C=1 (472 % of a step), one code-edit request's 32 tokens arriving in one burst after
+    97 ms, and code-edit's per-user Δ at −82 %. The page warns about exactly that
+    ("simulator-lag"); the pair is measured again (up to :data:`MEASURE_ATTEMPTS` times in all)
+    while it would, so the tests judge a measurement the tool itself trusts."""
+    for attempt in range(MEASURE_ATTEMPTS):
+        sets = _measure_mixed(tmp / f"attempt{attempt}", refserver, refserver_mtp, concurrency, repeats)
+        if not any(w.kind == "simulator-lag" for w in report.collect_warnings(compare(sets))):
+            break
+    return sets
+
+
+def _measure_mixed(tmp: Path, refserver: RefServer, refserver_mtp: RefServer, concurrency: list[int],
+                   repeats: int) -> list[ResultSet]:
+    """One measurement of :func:`mixed_sets`' pair into ``tmp``."""
+    tmp.mkdir(parents=True)
     records = builtin_prompts()
     code = [r for r in records if r.category == "code-edit"][:4]
     writing = [r for r in records if r.category == "creative-writing"][:4]
