@@ -447,3 +447,42 @@ def test_charts_are_built_without_debug_mode_and_still_validated_once(comp: Comp
     assert schemapi.DEBUG_MODE
     charts.delta_chart(comp).to_dict()  # a real chart passes the whole-spec validation
     assert schemapi.DEBUG_MODE
+
+
+def test_charts_are_made_without_rebuilding_altairs_class_table_or_remaking_layers(
+        comp: Comparison, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two Altair costs the library's charts avoid (a third of a seed report's chart building): an
+    encoding given as a string or ``alt.value(...)`` makes Altair hash all its ~600 schema classes
+    again to find the channel's class (``_FromDict``, once per such encoding), and
+    ``.properties()``/``.resolve_*()`` on a layered or concatenated chart makes it again, deep-copying
+    every layer twice. Every chart of the seed report is built with channel objects and constructor
+    arguments instead: no class table, and no layered or concatenated chart made again."""
+    from altair.utils import schemapi
+    from altair.vegalite.v6 import api
+
+    from specsweep.recommend import DEFAULT_PROFILES, recommend
+
+    tables: list[int] = []
+    remade: list[str] = []
+    table_init = schemapi._FromDict.__init__
+    monkeypatch.setattr(schemapi._FromDict, "__init__", lambda self, *a: (tables.append(1), table_init(self, *a))[1])
+    for name in ("properties", "_set_resolve"):
+        method = getattr(api.TopLevelMixin, name)
+
+        def spy(self: object, *a: object, _method=method, _name=name, **k: object) -> object:
+            if isinstance(self, (api.LayerChart, api.HConcatChart, api.VConcatChart)):
+                remade.append(f"{type(self).__name__}.{_name}")
+            return _method(self, *a, **k)
+
+        monkeypatch.setattr(api.TopLevelMixin, name, spy)
+    recs = [recommend(comp, p) for p in DEFAULT_PROFILES]
+    built = [charts.throughput_chart(comp), charts.user_speed_chart(comp), charts.delta_chart(comp),
+             charts.delta_fit_chart(comp), charts.pareto_chart(comp), charts.concurrency_chart(comp),
+             charts.latency_chart(comp), charts.verdict_strip(charts.verdict_strip_frame(comp, recs))]
+    assert tables == []
+    assert remade == []
+    for chart in built:
+        if chart is not None:
+            chart.to_dict()  # still valid as a whole
+    charts.delta_chart(comp).properties(title="mine")  # the spy sees an analyst's restyling
+    assert remade == ["HConcatChart.properties"]

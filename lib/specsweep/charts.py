@@ -333,7 +333,7 @@ def _metric_lines(v: View, metric: str, title: str | None, width: int | None, he
             alt.Tooltip(f"{metric}:Q", title=f"{info.label} ({info.unit})", format=",.1f"),
         ],
     )
-    return alt.layer(*v.arm_layers(data, encode)).properties(
+    return alt.layer(*v.arm_layers(data, encode),
         width=width or WIDTH, height=height or HEIGHT, title=title or info.label
     )
 
@@ -360,9 +360,19 @@ def user_speed_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = No
     return _metric_lines(v, comp.user_metric, metric_info(comp.user_metric).label, width, height)
 
 
+def _independent_y() -> alt.Resolve:
+    """Each panel its own y scale: ``resolve=`` of an ``alt.hconcat``, given where the chart is made.
+
+    ``chart.resolve_scale(...)`` or ``.properties(...)`` on a layered or concatenated chart makes it
+    again, and Altair deep-copies every layer twice each time it makes one (about a third of a seed
+    report's chart building); given to the constructor, the same spec costs one copy.
+    """
+    return alt.Resolve(scale=alt.ScaleResolveMap(y="independent"))
+
+
 def _zero_rule() -> alt.Chart:
     """The black Δ = 0 line of every delta panel."""
-    return alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="black", strokeWidth=1).encode(y="y:Q")
+    return alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="black", strokeWidth=1).encode(y=alt.Y("y:Q"))
 
 
 def _delta_panels(comp: Comparison, metrics: Sequence[str] | None, arms: Arms, levels: Levels, concurrency: Range,
@@ -458,7 +468,7 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms:
             bar = alt.Chart(part).encode(x=concurrency_x(comp), color=v.colour(spec_only=True, symbol="stroke"),
                                          tooltip=tips)
             layers.append(bar.mark_rule(strokeWidth=1.5, xOffset=dx, yOffset=dy).encode(
-                y=alt.Y("ci_low_pct:Q", title=y_title), y2="ci_high_pct:Q"))
+                y=alt.Y("ci_low_pct:Q", title=y_title), y2=alt.Y2("ci_high_pct:Q")))
             for end in ("ci_low_pct", "ci_high_pct"):
                 layers.append(bar.mark_tick(orient="horizontal", size=8, thickness=1.5, xOffset=dx, yOffset=dy)
                               .encode(y=alt.Y(f"{end}:Q", title=y_title)))
@@ -470,7 +480,7 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms:
                 for n, c in zip(cx["arm_name"], cx["crossover_concurrency"])])
             cx = stack_labels(cx, "crossover_concurrency", "label", scale=log2_scale(comp), width=width)
             # red, as everywhere, for one arm; each arm's own colour when several cross
-            colour = v.colour(spec_only=True, symbol="stroke") if several else alt.value(CROSSOVER_COLOUR)
+            colour = v.colour(spec_only=True, symbol="stroke") if several else alt.ColorValue(CROSSOVER_COLOUR)
             rule = alt.Chart(cx).encode(
                 x=alt.X("crossover_concurrency:Q", scale=log2_scale(comp)),
                 color=colour,
@@ -480,9 +490,9 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms:
             )
             layers.append(rule.mark_rule(strokeDash=[2, 3], strokeWidth=1.5))
             layers.append(rule.mark_text(align="left", baseline="middle", fontSize=LABEL_FONT_PX).encode(
-                x=alt.X("label_x_px:Q", scale=None), y=alt.Y("label_y_px:Q", scale=None), text="label:N"))
-        panels.append(alt.layer(*layers).properties(width=width, height=height or HEIGHT, title=f"Δ {info.label}"))
-    return alt.hconcat(*panels).resolve_scale(y="independent")
+                x=alt.X("label_x_px:Q", scale=None), y=alt.Y("label_y_px:Q", scale=None), text=alt.Text("label:N")))
+        panels.append(alt.layer(*layers, width=width, height=height or HEIGHT, title=f"Δ {info.label}"))
+    return alt.hconcat(*panels, resolve=_independent_y())
 
 
 @validated_once
@@ -523,12 +533,11 @@ def latency_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None,
             dx, dy = v.offset(name), -v.offset(name)
             arm = alt.Chart(part).transform_filter(alt.FieldEqualPredicate(field="arm_name", equal=name)).encode(**encode)
             layers.append(arm.mark_line(strokeWidth=2, xOffset=dx, yOffset=dy).encode(
-                color=v.colour(), strokeDash=pct, detail="percentile:N"))
+                color=v.colour(), strokeDash=pct, detail=alt.Detail("percentile:N")))
             layers.append(arm.mark_point(filled=True, size=v.point_size(name, 50), xOffset=dx, yOffset=dy).encode(
                 color=v.colour(), shape=v.shape()))
-        panels.append(alt.layer(*layers)
-                      .properties(width=width or PANEL_WIDTH, height=height or HEIGHT, title=f"{which}, p50 and p99"))
-    return alt.hconcat(*panels).resolve_scale(y="independent")
+        panels.append(alt.layer(*layers, width=width or PANEL_WIDTH, height=height or HEIGHT, title=f"{which}, p50 and p99"))
+    return alt.hconcat(*panels, resolve=_independent_y())
 
 
 #: label placements tried in turn for each Pareto point: (dx, dy) in px from the point, text alignment
@@ -626,7 +635,7 @@ def pareto_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, 
     )
     frontier = data[data["on_frontier"]].sort_values(um)
     line = alt.Chart(frontier).mark_line(color="black", strokeDash=[2, 3], opacity=0.6).encode(
-        x=alt.X(f"{um}:Q", scale=x_scale), y=alt.Y("output_tok_s:Q", scale=y_scale), order=f"{um}:Q")
+        x=alt.X(f"{um}:Q", scale=x_scale), y=alt.Y("output_tok_s:Q", scale=y_scale), order=alt.Order(f"{um}:Q"))
     frontier_shape = alt.Shape("frontier:N", title="Pareto",
                                scale=alt.Scale(domain=["on the frontier", "dominated"], range=["circle", "triangle"]))
     points = [base.transform_filter(alt.FieldEqualPredicate(field="arm_name", equal=name))
@@ -635,11 +644,11 @@ def pareto_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, 
               for name in v.shown if (data["arm_name"] == name).any()]
     labels = [
         alt.Chart(data[data["label_align"] == align]).mark_text(align=align, baseline="middle", fontSize=10).encode(
-            x=alt.X("label_x:Q", scale=x_scale), y=alt.Y("label_y:Q", scale=y_scale), text="label:N",
+            x=alt.X("label_x:Q", scale=x_scale), y=alt.Y("label_y:Q", scale=y_scale), text=alt.Text("label:N"),
             color=v.colour(legend=False), tooltip=tips)
         for align in ("left", "right", "center") if (data["label_align"] == align).any()
     ]
-    return alt.layer(line, *points, *labels).properties(
+    return alt.layer(line, *points, *labels,
         width=width, height=height, title="Throughput vs interactivity (labels: concurrency)")
 
 
@@ -658,7 +667,7 @@ def concurrency_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = N
     data = lv[["arm_name", "concurrency", col]].dropna().rename(columns={col: "served"})
     shown = _levels(comp)
     ident = alt.Chart(pd.DataFrame({"concurrency": shown, "served": shown})).mark_line(
-        color="#9ca3af", strokeDash=[4, 4]).encode(x=concurrency_x(comp, "Offered concurrency (log2)"), y="served:Q",
+        color="#9ca3af", strokeDash=[4, 4]).encode(x=concurrency_x(comp, "Offered concurrency (log2)"), y=alt.Y("served:Q"),
                                                    tooltip=[alt.Tooltip("concurrency:Q", title="served = offered")])
     width, height = width or WIDTH, height or HEIGHT
     caps = pd.DataFrame([{"arm_name": v.names[a], "cap": int(c)} for a, c in comp.caps.items() if c and a in comp.arms],
@@ -698,9 +707,9 @@ def concurrency_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = N
         text["x_px"] = xs
         layers.append(alt.Chart(text).mark_text(align="left", baseline="bottom", dy=-3, fontSize=LABEL_FONT_PX,
                                                 color="#374151").encode(
-            x=alt.X("x_px:Q", scale=None), y=alt.Y("cap:Q", scale=y_scale), text="text:N",
+            x=alt.X("x_px:Q", scale=None), y=alt.Y("cap:Q", scale=y_scale), text=alt.Text("text:N"),
             tooltip=[alt.Tooltip("text:N", title="max_running_requests")]))
-    return alt.layer(*layers).properties(width=width, height=height, title="Requests served at once vs offered")
+    return alt.layer(*layers, width=width, height=height, title="Requests served at once vs offered")
 
 
 def _optional_lines(comp: Comparison, metric: str, title: str, arms: Arms, levels: Levels, concurrency: Range,
@@ -762,7 +771,7 @@ def _fit_layers(v: View, d: pd.DataFrame, x: alt.X, tips: list[alt.Tooltip], y_t
             x=x, tooltip=tips)
         layers += [
             arm.mark_area(opacity=0.18, xOffset=dx, yOffset=dy).encode(
-                y=alt.Y("ci_low_pct:Q", title=y_title, scale=scale), y2="ci_high_pct:Q",
+                y=alt.Y("ci_low_pct:Q", title=y_title, scale=scale), y2=alt.Y2("ci_high_pct:Q"),
                 color=v.colour(spec_only=True, symbol="stroke")),
             arm.mark_line(strokeWidth=2, xOffset=dx, yOffset=dy).encode(
                 y=alt.Y("fit_delta_pct:Q", scale=scale), color=v.colour(spec_only=True, symbol="stroke"),
@@ -799,10 +808,10 @@ def delta_fit_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, a
                 alt.Tooltip("ci_high_pct:Q", title="band high", format="+.1f"),
                 alt.Tooltip("method:N", title="model")]
         layers = [_zero_rule(), *_fit_layers(v, d, concurrency_x(comp), tips, "Δ% vs baseline", 50)]
-        panels.append(alt.layer(*layers).properties(
+        panels.append(alt.layer(*layers,
             width=width, height=height or HEIGHT,
             title=f"Fitted Δ {metric_info(metric).label} (band: 95% simultaneous)"))
-    return alt.hconcat(*panels).resolve_scale(y="independent") if panels else None
+    return alt.hconcat(*panels, resolve=_independent_y()) if panels else None
 
 
 def _interval_text(lo: float, hi: float, kind: str, fit: float) -> str:
@@ -863,9 +872,9 @@ def category_chart(comp: Comparison, categories: pd.DataFrame, *, arms: Arms = N
         if len(ci):
             layers.append(alt.Chart(ci).mark_errorbar(ticks=True).encode(
                 x=x, xOffset=alt.XOffset("level:N", sort=level_order), y=alt.Y("ci_low_pct:Q", title="Δ% vs baseline"),
-                y2="ci_high_pct:Q", color=v.colour(spec_only=True), tooltip=tips))
-        panels.append(alt.layer(*layers).properties(width=width or PANEL_WIDTH, height=height or HEIGHT, title=title))
-    return alt.hconcat(*panels).resolve_scale(y="independent")
+                y2=alt.Y2("ci_high_pct:Q"), color=v.colour(spec_only=True), tooltip=tips))
+        panels.append(alt.layer(*layers, width=width or PANEL_WIDTH, height=height or HEIGHT, title=title))
+    return alt.hconcat(*panels, resolve=_independent_y())
 
 
 #: the category curve chart's panel size (one small panel per category and figure)
@@ -939,7 +948,7 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
                     tooltip=[alt.Tooltip("arm_name:N", title="arm"), alt.Tooltip("category:N", title="category"),
                              alt.Tooltip("x:Q", title="crossover near", format=".0f"),
                              alt.Tooltip("between:N", title="between levels")]))
-            panels.append(alt.layer(*layers).properties(width=pw, height=ph, title=cat))
+            panels.append(alt.layer(*layers, width=pw, height=ph, title=cat))
         figure_rows.append(alt.hconcat(*panels))
     return alt.vconcat(*figure_rows)
 
@@ -1042,7 +1051,7 @@ def verdict_strip(strip: pd.DataFrame, *, width: int | None = None,
     cells = alt.Chart(d[cols]).mark_rect(stroke="white", strokeWidth=2).encode(
         x=alt.X("x_low:Q", scale=x_scale, title="Concurrent requests (log2)",
                 axis=alt.Axis(values=lv, format="d", grid=False)),
-        x2="x_high:Q",
+        x2=alt.X2("x_high:Q"),
         y=y,
         color=alt.Color("outcome:N", title="Level outcome",
                         scale=alt.Scale(domain=list(OUTCOME_COLOURS), range=list(OUTCOME_COLOURS.values())),
@@ -1064,6 +1073,6 @@ def verdict_strip(strip: pd.DataFrame, *, width: int | None = None,
                             legend=alt.Legend(orient="bottom", labelLimit=0, symbolSize=120)),
             tooltip=[alt.Tooltip("profile:N"), alt.Tooltip("arm:N"),
                      alt.Tooltip("crossover:Q", title="crossover (concurrency)", format=".1f")]))
-    return alt.layer(*layers).resolve_legend(color="independent", shape="independent").properties(
+    return alt.layer(*layers, resolve=alt.Resolve(legend=alt.LegendResolveMap(color="independent", shape="independent")),
         width=width or WIDTH, height=(band_height or STRIP_BAND) * len(bands),
         title="Verdict per concurrency level")

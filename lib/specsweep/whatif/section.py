@@ -307,7 +307,7 @@ def _chart(comp: Comparison, decs: dict[str, pd.DataFrame]) -> alt.TopLevelMixin
         y=alt.Y("points:Q", title="Points of the aggregate Δ %", stack="zero"),
         color=alt.Color("factor:N", title="Factor"),
         column=alt.Column("arm:N", title=None),
-        tooltip=["arm", "concurrency", "factor", alt.Tooltip("points:Q", format="+.1f"),
+        tooltip=[alt.Tooltip("arm"), alt.Tooltip("concurrency"), alt.Tooltip("factor"), alt.Tooltip("points:Q", format="+.1f"),
                  alt.Tooltip("aggregate_delta_pct:Q", format="+.1f", title="aggregate Δ %")],
     ).properties(width=260, height=220, title="Where each speculative arm's aggregate Δ comes from"))
 
