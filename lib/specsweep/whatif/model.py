@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,6 +85,10 @@ class ArmModel:
     #: and dies with the model: a cache keyed by ``id()`` would hand a new model a dead one's errors; not an
     #: init field, so ``dataclasses.replace`` starts a changed copy without it)
     loo_rms_pct: dict[str, float] | None = field(default=None, init=False, repr=False, compare=False)
+    #: the piecewise-cubic curves :meth:`at` made, by (quantity, :data:`INTERPOLATION`), beside the batch
+    #: sizes and values each was made from: a report asks for the same curve hundreds of times
+    _curves: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, Any]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def requests_at(self, concurrency: float) -> float:
         """Requests a level at ``concurrency`` measures: the nearest measured level's requests per client."""
@@ -114,14 +119,17 @@ class ArmModel:
         n = float(np.clip(n, self.batch[0], self.batch[-1]))
         if INTERPOLATION == "linear":
             return np.array([np.interp(n, self.batch, row) for row in values])
-        # scipy.interpolate costs about 0.3 s to import: only where a curve through 3+ batch sizes is asked for
-        from scipy.interpolate import Akima1DInterpolator, PchipInterpolator
-
-        if INTERPOLATION == "makima":
-            return Akima1DInterpolator(self.batch, values, axis=1, method="makima")(n)
         if INTERPOLATION == "loglog" and (values > 0).all():
             return np.exp(np.array([np.interp(math.log(n), np.log(self.batch), row) for row in np.log(values)]))
-        return PchipInterpolator(self.batch, values, axis=1)(n)
+        made = self._curves.get((name, INTERPOLATION))
+        if made is None or made[0] is not self.batch or made[1] is not values:  # again only if one was replaced
+            # scipy.interpolate costs about 0.3 s to import: only where a curve through 3+ batch sizes is asked for
+            from scipy.interpolate import Akima1DInterpolator, PchipInterpolator
+
+            curve = (Akima1DInterpolator(self.batch, values, axis=1, method="makima") if INTERPOLATION == "makima"
+                     else PchipInterpolator(self.batch, values, axis=1))
+            made = self._curves[(name, INTERPOLATION)] = (self.batch, values, curve)
+        return made[2](n)
 
     @property
     def step_fit(self) -> dict[str, float]:
