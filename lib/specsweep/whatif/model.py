@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
