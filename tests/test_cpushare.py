@@ -32,6 +32,30 @@ def _burn(seconds: float) -> None:
         pass
 
 
+def test_stat_fields_split_after_the_names_last_parenthesis_whatever_its_bytes(tmp_path: Path) -> None:
+    """A process may name itself with spaces, parentheses and bytes that are not UTF-8; the fields
+    after the name are still found (field 4 ppid, 14-15 utime/stime, 22 start ticks), and a missing
+    or garbled stat file reads as None, not an error."""
+    from specsweep import serverguard
+    from specsweep.procstat import stat_fields
+
+    rest = b"S 77 " + b" ".join(str(n).encode() for n in range(5, 53))  # fields 3, 4, then 5... as numbers
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "stat").write_bytes(b"4242 (a) b) (\xff\xfe x) " + rest + b"\n")
+    fields = stat_fields(4242, tmp_path)
+    assert fields is not None and fields[0] == b"S" and int(fields[1]) == 77
+    assert (int(fields[11]), int(fields[12]), int(fields[19])) == (14, 15, 22)  # as proc(5) numbers them
+    assert stat_fields(4243, tmp_path) is None  # gone
+    (tmp_path / "4244").mkdir()
+    (tmp_path / "4244" / "stat").write_bytes(b"garbled")
+    assert stat_fields(4244, tmp_path) is None
+    me = stat_fields(os.getpid())  # the real file: this process's parent and start, as the two readers see them
+    assert me is not None and int(me[1]) == os.getppid()
+    assert serverguard.start_ticks(os.getpid()) == int(me[19])
+    assert cpushare.cpu_seconds(os.getpid()) == pytest.approx((int(me[11]) + int(me[12])) / os.sysconf("SC_CLK_TCK"),
+                                                              abs=0.05)
+
+
 def test_cpu_seconds_follow_the_process_and_its_children() -> None:
     me = cpushare.cpu_seconds(os.getpid())
     assert me is not None and me > 0

@@ -26,11 +26,11 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-PROC = Path("/proc")
+from specsweep.procstat import PROC, stat_fields
+
 #: the page warns where the client took more than this share of a CPU-busy server's CPU (%)
 WARN_SHARE_PCT = 2.0
 #: a server counts as computing on the CPU when its tree used at least this many cores
@@ -41,23 +41,17 @@ _LOCAL = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of one process, all its threads (None when it is gone or unreadable)."""
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
+    fields = stat_fields(pid, PROC)
+    if fields is None:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": field 3 onwards
     return (int(fields[11]) + int(fields[12])) / _TICK  # fields 14 (utime), 15 (stime)
 
 
 def _parents() -> dict[int, int]:
     out: dict[int, int] = {}
     for entry in PROC.iterdir() if PROC.is_dir() else ():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            out[int(entry.name)] = int(text[text.rindex(")") + 2:].split()[1])
+        if entry.name.isdigit() and (fields := stat_fields(entry.name, PROC)) is not None:
+            out[int(entry.name)] = int(fields[1])  # field 4 (ppid)
     return out
 
 

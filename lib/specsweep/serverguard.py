@@ -49,6 +49,8 @@ from typing import Any, Sequence
 
 import psutil
 
+from specsweep.procstat import stat_fields
+
 #: seconds between checks that the runner and the server still run (two cheap system calls)
 POLL_S = 0.1
 #: seconds between recordings of the server's process tree in the pid file (a scan of every process:
@@ -109,10 +111,10 @@ def start_ticks(pid: int) -> int | None:
     """When process ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22): unlike
     a start time in seconds since the epoch it never moves, whatever the system clock does. None
     where there is no ``/proc`` or the process is gone."""
+    fields = stat_fields(int(pid))
     try:
-        stat = Path(f"/proc/{int(pid)}/stat").read_bytes()
-        return int(stat[stat.rindex(b")") + 1:].split()[19])  # fields after the name start at field 3
-    except (OSError, ValueError, IndexError):
+        return int(fields[19]) if fields is not None else None  # field 22 (starttime)
+    except (ValueError, IndexError):
         return None
 
 
