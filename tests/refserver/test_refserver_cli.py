@@ -81,6 +81,24 @@ def test_ready_line_and_clean_exit_on_signal(sig: signal.Signals) -> None:
             proc.wait()
 
 
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_sent_the_moment_the_ready_line_is_read_still_stops_cleanly(sig: signal.Signals) -> None:
+    """The signal handlers are in place before the ready line is printed: a launcher that stops the
+    server as soon as it has read that line gets status 0, never the default action (killed)."""
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            assert proc.stdout.readline().startswith(READY_PREFIX)  # type: ignore[union-attr]
+            os.kill(proc.pid, sig)
+            assert proc.wait(timeout=15) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
 def test_clean_exit_with_an_open_stream() -> None:
     srv = RefServer("tiny", "off")
     srv.start()

@@ -261,6 +261,12 @@ async def _serve(state: ServerState) -> int:
 
     from .app import build_app
 
+    # SIGINT/SIGTERM stop the server cleanly (status 0) from here on: before the ready line, so that
+    # a launcher that signals the moment it reads that line never meets the default action (killed)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     app = build_app(state)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
@@ -282,10 +288,6 @@ async def _serve(state: ServerState) -> int:
           + (f" api_surface={opts.api_surface}" if opts.api_surface != "sglang" else ""),
           file=sys.stderr, flush=True)
     print(f"{READY_PREFIX}http://{host}:{port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     if state.options.parent_pid:
         loop.create_task(_watch_parent(state.options.parent_pid, stop))
     gc.freeze()  # keep startup objects out of the collector's way
