@@ -1,11 +1,13 @@
 """The command line: errors exit 2 with a message, signals exit 0, the ready line, RefServer."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -62,12 +64,23 @@ def test_help_and_list_and_describe(capsys: pytest.CaptureFixture[str]) -> None:
     assert '"max_running_requests": 48' in capsys.readouterr().out
 
 
+@contextlib.contextmanager
+def _script_server() -> Iterator[subprocess.Popen[str]]:
+    """``python -m specsweep.refserver --profile tiny --port 0`` in its own session, killed if a test
+    leaves it running."""
+    proc = subprocess.Popen([sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_ready_line_and_clean_exit_on_signal(sig: signal.Signals) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "specsweep.refserver", "--profile", "tiny",
-                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
+    with _script_server() as proc:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         assert line.startswith(READY_PREFIX + "http://127.0.0.1:"), line
         url = line[len(READY_PREFIX):].strip()
@@ -75,12 +88,6 @@ def test_ready_line_and_clean_exit_on_signal(sig: signal.Signals) -> None:
         os.kill(proc.pid, sig)
         assert proc.wait(timeout=15) == 0
         assert "Traceback" not in proc.stderr.read()  # type: ignore[union-attr]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -88,16 +95,11 @@ def test_a_signal_sent_the_moment_the_ready_line_is_read_still_stops_cleanly(sig
     """The signal handlers are in place before the ready line is printed: a launcher that stops the
     server as soon as it has read that line gets status 0, never the default action (killed)."""
     for _ in range(3):
-        proc = subprocess.Popen([sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "0"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
+        with _script_server() as proc:
             assert proc.stdout.readline().startswith(READY_PREFIX)  # type: ignore[union-attr]
             os.kill(proc.pid, sig)
             assert proc.wait(timeout=15) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+
 
 def test_clean_exit_with_an_open_stream() -> None:
     srv = RefServer("tiny", "off")
