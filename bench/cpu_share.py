@@ -4,7 +4,7 @@
 Runs the baseline arm of ``data/studies/real-llamacpp.yaml`` (llama.cpp + SmolLM2-135M, 16 slots,
 one thread, builtin prompts as chat, 32 output tokens, concurrency 1, 4, 16) once, as a study, into
 a temporary folder, then prints per level the client's and the server tree's CPU seconds and the
-share (``client_cpu_share_pct``, specsweep.cpushare) against issue 21's goal (≤ 2 %).
+share (``client_cpu_share_pct``, specsweep.measure.cpushare) against issue 21's goal (≤ 2 %).
 
 ``--floor`` then starts the same arm's server again and sends the same levels' requests (same
 prompts, warm-ups, slot erases and meter) with the cheapest client Python can be: plain aiohttp,
@@ -51,7 +51,7 @@ def run_baseline(tmp: Path, read_path: str = "tapped") -> Path:
     env.pop("SPECSWEEP_READ_PATH", None)
     if read_path == "readany":
         env["SPECSWEEP_READ_PATH"] = "readany"
-    subprocess.run([sys.executable, "-m", "specsweep.study", str(path), "--fresh", "--no-report"], cwd=REPO, env=env, check=True,
+    subprocess.run([sys.executable, "-m", "specsweep.study.runner", str(path), "--fresh", "--no-report"], cwd=REPO, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
     found = sorted((tmp / "runs").rglob("levels*.parquet"))
     if not found:
@@ -61,7 +61,7 @@ def run_baseline(tmp: Path, read_path: str = "tapped") -> Path:
 
 def figures(result_set: Path) -> list[dict[str, Any]]:
     """One dict per level: concurrency, repeat, client/server CPU s, server cores, share %."""
-    from specsweep.store import load_result_set
+    from specsweep.results.store import load_result_set
 
     lv = load_result_set(result_set).levels
     cols = ["concurrency", "repeat", "client_cpu_s", "server_cpu_s", "server_cpu_cores", "client_cpu_share_pct",
@@ -100,17 +100,17 @@ async def _plain_level(url: str, bodies: list[bytes], concurrency: int) -> int:
 def floor_run(tmp: Path) -> list[dict[str, Any]]:
     """The demo's baseline arm started again and measured with :func:`_plain_level`: per level the
     same requests as specsweep's sweep sends (prompt seed of repeat 0, warm-ups, slots erased
-    first), the same meter (:class:`specsweep.cpushare.CpuShare`); rows as :func:`figures`."""
+    first), the same meter (:class:`specsweep.measure.cpushare.CpuShare`); rows as :func:`figures`."""
     import orjson
 
-    from specsweep.client import PATHS
-    from specsweep.config import WARMUP_OUTPUT_TOKENS, parse_config
-    from specsweep.cpushare import CpuShare
-    from specsweep.probe import erase_llamacpp_slots, probe
-    from specsweep.study_arm import Redactor, ServerProcess
-    from specsweep.study_file import load_study
-    from specsweep.sweep import WARMUP_INDEX_BASE, _prompt_offsets, choose_chat, prompt_cache_plan
-    from specsweep.workload import make_workload, warmup_workload
+    from specsweep.measure.client import PATHS
+    from specsweep.measure.config import WARMUP_OUTPUT_TOKENS, parse_config
+    from specsweep.measure.cpushare import CpuShare
+    from specsweep.measure.probe import erase_llamacpp_slots, probe
+    from specsweep.study.arm import Redactor, ServerProcess
+    from specsweep.study.file import load_study
+    from specsweep.measure.sweep import WARMUP_INDEX_BASE, _prompt_offsets, choose_chat, prompt_cache_plan
+    from specsweep.workloads.prompts import make_workload, warmup_workload
 
     # the arm's argv starts `python`: this interpreter's, as run_baseline's study does
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"

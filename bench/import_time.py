@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Start-up cost, side by side in one run: what importing the notebook stack costs per process,
-with and without specsweep's deferred ``rfc3987_syntax`` (``specsweep.startup``), and how the seed
+with and without specsweep's deferred ``rfc3987_syntax`` (``specsweep.runtime``), and how the seed
 report's build compares with the floor of an empty notebook executed and exported the same way.
 
 Prints, as medians of ``--reps`` fresh processes run alternately (seconds):
@@ -41,7 +41,7 @@ STACK = "import specsweep, nbformat, altair, papermill, nbconvert"
 EMPTY = """
 import sys
 from pathlib import Path
-from specsweep import report  # first, as python -m specsweep.report does (specsweep.startup)
+from specsweep import report  # first, as python -m specsweep.report does (specsweep.runtime)
 import nbformat
 out = Path(sys.argv[1])
 nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",

@@ -8,7 +8,7 @@ alone, from ``wait4``/``RUSAGE_CHILDREN``) and the wall from asking for a kernel
 cell's reply, for two ways to get a kernel that runs one cell and is shut down:
 
 - ``launched``: :func:`specsweep.report.build.kernel_manager_class` with the report's preload, as
-  ``build_report`` starts its kernel (``python -m specsweep.kernel_launcher``, a fresh interpreter);
+  ``build_report`` starts its kernel (``python -m specsweep.notebooks.launcher``, a fresh interpreter);
 - ``forked``: ``os.fork()`` of a template process that has already run the same start-up
   (ipykernel imported, the preload run, start-up frozen); the child only builds its kernel
   (``IPKernelApp.initialize`` on its own connection file) and answers. The template's own start-up
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
 #: the template: the launcher's start-up (no debugger, no collector, the preload, frozen), then one
-#: fork per connection file read from stdin, whose child runs :func:`specsweep.kernel_launcher.main`
+#: fork per connection file read from stdin, whose child runs :func:`specsweep.notebooks.launcher.main`
 #: as a launched kernel does; the child's CPU comes back from wait4 as a JSON line
 TEMPLATE = r"""
 import gc, json, os, sys, time
@@ -62,7 +62,7 @@ for line in sys.stdin:
         # the launcher's own main() on the arguments a launched kernel gets (the preload runs again,
         # its modules already loaded), so the two kernels differ only in what the fork inherited
         sys.argv = ["kernel_launcher", "-f", cf, "--HistoryManager.hist_file=:memory:", sys.argv[2]]
-        from specsweep import kernel_launcher
+        from specsweep.notebooks import launcher as kernel_launcher
         kernel_launcher.main()
         os._exit(0)
     _, status, usage = os.wait4(pid, 0)
@@ -74,7 +74,7 @@ for line in sys.stdin:
 #: seed's comparison and its Δ% chart, so that what a forked kernel pays for touching the template's
 #: memory (copy-on-write) shows too
 CELLS = {"1+1": "1 + 1",
-         "seed": ("from specsweep import charts, compare, store\n"
+         "seed": ("from specsweep.report import charts\nfrom specsweep.analyze import compare\nfrom specsweep.results import store\n"
                   "comp = compare.compare(store.load_result_sets(['data/reference/seed-qwen3.5-122b-a10b']), "
                   "baseline='baseline')\n"
                   "spec = charts.delta_chart(comp).to_dict()")}
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"one report kernel to its first reply (cell {args.cell!r}), medians of {args.reps} alternating; "
           f"load average {load0:.2f} at start, {os.getloadavg()[0]:.2f} at the end")
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in rows.items()}
-    for key, label in (("launched", "launched (python -m specsweep.kernel_launcher, the report's preload)"),
+    for key, label in (("launched", "launched (python -m specsweep.notebooks.launcher, the report's preload)"),
                        ("forked", "forked from a template that ran the same start-up")):
         print(f"  {label:<72} wall {med[key][0]:5.3f} s  kernel CPU {med[key][1]:5.3f} s")
     print(f"  the template's own start-up, once per template: CPU {template.startup_cpu_s:5.3f} s")

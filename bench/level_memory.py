@@ -3,7 +3,7 @@
 
 For every (requests × output tokens) size, a fresh ``bench/fastsse_server.py`` (1 token per chunk,
 unpaced, continuous usage) runs pinned to one core and a fresh client process pinned to another
-runs one level with ``specsweep.loadgen.run_level`` (C streams), then does with it what a sweep
+runs one level with ``specsweep.measure.loadgen.run_level`` (C streams), then does with it what a sweep
 does after each level: ``sweep.summarise_level`` (``requests_frame`` and ``level_metrics``) and
 ``store.append_level`` into a temporary run folder. The client reports (MiB = 2^20 bytes):
 
@@ -71,11 +71,11 @@ def _held_bytes(arr: Any) -> int:
 
 def client(url: str, n: int, tokens: int, conc: int, mode: str) -> dict[str, Any]:
     """Run one level in this process, then summarise and store it as a sweep does; its figures."""
-    from specsweep.client import build_body
-    from specsweep.config import SweepConfig
-    from specsweep.loadgen import run_level
-    from specsweep.store import append_level
-    from specsweep.sweep import summarise_level
+    from specsweep.measure.client import build_body
+    from specsweep.measure.config import SweepConfig
+    from specsweep.measure.loadgen import run_level
+    from specsweep.results.store import append_level
+    from specsweep.measure.sweep import summarise_level
 
     bodies = [build_body("openai-completions", [1, 2, 3, 4], tokens, extra={"rid": i}) for i in range(n)]
     base = _status_mib("VmRSS")

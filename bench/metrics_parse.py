@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the metrics poller's parse costs a measuring process, per scrape: the whole ``/metrics``
 exposition through ``prometheus_client``'s parser against only the sample lines the poller reads
-(``specsweep.probe.parse_metrics(text, names)``: the gauges polled during a level, the counters
+(``specsweep.measure.probe.parse_metrics(text, names)``: the gauges polled during a level, the counters
 read before and after it), side by side in one run, on each exposition at hand: the recorded
 llama-server one (tests/fixtures) and the reference server's SGLang and vLLM surfaces (started
 here on 127.0.0.1). Thread CPU milliseconds, medians of ``--reps`` alternating runs.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from specsweep.probe import metric_names, parse_metrics, probe
+from specsweep.measure.probe import metric_names, parse_metrics, probe
 from specsweep.refserver.launch import RefServer
 
 REPO = Path(__file__).resolve().parents[1]

@@ -72,7 +72,7 @@ def client(port: int, requests: int) -> None:
     import uvloop
 
     sys.path.insert(0, str(REPO / "lib"))
-    from specsweep import client as C
+    from specsweep.measure import client as C
 
     async def run() -> dict[str, float]:
         cl = C.make_client(f"http://127.0.0.1:{port}", 1)

@@ -2,7 +2,7 @@
 
 Starts the reference server with the seed profile (``qwen3.5-122b-a10b-4x-rtxpro6000``) for each
 arm (baseline: ``--spec off``; MTP: ``--spec mtp``, cap 48 as SGLang), measures it with
-``specsweep.sweep.run_sweep`` at the seed's workload (1000-token random-ID prompts, 1000 output
+``specsweep.measure.sweep.run_sweep`` at the seed's workload (1000-token random-ID prompts, 1000 output
 tokens with ignore_eos) and levels (1, 4, 16, 32, 64, 128) — the same client, metrics and store a
 user gets — and prints seed vs simulated side by side with pass/fail against the targets:
 aggregate tok/s within ±20 % of the seed at every level for both arms, MTP ahead at 1–16 and
@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from specsweep.compare import compare
-from specsweep.report import REPO_ROOT
-from specsweep.store import load_result_set, load_result_sets
-from specsweep.sweep import run_sweep
+from specsweep.analyze.compare import compare
+from specsweep.paths import REPO_ROOT
+from specsweep.results.store import load_result_set, load_result_sets
+from specsweep.measure.sweep import run_sweep
 
 SEED = REPO_ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b"
 
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     comp = compare([load_result_set(d) for d in runs.values()])
 
     print(f"\nseed vs simulated (reference server, seed profile, {args.input_tokens} in / {args.output_tokens} out, "
-          f"closed loop, requests per level max(4, 2C), measured by specsweep.sweep over HTTP/SSE)")
+          f"closed loop, requests per level max(4, 2C), measured by specsweep.measure.sweep over HTTP/SSE)")
     head = (f"{'C':>4} | {'seed base':>9} {'sim base':>9} {'Δ':>6} | {'seed MTP':>9} {'sim MTP':>9} {'Δ':>6} | "
             f"{'seed MTP/base':>13} {'sim MTP/base':>12} | {'sim user base':>13} {'sim user MTP':>12} | "
             f"{'running base':>12} {'running MTP':>11}")

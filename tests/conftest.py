@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 
 from specsweep.refserver.launch import RefServer
-from specsweep.startup import single_threaded_blas
+from specsweep.runtime import single_threaded_blas
 
 # the workers, and every process a test starts, import numpy with one OpenBLAS thread (about 0.1 s of
-# CPU less per process; specsweep.startup.single_threaded_blas), as specsweep's own programs do
+# CPU less per process; specsweep.runtime.single_threaded_blas), as specsweep's own programs do
 single_threaded_blas()
 
 if os.environ.get("PYTEST_XDIST_WORKER"):

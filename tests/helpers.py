@@ -11,9 +11,9 @@ from typing import Any, Callable, TypeVar
 import numpy as np
 import pandas as pd
 
-from specsweep.metrics import level_metrics, requests_frame
-from specsweep.records import RequestRecord
-from specsweep.store import SCHEMA_VERSION, append_level, write_meta
+from specsweep.analyze.metrics import level_metrics, requests_frame
+from specsweep.results.records import RequestRecord
+from specsweep.results.store import SCHEMA_VERSION, append_level, write_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b"

@@ -10,9 +10,9 @@ import random
 
 import pandas as pd
 
-from specsweep.agreement import agreement_markdown, first_difference, first_difference_example, output_agreement
-from specsweep.records import BLOCK_CHARS, HEAD_CHARS, output_fingerprint
-from specsweep.store import ResultSet
+from specsweep.analyze.agreement import agreement_markdown, first_difference, first_difference_example, output_agreement
+from specsweep.results.records import BLOCK_CHARS, HEAD_CHARS, output_fingerprint
+from specsweep.results.store import ResultSet
 
 
 def _truth(a: str, b: str) -> int | None:
@@ -98,7 +98,7 @@ def test_table_median_and_example_from_fingerprints() -> None:
 
 def test_study_page_shows_the_earliest_difference_escaped() -> None:
     from specsweep.markup import markdown_html
-    from specsweep.study import study_markdown
+    from specsweep.study.runner import study_markdown
 
     sets = [_set("baseline", ["<b>bold</b> and *more*\nline two"]), _set("mtp<i>", ["<b>bold</b> and *less*\nline two"])]
     for rs in sets:

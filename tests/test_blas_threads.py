@@ -1,5 +1,5 @@
 """specsweep's own processes start numpy with one OpenBLAS thread unless told otherwise
-(specsweep.startup.single_threaded_blas): the reference server, ``python -m specsweep.report`` and
+(specsweep.runtime.single_threaded_blas): the reference server, ``python -m specsweep.report`` and
 every kernel specsweep starts; never a study's runner, whose ``serve`` servers inherit its
 environment.
 
@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from specsweep.refserver.launch import RefServer
-from specsweep.startup import BLAS_THREAD_SETTINGS, BLAS_THREADS, single_threaded_blas
+from specsweep.runtime import BLAS_THREAD_SETTINGS, BLAS_THREADS, single_threaded_blas
 
 
 def test_one_thread_is_asked_for_unless_the_environment_says_how_many() -> None:
@@ -69,7 +69,7 @@ _PROBE = """
 import os, runpy, sys
 for name in {settings!r}:
     os.environ.pop(name, None)
-import specsweep.startup as startup
+import specsweep.runtime as startup
 real, seen = startup.single_threaded_blas, []
 def spy(env=None):
     seen.append("numpy" in sys.modules)
@@ -85,7 +85,7 @@ print("BLAS", os.environ.get("OPENBLAS_NUM_THREADS"), "numpy-before-call", seen)
 
 
 @pytest.mark.parametrize("module, sets", [("specsweep.refserver", True), ("specsweep.report", True),
-                                          ("specsweep.study", False), ("specsweep.publish", False)])
+                                          ("specsweep.study.runner", False), ("specsweep.publish", False)])
 def test_the_programs_that_start_no_user_server_set_it_before_numpy(module: str, sets: bool) -> None:
     """The reference server and the report builder set it first thing, before anything imports numpy;
     a study's runner and ``make reports``' publisher leave the environment as the user set it, since

@@ -1,4 +1,4 @@
-"""specsweep.chartdata gives exactly Altair's default data transformer's values, faster.
+"""specsweep.report.chartdata gives exactly Altair's default data transformer's values, faster.
 
 Equality is checked on the Python values (so the JSON and the datasets' hashed names are the
 same) for random frames of every column kind, on the fast path (floats with NaN/±inf, integers,
@@ -19,9 +19,10 @@ import pytest
 from altair.utils.data import MaxRowsError
 from altair.vegalite.data import default_data_transformer
 
-from specsweep import chartdata, charts
-from specsweep.compare import compare
-from specsweep.store import load_result_set
+from specsweep.report import chartdata
+from specsweep.report import charts
+from specsweep.analyze.compare import compare
+from specsweep.results.store import load_result_set
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -111,7 +112,7 @@ def test_enabled_only_over_altairs_default_with_its_options() -> None:
 
 @pytest.mark.parametrize("reference", ["seed-qwen3.5-122b-a10b", "real-llamacpp-smollm2"])
 def test_every_chart_of_a_reference_set_is_the_same_either_way(reference: str) -> None:
-    assert alt.data_transformers.active == chartdata.NAME  # importing specsweep.charts turned it on
+    assert alt.data_transformers.active == chartdata.NAME  # importing specsweep.report.charts turned it on
     sets = [load_result_set(p) for p in sorted((REPO / "data" / "reference" / reference).iterdir()) if p.is_dir()]
     comp = compare(sets)
     built = 0

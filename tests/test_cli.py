@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from specsweep.cli import main
-from specsweep.store import load_result_set
+from specsweep.results.store import load_result_set
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "importers"

@@ -16,8 +16,8 @@ import numpy as np
 import orjson
 import pytest
 
-from specsweep import client as C
-from specsweep.client import RawExchange, build_body, parse_exchange
+from specsweep.measure import client as C
+from specsweep.measure.client import RawExchange, build_body, parse_exchange
 
 
 

@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from helpers import SEED, write_level_only, write_measured
-from specsweep.compare import (
+from specsweep.analyze.compare import (
     NoSharedLevelError, WorkloadMismatchError, compare, curve_crossovers, fit_delta_curve, pareto_frontier,
     smallest_detectable_pct,
 )
-from specsweep.store import load_result_sets
+from specsweep.results.store import load_result_sets
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64)
 #: a seed-like baseline: aggregate 100 × C^0.8 tok/s, per-request 100 × C^−0.25 tok/s
@@ -258,7 +258,7 @@ def test_chunk_counted_arms_and_meta_warnings_are_recorded(tmp_path: Path) -> No
     assert comp.chunk_counted == {"spec": "levels and requests"}
     assert comp.warnings == [("spec", "the server restarted during level 16")]
     # no acceptance drawn for an arm whose tokens were counted from chunks
-    from specsweep import charts
+    from specsweep.report import charts
 
     levels = comp.levels.copy()
     levels["spec_accept_length"] = 1.5
@@ -275,8 +275,8 @@ def test_pareto_frontier() -> None:
 def test_delta_rows_agree_with_the_deltas_frame_also_after_a_selection() -> None:
     """``delta_rows`` (what verdicts read) holds exactly the rows of ``deltas``, and a comparison cut
     by ``charts.select`` after it was first read answers for the cut, not the whole."""
-    from specsweep import charts
-    from specsweep.compare import records
+    from specsweep.report import charts
+    from specsweep.analyze.compare import records
 
     comp = compare(load_result_sets([SEED]), "baseline")
     for (arm, metric), _ in comp.deltas.groupby(["arm", "metric"]):
@@ -297,7 +297,7 @@ def test_crossover_roots_match_a_reference_root_finder_on_many_curves() -> None:
     scipy's brentq on the same bracket is the reference, over random curves of both kinds."""
     from scipy.optimize import brentq
 
-    from specsweep.compare import fit_delta_curve, zero_between
+    from specsweep.analyze.compare import fit_delta_curve, zero_between
 
     rng = np.random.default_rng(1)
     kinds, n, worst = set(), 0, 0.0
@@ -332,8 +332,8 @@ def test_level_means_match_a_pandas_groupby_on_many_frames() -> None:
     altogether, int and bool columns) its means and repeat counts are pandas' ``groupby().mean()``
     and ``nunique()``, to the last bits of a float sum; frames with pandas' nullable dtypes take
     pandas' own path."""
-    from specsweep.compare import _aggregate_levels
-    from specsweep.store import ResultSet
+    from specsweep.analyze.compare import _aggregate_levels
+    from specsweep.results.store import ResultSet
 
     def by_pandas(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
         cols = [c for c in lv.columns if c not in {"run_id", "arm", "concurrency"}]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from specsweep.config import ConfigError, parse_config
+from specsweep.measure.config import ConfigError, parse_config
 
 
 def test_defaults_and_auto_rules() -> None:
@@ -59,7 +59,7 @@ def test_cross_field_errors_name_the_parameter_not_the_dict() -> None:
 
 
 def test_notebook_namespace_with_a_misspelled_parameter_fails() -> None:
-    from specsweep.config import check_notebook_parameters
+    from specsweep.measure.config import check_notebook_parameters
 
     namespace = {"In": [""], "Out": {}, "_": "", "get_ipython": print, "json": json, "concurrency": [1],
                  "arm": "mtp", "display": print}

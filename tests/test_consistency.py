@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from helpers import SEED
-from specsweep import draws
-from specsweep.claims import Claim
-from specsweep.compare import compare
-from specsweep.consistency import ConsistencyError, advice_error, assert_consistent, check_claim, check_page
-from specsweep.recommend import DEFAULT_PROFILES, recommend
-from specsweep.store import load_result_sets
+from specsweep.decide import draws
+from specsweep.decide.claims import Claim
+from specsweep.analyze.compare import compare
+from specsweep.report.consistency import ConsistencyError, advice_error, assert_consistent, check_claim, check_page
+from specsweep.decide import DEFAULT_PROFILES, recommend
+from specsweep.results.store import load_result_sets
 
 
 @pytest.fixture(scope="module")

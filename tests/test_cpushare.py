@@ -1,4 +1,4 @@
-"""specsweep.cpushare: the client's CPU against a real local server's, read from /proc, and the
+"""specsweep.measure.cpushare: the client's CPU against a real local server's, read from /proc, and the
 sweep's level columns; the page's warning line over many synthetic level tables."""
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsweep import cpushare
-from specsweep.cpushare import CpuShare, cpu_share_warning, level_suffix
-from specsweep.metrics import METRICS
+from specsweep.measure import cpushare
+from specsweep.measure.cpushare import CpuShare, cpu_share_warning, level_suffix
+from specsweep.analyze.metrics import METRICS
 from specsweep.refserver.launch import RefServer
-from specsweep.store import load_result_set
-from specsweep.sweep import run_sweep
+from specsweep.results.store import load_result_set
+from specsweep.measure.sweep import run_sweep
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux /proc")
 
@@ -36,8 +36,8 @@ def test_stat_fields_split_after_the_names_last_parenthesis_whatever_its_bytes(t
     """A process may name itself with spaces, parentheses and bytes that are not UTF-8; the fields
     after the name are still found (field 4 ppid, 14-15 utime/stime, 22 start ticks), and a missing
     or garbled stat file reads as None, not an error."""
-    from specsweep import serverguard
-    from specsweep.procstat import stat_fields
+    from specsweep.study import guard as serverguard
+    from specsweep.measure.procstat import stat_fields
 
     rest = b"S 77 " + b" ".join(str(n).encode() for n in range(5, 53))  # fields 3, 4, then 5... as numbers
     (tmp_path / "4242").mkdir()

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specsweep import decisions
+from specsweep.decide import decisions
 from specsweep.publish import Published, measure_studies, read_decisions, record_decisions
 from specsweep.refserver.model import simulate_closed_loop
 from specsweep.refserver.profiles import load_profile

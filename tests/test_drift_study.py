@@ -21,11 +21,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from specsweep.compare import compare
-from specsweep.recommend import DEFAULT_PROFILES, recommend
-from specsweep.store import ResultSet, load_result_set
-from specsweep.study import run_study
-from specsweep.study_file import load_study
+from specsweep.analyze.compare import compare
+from specsweep.decide import DEFAULT_PROFILES, recommend
+from specsweep.results.store import ResultSet, load_result_set
+from specsweep.study.runner import run_study
+from specsweep.study.file import load_study
 
 
 def _study(tmp_path: Path, sentinel: bool) -> Path:

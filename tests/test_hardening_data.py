@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsweep.client import MAX_COUNT, RawExchange, parse_exchange
-from specsweep.metrics import requests_frame
-from specsweep.probe import TokenCounter, try_flush_prefix_cache
-from specsweep.store import load_result_set
-from specsweep.sweep import run_sweep
+from specsweep.measure.client import MAX_COUNT, RawExchange, parse_exchange
+from specsweep.analyze.metrics import requests_frame
+from specsweep.measure.probe import TokenCounter, try_flush_prefix_cache
+from specsweep.results.store import load_result_set
+from specsweep.measure.sweep import run_sweep
 
 
 def small(tmp_path: Path, url: str, **kw) -> dict:
@@ -209,9 +209,9 @@ def _poke(folder: Path, stem: str, row: int, column: str, value: float) -> None:
 ])
 def test_impossible_level_values_are_dropped_with_file_column_and_row_named(tmp_path: Path, column: str,
                                                                             value: float, why: str) -> None:
-    from specsweep import charts
-    from specsweep.compare import compare
-    from specsweep.store import load_result_sets
+    from specsweep.report import charts
+    from specsweep.analyze.compare import compare
+    from specsweep.results.store import load_result_sets
 
     base, mtp = _two_arms(tmp_path)
     _poke(mtp, "levels", 1, column, value)
@@ -229,7 +229,7 @@ def test_impossible_level_values_are_dropped_with_file_column_and_row_named(tmp_
 
 @pytest.mark.parametrize(("column", "value"), [("concurrency", 1e308), ("concurrency", -4), ("repeat", 1e12)])
 def test_an_absurd_level_key_is_refused_naming_file_column_and_row(tmp_path: Path, column: str, value: float) -> None:
-    from specsweep.store import SchemaError
+    from specsweep.results.store import SchemaError
 
     _, mtp = _two_arms(tmp_path)
     _poke(mtp, "levels", 2, column, value)
@@ -275,7 +275,7 @@ def test_a_level_without_successful_requests_is_kept(tmp_path: Path) -> None:
     ("deep-lines.json", '{"prompt": "hi"}\n' + '{"a":' * 20000 + "1" + "}" * 20000 + "\n"),
 ])
 def test_deeply_nested_json_is_an_error_naming_the_file_and_line(tmp_path: Path, name: str, text: str) -> None:
-    from specsweep.datasets import DatasetError, load
+    from specsweep.workloads.datasets import DatasetError, load
 
     path = tmp_path / name
     path.write_text(text)
@@ -286,7 +286,7 @@ def test_deeply_nested_json_is_an_error_naming_the_file_and_line(tmp_path: Path,
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
 def test_a_corrupt_parquet_prompt_file_is_an_error_naming_the_file(tmp_path: Path, damage: str) -> None:
-    from specsweep.datasets import DatasetError, load
+    from specsweep.workloads.datasets import DatasetError, load
 
     path = tmp_path / "prompts.parquet"
     pd.DataFrame({"prompt": [f"question {i}" for i in range(50)]}).to_parquet(path)
@@ -300,7 +300,7 @@ def test_a_corrupt_parquet_prompt_file_is_an_error_naming_the_file(tmp_path: Pat
 
 @pytest.mark.parametrize("big", [2**31, 2**63, 2**64 + 5, 10**30])
 def test_input_ids_beyond_any_vocabulary_fail_at_load(tmp_path: Path, big: int) -> None:
-    from specsweep.datasets import DatasetError, load
+    from specsweep.workloads.datasets import DatasetError, load
 
     path = tmp_path / "ids.jsonl"
     path.write_text('{"input_ids": [1, 2, 3]}\n' + json.dumps({"input_ids": [5, big, 7]}) + "\n")
@@ -312,7 +312,7 @@ def test_input_ids_beyond_int64_in_parquet_fail_at_load(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from specsweep.datasets import DatasetError, load
+    from specsweep.workloads.datasets import DatasetError, load
 
     path = tmp_path / "ids.parquet"
     pq.write_table(pa.table({"input_ids": pa.array([[1, 2], [3, 2**64 - 1]], type=pa.list_(pa.uint64()))}), path)
@@ -321,7 +321,7 @@ def test_input_ids_beyond_int64_in_parquet_fail_at_load(tmp_path: Path) -> None:
 
 
 def test_input_ids_of_a_real_vocabulary_still_load(tmp_path: Path) -> None:
-    from specsweep.datasets import load
+    from specsweep.workloads.datasets import load
 
     path = tmp_path / "ids.jsonl"
     path.write_text(json.dumps({"input_ids": [0, 151_935, 2**31 - 1]}) + "\n")
@@ -339,8 +339,8 @@ def test_a_study_writes_an_arms_secrets_nowhere_when_its_server_quotes_them(tmp_
 
     import yaml
 
-    from specsweep.study import run_study
-    from specsweep.study_file import load_study
+    from specsweep.study.runner import run_study
+    from specsweep.study.file import load_study
 
     argv = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
             "--health-delay-s", "0.2", "--fault-error-rate", "0.4", "--seed", "5",
@@ -373,7 +373,7 @@ def test_a_study_writes_an_arms_secrets_nowhere_when_its_server_quotes_them(tmp_
 
 def test_handed_secrets_are_masked_by_the_sweep_alone(tmp_path: Path, refserver_factory,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from specsweep.redact import REDACT_ENV
+    from specsweep.results.redact import REDACT_ENV
 
     monkeypatch.setenv(REDACT_ENV, json.dumps([ENV_CANARY, "short"]))
     monkeypatch.setenv("HF_TOKEN", ENV_CANARY)

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specsweep.compare import agreeing_definitions, compare
+from specsweep.analyze.compare import agreeing_definitions, compare
 from specsweep.importers import BadInput, import_files
-from specsweep.store import load_result_set, load_result_sets
+from specsweep.results.store import load_result_set, load_result_sets
 
 FIX = Path(__file__).parent / "fixtures" / "importers"
 LEVELS = [1, 8, 64]

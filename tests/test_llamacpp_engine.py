@@ -12,7 +12,7 @@ import pytest
 
 from helpers import require_extra
 from specsweep.engines import llamacpp
-from specsweep.probe import SPEC_TYPE_UNREPORTED, llamacpp_settings
+from specsweep.measure.probe import SPEC_TYPE_UNREPORTED, llamacpp_settings
 
 LIB = str(Path(__file__).resolve().parents[1] / "lib")
 

@@ -23,10 +23,10 @@ import httpx
 import pytest
 
 from helpers import in_ci
-from specsweep.agreement import output_agreement
-from specsweep.probe import erase_llamacpp_slots
-from specsweep.store import ResultSet, load_result_set
-from specsweep.sweep import run_sweep
+from specsweep.analyze.agreement import output_agreement
+from specsweep.measure.probe import erase_llamacpp_slots
+from specsweep.results.store import ResultSet, load_result_set
+from specsweep.measure.sweep import run_sweep
 
 pytestmark = pytest.mark.slow
 

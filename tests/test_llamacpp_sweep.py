@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specsweep.refserver.launch import RefServer
-from specsweep.store import load_result_set
-from specsweep.sweep import run_sweep
+from specsweep.results.store import load_result_set
+from specsweep.measure.sweep import run_sweep
 
 SURFACE = ["--api-surface", "llamacpp", "--set", "model.vocab_size=1403"]
 

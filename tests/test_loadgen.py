@@ -18,8 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
-from specsweep.client import RawExchange, build_body
-from specsweep.loadgen import LoadGenerator, run_level, split_concurrency
+from specsweep.measure.client import RawExchange, build_body
+from specsweep.measure.loadgen import LoadGenerator, run_level, split_concurrency
 
 
 
@@ -199,7 +199,7 @@ def test_spilled_level_reads_back_every_response_exactly(server_url: str, tmp_pa
 
 
 def test_spool_round_trips_reads_times_and_errors(tmp_path: Any) -> None:
-    from specsweep.loadgen import _Spool
+    from specsweep.measure.loadgen import _Spool
 
     spool = _Spool(str(tmp_path))
     a = RawExchange(t_sent=1.0, t_end=2.0, http_status=200, content_type="text/event-stream",
@@ -213,8 +213,8 @@ def test_spool_round_trips_reads_times_and_errors(tmp_path: Any) -> None:
 def test_long_streams_spill_while_they_stream(server_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Over the budget, a stream in flight moves its reads to the spool every SPILL_STEP_BYTES of
     body (it never holds the whole response) and the level still parses to the same records."""
-    from specsweep import loadgen
-    from specsweep.client import SPILL_STEP_BYTES
+    from specsweep.measure import loadgen
+    from specsweep.measure.client import SPILL_STEP_BYTES
 
     moved: list[int] = []
     real_spill = loadgen._Spool.spill
@@ -246,7 +246,7 @@ def test_long_streams_spill_while_they_stream(server_url: str, tmp_path: Any, mo
 
 def test_sglang_cumulative_streams_are_not_spilled_while_streaming(server_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Their bytes grow with the square of their length: parsed when they end, never spooled in steps."""
-    from specsweep import loadgen
+    from specsweep.measure import loadgen
 
     def refuse(self: Any, raw: RawExchange) -> None:
         raise AssertionError("an SGLang cumulative stream was spilled while streaming")
@@ -259,7 +259,7 @@ def test_sglang_cumulative_streams_are_not_spilled_while_streaming(server_url: s
 
 def test_spool_round_trips_a_response_spilled_in_steps(tmp_path: Any) -> None:
     """Blocks written while the response streamed, then its rest: read back as one exchange."""
-    from specsweep.loadgen import _Spool
+    from specsweep.measure.loadgen import _Spool
 
     reads = [bytes([65 + i % 26]) * (i + 1) for i in range(40)]
     times = [10.0 + i / 7 for i in range(40)]
@@ -287,7 +287,7 @@ def test_spool_round_trips_a_response_spilled_in_steps(tmp_path: Any) -> None:
 
 
 def test_parse_exchange_refuses_an_exchange_with_reads_still_spilled() -> None:
-    from specsweep.client import parse_exchange
+    from specsweep.measure.client import parse_exchange
 
     ex = RawExchange(t_sent=1.0, t_end=2.0, http_status=200, content_type="text/event-stream",
                      spilled=[(0, 1, 10)])

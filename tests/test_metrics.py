@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsweep.metrics import (
+from specsweep.analyze.metrics import (
     level_metrics, request_metrics, requests_frame, steady_span, token_normalised_itl, tokens_in_span,
 )
-from specsweep.records import RequestRecord
+from specsweep.results.records import RequestRecord
 
 
 def rec(t_sent: float, times: list[float], tokens: list[int] | None, out: int | None = None, **kw) -> RequestRecord:
@@ -105,7 +105,7 @@ def test_tpot_is_undefined_when_all_tokens_came_in_one_chunk() -> None:
 def test_llamacpp_requests_that_drafted_nothing_count_as_zero_drafts() -> None:
     """llama.cpp omits draft_n from a request that drafted nothing; the level's acceptance must not
     be computed over the drafting requests only."""
-    from specsweep.records import RequestRecord
+    from specsweep.results.records import RequestRecord
 
     def rec(server: dict[str, float]) -> RequestRecord:
         return RequestRecord(t_sent=0.0, t_end=1.0, http_status=200, chunk_times=[0.1, 0.5], chunk_tokens=None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from specsweep.client import RawExchange, parse_exchange
+from specsweep.measure.client import RawExchange, parse_exchange
 
 
 def _raw(*objs: object) -> RawExchange:

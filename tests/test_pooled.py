@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from specsweep import metrics
-from specsweep.metrics import pooled_stats
+from specsweep.analyze import metrics
+from specsweep.analyze.metrics import pooled_stats
 
 QS = (0, 1, 10, 25, 50, 90, 99, 99.9, 100)
 

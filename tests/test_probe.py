@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from specsweep.probe import (SPEC_TYPE_UNREPORTED, TokenCounter, acceptance_from_counters, counters, gauges, llamacpp_settings,
+from specsweep.measure.probe import (SPEC_TYPE_UNREPORTED, TokenCounter, acceptance_from_counters, counters, gauges, llamacpp_settings,
                              metric_names, parse_metrics, probe, spec_level_figures)
-from specsweep.records import RequestRecord
+from specsweep.results.records import RequestRecord
 from specsweep.refserver.launch import RefServer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
@@ -210,8 +210,8 @@ def real_llamacpp() -> Iterator[str]:
 
 
 def test_real_llama_server_recording(real_llamacpp: str) -> None:
-    from specsweep.client import RawExchange, error_message_from_body, parse_exchange
-    from specsweep.workload import explain_rejection, random_ids
+    from specsweep.measure.client import RawExchange, error_message_from_body, parse_exchange
+    from specsweep.workloads.prompts import explain_rejection, random_ids
 
     info = probe(real_llamacpp)
     snap = info.snapshot()

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from specsweep.publish import PUBLISHED, Published, measure_studies, publish_study
-from specsweep.report import REPO_ROOT
-from specsweep.study_file import load_study
+from specsweep.paths import REPO_ROOT
+from specsweep.study.file import load_study
 
 
 def test_the_published_demo_is_the_demo_study() -> None:
@@ -24,8 +24,8 @@ def test_the_category_demo_is_published_and_measures_the_builtin_set() -> None:
     """``make reports`` also runs the category demo: baseline vs MTP on the built-in prompt set,
     every prompt at least once per level (so every category is at every level, enough for its own
     curve), and at every level at least two requests per slot (the ``auto`` rule)."""
-    from specsweep.config import parse_config
-    from specsweep.datasets import builtin_prompts
+    from specsweep.measure.config import parse_config
+    from specsweep.workloads.datasets import builtin_prompts
     from specsweep.report import MIN_CATEGORY_LEVELS
 
     pub = next(p for p in PUBLISHED if p.name == "demo-categories")

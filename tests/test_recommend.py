@@ -11,10 +11,10 @@ from fractions import Fraction
 
 import expected
 from helpers import SEED, write_level_only, write_measured
-from specsweep.compare import compare
+from specsweep.analyze.compare import compare
 from specsweep.markup import markdown_html
-from specsweep.recommend import DEFAULT_PROFILES, _sign, parse_profile, recommend
-from specsweep.store import load_result_sets
+from specsweep.decide import DEFAULT_PROFILES, _sign, parse_profile, recommend
+from specsweep.results.store import load_result_sets
 from test_compare import BASE, cross8, scaled, study
 
 THROUGHPUT = {"name": "batch", "objective": "throughput"}
@@ -262,7 +262,7 @@ def test_server_gauges_show_memory_not_the_cap(tmp_path: Path) -> None:
 
 def test_advice_for_the_embedded_server_is_its_own_override(tmp_path: Path) -> None:
     """The reference server has no --mem-fraction-static: the advice is its --set override, which its parser takes."""
-    from specsweep.consistency import advice_error
+    from specsweep.report.consistency import advice_error
 
     fast = {c: {"tokens": 30, "step_s": 0.01, "ttft_s": 0.02} for c in (2, 16, 32)}
     spec = {2: {"tokens": 30, "step_s": 0.007, "ttft_s": 0.02}, 16: {"tokens": 30, "step_s": 0.006, "ttft_s": 0.9},
@@ -294,7 +294,7 @@ def test_a_gauge_that_contradicts_the_estimate_says_so(tmp_path: Path) -> None:
     assert "well below the cap of 8" in text
     assert "gauge agrees" not in text and "The server's own gauge disagrees with that estimate" in text
     assert "ran up to its cap of 8" in text
-    from specsweep.consistency import check_page
+    from specsweep.report.consistency import check_page
     assert check_page(comp, [rec]) == []
 
 
@@ -391,7 +391,7 @@ def test_a_tiny_or_uncertain_delta_is_not_a_gain() -> None:
 
 def test_a_few_milliseconds_more_before_a_long_answer_do_not_lose_a_level() -> None:
     """TTFT counts by the extra seconds as a share of the baseline's end-to-end time (demo at C=1: +4.7% of 0.11 s)."""
-    from specsweep.recommend import _latency_outcome
+    from specsweep.decide import _latency_outcome
 
     def row(base: float, arm: float, lo: float, hi: float) -> dict:
         d = (arm / base - 1) * 100

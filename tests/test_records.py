@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
-from specsweep.records import RequestRecord, times_array, tokens_array
+from specsweep.results.records import RequestRecord, times_array, tokens_array
 
 
 def test_lists_given_to_a_record_become_float64_and_int32_arrays() -> None:

@@ -41,8 +41,8 @@ def test_seed_report_states_the_computed_findings(seed_report: str) -> None:
     from fractions import Fraction
 
     import expected
-    from specsweep.compare import compare
-    from specsweep.store import load_result_sets
+    from specsweep.analyze.compare import compare
+    from specsweep.results.store import load_result_sets
 
     text = page_text(seed_report)
     assert "Seed test report" in text
@@ -144,11 +144,11 @@ def test_bad_parameters_fail_with_a_clear_message(tmp_path: Path) -> None:
 def test_top_of_report_warns_about_chunk_counts_and_meta_warnings(tmp_path: Path) -> None:
     import pandas as pd
 
-    from specsweep.compare import compare
+    from specsweep.analyze.compare import compare
     from specsweep.markup import markdown_html
-    from specsweep.recommend import DEFAULT_PROFILES, recommend
+    from specsweep.decide import DEFAULT_PROFILES, recommend
     from specsweep.report import definitions_markdown, verdict_markdown
-    from specsweep.store import load_result_sets
+    from specsweep.results.store import load_result_sets
 
     slow = {c: {"tokens": 30, "step_s": 0.02, "ttft_s": 0.05, "jitter": 0.05} for c in (1, 4, 16)}
     base = write_measured(tmp_path / "baseline", "baseline", slow, repeats=2)
@@ -169,9 +169,9 @@ def test_top_of_report_warns_about_chunk_counts_and_meta_warnings(tmp_path: Path
 
 
 def test_a_warning_both_arms_recorded_is_said_once_naming_both(tmp_path: Path) -> None:
-    from specsweep.compare import compare
+    from specsweep.analyze.compare import compare
     from specsweep.report import top_warnings
-    from specsweep.store import load_result_sets
+    from specsweep.results.store import load_result_sets
 
     slow = {c: {"tokens": 30, "step_s": 0.02, "ttft_s": 0.05, "jitter": 0.05} for c in (1, 4, 16)}
     same = "prompts repeat across levels"
@@ -185,9 +185,9 @@ def test_a_warning_both_arms_recorded_is_said_once_naming_both(tmp_path: Path) -
 
 def test_fitted_delta_chart_draws_the_model_or_nothing(tmp_path: Path) -> None:
     from helpers import write_level_only
-    from specsweep import charts
-    from specsweep.compare import compare
-    from specsweep.store import load_result_sets
+    from specsweep.report import charts
+    from specsweep.analyze.compare import compare
+    from specsweep.results.store import load_result_sets
 
     comp = compare(load_result_sets([SEED]))
     spec = charts.delta_fit_chart(comp).to_dict()

@@ -34,7 +34,8 @@ def kernel_processes() -> list[psutil.Process]:
     found = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.status() != psutil.STATUS_ZOMBIE and "kernel_launcher" in " ".join(p.cmdline()):
+            cmd = " ".join(p.cmdline())
+            if p.status() != psutil.STATUS_ZOMBIE and ("ipykernel_launcher" in cmd or "specsweep.notebooks.launcher" in cmd):
                 found.append(p)
         except psutil.NoSuchProcess:
             pass
@@ -178,9 +179,9 @@ def test_sweep_commands_on_the_page_measure_the_arms_again(tmp_path: Path) -> No
     each is valid shell with valid notebook parameters, and the baseline's runs as printed."""
     import papermill as pm
 
-    from specsweep.config import parse_config
-    from specsweep.store import find_result_sets
-    from specsweep.sweep import run_sweep
+    from specsweep.measure.config import parse_config
+    from specsweep.results.store import find_result_sets
+    from specsweep.measure.sweep import run_sweep
 
     study = tmp_path / "study"
     small = {"embedded_profile": "tiny", "concurrency": [1, 2], "input_tokens": 32, "output_tokens": 24,
@@ -221,7 +222,7 @@ def test_sweep_commands_on_the_page_measure_the_arms_again(tmp_path: Path) -> No
 def test_sweep_parameters_from_meta() -> None:
     """A remote arm with a prompt file and fixed requests per level: the command names the file
     relative to the repository, the endpoint and model; reference data and unknown files get none."""
-    from specsweep.config import parse_config
+    from specsweep.measure.config import parse_config
     from specsweep.report import sweep_parameters
 
     meta = {"kind": "run", "arm": "mtp", "label": "MTP", "endpoint": "http://gpu-host:30000", "model": "qwen",
@@ -251,7 +252,7 @@ def test_the_report_kernel_starts_early_with_the_notebooks_modules_loaded() -> N
     import asyncio
 
     from specsweep.report.build import EarlyKernel
-    from specsweep.report.paths import REPO_ROOT
+    from specsweep.paths import REPO_ROOT
 
     kernel = EarlyKernel(REPO_ROOT)
     assert kernel.km is not None and kernel.km.has_kernel
@@ -263,7 +264,7 @@ def test_the_report_kernel_starts_early_with_the_notebooks_modules_loaded() -> N
         await kc.wait_for_ready(timeout=60)
         out: list[str] = []
         await kc.execute_interactive("import os, sys; print(all(m in sys.modules for m in "
-                                     "('pandas', 'altair', 'specsweep.charts', 'specsweep.compare')), os.getcwd())",
+                                     "('pandas', 'altair', 'specsweep.report.charts', 'specsweep.analyze.compare')), os.getcwd())",
                                      output_hook=lambda msg: out.append(msg["content"].get("text", "")), timeout=60)
         return "".join(out)
 
@@ -277,19 +278,19 @@ def test_the_report_kernel_starts_early_with_the_notebooks_modules_loaded() -> N
 
 def test_kernels_start_without_the_debugger_and_otherwise_as_ipykernels_own_launcher(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """specsweep.kernel_launcher: the kernel command names it in place of ``-m ipykernel_launcher``;
+    """specsweep.notebooks.launcher: the kernel command names it in place of ``-m ipykernel_launcher``;
     its kernel has debugpy blocked and the same ``sys.path`` as a kernel of the stock launcher
     (``SPECSWEEP_KERNEL_DEBUGGER=1``), whose debugger stays as ipykernel sets it up; its first cell
     finds the garbage collector on again and start-up's objects frozen."""
     import asyncio
     import json
 
-    from specsweep.kernel_launcher import launcher_argv
+    from specsweep.notebooks.launcher import launcher_argv
     from specsweep.report import kernel_manager_class
-    from specsweep.report.paths import REPO_ROOT
+    from specsweep.paths import REPO_ROOT
 
     assert launcher_argv(["py", "-m", "ipykernel_launcher", "-f", "{connection_file}"]) == \
-        ["py", "-m", "specsweep.kernel_launcher", "-f", "{connection_file}"]
+        ["py", "-m", "specsweep.notebooks.launcher", "-f", "{connection_file}"]
     assert launcher_argv(["julia", "-i", "kernel.jl", "{connection_file}"]) == ["julia", "-i", "kernel.jl", "{connection_file}"]
 
     async def probe() -> tuple[list[str], dict]:
@@ -312,7 +313,7 @@ def test_kernels_start_without_the_debugger_and_otherwise_as_ipykernels_own_laun
         return cmd, json.loads("".join(out))
 
     cmd, lean = asyncio.run(probe())
-    assert "specsweep.kernel_launcher" in cmd and "ipykernel_launcher" not in cmd
+    assert "specsweep.notebooks.launcher" in cmd and "ipykernel_launcher" not in cmd
     monkeypatch.setenv("SPECSWEEP_KERNEL_DEBUGGER", "1")
     stock_cmd, stock = asyncio.run(probe())
     assert "ipykernel_launcher" in stock_cmd
@@ -330,7 +331,7 @@ def test_from_a_running_event_loop_papermill_starts_the_kernel_as_usual(recwarn:
     import gc
 
     from specsweep.report.build import EarlyKernel
-    from specsweep.report.paths import REPO_ROOT
+    from specsweep.paths import REPO_ROOT
 
     async def inside() -> EarlyKernel:
         return EarlyKernel(REPO_ROOT)
@@ -396,7 +397,7 @@ def test_kernel_preloads_import_cleanly_and_cover_their_notebooks_imports(notebo
     import nbformat
 
     from specsweep.report import build
-    from specsweep.report.paths import REPO_ROOT
+    from specsweep.paths import REPO_ROOT
 
     preload = getattr(build, preload_name)
     assert build.preload_arguments(preload) == [f"--IPKernelApp.exec_lines={preload}"]
@@ -412,7 +413,7 @@ def test_kernel_preloads_import_cleanly_and_cover_their_notebooks_imports(notebo
                 wanted.update(sub for a in node.names if _is_module(sub := f"{node.module}.{a.name}"))
             elif isinstance(node, ast.Import):
                 wanted.update(a.name for a in node.names if a.name.startswith("specsweep"))
-    assert "specsweep.charts" in wanted  # the scan finds the notebook's imports
+    assert "specsweep.report.charts" in wanted  # the scan finds the notebook's imports
     assert not sorted(wanted - loaded), f"{preload_name} leaves {sorted(wanted - loaded)} for {notebook}'s cells to import"
 
 
@@ -429,8 +430,8 @@ def test_the_builder_loads_no_pandas_before_its_kernel_starts_and_a_study_folder
     """The report kernel starts first and imports pandas and the report's modules while the builder
     loads papermill and nbconvert: anything that loads pandas in the builder before it (0.5 s of
     imports) delays the whole page. A study folder's title is read before that, from the standard
-    library only (``specsweep.study_record``)."""
-    from specsweep.report.paths import REPO_ROOT
+    library only (``specsweep.results.study_record``)."""
+    from specsweep.paths import REPO_ROOT
 
     study = tmp_path / "study"
     shutil.copytree(SEED, study / "set")
@@ -456,6 +457,6 @@ print(json.dumps(seen))
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"pandas": False}
 
-    from specsweep.study_record import study_title
+    from specsweep.results.study_record import study_title
 
     assert study_title([study]) == "From <study.json>"

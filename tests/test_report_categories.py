@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 
 from helpers import SEED
-from specsweep import charts, report
-from specsweep.compare import compare, curve_crossovers, fit_delta_curve, fit_metric
-from specsweep.datasets import builtin_prompts, category_metrics
+from specsweep import report
+from specsweep.report import charts
+from specsweep.analyze.compare import compare, curve_crossovers, fit_delta_curve, fit_metric
+from specsweep.workloads.datasets import builtin_prompts, category_metrics
 from specsweep.markup import markdown_html, md_text
 from specsweep.refserver.launch import RefServer
-from specsweep.store import ResultSet, load_result_set, load_result_sets
-from specsweep.sweep import run_sweep
+from specsweep.results.store import ResultSet, load_result_set, load_result_sets
+from specsweep.measure.sweep import run_sweep
 
 #: a category name as a user's dataset could spell it: HTML and Markdown that must stay text
 PAYLOAD = "<script>alert(1)</script>**loud**"

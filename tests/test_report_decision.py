@@ -9,12 +9,12 @@ import pytest
 
 import expected
 from helpers import write_level_only
-from specsweep.compare import compare
+from specsweep.analyze.compare import compare
 from specsweep.markup import markdown_html
-from specsweep.recommend import DEFAULT_PROFILES, recommend
+from specsweep.decide import DEFAULT_PROFILES, recommend
 from specsweep.report.decision import decision_markdown, decision_rows, first_screen_html, stability, verdict_prose
 from specsweep.report.summary import SUMMARY_MIME, summary_markdown, write_summary
-from specsweep.store import load_result_sets
+from specsweep.results.store import load_result_sets
 from test_compare import BASE, cross8, scaled
 from test_recommend import THROUGHPUT
 
@@ -50,7 +50,7 @@ def test_decision_classes(tmp_path: Path, case: str, ratio, decision: str) -> No
 def test_gains_and_losses_interleaved_or_no_verdict_are_not_established() -> None:
     import pandas as pd
 
-    from specsweep.recommend.sentences import decision_class
+    from specsweep.decide.sentences import decision_class
 
     judged = pd.DataFrame({"concurrency": [1, 4, 16, 64], "outcome": ["gain", "loss", "gain", "loss"]})
     assert decision_class("mixed", judged) == "not established"

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 
 from helpers import base_meta, synthetic_records
-from specsweep.metrics import level_metrics, requests_frame
-from specsweep.records import RequestRecord
+from specsweep.analyze.metrics import level_metrics, requests_frame
+from specsweep.results.records import RequestRecord
 from specsweep.report import build_report
-from specsweep.store import append_level
+from specsweep.results.store import append_level
 from test_report_browser import hover_in_chromium
 
 SCRIPT = "<script>window.__pwned=1</script>"

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from specsweep.report import REPO_ROOT, reproduce_markdown
-from specsweep.store import SchemaError, load_result_set, load_result_sets
-from specsweep.sweep import run_sweep
+from specsweep.results.store import SchemaError, load_result_set, load_result_sets
+from specsweep.measure.sweep import run_sweep
 
 
 def _sweep(out: Path, arm: str, spec: str) -> Path:

@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from helpers import write_level_only, write_measured
-from specsweep.compare import compare
-from specsweep.consistency import check_page, grammar_errors
-from specsweep.recommend import DEFAULT_PROFILES, recommend
-from specsweep.recommend.sentences import DECISION_CLASSES, _headline, decision_class, wait_sentence
+from specsweep.analyze.compare import compare
+from specsweep.report.consistency import check_page, grammar_errors
+from specsweep.decide import DEFAULT_PROFILES, recommend
+from specsweep.decide.sentences import DECISION_CLASSES, _headline, decision_class, wait_sentence
 from specsweep.report.verdict import verdict_markdown
-from specsweep.store import load_result_sets
+from specsweep.results.store import load_result_sets
 from test_compare import BASE, cross8, scaled
 from test_recommend import BALANCED, LATENCY, THROUGHPUT, plain
 

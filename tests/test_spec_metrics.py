@@ -11,16 +11,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specsweep.client import RawExchange, build_body, parse_exchange, spec_request_options
-from specsweep.compare import compare
+from specsweep.measure.client import RawExchange, build_body, parse_exchange, spec_request_options
+from specsweep.analyze.compare import compare
 from specsweep.markup import md_text
-from specsweep.metrics import (FORMULA_ACCEPTED, FORMULA_TOKENS, SOURCE_COUNTERS, SOURCE_PER_REQUEST,
+from specsweep.analyze.metrics import (FORMULA_ACCEPTED, FORMULA_TOKENS, SOURCE_COUNTERS, SOURCE_PER_REQUEST,
                                acceptance_from_requests)
-from specsweep.probe import COUNTER_ACCEPTANCE_FORMULA
+from specsweep.measure.probe import COUNTER_ACCEPTANCE_FORMULA
 from specsweep.refserver.launch import RefServer
 from specsweep.report import diagnostics_markdown
-from specsweep.store import ResultSet, load_result_set
-from specsweep.sweep import run_sweep, server_figures, summary_table
+from specsweep.results.store import ResultSet, load_result_set
+from specsweep.measure.sweep import run_sweep, server_figures, summary_table
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from specsweep.sse import SSEDecoder, SSEEvent, decode_reads
+from specsweep.measure.sse import SSEDecoder, SSEEvent, decode_reads
 
 
 def _datas(events: list[SSEEvent]) -> list[bytes]:

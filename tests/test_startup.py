@@ -1,4 +1,4 @@
-"""specsweep.startup: the deferred rfc3987_syntax import answers exactly as the real one, and
+"""specsweep.runtime: the deferred rfc3987_syntax import answers exactly as the real one, and
 importing specsweep before nbformat/altair really defers it (checked in fresh interpreters)."""
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_deferred_checker_answers_as_the_real_one() -> None:
 
 
 def test_stand_in_is_installed_only_once_and_not_over_a_real_import() -> None:
-    code = ("import sys, rfc3987_syntax; from specsweep import startup; "
+    code = ("import sys, rfc3987_syntax; from specsweep import runtime as startup; "
             "print(startup.defer_rfc3987_syntax(), getattr(sys.modules['rfc3987_syntax'], '__specsweep_deferred__', False))")
     env = {k: v for k, v in os.environ.items() if k != "SPECSWEEP_EAGER_IMPORTS"}
     out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True).stdout
@@ -63,7 +63,7 @@ def test_stand_in_is_installed_only_once_and_not_over_a_real_import() -> None:
 def test_the_bundle_is_made_once_then_read_back_exactly(tmp_path, monkeypatch) -> None:
     import threading
 
-    from specsweep import startup
+    from specsweep import runtime as startup
 
     monkeypatch.setenv("SPECSWEEP_CACHE_DIR", str(tmp_path))
     made: list[int] = []
@@ -91,7 +91,7 @@ def test_the_bundle_is_made_once_then_read_back_exactly(tmp_path, monkeypatch) -
 
 
 def test_the_bundle_cache_can_be_off_or_unwritable(tmp_path, monkeypatch) -> None:
-    from specsweep import startup
+    from specsweep import runtime as startup
 
     made: list[int] = []
 
@@ -112,7 +112,8 @@ def test_the_cached_bundle_is_what_vl_convert_makes(tmp_path, monkeypatch) -> No
     import vl_convert as vlc
     from altair.utils._importers import vl_version_for_vl_convert
 
-    from specsweep import report, startup
+    from specsweep import report
+    from specsweep import runtime as startup
 
     monkeypatch.setenv("SPECSWEEP_CACHE_DIR", str(tmp_path))
     thread = startup.warm_vega_bundle()

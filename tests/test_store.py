@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from helpers import SEED, base_meta, write_level_only
-from specsweep.store import SchemaError, append_level, finished_levels, load_result_set, load_result_sets
+from specsweep.results.store import SchemaError, append_level, finished_levels, load_result_set, load_result_sets
 
 
 def test_seed_reference_loads_as_two_arms() -> None:
@@ -133,7 +133,7 @@ def test_append_level_replaces_and_keeps(tmp_path: Path) -> None:
 
 def test_rows_of_an_unfinished_level_are_left_out(tmp_path: Path) -> None:
     """An interruption between a level's writes leaves request rows without a level row."""
-    from specsweep.store import write_frame
+    from specsweep.results.store import write_frame
 
     append_level(tmp_path, *_level(1, 1.0))
     rq = pd.read_parquet(tmp_path / "requests.parquet")
@@ -151,7 +151,7 @@ def test_result_files_follow_the_umask(tmp_path: Path) -> None:
     import os
     import stat
 
-    from specsweep.store import write_meta
+    from specsweep.results.store import write_meta
 
     old = os.umask(0o022)
     try:
@@ -177,7 +177,7 @@ def test_a_locked_run_folder_names_its_holder(tmp_path: Path) -> None:
     import os
     import socket
 
-    from specsweep.store import RunLocked, lock_run
+    from specsweep.results.store import RunLocked, lock_run
 
     with lock_run(tmp_path):
         with pytest.raises(RunLocked, match=rf"pid {os.getpid()} on host {socket.gethostname()}, since 20"):
@@ -188,7 +188,7 @@ def test_a_locked_run_folder_names_its_holder(tmp_path: Path) -> None:
 
 
 def test_api_key_never_reaches_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specsweep.store import write_meta
+    from specsweep.results.store import write_meta
 
     key = "canary-9f3b1c"
     monkeypatch.setenv("SPECSWEEP_API_KEY", key)
@@ -207,7 +207,7 @@ def test_api_key_never_reaches_a_file(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_append_level_on_a_file_written_before_superseded_existed(tmp_path: Path) -> None:
     """levels.parquet of an older run has no 'superseded' column; re-measuring a level still keeps the old row."""
-    from specsweep.store import write_frame
+    from specsweep.results.store import write_frame
 
     lv, rq = _level(1, 1.0)
     write_frame(tmp_path, "levels", lv)
@@ -236,8 +236,8 @@ def test_a_study_folder_gives_its_arms_in_the_study_files_order_and_its_title(tm
     """A study's own report shows its arms in the study file's order under its title; a report rebuilt
     from the study folder (``specsweep report DIR``) must give the same page, so the folder reads the
     same way (the order from study.json's fingerprint, which the study writes in that order)."""
-    from specsweep.store import find_result_sets
-    from specsweep.study_record import study_arm_order, study_title
+    from specsweep.results.store import find_result_sets
+    from specsweep.results.study_record import study_arm_order, study_title
 
     for arm in ("baseline", "ngram", "control", "zz-extra"):
         write_level_only(tmp_path / arm, arm, {1: (1.0, 1.0)})
@@ -297,7 +297,7 @@ def test_array_columns_are_written_in_parts_as_pandas_writes_lists(tmp_path: Pat
     with lists written by pandas: same schema and pandas metadata, same values (int tokens as int64)."""
     import pyarrow.parquet as pq
 
-    from specsweep import store
+    from specsweep.results import store
 
     monkeypatch.setattr(store, "PART_VALUES", 20)
     frame = _timeline_frame(40)
@@ -314,7 +314,7 @@ def test_array_columns_are_written_in_parts_as_pandas_writes_lists(tmp_path: Pat
 
 def test_append_level_copies_stored_rows_part_by_part(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Levels appended one by one, one measured again, give the rows and flags the pandas way gives."""
-    from specsweep import store
+    from specsweep.results import store
 
     monkeypatch.setattr(store, "PART_VALUES", 30)
     streamed: list[int] = []
@@ -338,7 +338,7 @@ def test_the_schema_is_what_pyarrow_infers_from_the_whole_frame() -> None:
     values: on 300 random frames of every column kind a level file holds (numbers, flags, pandas'
     strings, nullable ints, times, categories, object columns of text, of None, of mixed ints and
     None, empty frames, attrs) it equals the schema of the whole frame converted at once."""
-    from specsweep.store import _arrow_schema
+    from specsweep.results.store import _arrow_schema
 
     rng = np.random.default_rng(11)
     makers = {

@@ -23,11 +23,11 @@ import pytest
 import yaml
 
 from helpers import FLAKY_SERVER, require_extra
-from specsweep.report import REPO_ROOT
-from specsweep.store import ResultSet, find_result_sets, load_result_set
-from specsweep.probe import flush_prefix_cache
-from specsweep.study import Redactor, main, run_arm, run_order, run_study, study_markdown
-from specsweep.study_file import StudyError, load_study, parse_study
+from specsweep.paths import REPO_ROOT
+from specsweep.results.store import ResultSet, find_result_sets, load_result_set
+from specsweep.measure.probe import flush_prefix_cache
+from specsweep.study.runner import Redactor, main, run_arm, run_order, run_study, study_markdown
+from specsweep.study.file import StudyError, load_study, parse_study
 
 SERVE_REFSERVER = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
                    "--health-delay-s", "0.2"]
@@ -120,7 +120,7 @@ def test_a_grid_expands_to_readable_arm_names() -> None:
 
 def test_auto_workload_and_length_resolve_once_for_every_arm() -> None:
     """A real-server arm and an embedded arm would resolve ``auto`` differently; a study shares one."""
-    from specsweep.config import parse_config
+    from specsweep.measure.config import parse_config
 
     mixed = parse_study(study_text(sweep={"concurrency": [1, 2]}))
     params = [mixed.sweep_parameters(a, 0) for a in mixed.arms]
@@ -249,7 +249,7 @@ def test_flush_prefix_cache_on_each_api_surface(refserver, refserver_factory) ->
 
 @pytest.mark.parametrize("flush", [False, True])
 def test_a_sweep_flushes_before_each_level_and_keeps_the_embedded_server_log(tmp_path: Path, flush: bool) -> None:
-    from specsweep.sweep import run_sweep
+    from specsweep.measure.sweep import run_sweep
 
     result = run_sweep(dict(embedded_profile="tiny", concurrency=[1, 2], input_tokens=32, output_tokens=8,
                             out_dir=str(tmp_path), flush_cache=flush), progress=False, log=lambda _: None)
@@ -422,8 +422,8 @@ def test_a_server_that_dies_mid_arm_is_reported_with_its_log(tmp_path: Path) -> 
 
 def test_output_agreement_flags_a_server_that_changes_outputs(tmp_path: Path, refserver, refserver_mtp,  # noqa: ANN001
                                                               refserver_factory) -> None:  # noqa: ANN001
-    from specsweep.agreement import agreement_markdown, output_agreement
-    from specsweep.sweep import run_sweep
+    from specsweep.analyze.agreement import agreement_markdown, output_agreement
+    from specsweep.measure.sweep import run_sweep
 
     # a speculative server that stops at its own EOS despite ignore_eos returns other text
     diverging = refserver_factory("mtp", ["--disregard-ignore-eos"])
@@ -474,7 +474,7 @@ def _start_ray(ray: Any) -> None:
 def test_the_ray_backend_runs_arms_as_tasks_with_their_resources(tmp_path: Path) -> None:
     ray = require_extra("ray", "ray")
     # the baseline's first attempt kills the Ray worker running it (a lost node); the retry serves.
-    # The server's parent is the study's server guard (specsweep.serverguard); the worker is the guard's parent.
+    # The server's parent is the study's server guard (specsweep.study.guard); the worker is the guard's parent.
     marker = tmp_path / "first-attempt-happened"
     flaky = FLAKY_SERVER
     doc = yaml.safe_load(study_text())
@@ -540,7 +540,7 @@ def _capped(arm: str, cap: int | None, rows: list[tuple[int, float, int]], pool:
 
 
 def test_cap_markdown_says_what_held_each_arm_and_what_raising_the_cap_did() -> None:
-    from specsweep.study import cap_markdown
+    from specsweep.study.runner import cap_markdown
 
     base = _capped("baseline", None, [(32, 900.0, 32), (64, 1200.0, 64), (128, 1450.0, 128)], pool=212_718)
     mtp = _capped("mtp", 48, [(32, 1060.0, 32), (64, 1080.0, 40), (128, 1100.0, 40)])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from specsweep.study import run_study
-from specsweep.study_file import load_study
+from specsweep.study.runner import run_study
+from specsweep.study.file import load_study
 
 BROKEN = {"name": "broken", "serve": {
     "argv": [sys.executable, "-c", "print('CUDA out of memory (simulated)'); raise SystemExit(3)"],
@@ -61,7 +61,7 @@ def test_a_failed_arm_leaves_a_report_of_the_arms_that_ran(tmp_path: Path) -> No
 
 
 def _dry_run(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "specsweep.study", str(path), "--dry-run"],
+    return subprocess.run([sys.executable, "-m", "specsweep.study.runner", str(path), "--dry-run"],
                           capture_output=True, text=True, timeout=120)
 
 

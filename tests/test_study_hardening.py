@@ -26,9 +26,9 @@ import pytest
 import yaml
 
 from specsweep.refserver.launch import RefServer
-from specsweep.study import PID_FILE, ServerError, ServerProcess, Redactor, complete_run, lock_study_folder, main, \
+from specsweep.study.runner import PID_FILE, ServerError, ServerProcess, Redactor, complete_run, lock_study_folder, main, \
     run_arm, run_study
-from specsweep.study_file import (DEFAULT_MAX_ARMS, HARD_MAX_ARMS, MAX_DEPTH, MAX_STUDY_BYTES, StudyError, free_port,
+from specsweep.study.file import (DEFAULT_MAX_ARMS, HARD_MAX_ARMS, MAX_DEPTH, MAX_STUDY_BYTES, StudyError, free_port,
                                   load_study, parse_study)
 
 PY = sys.executable
@@ -114,7 +114,7 @@ def test_kill_9_of_the_runner_takes_its_server_and_escaped_children_and_resume_s
     path = _study(tmp_path, [PY, str(_wrapper(tmp_path)), "{port}", delay],
                   sweep={"concurrency": [1, 2, 4], "input_tokens": 64, "output_tokens": 64, "requests_per_level": 24})
     out = tmp_path / "out"
-    cmd = [PY, "-m", "specsweep.study", str(path), "--out-dir", str(out), "--no-report"]
+    cmd = [PY, "-m", "specsweep.study.runner", str(path), "--out-dir", str(out), "--no-report"]
     runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(runner.stdout), daemon=True).start()  # type: ignore[arg-type]
@@ -283,7 +283,7 @@ import json, signal, sys
 import psutil
 real = psutil.Process.create_time
 psutil.Process.create_time = lambda self: real(self) + float(sys.argv[2])
-from specsweep.study_parallel import _watch_runner
+from specsweep.study.parallel import _watch_runner
 def interrupted(signum, frame):
     print("interrupted", flush=True)
     sys.exit(3)
@@ -301,7 +301,7 @@ def test_a_step_of_the_system_clock_leaves_a_running_process_the_same_one(monkey
     # moved by a step of the clock): each start time read after it was a second off, so a study
     # worker took its runner for gone (and interrupted its sweep), and the runner took its starting
     # server for gone (and waited on its guard without end)
-    from specsweep import serverguard
+    from specsweep.study import guard as serverguard
 
     me = serverguard.identity(os.getpid())
     assert me is not None and me["start_ticks"] == serverguard.start_ticks(os.getpid())
@@ -322,7 +322,7 @@ def test_a_step_of_the_system_clock_leaves_a_running_process_the_same_one(monkey
 
 def test_the_boot_id_is_read_again_after_a_failed_read_and_an_identity_never_mixes_two_processes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from specsweep import serverguard
+    from specsweep.study import guard as serverguard
 
     monkeypatch.setattr(serverguard, "_boot_id", [])
     monkeypatch.setattr(serverguard, "BOOT_ID_FILE", tmp_path / "missing")
@@ -339,7 +339,7 @@ def test_the_boot_id_is_read_again_after_a_failed_read_and_an_identity_never_mix
 @LINUX_PROC
 @pytest.mark.slow
 def test_a_study_worker_keeps_measuring_through_a_clock_step_and_stops_once_its_runner_is_gone() -> None:
-    from specsweep import serverguard
+    from specsweep.study import guard as serverguard
 
     runner = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])
     watch: subprocess.Popen[str] | None = None
@@ -366,7 +366,8 @@ def test_a_server_taken_for_gone_before_ready_never_leaves_the_runner_waiting_on
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # whatever makes the runner take its server for gone while the guard still runs it, the runner
     # waits for the guard a bounded time, then stops it and says so (not 'exited before it was ready')
-    from specsweep import serverguard, study_arm
+    from specsweep.study import guard as serverguard
+    from specsweep.study import arm as study_arm
 
     study = load_study(_study(tmp_path, [PY, "-c", "import time; time.sleep(60)"], stop_grace_s=1))
     server = ServerProcess(study.arms[0], tmp_path / "server.log", Redactor([]), tmp_path / PID_FILE)
@@ -459,7 +460,7 @@ def test_a_second_runner_on_the_same_folder_is_refused_naming_the_first(tmp_path
     path = _study(tmp_path, [PY, "-c", "import sys; sys.exit(3)"])
     out = tmp_path / "out"
     with lock_study_folder(out):
-        second = subprocess.run([PY, "-m", "specsweep.study", str(path), "--out-dir", str(out), "--no-report"],
+        second = subprocess.run([PY, "-m", "specsweep.study.runner", str(path), "--out-dir", str(out), "--no-report"],
                                 capture_output=True, text=True, timeout=120)
     assert second.returncode == 2, second.stdout + second.stderr
     assert f"another study runner is using this folder (pid {os.getpid()} on host" in second.stderr
@@ -538,7 +539,7 @@ def test_bad_study_files_name_the_file_and_line_and_never_escape_as_tracebacks(
 
 @pytest.mark.slow
 def test_ctrl_c_under_papermill_ends_with_how_to_resume(tmp_path: Path) -> None:
-    from specsweep.report import REPO_ROOT
+    from specsweep.paths import REPO_ROOT
 
     # a server that takes a minute to get ready: the study is interrupted while it waits
     path = _study(tmp_path, [PY, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from specsweep import study_arm as study  # the per-arm machinery installs the handler
+from specsweep.study import arm as study  # the per-arm machinery installs the handler
 
 
 def test_progress_lines_follow_the_current_stderr(monkeypatch: pytest.MonkeyPatch) -> None:

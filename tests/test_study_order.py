@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from specsweep.study_file import StudyError, parse_study
+from specsweep.study.file import StudyError, parse_study
 
 
 def _text(**over: object) -> str:

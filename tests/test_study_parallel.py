@@ -1,4 +1,4 @@
-"""The local backend's ``parallel`` setting (specsweep.study_parallel): sweeps at once, in worker processes.
+"""The local backend's ``parallel`` setting (specsweep.study.parallel): sweeps at once, in worker processes.
 
 Real parts only: embedded reference servers started by the sweep notebook, and a ``serve`` arm whose
 first attempt kills the worker process running it (a lost worker: killed, out of memory) before it
@@ -14,9 +14,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from specsweep.store import load_result_set
-from specsweep.study import run_study
-from specsweep.study_file import StudyError, load_study, parse_study
+from specsweep.results.store import load_result_set
+from specsweep.study.runner import run_study
+from specsweep.study.file import StudyError, load_study, parse_study
 
 from helpers import FLAKY_SERVER
 

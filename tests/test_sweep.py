@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsweep.probe import ProbeError, probe
+from specsweep.measure.probe import ProbeError, probe
 from specsweep.refserver.launch import RefServer
-from specsweep.store import load_result_set
-from specsweep.sweep import run_sweep
+from specsweep.results.store import load_result_set
+from specsweep.measure.sweep import run_sweep
 
 def quiet(_: str) -> None:
     pass
@@ -123,7 +123,7 @@ def test_server_that_ignores_ignore_eos_is_flagged(tmp_path: Path, refserver_fac
     assert any("may not honour ignore_eos" in w for w in res.warnings)
     lv = res.levels.iloc[0]
     assert lv["short_outputs"] > 0
-    from specsweep.sweep import warnings_markdown
+    from specsweep.measure.sweep import warnings_markdown
 
     assert "did not honour ignore_eos" in warnings_markdown(res)
 
@@ -149,8 +149,8 @@ def test_warmup_never_sends_a_measured_prompt(tmp_path: Path, refserver_factory)
     # measured prompts are file lines 0..N-1 in order, never reused across levels
     assert sorted(rs.requests["prompt_id"]) == list(range(4 + 8))
     assert rs.meta["workload"]["kind"] == "prompt-file" and rs.meta["workload"]["dataset_digest"].startswith("sha256:")
-    from specsweep.sweep import WARMUP_INDEX_BASE
-    from specsweep.workload import random_ids
+    from specsweep.measure.sweep import WARMUP_INDEX_BASE
+    from specsweep.workloads.prompts import random_ids
 
     warm = random_ids(32, 40, 0).prompt(WARMUP_INDEX_BASE, "sglang")
     assert isinstance(warm, list) and len(warm) == 32  # token IDs, not a line of the file
@@ -186,7 +186,7 @@ def test_resume_refuses_a_different_server(tmp_path: Path, refserver: RefServer,
 
 def test_a_level_where_everything_fails_stops_the_sweep(tmp_path: Path, refserver_factory) -> None:
     srv = refserver_factory(args=["--fault-error-rate", "1.0"])
-    from specsweep.probe import ProbeError
+    from specsweep.measure.probe import ProbeError
 
     # the preflight already fails (three tries): a clear error before any level
     with pytest.raises(ProbeError, match=r"preflight request .* failed: HTTP 5"):
@@ -194,7 +194,7 @@ def test_a_level_where_everything_fails_stops_the_sweep(tmp_path: Path, refserve
 
 
 def test_a_server_that_dies_mid_sweep_stops_it_and_keeps_finished_levels(tmp_path: Path, refserver_factory) -> None:
-    from specsweep.sweep import SweepAborted
+    from specsweep.measure.sweep import SweepAborted
 
     srv = refserver_factory()
 
@@ -214,7 +214,7 @@ def test_the_level_bar_redraws_at_most_once_a_second_and_ends_on_the_last_count(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Each redraw in a kernel is a message (about 0.5 ms of the client's CPU): finished requests
     within REFRESH_S of the last redraw only move the count; the last one is drawn once, by close."""
-    from specsweep import sweep as sweep_mod
+    from specsweep.measure import sweep as sweep_mod
 
     clock = [100.0]
     monkeypatch.setattr(sweep_mod.time, "perf_counter", lambda: clock[0])

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 
 from helpers import ROOT, base_meta, in_progress
-from specsweep.config import ConfigError, parse_config
+from specsweep.measure.config import ConfigError, parse_config
 from specsweep.refserver.launch import RefServer
-from specsweep.store import RunLocked, SchemaError, load_result_set, lock_run, write_meta
-from specsweep.sweep import SweepAborted, SweepInterrupted, _find_resume_dir, damaged_levels, run_sweep
+from specsweep.results.store import RunLocked, SchemaError, load_result_set, lock_run, write_meta
+from specsweep.measure.sweep import SweepAborted, SweepInterrupted, _find_resume_dir, damaged_levels, run_sweep
 
 KEY = "canary-7d1e0b5a2f"
 
@@ -160,7 +160,7 @@ def test_sigkill_of_the_sweep_stops_the_embedded_server_and_resume_knows_the_lev
     params = dict(embedded_profile="tiny", concurrency=[1, 2], input_tokens=32, output_tokens=400,
                   requests_per_level=4, out_dir=str(tmp_path))
     script = textwrap.dedent(f"""
-        from specsweep.sweep import run_sweep
+        from specsweep.measure.sweep import run_sweep
         run_sweep({params!r}, progress=False)
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "lib")}

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from specsweep.config import ConfigError
-from specsweep.probe import ProbeError
+from specsweep.measure.config import ConfigError
+from specsweep.measure.probe import ProbeError
 from specsweep.refserver.launch import RefServer
-from specsweep.store import load_result_set
-from specsweep.sweep import run_sweep
+from specsweep.results.store import load_result_set
+from specsweep.measure.sweep import run_sweep
 
 SMALL_VOCAB = ["--set", "model.vocab_size=1403"]
 

@@ -16,7 +16,7 @@ import pytest
 
 from helpers import in_progress
 from specsweep.report import REPO_ROOT, build_report
-from specsweep.store import load_result_sets
+from specsweep.results.store import load_result_sets
 
 SWEEP = REPO_ROOT / "notebooks" / "sweep.ipynb"
 

@@ -9,16 +9,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specsweep import datasets
-from specsweep.config import parse_config
-from specsweep.datasets import DatasetError, category_metrics
+from specsweep.workloads import datasets
+from specsweep.measure.config import parse_config
+from specsweep.workloads.datasets import DatasetError, category_metrics
 from specsweep.refserver.acceptance import category_means, expected_accept_length
 from specsweep.refserver.launch import RefServer
 from specsweep.refserver.profiles import load_profile
 from specsweep.refserver.tokens import natural_length, prompt_digest
-from specsweep.store import load_result_set
-from specsweep.sweep import run_sweep
-from specsweep.workload import make_workload, record_index
+from specsweep.results.store import load_result_set
+from specsweep.measure.sweep import run_sweep
+from specsweep.workloads.prompts import make_workload, record_index
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 
@@ -191,7 +191,7 @@ def test_prompt_repeats_warn_of_a_prefix_cache_unless_the_server_keeps_none() ->
     """A level that sends more requests than the prompt set holds warns that a prefix cache can serve
     the repeats; a server whose own ``server_info`` says it keeps none (SGLang's
     ``disable_radix_cache: true``, as the reference server says) gets no such warning."""
-    from specsweep.sweep import _workload_warnings
+    from specsweep.measure.sweep import _workload_warnings
 
     wl = make_workload("builtin", 16, 8, 0)
     cfg = parse_config({"workload": "builtin", "min_requests_per_level": len(wl.prompts), "concurrency": [4, 128]})

@@ -1,5 +1,5 @@
 """Ties are ties: arms on one page share one curve family, and arms that are not credibly different
-are reported as tied with the simpler configuration recommended (specsweep.recommend.ties).
+are reported as tied with the simpler configuration recommended (specsweep.decide.ties).
 
 The statistics are checked on many synthetic comparisons drawn from several noise models (stated
 in :func:`_draw`), never on one example.
@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsweep.compare import MODEL_RANK, compare, fit_delta_curve
-from specsweep.recommend import decide, parse_profile, recommend
-from specsweep.recommend.ties import changed_settings, differs, simplest
-from specsweep.store import ResultSet
+from specsweep.analyze.compare import MODEL_RANK, compare, fit_delta_curve
+from specsweep.decide import decide, parse_profile, recommend
+from specsweep.decide.ties import changed_settings, differs, simplest
+from specsweep.results.store import ResultSet
 
 LEVELS = (1, 4, 16, 32, 64, 128)
 #: the demo's measured MTP delta shape (aggregate, %) at LEVELS: gains to 32, losses at 64 and 128

@@ -1,4 +1,4 @@
-"""The shared certificate-verification context (specsweep.tls) verifies as httpx's default does.
+"""The shared certificate-verification context (specsweep.measure.tls) verifies as httpx's default does.
 
 Clients of ``http://`` servers share one context; clients of ``https://`` servers get httpx's own
 (``True``), since httpcore changes a context's ALPN setting at every TLS connection. A real HTTPS
@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from helpers import in_ci
-from specsweep.tls import verify_for
+from specsweep.measure.tls import verify_for
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specsweep.client import RawExchange, parse_exchange
-from specsweep.sse import decode_reads
-from specsweep.token_accounting import MAX_COUNT, account_tokens, drop_implausible
+from specsweep.measure.client import RawExchange, parse_exchange
+from specsweep.measure.sse import decode_reads
+from specsweep.measure.token_accounting import MAX_COUNT, account_tokens, drop_implausible
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

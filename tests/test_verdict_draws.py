@@ -1,10 +1,10 @@
 """How often the verdicts are right on fresh synthetic arm pairs with known answers.
 
-The noise model is stated in :mod:`specsweep.draws` (7 levels 1..64, 3% log-normal run-to-run
+The noise model is stated in :mod:`specsweep.decide.draws` (7 levels 1..64, 3% log-normal run-to-run
 noise on every figure, 3 runs per level given as 3 rows or as one averaged row). Each case draws
 500 fresh pairs (seeded) and runs the real ``compare`` and the verdict rules of ``recommend``
-(:func:`specsweep.recommend.decide`) for the three default profiles, in memory. The report
-quotes :data:`specsweep.draws.QUOTED`; these tests recompute every quoted figure.
+(:func:`specsweep.decide.decide`) for the three default profiles, in memory. The report
+quotes :data:`specsweep.decide.draws.QUOTED`; these tests recompute every quoted figure.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from helpers import LOW_PRIORITY, at_low_priority
-from specsweep import draws
+from specsweep.decide import draws
 
 N = 500
 

@@ -1,6 +1,6 @@
 """Verdicts on the harder cases of issue 22, drawn fresh from a stated noise model with known answers.
 
-The generator is :func:`specsweep.draws.draw_study` (it builds whole studies in time order and never
+The generator is :func:`specsweep.decide.draws.draw_study` (it builds whole studies in time order and never
 calls compare or recommend); each case draws ``N`` seeded studies and runs the real ``compare`` and
 ``decide`` for the three default profiles. The bounds are the issue's targets, not a rerun of the
 code: each is checked against rates the noise model implies, with margins of at least two binomial
@@ -38,8 +38,8 @@ import numpy as np
 import pytest
 
 from helpers import at_low_priority
-from specsweep import draws
-from specsweep.recommend import DEFAULT_PROFILES
+from specsweep.decide import draws
+from specsweep.decide import DEFAULT_PROFILES
 
 PROFILES = [p["name"] for p in DEFAULT_PROFILES]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pandas as pd
 
 from helpers import write_measured
-from specsweep.compare import compare
-from specsweep.recommend import DEFAULT_PROFILES, recommend
+from specsweep.analyze.compare import compare
+from specsweep.decide import DEFAULT_PROFILES, recommend
 from specsweep.report import collect_warnings, top_warnings, warnings_markdown
-from specsweep.store import load_result_sets
+from specsweep.results.store import load_result_sets
 
 LAG = "C=4 repeat 0: event-loop lag p99 7.0 ms: chunk timestamps can be late by that much"
 LAG_SMALLER = "C=16 repeat 0: event-loop lag p99 3.2 ms: chunk timestamps can be late by that much"

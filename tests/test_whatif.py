@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from helpers import SEED, write_level_only, write_measured
-from specsweep.compare import compare
-from specsweep.store import load_result_set, load_result_sets
-from specsweep import whatif
-from specsweep.whatif import section
-from specsweep.whatif.decompose import decompose
-from specsweep.whatif.predict import model_for
-from specsweep.whatif.validate import loo, loo_summary
+from specsweep.analyze.compare import compare
+from specsweep.results.store import load_result_set, load_result_sets
+from specsweep.analyze import whatif
+from specsweep.report import whatif_section as section
+from specsweep.analyze.whatif.decompose import decompose
+from specsweep.analyze.whatif.predict import model_for
+from specsweep.analyze.whatif.validate import loo, loo_summary
 
 LEVELS = [1, 2, 4, 8, 16, 32, 64, 128]
 
@@ -115,7 +115,7 @@ def test_the_seed_cap_question_is_answered_with_its_assumption() -> None:
     md = section.markdown(comp, sets)
     assert "would raising max_running_requests from 48 to 128" in md and "by assumption" in md
     assert "per-request tok/s is taken to exclude queueing" in md
-    nxt = whatif.next_experiment(comp, sets)
+    nxt = section.next_experiment(comp, sets)
     assert nxt is not None and nxt["arm"] == "mtp" and nxt["sentence"] in md
     assert nxt["prediction"]["refused"] or (
         nxt["prediction"]["aggregate_tok_s_lo"] <= nxt["baseline_aggregate_tok_s"] <= nxt["prediction"]["aggregate_tok_s_hi"])
@@ -189,7 +189,7 @@ def test_a_new_model_never_reads_a_dead_ones_validation_error() -> None:
     """Models made and dropped in turn reuse addresses; each one's leave-one-level-out error (which sets
     the bands, and so the page's next-experiment line) must be its own. An ``id()``-keyed cache failed
     this about once in 13 models and made the seed page's sentence differ between two builds."""
-    from specsweep.whatif.validate import loo_rms
+    from specsweep.analyze.whatif.validate import loo_rms
     comp, sets = seed()
     ref = {a: dict(loo_rms(model_for(comp, a, sets, n_boot=20))) for a in comp.arms}
     gc.collect()

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import pytest
 
-from specsweep.whatif.observe import gauge_limit, queue_margin
+from specsweep.analyze.whatif.observe import gauge_limit, queue_margin
 
 LEVELS = (16, 32, 64, 96, 128, 256)
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from specsweep.workload import make_workload, prompt_file, random_ids
+from specsweep.workloads.prompts import make_workload, prompt_file, random_ids
 
 
 def test_random_ids_are_seeded_and_fixed_length() -> None:
@@ -58,7 +58,7 @@ def test_make_workload_errors(tmp_path: Path) -> None:
 
 
 def test_random_text_is_seeded_text_for_every_flavour() -> None:
-    from specsweep.workload import random_text
+    from specsweep.workloads.prompts import random_text
 
     w = make_workload("random-text", 50, 20, 3)
     assert w.kind == "random-text" and w == random_text(50, 20, 3)
@@ -73,7 +73,7 @@ def test_random_text_is_seeded_text_for_every_flavour() -> None:
 
 
 def test_warmup_prompts_are_of_the_measured_kind(tmp_path: Path) -> None:
-    from specsweep.workload import prompt_ids_range, warmup_workload
+    from specsweep.workloads.prompts import prompt_ids_range, warmup_workload
 
     # a text workload warms up with text: no token IDs a small-vocabulary model may lack
     text_file = tmp_path / "t.txt"
@@ -93,7 +93,7 @@ def test_warmup_prompts_are_of_the_measured_kind(tmp_path: Path) -> None:
 
 
 def test_vocabulary_check_and_rejection_explained(tmp_path: Path) -> None:
-    from specsweep.workload import check_vocabulary, explain_rejection
+    from specsweep.workloads.prompts import check_vocabulary, explain_rejection
 
     ids = random_ids(16, 8)
     with pytest.raises(ValueError, match=r"parameter 'workload'.*1,403 token IDs.*\[1000, 30000\).*random-text"):
@@ -117,15 +117,15 @@ def test_vocabulary_check_and_rejection_explained(tmp_path: Path) -> None:
 
 
 def test_unrelated_400s_are_not_blamed_on_the_vocabulary() -> None:
-    from specsweep.workload import explain_rejection
+    from specsweep.workloads.prompts import explain_rejection
 
     err = "HTTP 400: max_tokens must be >= 1, got 0"
     assert explain_rejection(err, random_ids(16, 8), "openai-completions") == err
 
 
 def test_prompt_sets_go_in_a_seeded_shuffled_order_with_categories_interleaved() -> None:
-    from specsweep.compare import workload_differences
-    from specsweep.workload import make_workload, pass_order
+    from specsweep.analyze.compare import workload_differences
+    from specsweep.workloads.prompts import make_workload, pass_order
 
     w = make_workload("builtin", 100, 32, 7)
     n = len(w.prompts)

@@ -6,9 +6,9 @@ recommendation. See README.md and the design notes for the data model and metric
 """
 from __future__ import annotations
 
-from specsweep.startup import defer_rfc3987_syntax as _defer_rfc3987_syntax
+from specsweep.runtime import defer_rfc3987_syntax as _defer_rfc3987_syntax
 
-_defer_rfc3987_syntax()  # before anything imports jsonschema: see specsweep.startup
+_defer_rfc3987_syntax()  # before anything imports jsonschema: see specsweep.runtime
 
 #: the release, as pyproject.toml's ``version`` (tests/test_packaging.py keeps them equal). Written
 #: out rather than read with importlib.metadata: that import costs about 35 ms of CPU in every

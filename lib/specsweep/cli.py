@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from specsweep import __version__
+from specsweep.paths import REPO_ROOT, SWEEP_NOTEBOOK
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SWEEP_NOTEBOOK = REPO_ROOT / "notebooks" / "sweep.ipynb"
 PROG = "specsweep"
 OK, FAILED, BAD_INPUT = 0, 1, 2
 
@@ -174,7 +173,7 @@ def _add_report(sub: Any) -> None:
 
 def _run_report(args: argparse.Namespace) -> int:
     from specsweep import report
-    from specsweep.store import SchemaError, load_result_sets
+    from specsweep.results.store import SchemaError, load_result_sets
 
     dirs = list(args.result_sets) + list(args.more)
     if not dirs:
@@ -186,7 +185,7 @@ def _run_report(args: argparse.Namespace) -> int:
     if args.baseline not in {rs.arm for rs in sets}:
         raise BadInput(f"--baseline {args.baseline!r} is not among the arms ({', '.join(rs.arm for rs in sets)}); "
                        "pass --baseline ARM")
-    from specsweep.compare import compare
+    from specsweep.analyze.compare import compare
 
     try:  # a comparison that cannot be made (workloads, levels, definitions) is bad input, said before the notebook runs
         compare(sets, args.baseline, allow_workload_mismatch=args.allow_workload_mismatch, n_boot=0)
@@ -288,7 +287,7 @@ def _serve(argv: list[str]) -> int:
 
 #: subcommands whose options belong to the module they wrap (its own --help lists them)
 PASS_THROUGH: dict[str, tuple[Callable[[list[str]], int], str]] = {
-    "study": (_delegate("specsweep.study", f"{PROG} study"),
+    "study": (_delegate("specsweep.study.runner", f"{PROG} study"),
               "run a study file: several arms, repeats, one report (python -m specsweep.study; --help for its options)"),
     "serve": (_serve, "start the reference server (python -m specsweep.refserver; --help for its options), "
                       "or 'serve llamacpp ...' for the llama.cpp engine"),

@@ -3,7 +3,7 @@
 ``python -m specsweep.publish`` regenerates each published report under ``reports/``:
 
 - ``seed-qwen3.5-122b-a10b``: the seed's published table (``data/reference/``), no server needed;
-- ``demo``: the demo study ``data/studies/demo.yaml`` run from scratch by :mod:`specsweep.study`
+- ``demo``: the demo study ``data/studies/demo.yaml`` run from scratch by :mod:`specsweep.study.runner`
   — every arm (baseline, MTP, MTP with ``--max-running-requests 128``) swept by
   ``notebooks/sweep.ipynb`` on the embedded, simulated reference server (seed profile), each
   arm's and each level's progress on the terminal — then its report;
@@ -17,7 +17,7 @@ competes with a measurement for the CPU. Published reports are generated, never 
 run in its out dir (``data/runs/studies/<name>``) instead of starting over: complete arms are not
 measured again, so only the report is rebuilt.
 
-Each report's decision table (:mod:`specsweep.decisions`: per profile the decision class and the arm
+Each report's decision table (:mod:`specsweep.decide.decisions`: per profile the decision class and the arm
 chosen) goes to ``reports/decisions.json``; before it is replaced, the new table is compared with
 the one there (the committed pages' decisions) and every difference printed. ``--decisions`` only
 prints the tables of the data already measured (study out dirs) and compares them with that file
@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from specsweep import decisions
+from specsweep.decide import decisions
 from specsweep.report import REPO_ROOT, build_report
-from specsweep.study import run_study
-from specsweep.study_file import load_study
+from specsweep.study.runner import run_study
+from specsweep.study.file import load_study
 
 DECISIONS_FILE = "decisions.json"
 
@@ -128,7 +128,7 @@ def _inputs(pub: Published) -> tuple[list[Path], str, list[dict[str, Any]] | Non
 
 
 def decision_tables(pubs: Sequence[Published]) -> dict[str, list[decisions.DecisionRow]]:
-    """Each published report's decision table from the data measured now (see :mod:`specsweep.decisions`)."""
+    """Each published report's decision table from the data measured now (see :mod:`specsweep.decide.decisions`)."""
     out = {}
     for pub in pubs:
         sets, baseline, profiles = _inputs(pub)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specsweep.datasets import builtin_prompts
+from specsweep.workloads.datasets import builtin_prompts
 from specsweep.refserver import acceptance as acc
 from specsweep.refserver.model import AcceptanceModel
 
@@ -107,9 +107,9 @@ def test_category_acceptance_is_recovered_from_per_request_counts() -> None:
     within 5 % of the category's configured mean (seeded, so the check is exact to reproduce)."""
     import random
 
-    from specsweep import datasets as ds
-    from specsweep.metrics import requests_frame
-    from specsweep.records import RequestRecord
+    from specsweep.workloads import datasets as ds
+    from specsweep.analyze.metrics import requests_frame
+    from specsweep.results.records import RequestRecord
 
     recs = builtin_prompts()
     k, base, steps = 3, 2.0, 40

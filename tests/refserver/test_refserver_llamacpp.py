@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from refserver_helpers import post, stream
-from specsweep.probe import parse_metrics
+from specsweep.measure.probe import parse_metrics
 from specsweep.refserver.launch import RefServer
 
 SMALL = ["--set", "model.vocab_size=1403"]

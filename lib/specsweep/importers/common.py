@@ -3,19 +3,19 @@ an ordinary result set (``store``: ``meta.json``, ``levels.parquet``, ``requests
 
 A reader turns one result file of a peer tool into a :class:`ToolRun`: its levels (one per
 concurrency, and per repeat where one file holds several runs of a level), each either with the
-per-request samples the file holds (as :class:`~specsweep.records.RequestRecord`, absolute times in
+per-request samples the file holds (as :class:`~specsweep.results.records.RequestRecord`, absolute times in
 seconds) or with the tool's own level figures only.
 
 Definitions are kept exact (DESIGN §5):
 
 - Where a level has per-request samples, every specsweep-named column (``output_tok_s``,
-  ``tpot_p50_s``, ``chunk_gap_p99_s`` …) is computed from them by :mod:`specsweep.metrics`, so it
+  ``tpot_p50_s``, ``chunk_gap_p99_s`` …) is computed from them by :mod:`specsweep.analyze.metrics`, so it
   means what it means in a specsweep run; the tool's own summary figures are kept beside them
   under a tool prefix (``vllm_itl_mean_s``), with the tool's definition in ``metric_definitions``.
 - Where a level has the tool's figures only, a figure goes under a specsweep name only when the
   tool's formula is specsweep's; where it differs (a token count that may be the requested
   length, a TPOT that includes the first token, 1/mean TPOT instead of mean 1/TPOT), the column's
-  entry in ``metric_definition_ids`` names the tool's definition. :func:`specsweep.compare.compare`
+  entry in ``metric_definition_ids`` names the tool's definition. :func:`specsweep.analyze.compare.compare`
   compares a metric between two arms only where their ids agree (absent: specsweep's own), and
   says which metrics it left out and why.
 - Everything the reader finds that a reader of the page must know (chunk-counted ITL, a token
@@ -38,9 +38,9 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from specsweep.metrics import level_metrics, requests_frame
-from specsweep.records import RequestRecord
-from specsweep.store import SCHEMA_VERSION, SchemaError, write_frame, write_meta
+from specsweep.analyze.metrics import level_metrics, requests_frame
+from specsweep.results.records import RequestRecord
+from specsweep.results.store import SCHEMA_VERSION, SchemaError, write_frame, write_meta
 
 
 class BadInput(ValueError):

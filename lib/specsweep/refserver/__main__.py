@@ -23,17 +23,17 @@ from collections.abc import Callable, Iterator, Sequence
 
 from typing import TYPE_CHECKING, Any
 
-from specsweep.startup import single_threaded_blas
+from specsweep.runtime import single_threaded_blas
 
-single_threaded_blas()  # before .model imports numpy (see specsweep.startup)
+single_threaded_blas()  # before .model imports numpy (see specsweep.runtime)
 
-from . import READY_PREFIX  # noqa: E402
-from .faults import DataFaults, FaultConfig  # noqa: E402
-from .model import resolve  # noqa: E402
-from .profiles import ProfileError, available_profiles, load_profile  # noqa: E402
+from specsweep.refserver import READY_PREFIX  # noqa: E402
+from specsweep.refserver.faults import DataFaults, FaultConfig  # noqa: E402
+from specsweep.refserver.model import resolve  # noqa: E402
+from specsweep.refserver.profiles import ProfileError, available_profiles, load_profile  # noqa: E402
 
 if TYPE_CHECKING:  # the HTTP stack is imported only once the arguments are valid
-    from .state import ServerState
+    from specsweep.refserver.state import ServerState
 
 __all__ = ["build_parser", "main"]
 
@@ -259,7 +259,7 @@ def _no_client_ca_store() -> Iterator[None]:
 async def _serve(state: ServerState) -> int:
     from aiohttp import web
 
-    from .app import build_app
+    from specsweep.refserver.app import build_app
 
     # SIGINT/SIGTERM stop the server cleanly (status 0) from here on: before the ready line, so that
     # a launcher that signals the moment it reads that line never meets the default action (killed)
@@ -353,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s refserver %(levelname)s %(message)s")
     with _no_client_ca_store():
-        from .state import ServerOptions, ServerState  # the HTTP stack (aiohttp) loads here
+        from specsweep.refserver.state import ServerOptions, ServerState  # the HTTP stack (aiohttp) loads here
 
     argv_list = list(sys.argv[1:] if argv is None else argv)
     options = ServerOptions(

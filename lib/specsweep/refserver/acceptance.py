@@ -50,7 +50,7 @@ import random
 import re
 from pathlib import Path
 
-from .model import AcceptanceModel
+from specsweep.refserver.model import AcceptanceModel
 
 __all__ = [
     "CATEGORY_SHIFT",
@@ -150,7 +150,7 @@ def _builtin_index() -> dict[str, str]:
     """SHA-256 of each built-in prompt's normalised text → its category.
 
     Read with ``json`` straight from the shipped file (every record there is ``{"category",
-    "prompt": text}``; ``test_datasets`` checks the file), not through ``specsweep.datasets``:
+    "prompt": text}``; ``test_datasets`` checks the file), not through ``specsweep.workloads.datasets``:
     that imports pandas, which would stall the server's event loop for a fraction of a second
     on the first request. The server builds the index at start (``ServerState``).
     """

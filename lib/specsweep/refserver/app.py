@@ -52,16 +52,16 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from . import __version__ as REFSERVER_VERSION
-from .faults import CountRewriter
-from .metrics import CONTENT_TYPE_LATEST
-from .schedule_metrics import schedule_exposition
-from .model import SimRequest, request_seed
-from .vllm_api import add_vllm_routes
-from .llamacpp_api import add_llamacpp_routes, llamacpp_error
-from .state import API_SURFACES, SPEC_DECODE_METRICS_LEVELS, ServerOptions, ServerState  # noqa: F401 (re-exported)
-from .versions import LLAMACPP_BUILD, SGLANG_VERSION, VLLM_VERSION  # noqa: F401 (re-exported)
-from .streaming import (
+from specsweep.refserver import __version__ as REFSERVER_VERSION
+from specsweep.refserver.faults import CountRewriter
+from specsweep.refserver.metrics import CONTENT_TYPE_LATEST
+from specsweep.refserver.schedule_metrics import schedule_exposition
+from specsweep.refserver.model import SimRequest, request_seed
+from specsweep.refserver.vllm_api import add_vllm_routes
+from specsweep.refserver.llamacpp_api import add_llamacpp_routes, llamacpp_error
+from specsweep.refserver.state import API_SURFACES, SPEC_DECODE_METRICS_LEVELS, ServerOptions, ServerState  # noqa: F401 (re-exported)
+from specsweep.refserver.versions import LLAMACPP_BUILD, SGLANG_VERSION, VLLM_VERSION  # noqa: F401 (re-exported)
+from specsweep.refserver.streaming import (
     ChatFormat,
     CompletionFormat,
     ReqContext,
@@ -69,7 +69,7 @@ from .streaming import (
     StreamSink,
     WaitSink,
 )
-from .tokens import (
+from specsweep.refserver.tokens import (
     chat_prompt_tokens,
     natural_length,
     prompt_digest,

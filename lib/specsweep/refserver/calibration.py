@@ -18,20 +18,20 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import SimResult, simulate_closed_loop
-from .profiles import Profile, load_profile
+from specsweep.paths import SEED_DATA
+from specsweep.refserver.model import SimResult, simulate_closed_loop
+from specsweep.refserver.profiles import Profile, load_profile
 
 __all__ = ["SEED_PROFILE", "SEED_TABLE", "CalibrationReport", "LevelRow", "run_calibration"]
 
 SEED_PROFILE = "qwen3.5-122b-a10b-4x-rtxpro6000"
 
-SEED_DATA = Path(__file__).resolve().parents[3] / "data" / "reference" / "seed-qwen3.5-122b-a10b"
 
 
 def _seed_table() -> dict[int, tuple[float, float, float, float]]:
     """concurrency -> (baseline agg tok/s, MTP agg tok/s, baseline per-request, MTP per-request),
     read from the seed's reference result sets (``data/reference/``), the one copy of the table."""
-    from specsweep.store import load_result_sets
+    from specsweep.results.store import load_result_sets
 
     arms = {rs.arm: rs.levels.set_index("concurrency") for rs in load_result_sets(SEED_DATA)}
     base, mtp = arms["baseline"], arms["mtp"]

@@ -41,10 +41,10 @@ from array import array
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .model import FINISHED, EngineCore, ModelConfig, SimRequest, Step
+from specsweep.refserver.model import FINISHED, EngineCore, ModelConfig, SimRequest, Step
 
 if TYPE_CHECKING:
-    from .metrics import ServerMetrics
+    from specsweep.refserver.metrics import ServerMetrics
 
 __all__ = ["EmitLog", "Engine", "Sink", "StepObserver"]
 

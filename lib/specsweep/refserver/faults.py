@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .model import request_seed
+from specsweep.refserver.model import request_seed
 
 __all__ = ["CountRewriter", "DataFaults", "FaultConfig", "FaultPlan"]
 

@@ -31,7 +31,7 @@ from types import TracebackType
 from collections.abc import Sequence
 from typing import IO
 
-from . import READY_PREFIX
+from specsweep.refserver import READY_PREFIX
 
 __all__ = ["READY_PREFIX", "RefServer", "RefServerError"]
 

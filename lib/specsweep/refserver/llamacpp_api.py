@@ -41,13 +41,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from . import __version__ as REFSERVER_VERSION
-from .tokens import tokenize_text
-from .llamacpp_metrics import LlamacppMetrics  # noqa: F401 (re-exported)
-from .versions import LLAMACPP_BUILD
+from specsweep.refserver import __version__ as REFSERVER_VERSION
+from specsweep.refserver.tokens import tokenize_text
+from specsweep.refserver.llamacpp_metrics import LlamacppMetrics  # noqa: F401 (re-exported)
+from specsweep.refserver.versions import LLAMACPP_BUILD
 
 if TYPE_CHECKING:
-    from .state import ServerState
+    from specsweep.refserver.state import ServerState
 
 __all__ = ["LLAMACPP_BUILD", "LlamacppHandlers", "LlamacppMetrics", "add_llamacpp_routes",
            "llamacpp_error"]

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .model import FINISHED, Step
+from specsweep.refserver.model import FINISHED, Step
 
 if TYPE_CHECKING:
-    from .model import EngineCore, SimRequest
+    from specsweep.refserver.model import EngineCore, SimRequest
 
 
 class LlamacppMetrics:

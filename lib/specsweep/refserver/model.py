@@ -99,7 +99,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterable
 
-from .profiles import Profile, ProfileError
+from specsweep.refserver.profiles import Profile, ProfileError
 
 __all__ = [
     "AcceptanceModel",

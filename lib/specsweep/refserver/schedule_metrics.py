@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from specsweep.refserver.engine import Engine
 
 __all__ = ["SCHEDULE_COUNTERS", "schedule_exposition"]
 

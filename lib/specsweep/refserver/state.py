@@ -11,15 +11,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__ as REFSERVER_VERSION
-from .acceptance import category_means, category_of_prompt, expected_accept_length
-from .engine import EmitLog, Engine
-from .faults import DataFaults, FaultConfig, FaultPlan
-from .llamacpp_metrics import LlamacppMetrics
-from .metrics import ServerMetrics
-from .model import AcceptanceModel, ModelConfig, request_seed
-from .versions import LLAMACPP_BUILD, SGLANG_VERSION, vllm_version_string
-from .vllm_metrics import VllmMetrics
+from specsweep.refserver import __version__ as REFSERVER_VERSION
+from specsweep.refserver.acceptance import category_means, category_of_prompt, expected_accept_length
+from specsweep.refserver.engine import EmitLog, Engine
+from specsweep.refserver.faults import DataFaults, FaultConfig, FaultPlan
+from specsweep.refserver.llamacpp_metrics import LlamacppMetrics
+from specsweep.refserver.metrics import ServerMetrics
+from specsweep.refserver.model import AcceptanceModel, ModelConfig, request_seed
+from specsweep.refserver.versions import LLAMACPP_BUILD, SGLANG_VERSION, vllm_version_string
+from specsweep.refserver.vllm_metrics import VllmMetrics
 
 #: the APIs the server can present (``--api-surface``)
 API_SURFACES = ("sglang", "vllm", "llamacpp")

@@ -46,12 +46,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from .faults import FaultPlan
-from .model import FINISHED, SimRequest
-from .tokens import EOS_TOKEN_ID, RenderedOutput
+from specsweep.refserver.faults import FaultPlan
+from specsweep.refserver.model import FINISHED, SimRequest
+from specsweep.refserver.tokens import EOS_TOKEN_ID, RenderedOutput
 
 if TYPE_CHECKING:
-    from .engine import EmitLog, Engine
+    from specsweep.refserver.engine import EmitLog, Engine
 
 __all__ = [
     "ChatFormat",

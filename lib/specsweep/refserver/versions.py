@@ -1,7 +1,7 @@
 """The server versions whose APIs the reference server simulates (one place, read by every surface)."""
 from __future__ import annotations
 
-from . import __version__ as REFSERVER_VERSION
+from specsweep.refserver import __version__ as REFSERVER_VERSION
 
 #: the SGLang version whose API is simulated
 #: the SGLang version whose API is simulated

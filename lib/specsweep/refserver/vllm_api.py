@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 import orjson
 from aiohttp import web
 
-from .versions import VLLM_VERSION, vllm_version_string  # noqa: F401 (re-exported)
+from specsweep.refserver.versions import VLLM_VERSION, vllm_version_string  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
-    from .state import ServerState
+    from specsweep.refserver.state import ServerState
 
 __all__ = ["VLLM_VERSION", "VllmHandlers", "add_vllm_routes", "vllm_version_string"]
 

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .model import FINISHED, Step
+from specsweep.refserver.model import FINISHED, Step
 
 if TYPE_CHECKING:
-    from .model import EngineCore, SimRequest
+    from specsweep.refserver.model import EngineCore, SimRequest
 
 __all__ = ["VllmMetrics"]
 

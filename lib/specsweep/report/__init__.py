@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from specsweep.report.paths import REPO_ROOT, REPORT_NOTEBOOK  # noqa: F401  (light: no pandas)
+from specsweep.paths import REPO_ROOT, REPORT_NOTEBOOK  # noqa: F401  (light: no pandas)
 
 #: the names this package re-exports lazily, by the module that defines them (``paths``, which
 #: imports nothing heavy, is imported above)

@@ -3,9 +3,9 @@ import logging
 import os
 import sys
 
-from specsweep.startup import single_threaded_blas
+from specsweep.runtime import single_threaded_blas
 
-single_threaded_blas()  # before numpy is imported (see specsweep.startup)
+single_threaded_blas()  # before numpy is imported (see specsweep.runtime)
 
 from specsweep.report.build import main  # noqa: E402
 

@@ -10,7 +10,7 @@ import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
-from specsweep.report.paths import REPORT_NOTEBOOK, REPO_ROOT
+from specsweep.paths import REPORT_NOTEBOOK, REPO_ROOT
 
 
 def template_dir() -> Path:
@@ -70,10 +70,10 @@ def kernel_manager_with_env(base: type, edit: Callable[[dict[str, str]], None], 
 
 
 def _lean_kernel(base: type) -> type:
-    """``base`` whose kernels start with :mod:`specsweep.kernel_launcher` (ipykernel without the
+    """``base`` whose kernels start with :mod:`specsweep.notebooks.launcher` (ipykernel without the
     debugger, about 0.05 s of CPU less per kernel; start-up and its preload without the cyclic
     collector, then frozen) in place of ``-m ipykernel_launcher``, unless ``SPECSWEEP_KERNEL_DEBUGGER=1``."""
-    from specsweep.kernel_launcher import launcher_argv
+    from specsweep.notebooks.launcher import launcher_argv
 
     class Lean(base):  # type: ignore[misc,valid-type]
         def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
@@ -88,8 +88,8 @@ def _lean_kernel(base: type) -> type:
 
 def _single_blas_thread(base: type) -> type:
     """``base`` whose kernels start with one OpenBLAS thread unless the environment given says how
-    many (:func:`specsweep.startup.single_threaded_blas`: about 0.1 s of CPU per kernel)."""
-    from specsweep.startup import single_threaded_blas
+    many (:func:`specsweep.runtime.single_threaded_blas`: about 0.1 s of CPU per kernel)."""
+    from specsweep.runtime import single_threaded_blas
 
     return kernel_manager_with_env(base, single_threaded_blas)
 
@@ -135,16 +135,16 @@ def _ipc_kernel_manager() -> type:
 #: process waited on them). At start-up they load while this process loads papermill and nbconvert;
 #: the preload then outlasts those imports a little (an empty notebook on this kernel: 1.17× the
 #: floor, 1.05× before), still less than the cells paid
-KERNEL_PRELOAD = ("import specsweep.report, specsweep.charts, specsweep.compare, specsweep.recommend, "
-                  "specsweep.store, specsweep.markup, specsweep.whatif.section, specsweep.study_page, "
-                  "specsweep.consistency, specsweep.report.decision, specsweep.report.summary, "
+KERNEL_PRELOAD = ("import specsweep.report, specsweep.report.charts, specsweep.analyze.compare, specsweep.decide, "
+                  "specsweep.results.store, specsweep.markup, specsweep.report.whatif_section, specsweep.report.study_page, "
+                  "specsweep.report.consistency, specsweep.report.decision, specsweep.report.summary, "
                   "scipy.special, scipy.interpolate")
 
 #: what a study arm's kernel imports while it starts, for the same reason: the sweep notebook's
 #: imports. They then load without the collector and are frozen with start-up
-#: (:mod:`specsweep.kernel_launcher`): 0.13 s of CPU less per arm's kernel (medians of 8 alternating
+#: (:mod:`specsweep.notebooks.launcher`): 0.13 s of CPU less per arm's kernel (medians of 8 alternating
 #: kernels running the notebook's imports and a small comparison, 1.17 -> 1.05 s)
-SWEEP_PRELOAD = ("import specsweep.sweep, specsweep.charts, specsweep.compare, specsweep.store, "
+SWEEP_PRELOAD = ("import specsweep.measure.sweep, specsweep.report.charts, specsweep.analyze.compare, specsweep.results.store, "
                  "specsweep.report, specsweep.markup")
 
 
@@ -334,7 +334,7 @@ def build_report(
     Relative ``result_sets`` and ``out_dir`` are taken relative to the current directory. The
     executed notebook is kept beside the page in ``<out_dir>/_build/<name>.ipynb`` for inspection.
     Without ``title``, one study folder gives its study's title (``study.json``), and its arms come
-    in the study's order (:func:`specsweep.store.find_result_sets`): the page its study built.
+    in the study's order (:func:`specsweep.results.store.find_result_sets`): the page its study built.
     """
     if not name or any(ch in name for ch in "/\\") or name.startswith("."):
         raise ValueError(f"report name {name!r} must be a plain file name (no slashes, not hidden)")
@@ -350,7 +350,7 @@ def build_report(
         "allow_workload_mismatch": allow_workload_mismatch,
     }
     if not title:
-        from specsweep.study_record import study_title  # standard library only: no pandas before the kernel
+        from specsweep.results.study_record import study_title  # standard library only: no pandas before the kernel
 
         title = study_title(result_sets)
     if title:
@@ -363,7 +363,7 @@ def build_report(
     try:
         import papermill  # noqa: F401 - first, so that the threads below do not slow its import
 
-        from specsweep.startup import warm_vega_bundle
+        from specsweep.runtime import warm_vega_bundle
 
         warm_vega_bundle()  # a first build makes the chart bundle while the kernel starts
         ready = _ExportReady()  # nbconvert and its template load while the kernel runs

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 import numpy as np
 import pandas as pd
-from specsweep.compare import Comparison, DeltaCurve
+from specsweep.analyze.compare import Comparison, DeltaCurve
 from specsweep.markup import md_text
-from specsweep.metrics import metric_info
+from specsweep.analyze.metrics import metric_info
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 
 
@@ -25,7 +25,7 @@ def _category_levels(comp: Comparison, arm: str) -> list[int]:
 
 def has_categories(sets: Sequence[Any]) -> bool:
     """True when the result sets' measured requests carry more than one prompt category."""
-    from specsweep.datasets import with_category
+    from specsweep.workloads.datasets import with_category
 
     seen: set[str] = set()
     for rs in sets:
@@ -89,7 +89,7 @@ def _category_column(comp: Comparison, figure: str) -> str:
 
 def _enough_requests(req: pd.DataFrame, concurrency: int, category: str) -> bool:
     """True when every run of the level has at least ``compare.MIN_REQUESTS`` measured requests of the category."""
-    from specsweep.compare import MIN_REQUESTS
+    from specsweep.analyze.compare import MIN_REQUESTS
 
     level = req[req["concurrency"] == concurrency]
     runs = level["repeat"].unique() if "repeat" in level else [0]
@@ -103,9 +103,9 @@ def _enough_requests(req: pd.DataFrame, concurrency: int, category: str) -> bool
 def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
                     seed: int = 0) -> dict[tuple[str, str, str], CategoryFit]:
     """Per spec arm, prompt category and figure (``"aggregate"``, ``"user"``): the category's delta
-    curve, fitted exactly as the whole-run verdict's (:func:`specsweep.compare.fit_metric`: the
+    curve, fitted exactly as the whole-run verdict's (:func:`specsweep.analyze.compare.fit_metric`: the
     same model, noise sources and 95 % simultaneous band, ``comp.assumed_noise_pct`` where there
-    are no repeats) over the category's rows of :func:`specsweep.datasets.category_metrics`.
+    are no repeats) over the category's rows of :func:`specsweep.workloads.datasets.category_metrics`.
 
     A category is fitted only on the levels shared with the baseline where every run has at least
     ``compare.MIN_REQUESTS`` measured requests of it on both arms, and only when there are at least
@@ -113,8 +113,8 @@ def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
     is 2 figures × the arm's fitted categories (``CategoryFit.family``), so a claim about any
     category keeps the 5 % error budget. Keys: (arm, category, figure). Empty without categories.
     """
-    from specsweep.compare import fit_metric, measured_requests
-    from specsweep.datasets import category_metrics, with_category
+    from specsweep.analyze.compare import fit_metric, measured_requests
+    from specsweep.workloads.datasets import category_metrics, with_category
 
     if not has_categories(sets):
         return {}
@@ -160,7 +160,7 @@ def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
 def category_crossovers(comp: Comparison, sets: Sequence[Any],
                         curves: dict[tuple[str, str, str], CategoryFit] | None = None) -> pd.DataFrame:
     """One row per spec arm, category and figure: where the category's fitted delta curve
-    credibly crosses 0, by the whole-run rule (:func:`specsweep.compare.curve_crossovers`: credibly
+    credibly crosses 0, by the whole-run rule (:func:`specsweep.analyze.compare.curve_crossovers`: credibly
     positive at one level and credibly negative at a later one, or the reverse, with no credible
     level between; placed at the curve's zero on log2(concurrency)).
 
@@ -171,7 +171,7 @@ def category_crossovers(comp: Comparison, sets: Sequence[Any],
     ``fit_min_pct`` / ``fit_max_pct``: the fitted Δ% range over the levels (%). ``curves``:
     :func:`category_curves` already computed for these sets.
     """
-    from specsweep.compare import curve_crossovers
+    from specsweep.analyze.compare import curve_crossovers
 
     fits = category_curves(comp, sets) if curves is None else curves
     columns = ["arm", "category", "figure", "n_levels", "levels", "status", "n_crossovers", "c_low", "c_high",
@@ -209,7 +209,7 @@ def category_deltas(comp: Comparison, sets: Sequence[Any],
     """Per spec arm, shown level (:func:`_category_levels`) and prompt category: the category's
     acceptance length on the arm, and its per-user speed and aggregate share on both arms with Δ%.
 
-    Every figure is :func:`specsweep.datasets.category_metrics` over the arm's measured requests,
+    Every figure is :func:`specsweep.workloads.datasets.category_metrics` over the arm's measured requests,
     averaged over repeats; Δ% = (arm / baseline − 1) × 100 as for whole levels. The aggregate share
     is the category's output tokens ÷ its own window inside the level (tok/s): a share of the
     level's throughput, not what the category would get on its own.
@@ -221,7 +221,7 @@ def category_deltas(comp: Comparison, sets: Sequence[Any],
     (``"none"``, NaN: one run and too few levels for a curve). ``curves``: :func:`category_curves`
     already computed for these sets. Empty when the requests carry one category or none.
     """
-    from specsweep.datasets import category_metrics
+    from specsweep.workloads.datasets import category_metrics
 
     columns = ["arm", "concurrency", "category", "category_share", "accept_length", "accept_length_baseline",
                "n_repeats"]
@@ -498,7 +498,7 @@ def category_intro_markdown(comp: Comparison) -> str:
 def category_crossover_markdown(comp: Comparison, sets: Sequence[Any],
                                 curves: dict[tuple[str, str, str], CategoryFit] | None = None) -> str:
     """How a category's crossover is decided, then :func:`category_crossover_sentences` as a list."""
-    from specsweep.compare import MIN_REQUESTS
+    from specsweep.analyze.compare import MIN_REQUESTS
 
     fits = category_curves(comp, sets) if curves is None else curves
     families = sorted({fit.family for fit in fits.values() if fit.curve is not None})

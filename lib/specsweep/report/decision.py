@@ -1,7 +1,7 @@
 """The report's first screen: per profile the decision, its range, the deciding metric with its band
 and how stable it is; beside it the verdict strip; then a short verdict in prose.
 
-Everything here is built from the recommendations' claims (:mod:`specsweep.claims`), so the first
+Everything here is built from the recommendations' claims (:mod:`specsweep.decide.claims`), so the first
 screen, the prose and the Markdown summary (:mod:`specsweep.report.summary`) say what the
 recommendation sections say, with the same numbers. Arms are named by their short name.
 """
@@ -12,11 +12,11 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from specsweep.claims import Claim, join_and, pct
-from specsweep.compare import Comparison
+from specsweep.decide.claims import Claim, join_and, pct
+from specsweep.analyze.compare import Comparison
 from specsweep.markup import markdown_html, md_text
-from specsweep.recommend import Recommendation
-from specsweep.recommend.text import _DECIDING, _band_text
+from specsweep.decide import Recommendation
+from specsweep.decide.text import _DECIDING, _band_text
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def decision_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
 
 def _strip_html(comp: Comparison, recs: Sequence[Recommendation]) -> str:
     """The verdict strip chart's HTML, or '' where the chart module has none yet (it comes with charts.verdict_strip)."""
-    from specsweep import charts
+    from specsweep.report import charts
     from specsweep.report.display import _render
 
     strip, frame = getattr(charts, "verdict_strip", None), getattr(charts, "verdict_strip_frame", None)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import re
 import pandas as pd
-from specsweep.compare import DERIVED, METHOD, Comparison, info
+from specsweep.analyze.compare import DERIVED, METHOD, Comparison, info
 from specsweep.markup import md_text
-from specsweep.metrics import METRICS
+from specsweep.analyze.metrics import METRICS
 
 
 #: per-draft-position columns shown in the full-data table (the rest stay in levels.parquet)
@@ -75,7 +75,7 @@ def _metric_definition(comp: Comparison, col: str) -> str:
 def definitions_markdown(comp: Comparison) -> str:
     """One definition per number on the page: metrics, Δ%, the curve model and band, crossover, Little's law,
     and how often the verdicts were right on synthetic data with known answers."""
-    from specsweep import draws
+    from specsweep.decide import draws
 
     shown = [c for c in comp.levels.columns
              if (c in METRICS or c in DERIVED) and comp.levels[c].notna().any()]

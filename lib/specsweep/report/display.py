@@ -14,7 +14,7 @@ RENDERER = "specsweep-offline"
 
 def vega_bundle() -> str:
     """The vega + vega-lite + vega-embed bundle that matches Altair's schema, from vl-convert (~900 KB)."""
-    from specsweep.startup import vega_bundle_cached
+    from specsweep.runtime import vega_bundle_cached
 
     return vega_bundle_cached()  # made once per vl-convert/Altair version, then read from the cache
 
@@ -54,7 +54,7 @@ def enable_offline_charts() -> None:
 
 def setup_notebook() -> None:
     """Notebook defaults for reports: offline charts, readable tables, no row limit for charts."""
-    from specsweep import chartdata
+    from specsweep.report import chartdata
 
     enable_offline_charts()
     chartdata.disable_max_rows()

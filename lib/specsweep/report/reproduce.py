@@ -7,9 +7,9 @@ import shlex
 from pathlib import Path
 from typing import Any, Sequence
 from specsweep import __version__
-from specsweep.config import DEFAULT_MIN_REQUESTS
+from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.markup import md_text
-from specsweep.report.paths import REPO_ROOT
+from specsweep.paths import REPO_ROOT
 
 
 def repo_relative(path: str | Path) -> str:
@@ -157,8 +157,8 @@ def _remeasure_lines(parameters: dict[str, Any]) -> list[str]:
     """The re-measure block: one sweep per arm specsweep measured, into :func:`remeasure_folder`, then the
     report command that rebuilds the page from those new runs (published reference arms from their own
     folders). Measuring again and rebuilding again uses the newest complete run of each arm
-    (:func:`specsweep.store.newest_per_arm`)."""
-    from specsweep.store import find_result_sets, load_result_set
+    (:func:`specsweep.results.store.newest_per_arm`)."""
+    from specsweep.results.store import find_result_sets, load_result_set
 
     folder = remeasure_folder(parameters)
     commands, reference, keep = [], [], []

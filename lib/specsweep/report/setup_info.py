@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 import pandas as pd
-from specsweep.compare import Comparison
-from specsweep.config import DEFAULT_MIN_REQUESTS
+from specsweep.analyze.compare import Comparison
+from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.markup import md_text
 from specsweep.report.reproduce import _workload_value, shell_line
 
@@ -75,7 +75,7 @@ def masked_argv(argv: Sequence[Any]) -> list[str]:
     """``argv`` with secret values replaced by ``***``: the value after a flag whose name says key,
     token, secret, password, … (``--api-key K``, ``--hf-token=T``) and the ``SPECSWEEP_API_KEY``
     value wherever it appears."""
-    from specsweep.redact import redact_text
+    from specsweep.results.redact import redact_text
 
     out: list[str] = []
     hide_next = False
@@ -158,9 +158,9 @@ def setup_table(comp: Comparison) -> pd.DataFrame:
 def manual_agreement_markdown(sets: Sequence[Any], baseline: str = "baseline") -> str:
     """Output agreement with the baseline for result sets that no study measured (a study's report
     has it in its study section): per arm and level, identical outputs for the same prompts
-    (:mod:`specsweep.agreement`, paired by repeat and prompt). Empty when a study measured them, the
+    (:mod:`specsweep.analyze.agreement`, paired by repeat and prompt). Empty when a study measured them, the
     baseline is absent, or no request row carries an output digest. Names are escaped."""
-    from specsweep.agreement import agreement_markdown, output_agreement
+    from specsweep.analyze.agreement import agreement_markdown, output_agreement
 
     if not sets or any(isinstance(getattr(rs, "meta", {}).get("study"), dict) for rs in sets):
         return ""
@@ -184,7 +184,7 @@ def differences_markdown(comp: Comparison) -> str:
             for d in diffs) + ".")
     else:
         lines.append("The arms' recorded settings do not differ; check that the speculative settings were captured.")
-    from specsweep.compare import workload_differences
+    from specsweep.analyze.compare import workload_differences
 
     differing = [a for a in comp.spec_arms if workload_differences(comp.metas[a]["workload"], comp.workload)]
     if differing:

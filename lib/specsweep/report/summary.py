@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from specsweep.claims import _half_up
-from specsweep.compare import Comparison
+from specsweep.decide.claims import _half_up
+from specsweep.analyze.compare import Comparison
 from specsweep.markup import md_text
-from specsweep.recommend import Recommendation
-from specsweep.recommend.text import _band_text
+from specsweep.decide import Recommendation
+from specsweep.decide.text import _band_text
 from specsweep.report.decision import decision_markdown, verdict_prose
 
 #: the MIME type of the notebook output that carries the summary

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 import pandas as pd
-from specsweep.compare import Comparison
+from specsweep.analyze.compare import Comparison
 from specsweep.markup import md_text
-from specsweep.recommend import Recommendation, aggregate_quote
+from specsweep.decide import Recommendation, aggregate_quote
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 from specsweep.report.warnings import top_warnings  # noqa: F401  (moved to report.warnings; kept importable here)
 

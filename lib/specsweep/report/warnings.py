@@ -33,9 +33,9 @@ from typing import Any, Literal, Sequence
 
 import pandas as pd
 
-from specsweep.compare import Comparison, workload_differences
+from specsweep.analyze.compare import Comparison, workload_differences
 from specsweep.markup import md_text
-from specsweep.metrics import SIM_LAG_WARN_MS
+from specsweep.analyze.metrics import SIM_LAG_WARN_MS
 
 Severity = Literal["high", "medium", "low"]
 SEVERITY_RANK: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
@@ -280,7 +280,7 @@ def collect_warnings(comp: Comparison, recs: Sequence[Any] | None = None,
     sim = _simulator_lag(comp, runs, min_effect)
     if sim is not None:
         out.append(sim)
-    from specsweep.cpushare import cpu_share_warning
+    from specsweep.measure.cpushare import cpu_share_warning
 
     cpu = cpu_share_warning(runs)
     if cpu:

@@ -1,0 +1,197 @@
+"""Output agreement: does a speculative arm return the same text as the baseline for the same prompt?
+
+At temperature 0 speculative decoding is meant to be lossless: the target model verifies every
+drafted token, so each request's output should equal the baseline's. Requests are paired across
+arms by ``(repeat, prompt_id)`` (the sweep gives measured request *i* of plan position *k* the same
+prompt for the same parameters) and compared by their text fingerprints, which the client stores
+per request (:func:`specsweep.results.records.output_fingerprint`; the full text is not stored):
+``output_digest`` (a hash of the whole generated text), ``output_head`` (its first 200 characters)
+and ``output_blocks`` (a hash of every 64-character block). Per arm and concurrency:
+
+- ``pairs``: prompts answered without error, with a digest, by both arms;
+- ``identical``: pairs whose digests match; ``identical_pct`` = identical ÷ pairs × 100;
+- ``first_diff_median_chars``: over the pairs that differ, the median position (characters from the
+  start of the output, 0-based) of the first character that differs. Inside the first 200
+  characters the position is exact (the heads are compared); past them it is the start of the first
+  differing 64-character block, so it may be up to 63 characters early. When one output is a prefix
+  of the other, the first difference is where the shorter one ends. ``first_diff_exact`` counts the
+  differing pairs placed exactly. NaN where no pair differs or the result sets predate the blocks.
+
+A share below 100 % at temperature 0 is flagged: either the speculative configuration changes
+outputs (a correctness problem) or the server is nondeterministic under batching (floating-point
+reductions that depend on batch shape). To tell them apart, measure the baseline against itself
+(two runs of the same configuration): if the baseline also disagrees with itself at the same
+levels, it is batch nondeterminism; if only the speculative arm disagrees, suspect the
+speculation. In a study that is one more arm defined exactly like the baseline (e.g.
+``baseline-again``): each repeat's arms share their prompts. Where the first difference lies helps
+too: batch nondeterminism flips a near-tie late and at random positions; a drafter whose tokens
+are accepted without proper verification tends to differ early and at every level.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from specsweep.markup import md_text
+from specsweep.results.records import BLOCK_CHARS, DIGEST_BYTES, HEAD_CHARS
+from specsweep.results.store import ResultSet
+
+COLUMNS = ["arm", "concurrency", "pairs", "identical", "identical_pct", "first_diff_median_chars",
+           "first_diff_exact", "temperature", "flagged"]
+_KEEP = ["repeat", "prompt_id", "concurrency", "output_digest", "output_head", "output_blocks"]
+
+
+def _answered(rs: ResultSet) -> pd.DataFrame:
+    req = rs.requests
+    if req is None or "output_digest" not in req or "prompt_id" not in req:
+        return pd.DataFrame(columns=_KEEP)
+    ok = req[~req["warmup"].astype(bool) & req["error"].isna() & req["output_digest"].notna()]
+    return ok.reindex(columns=_KEEP)
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _bytes(value: object) -> bytes | None:
+    return bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else None
+
+
+def _paired(rs: ResultSet, base: ResultSet) -> pd.DataFrame:
+    """The prompts both answered, one row per pair: the arm's columns and the baseline's (``_base``)."""
+    return _answered(rs).merge(_answered(base), on=["repeat", "prompt_id"], suffixes=("", "_base"))
+
+
+def _place(row: Any) -> tuple[int, bool] | None:
+    """:func:`first_difference` of one :func:`_paired` row (baseline first)."""
+    return first_difference(_text(row.output_head_base), _bytes(row.output_blocks_base),
+                            _text(row.output_head), _bytes(row.output_blocks))
+
+
+def first_difference(head_a: str | None, blocks_a: bytes | None,
+                     head_b: str | None, blocks_b: bytes | None) -> tuple[int, bool] | None:
+    """Where two outputs first differ: ``(position in characters, exact)``; None when it is unknown.
+
+    ``head_*``: the first :data:`HEAD_CHARS` characters; ``blocks_*``: the 64-character block
+    hashes (:func:`specsweep.results.records.output_fingerprint`). Identical fingerprints give None too (no
+    difference to place). Past the heads the position is the start of the first differing block
+    (``exact`` False).
+    """
+    if blocks_a is None or blocks_b is None or head_a is None or head_b is None:
+        return None
+    na, nb = len(blocks_a) // DIGEST_BYTES, len(blocks_b) // DIGEST_BYTES
+    a = np.frombuffer(blocks_a[:min(na, nb) * DIGEST_BYTES], dtype=np.uint64)
+    b = np.frombuffer(blocks_b[:min(na, nb) * DIGEST_BYTES], dtype=np.uint64)
+    differ = np.flatnonzero(a != b)
+    if differ.size:
+        block = int(differ[0])
+    elif na == nb:
+        return None  # the same blocks: the same text
+    else:
+        return min(na, nb) * BLOCK_CHARS, True  # one is the other's prefix, ending on a block boundary
+    start = block * BLOCK_CHARS
+    if start < HEAD_CHARS:
+        for j in range(start, min(len(head_a), len(head_b))):
+            if head_a[j] != head_b[j]:
+                return j, True
+        if len(head_a) != len(head_b):
+            return min(len(head_a), len(head_b)), True  # the shorter output ended inside its head
+        return HEAD_CHARS, False  # the heads agree: the difference lies between 200 and the block's end
+    return start, False
+
+
+def output_agreement(sets: Sequence[ResultSet], baseline: str = "baseline") -> pd.DataFrame:
+    """Per speculative arm and concurrency: paired prompts, identical outputs, share, flag.
+
+    Empty when the baseline is absent or no result set has per-request digests.
+    """
+    by_arm = {rs.arm: rs for rs in sets}
+    if baseline not in by_arm:
+        return pd.DataFrame(columns=COLUMNS)
+    rows = []
+    for arm, rs in by_arm.items():
+        if arm == baseline:
+            continue
+        temperature = float(rs.meta.get("sweep", {}).get("temperature", 0.0) or 0.0)
+        pairs = _paired(rs, by_arm[baseline])
+        for c, part in pairs.groupby("concurrency"):
+            equal = part["output_digest"] == part["output_digest_base"]
+            same = int(equal.sum())
+            pct = 100.0 * same / len(part) if len(part) else float("nan")
+            known = [p for p in map(_place, part[~equal].itertuples()) if p is not None]
+            rows.append({"arm": arm, "concurrency": int(c), "pairs": int(len(part)), "identical": same,
+                         "identical_pct": pct,
+                         "first_diff_median_chars": float(np.median([p for p, _ in known])) if known else float("nan"),
+                         "first_diff_exact": sum(exact for _, exact in known),
+                         "temperature": temperature,
+                         "flagged": bool(temperature == 0.0 and same < len(part))})
+    return pd.DataFrame(rows, columns=COLUMNS).sort_values(["arm", "concurrency"]).reset_index(drop=True) \
+        if rows else pd.DataFrame(columns=COLUMNS)
+
+
+def agreement_markdown(table: pd.DataFrame, baseline: str = "baseline") -> str:
+    """The agreement in sentences: every flagged level, or a clean bill (untrusted names escaped)."""
+    if table.empty:
+        return ("No output agreement: the result sets have no paired per-request output digests "
+                f"against the baseline *{md_text(baseline)}*.")
+    lines = []
+    for arm, part in table.groupby("arm", sort=False):
+        flagged = part[part["flagged"]]
+        if part["temperature"].gt(0).any():
+            lines.append(f"- *{md_text(arm)}*: measured at temperature > 0, where outputs are not expected to match.")
+        elif flagged.empty:
+            lines.append(f"- *{md_text(arm)}*: identical to the baseline on all {int(part['pairs'].sum())} paired "
+                         "prompts at every level (lossless, as expected at temperature 0).")
+        else:
+            levels = ", ".join(f"C={int(r.concurrency)}: {r.identical_pct:.0f} % of {int(r.pairs)}"
+                               for r in flagged.itertuples())
+            lines.append(f"- ⚠ *{md_text(arm)}*: outputs differ from the baseline at temperature 0 ({levels} "
+                         f"identical). {_where_markdown(flagged)}Either the speculative configuration changes "
+                         "outputs (a correctness problem) or the server is nondeterministic under batching; "
+                         "measure the baseline against itself to tell them apart (batch nondeterminism "
+                         "differs late and at scattered positions, and the baseline disagrees with itself too).")
+    return "\n".join(lines)
+
+
+def _where_markdown(flagged: pd.DataFrame) -> str:
+    """The median first-difference position per flagged level, as a sentence (or nothing if unknown)."""
+    known = flagged[flagged["first_diff_median_chars"].notna()] if "first_diff_median_chars" in flagged else flagged[:0]
+    if known.empty:
+        return ("Where they first differ is unknown (these result sets store no text fingerprints). ")
+    parts = []
+    for r in known.itertuples():
+        differing = int(r.pairs) - int(r.identical)
+        approx = "" if int(r.first_diff_exact) == differing else " or a little later"
+        parts.append(f"C={int(r.concurrency)}: character {r.first_diff_median_chars:.0f}{approx}")
+    return ("Median position of the first difference, in characters from the start of the output "
+            f"(exact inside the first {HEAD_CHARS}, else to within {BLOCK_CHARS}): " + ", ".join(parts) + ". ")
+
+
+def first_difference_example(sets: Sequence[ResultSet], arm: str, baseline: str = "baseline",
+                             width: int = 40) -> dict[str, object] | None:
+    """One differing pair of ``arm`` against the baseline, for display: the pair whose first
+    difference comes earliest, with up to ``width`` characters either side of it from both heads.
+
+    Returns ``{"concurrency", "repeat", "prompt_id", "position", "offset", "baseline", "arm"}``
+    (``offset``: where the difference lies inside each excerpt; the two excerpts are untrusted
+    server text: escape them where shown) or None when no pair differs
+    or the difference lies past the stored heads.
+    """
+    by_arm = {rs.arm: rs for rs in sets}
+    if baseline not in by_arm or arm not in by_arm:
+        return None
+    pairs = _paired(by_arm[arm], by_arm[baseline])
+    best: tuple[int, object] | None = None
+    for r in pairs[pairs["output_digest"] != pairs["output_digest_base"]].itertuples():
+        place = _place(r)
+        if place is not None and place[1] and (best is None or place[0] < best[0]):
+            best = (place[0], r)
+    if best is None:
+        return None
+    pos, r = best
+    lo = max(0, pos - width)
+    return {"concurrency": int(r.concurrency), "repeat": int(r.repeat), "prompt_id": int(r.prompt_id),
+            "position": pos, "offset": pos - lo,
+            "baseline": str(r.output_head_base)[lo:pos + width], "arm": str(r.output_head)[lo:pos + width]}

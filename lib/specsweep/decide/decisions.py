@@ -1,0 +1,176 @@
+"""The decision table of a comparison: per profile, the decision class and the arm chosen, and
+whether two tables (two measurements of one study, or a fresh ``make reports`` against the
+committed one) reach the same decisions.
+
+Decision classes, from the recommendation the report prints (:func:`specsweep.decide.recommend`):
+
+- ``enable`` — speculation wins somewhere in the profile's range and loses nowhere;
+- ``enable up to X`` / ``enable from X`` — it wins below (above) a crossover X and loses beyond;
+  the table gives X and the two tested levels it lies between (its *bracket*);
+- ``keep off`` — it loses somewhere and wins nowhere;
+- ``no measurable difference`` — neither a win nor a loss at any level;
+- ``not established`` — wins and losses interleave (``mixed``), or no verdict could be given.
+
+Two tables agree when every (report, profile) has the same class and the same arm — where the
+arm chosen has *tied* arms (candidates whose own judgement gives the same class and the same outcome at every level,
+listed in the table), choosing any of them counts as the same decision, since the data cannot
+tell them apart. X moves with noise; where it moved to another pair of tested levels (its
+bracket) is reported beside the differences (``bracket=True`` counts it as one).
+
+``python -m specsweep.decide.decisions RESULT_SET_OR_STUDY_DIR... [--baseline B] [--json]`` prints the
+table of a comparison; ``--against FILE.json`` also compares it with a saved table (exit 1 on a
+difference). :mod:`specsweep.publish` writes the published reports' table to
+``reports/decisions.json`` and checks a fresh run against it with ``--decisions``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from specsweep.analyze.compare import Comparison, compare
+from specsweep.decide import DEFAULT_PROFILES, decide, parse_profile, recommend
+from specsweep.decide.judge import _verdict
+from specsweep.results.store import load_result_sets
+
+CLASSES = ("enable", "enable up to X", "enable from X", "keep off", "no measurable difference", "not established")
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """One profile's decision. ``x``: the crossover (concurrent requests) of ``enable up to/from X``,
+    ``bracket``: the tested levels it lies between; ``tied``: candidate arms indistinguishable from
+    ``arm`` by the judgement (same class, same outcome per level)."""
+
+    profile: str
+    decision: str
+    arm: str | None
+    x: float | None = None
+    bracket: tuple[int, int] | None = None
+    tied: tuple[str, ...] = field(default_factory=tuple)
+    outcomes: tuple[tuple[int, str], ...] = field(default_factory=tuple)
+
+    def text(self) -> str:
+        """The decision in words, e.g. ``enable up to 49 (between 32 and 64)``."""
+        if self.x is None:
+            return self.decision
+        where = f" (between {self.bracket[0]} and {self.bracket[1]})" if self.bracket else ""
+        return self.decision.replace("X", f"{self.x:.0f}") + where
+
+
+def _class(verdict: str, outcomes: Sequence[str]) -> str:
+    if verdict == "enable":
+        return "enable"
+    if verdict == "enable_up_to":
+        return "enable up to X"
+    if verdict == "enable_from":
+        return "enable from X"
+    if verdict == "disable":
+        return "keep off" if "loss" in outcomes else "no measurable difference"
+    return "not established"
+
+
+def _bracket(levels: Sequence[int], x: float | None) -> tuple[int, int] | None:
+    if x is None:
+        return None
+    below = [c for c in levels if c <= x]
+    above = [c for c in levels if c > x]
+    return (max(below) if below else min(levels), min(above) if above else max(levels))
+
+
+def decision_row(comp: Comparison, profile: dict[str, Any]) -> DecisionRow:
+    """The decision of one profile, as the report's recommendation makes it."""
+    prof = parse_profile(profile)
+    rec = recommend(comp, prof)
+    if rec.verdict == "no_verdict":
+        return DecisionRow(prof.name, "not established", None)
+    d = decide(comp, prof)
+    outcomes = tuple((int(c), str(o)) for c, o in zip(d.judged["concurrency"], d.judged["outcome"]))
+    cls = _class(rec.verdict, [o for _, o in outcomes])
+    arm = d.arm if rec.verdict != "disable" else None
+    x = rec.up_to_concurrency if rec.verdict == "enable_up_to" else rec.from_concurrency
+    tied = tuple(a for a, j in d.per_arm.items() if a != d.arm and _class(_verdict(j)[0], list(j["outcome"])) == cls
+                 and tuple(zip(j["concurrency"].astype(int), j["outcome"].astype(str))) == outcomes)
+    return DecisionRow(prof.name, cls, arm, x, _bracket([c for c, _ in outcomes], x), tied, outcomes)
+
+
+def decision_table(comp: Comparison, profiles: Sequence[dict[str, Any]] | None = None) -> list[DecisionRow]:
+    """One row per profile (default: the report's default profiles)."""
+    return [decision_row(comp, p) for p in (profiles if profiles is not None else DEFAULT_PROFILES)]
+
+
+def table_of(paths: Sequence[str | Path], baseline: str = "baseline",
+             profiles: Sequence[dict[str, Any]] | None = None) -> list[DecisionRow]:
+    """The decision table of result sets (or study folders), compared the way the report compares them."""
+    sets = load_result_sets([str(p) for p in paths])
+    return decision_table(compare(sets, baseline=baseline, assumed_noise_pct=3.0), profiles)
+
+
+def same_decision(a: DecisionRow, b: DecisionRow, *, bracket: bool = False) -> bool:
+    """Whether two rows of one profile make the same decision: the same class and arm (up to
+    ties); with ``bracket`` also the same bracket of the crossover X."""
+    same_arm = a.arm == b.arm or (a.arm in b.tied) or (b.arm in a.tied)
+    return a.decision == b.decision and same_arm and (not bracket or a.bracket == b.bracket)
+
+
+def differences(a: dict[str, list[DecisionRow]], b: dict[str, list[DecisionRow]], *,
+                bracket: bool = False) -> list[str]:
+    """What differs between two tables keyed by report name (empty: the same decisions); with
+    ``bracket`` a crossover that moved to another pair of tested levels counts too."""
+    out = []
+    for report in sorted(set(a) | set(b)):
+        rows_a = {r.profile: r for r in a.get(report, [])}
+        rows_b = {r.profile: r for r in b.get(report, [])}
+        for profile in sorted(set(rows_a) | set(rows_b)):
+            ra, rb = rows_a.get(profile), rows_b.get(profile)
+            if ra is None or rb is None:
+                out.append(f"{report} / {profile}: only in {'the first' if rb is None else 'the second'} table")
+            elif not same_decision(ra, rb, bracket=bracket):
+                out.append(f"{report} / {profile}: {ra.text()} ({ra.arm or '—'}) vs {rb.text()} ({rb.arm or '—'})")
+    return out
+
+
+def to_json(rows: Sequence[DecisionRow]) -> list[dict[str, Any]]:
+    return [asdict(r) for r in rows]
+
+
+def from_json(data: Sequence[dict[str, Any]]) -> list[DecisionRow]:
+    return [DecisionRow(profile=d["profile"], decision=d["decision"], arm=d.get("arm"), x=d.get("x"),
+                        bracket=tuple(d["bracket"]) if d.get("bracket") else None, tied=tuple(d.get("tied") or ()),
+                        outcomes=tuple(tuple(o) for o in d.get("outcomes") or ())) for d in data]
+
+
+def markdown_table(tables: dict[str, list[DecisionRow]]) -> str:
+    """The tables as one Markdown table: report, profile, decision, arm (tied arms), outcome per level."""
+    lines = ["| report | profile | decision | arm (tied) | outcome per level |", "|---|---|---|---|---|"]
+    for report, rows in tables.items():
+        for r in rows:
+            arm = (r.arm or "—") + (f" (≈ {', '.join(r.tied)})" if r.tied else "")
+            levels = " ".join(f"{c}:{o}" for c, o in r.outcomes)
+            lines.append(f"| {report} | {r.profile} | {r.text()} | {arm} | {levels} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specsweep.decide.decisions", description=__doc__.split("\n\n")[0])
+    parser.add_argument("result_sets", nargs="+", help="result-set or study folders (one comparison)")
+    parser.add_argument("--baseline", default="baseline")
+    parser.add_argument("--name", default="comparison", help="the report name the table is filed under")
+    parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    parser.add_argument("--against", help="a saved table (JSON, as publish writes): exit 1 where the decisions differ")
+    args = parser.parse_args(argv)
+    tables = {args.name: table_of(args.result_sets, args.baseline)}
+    print(json.dumps({k: to_json(v) for k, v in tables.items()}, indent=2) if args.json else markdown_table(tables))
+    if args.against:
+        saved = {k: from_json(v) for k, v in json.loads(Path(args.against).read_text()).items() if k == args.name}
+        diff = differences(saved, tables)
+        print("\n".join(["different decisions:", *diff]) if diff else "same decisions as " + args.against)
+        return 1 if diff else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

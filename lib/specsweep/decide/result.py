@@ -1,0 +1,100 @@
+"""What a recommendation is: its verdict, bands of levels, reasons, caveats and next experiments."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+import pandas as pd
+from specsweep.decide.claims import Claim
+from specsweep.markup import md_text
+from specsweep.decide.profiles import Outcome, Profile, Verdict
+from specsweep.decide.text import _DECIDING, _pct
+
+
+@dataclass
+class Band:
+    """Consecutive tested levels where an arm has the same outcome for a profile."""
+
+    arm: str
+    c_from: int
+    c_to: int
+    outcome: Outcome
+    aggregate_delta_pct: tuple[float, float]
+    user_delta_pct: tuple[float, float]
+    sentence: str
+    #: set when a rule (no successful requests, more failures, an SLO) decided the outcome rather
+    #: than the profile's deltas
+    rule: str | None = None
+
+
+@dataclass
+class Recommendation:
+    """A verdict for one profile, with the evidence behind it."""
+
+    profile: Profile
+    verdict: Verdict
+    arm: str | None
+    up_to_concurrency: float | None
+    from_concurrency: float | None
+    headline: str
+    bands: list[Band]
+    reasons: list[str]
+    caveats: list[str]
+    next_experiments: list[str]
+    #: one row per (arm, concurrency) in range: deltas, SLO status, outcome
+    levels: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: candidate arms not credibly different from ``arm`` (the simplest of them is recommended; recommend.ties)
+    tied_with: list[str] = field(default_factory=list)
+    #: every finding the sentences state, with its numbers (see specsweep.decide.claims)
+    claims: list[Claim] = field(default_factory=list)
+
+    @property
+    def decision(self) -> str:
+        """The decision class: enable / enable up to X / enable from X / keep off / no measurable
+        difference / not established."""
+        verdict = [c for c in self.claims if c.kind == "verdict"]
+        if verdict:
+            return verdict[0].decision
+        return "not established" if self.verdict in ("no_verdict", "mixed") else self.verdict
+
+    @property
+    def shown_metrics(self) -> set[str]:
+        """Metrics whose Δ the recommendation's table shows beside the verdict."""
+        if self.levels.empty:
+            return set()
+        shown = {"output_tok_s"}
+        if "deciding_metric" in self.levels:
+            shown |= set(map(str, self.levels["deciding_metric"]))
+        return shown
+
+    @property
+    def next_experiment(self) -> str | None:
+        return self.next_experiments[0] if self.next_experiments else None
+
+    def to_markdown(self, omit: Sequence[str] = ()) -> str:
+        """The recommendation as Markdown: headline, one row per level, reasons, caveats, next experiments.
+
+        Lines in ``omit`` (shown once for every profile elsewhere) are left out.
+        """
+        lines = [f"### {md_text(self.profile.name)}", "", f"**{self.headline}**", ""]
+        if self.profile.description:
+            lines += [f"*{md_text(self.profile.description)}*", ""]
+        if not self.levels.empty and self.arm is not None or (not self.levels.empty and self.verdict == "disable"):
+            lv = self.levels[self.levels["arm"] == (self.arm or self.levels["arm"].iloc[0])]
+            lines += ["| concurrency | outcome | decided by | deciding Δ [95% band] | aggregate Δ [95% band] | per-user Δ |",
+                      "|---|---|---|---|---|---|"]
+            for r in lv.itertuples():
+                decided = r.decided_by if isinstance(r.rule, str) else _DECIDING.get(r.decided_by, r.decided_by)
+                deciding = getattr(r, "deciding_band", "n/a")
+                lines.append(f"| {r.concurrency} | {r.outcome} | {decided} | {deciding} | {r.aggregate_band} | "
+                             f"{_pct(r.user_delta_pct) if not math.isnan(r.user_delta_pct) else 'n/a'} |")
+            lines.append("")
+        if self.reasons:
+            lines += ["**Why**", ""] + [f"- {r}" for r in self.reasons if r not in omit] + [""]
+        caveats = [c for c in self.caveats if c not in omit]
+        if caveats:
+            lines += ["**Caveats for this profile**", ""] + [f"- {c}" for c in caveats] + [""]
+        experiments = [e for e in self.next_experiments if e not in omit]
+        if experiments:
+            lines += ["**Next experiment**", ""] + [f"{i}. {e}" for i, e in enumerate(experiments, start=1)]
+        return "\n".join(lines)

@@ -1,0 +1,65 @@
+"""Number and band formats shared by the recommendation's sentences (percentages, level lists)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+import pandas as pd
+from specsweep.decide.claims import pct
+from specsweep.analyze.compare import ESTIMATED_WAIT
+
+
+def _pct(x: float) -> str:
+    """A Δ% as every sentence writes it (see :func:`specsweep.decide.claims.pct`)."""
+    return pct(x)
+
+
+def _range_pct(r: tuple[float, float]) -> str:
+    lo, hi = r
+    if math.isnan(lo):
+        return "n/a"
+    return _pct(lo) if abs(hi - lo) < 0.05 else f"{_pct(lo)} to {_pct(hi)}"
+
+
+def _levels_text(cs: Sequence[int]) -> str:
+    cs = list(cs)
+    if len(cs) == 1:
+        return f"concurrency {cs[0]}"
+    return f"concurrency {', '.join(map(str, cs[:-1]))} and {cs[-1]}"
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}"
+
+
+WAIT_WORDS: dict[str, str] = {
+    "ttft_p50_s": "waits longer for its first token (TTFT p50)",
+    "ttft_p99_s": "waits longer for its first token at the tail (TTFT p99)",
+    "e2e_p50_s": "takes longer end to end (e2e p50)",
+    "e2e_p99_s": "takes longer end to end at the tail (e2e p99)",
+    ESTIMATED_WAIT: "takes longer per request in total, queueing included (Little's-law estimate)",
+}
+
+
+_DECIDING: dict[str, str] = {
+    "output_tok_s": "aggregate throughput", "user_tok_s_mean": "per-user decode speed",
+    "request_tok_s_mean": "per-request speed", ESTIMATED_WAIT: "e2e (Little's-law estimate)",
+    "ttft_p50_s": "TTFT p50", "ttft_p99_s": "TTFT p99", "e2e_p50_s": "e2e p50", "e2e_p99_s": "e2e p99",
+}
+
+
+def _fit(row: pd.Series | dict[str, Any] | None) -> float:
+    if row is None:
+        return math.nan
+    return float(row["fit_delta_pct"]) if not pd.isna(row["fit_delta_pct"]) else float(row["delta_pct"])
+
+
+def _band_text(row: pd.Series | dict[str, Any] | None) -> str:
+    """'+12% [+3%, +21%]' for a delta row with a band, '+12% (no interval)' without."""
+    if row is None:
+        return "n/a"
+    if pd.isna(row["ci_low_pct"]):
+        return f"{_pct(row['delta_pct'])} (no interval)"
+    band = f"[{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]"
+    if abs(_fit(row) - row["delta_pct"]) >= 0.5:  # the band is around the fitted curve: show both
+        return f"{_pct(row['delta_pct'])} (fitted {_pct(_fit(row))} {band})"
+    return f"{_pct(row['delta_pct'])} {band}"

@@ -1,0 +1,117 @@
+"""The in-process runner: one event loop (uvloop) in a daemon thread of this process, one
+``httpx.AsyncClient`` on it for the runner's whole life, levels run there one at a time.
+
+The calling thread (a notebook's, whose own loop may be running) only waits, reports progress and
+turns Ctrl-C into a stop of the level; the measuring loop never runs the progress callback.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from specsweep.measure.loadgen.engine import _Config, _client, _engine, _new_loop, _parse_on_loop
+from specsweep.measure.loadgen.level import LevelResult, ProgressFn, _assemble, _call_progress
+
+__all__ = ["InProcessRunner"]
+
+#: seconds between two looks at a level's progress from the calling thread (4 a second: the bar
+#: redraws once a second; Ctrl-C interrupts the wait at once, whatever this is)
+_POLL_S = 0.25
+
+
+class InProcessRunner:
+    """Runs levels on its own loop thread (``LoadGenerator(workers=1)``); see :meth:`run_level`.
+
+    ``cfg``: the generator's configuration; the client's connection limit is
+    ``cfg.max_concurrency``. Call :meth:`close` when done.
+    """
+
+    def __init__(self, cfg: _Config) -> None:
+        self.cfg = cfg
+        self._loop = _new_loop(cfg.use_uvloop)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="specsweep-loadgen",
+                                        daemon=True)
+        self._thread.start()
+        try:
+            self._client = self._call(self._make_client(cfg.max_concurrency))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    async def _make_client(self, limit: int) -> httpx.AsyncClient:
+        return _client(self.cfg, limit)
+
+    def _call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def run_level(self, bodies: list[bytes], concurrency: int, stop: threading.Event | None,
+                  progress: ProgressFn | None) -> LevelResult:
+        """One level of encoded ``bodies`` with ``concurrency`` slots (checked by the caller); as
+        ``LoadGenerator.run_level``. The level is parsed on the loop thread after it ends."""
+        n = len(bodies)
+        it = iter(range(n))
+        counter = {"done": 0}
+        interrupt = threading.Event()
+
+        def take() -> int | None:
+            return next(it, None)
+
+        def on_done() -> None:
+            counter["done"] += 1
+
+        def stop_check() -> bool:
+            return interrupt.is_set() or (stop is not None and stop.is_set())
+
+        fut = asyncio.run_coroutine_threadsafe(
+            _engine(self._client, self.cfg, bodies, concurrency, take, stop_check, on_done), self._loop)
+        out, interrupted = self._wait(fut, lambda: counter["done"], n, progress, interrupt)
+        parse_cpu = self._call(_parse_on_loop(self.cfg.flavour, out))
+        res = _assemble(out.results, concurrency=concurrency, workers=1, n_bodies=n, cpu_s=out.cpu_s,  # type: ignore[arg-type]
+                        parse_cpu_s=parse_cpu, lag=out.lag, max_in_flight=out.max_in_flight,
+                        gap_sum=out.gap_sum, gap_n=out.gap_n, cancelled=out.cancelled, stopped=out.stopped)
+        if interrupted:
+            raise KeyboardInterrupt
+        return res
+
+    @staticmethod
+    def _wait(fut: concurrent.futures.Future[Any], done: Callable[[], int], total: int,
+              progress: ProgressFn | None, interrupt: threading.Event) -> tuple[Any, bool]:
+        """The level's outcome and whether Ctrl-C came meanwhile (``interrupt`` is then set, which
+        stops the level); ``progress`` is called here whenever ``done()`` changed."""
+        last = -1
+        interrupted = False
+        while True:
+            try:
+                try:
+                    out = fut.result(timeout=_POLL_S)
+                    break
+                except concurrent.futures.TimeoutError:
+                    pass
+                d = done()
+                if progress is not None and d != last:
+                    last = d
+                    _call_progress(progress, d, total)
+            except KeyboardInterrupt:
+                interrupted = True
+                interrupt.set()
+        if progress is not None:
+            _call_progress(progress, done(), total)
+        return out, interrupted
+
+    def close(self) -> None:
+        """Close the client and stop the loop thread."""
+        try:
+            self._call(self._client.aclose())
+        finally:
+            self._stop_loop()

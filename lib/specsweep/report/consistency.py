@@ -1,0 +1,281 @@
+"""Check a report's claims against their numbers before the page is written.
+
+Every finding a recommendation states is a :class:`~specsweep.decide.claims.Claim` carrying its numbers.
+:func:`check_page` checks all of a page's claims, and the grammar of every sentence, against the
+comparison the page is built from; :func:`assert_consistent` raises :class:`ConsistencyError`
+listing every violation (the report notebook calls it, so a contradicting page is never written).
+
+The rules (``Violation.rule``):
+
+- ``sign``: a gain's measured Δ% lie in the metric's better direction (up for throughput, down
+  for waits), a loss's in the worse one, and no signed figure outside a band's brackets in the
+  claim's sentence says otherwise.
+- ``credibility``: a gain or loss is credible — recomputed from the comparison: its band excludes
+  0 in that direction at every level it names — and its sentence says nothing is "within noise";
+  a claim that is not credible uses no gain/loss words ("credibly raises", "is faster", "takes
+  longer" without "may" or "not").
+- ``agreement``: a gauge claim says "agrees" only when the gauge and the estimate before it put the
+  running requests on the same side of ``WELL_BELOW_CAP`` × cap (recomputed), "disagrees" only when not.
+- ``levels``: every level a claim names was tested for that arm (an experiment's levels were not),
+  and a point that was not tested ("up to about 37", a crossover) names the tested levels bounding it.
+- ``deciding-metric``: a verdict's deciding metric is shown beside it (the profile's table), and a
+  verdict placing a point between tested levels quotes that metric's Δ at both.
+- ``experiment-metric``: a next experiment targets the profile's own deciding metric (no
+  throughput break-even for a latency profile).
+- ``advice``: the server arguments advised parse with that server's own parser (the embedded
+  reference server's argparse and profile overrides) or, for a real server, are flags it has.
+- ``grammar``: no "is looks", "is takes" … (a label followed by a verb after "is"), no doubled words.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from specsweep.decide.claims import Claim, lower_is_better, pct
+from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison
+
+#: flags each real server has for the settings specsweep advises (checked, not guessed: SGLang's
+#: server_args, vLLM's engine args, llama.cpp's server)
+REAL_SERVER_FLAGS: dict[str, set[str]] = {
+    "sglang": {"--max-running-requests", "--mem-fraction-static", "--speculative-num-steps",
+               "--speculative-eagle-topk", "--speculative-num-draft-tokens"},
+    "vllm": {"--max-num-seqs", "--gpu-memory-utilization"},
+    "llama.cpp": {"--parallel", "-np", "--ctx-size", "-c"},
+    "llamacpp": {"--parallel", "-np", "--ctx-size", "-c"},
+}
+
+#: a verb right after "is"/"are": "mtp is looks faster", "MTP (tiny) is takes longer"
+_IS_VERB = re.compile(r"\b(?:is|are|was|were)\s+(looks|takes|waits|makes|wins|loses|runs|delivers|keeps|raises|"
+                      r"lowers|differs|costs|pays|gains|needs|shows|ran|has)\b", re.I)
+_DOUBLED = re.compile(r"\b(\w{2,})\s+\1\b", re.I)
+_SIGNED = re.compile(r"(?<![\w.])([+\-−])(\d+(?:\.\d+)?)%")
+_BRACKETS = re.compile(r"\[[^\]]*\]|\(fitted [^)]*\)")
+_GAIN_WORDS = re.compile(r"(?<!not )(?<!not\s)\b(credibly (?:raises|faster|lowers|slower)|is faster|takes longer|"
+                         r"waits longer|wins on|loses on)\b", re.I)
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One place where a page's words and its numbers disagree."""
+
+    rule: str
+    profile: str
+    sentence: str
+    detail: str
+
+    def __str__(self) -> str:
+        where = f" [{self.profile}]" if self.profile else ""
+        return f"{self.rule}{where}: {self.detail} — in: {self.sentence[:240]}"
+
+
+class ConsistencyError(ValueError):
+    """A report would contradict itself; the message lists every violation."""
+
+    def __init__(self, violations: Sequence[Violation]):
+        self.violations = list(violations)
+        super().__init__(f"the report would contradict its own numbers in {len(self.violations)} place(s):\n"
+                         + "\n".join(f"- {v}" for v in self.violations))
+
+
+def grammar_errors(text: str) -> list[str]:
+    """Grammar a template can produce with an odd label: 'is looks', 'is takes', doubled words."""
+    out = [f"'{m.group(0)}'" for m in _IS_VERB.finditer(text)]
+    out += [f"doubled word '{m.group(0)}'" for m in _DOUBLED.finditer(text)
+            if not m.group(1).isdigit()]
+    return out
+
+
+def _signed_numbers(sentence: str) -> list[float]:
+    """Signed percentages in a sentence outside band brackets (and 'fitted …' asides)."""
+    plain = _BRACKETS.sub("", sentence)
+    return [(-1.0 if s in "-−" else 1.0) * float(v) for s, v in _SIGNED.findall(plain)]
+
+
+def _credible_direction(comp: Comparison, arm: str, metric: str, c: int) -> int:
+    """+1 where the arm is credibly better at level c on metric (its band excludes 0 that way), −1 worse, 0 neither."""
+    row = comp.delta_rows(arm, metric).get(int(c))
+    if row is None:
+        return 0
+    lo, hi = row.get("ci_low_pct", math.nan), row.get("ci_high_pct", math.nan)
+    if lo is None or hi is None or (isinstance(lo, float) and math.isnan(lo)):
+        return 0
+    up = 1 if lo > 0 else -1 if hi < 0 else 0
+    return -up if lower_is_better(metric) else up
+
+
+def _tested(comp: Comparison, arm: str) -> set[int]:
+    return {int(c) for c in comp.levels.loc[comp.levels["arm"] == arm, "concurrency"]}
+
+
+def check_claim(comp: Comparison, claim: Claim, *, well_below: float = 0.75) -> list[Violation]:
+    """The rules that one claim can break on its own (see the module docstring)."""
+    out: list[Violation] = []
+
+    def bad(rule: str, detail: str) -> None:
+        out.append(Violation(rule, claim.profile, claim.sentence, detail))
+
+    s = claim.sentence
+    for g in grammar_errors(s):
+        bad("grammar", g)
+    if claim.kind in ("gain", "loss") and claim.values:
+        want = claim.kind == "gain"
+        wrong = [c for c, ok in zip(claim.levels, claim.improved()) if ok != want]
+        if wrong:
+            bad("sign", f"a {claim.kind} on {claim.metric} whose measured Δ points the other way at {wrong}")
+        flip = -1.0 if lower_is_better(claim.metric) else 1.0
+        signs = [flip * v > 0 for v in _signed_numbers(s) if v != 0]
+        if any(x != want for x in signs):
+            bad("sign", f"a {claim.kind} sentence quoting a figure of the opposite sign")
+        if not claim.credible:
+            bad("credibility", f"a {claim.kind} claim not marked credible")
+        if "within noise" in s:
+            bad("credibility", f"a {claim.kind} sentence that says 'within noise'")
+        if claim.arm in comp.arms and claim.metric:
+            expect = 1 if want else -1
+            notcred = [c for c in claim.levels if _credible_direction(comp, claim.arm, claim.metric, c) != expect]
+            if notcred:
+                bad("credibility", f"{claim.kind} at {notcred} where {claim.metric}'s band does not exclude 0 that way")
+        for v in claim.values:
+            if pct(v) not in s and s.count("%") and claim.kind in ("gain", "loss") and " to " not in s:
+                bad("sign", f"the sentence does not show the claim's figure {pct(v)}")
+                break
+    if claim.kind == "no-difference" and not claim.credible:
+        m = _GAIN_WORDS.search(s)
+        if m:
+            bad("credibility", f"a difference within noise said as '{m.group(0)}'")
+    if claim.kind == "gauge":
+        says_agree = bool(re.search(r"\bagrees\b", s))
+        says_disagree = bool(re.search(r"\b(disagrees|contradicts)\b", s))
+        gauge, cap, est = (claim.extra.get(k) for k in ("gauge_max", "cap", "estimate_below"))
+        if (says_agree or says_disagree) and (gauge is None or cap is None or est is None):
+            bad("agreement", "says the gauge agrees or disagrees with no estimate to compare it with")
+        elif gauge is not None and cap is not None and est is not None:
+            agree = (float(gauge) < well_below * float(cap)) == bool(est)
+            if says_agree and not agree:
+                bad("agreement", f"says 'agrees' but the gauge ({gauge} of cap {cap}) and the estimate "
+                                 f"({'well below' if est else 'near'} the cap) disagree")
+            if says_disagree and agree:
+                bad("agreement", "says 'disagrees' but the gauge and the estimate agree")
+            if not says_agree and not says_disagree:
+                bad("agreement", "a gauge compared with an estimate says neither 'agrees' nor 'disagrees'")
+    if claim.arm in comp.arms and claim.levels:
+        tested = _tested(comp, claim.arm)
+        if claim.kind == "experiment":
+            seen = sorted(set(claim.levels) & _tested(comp, comp.baseline) & tested)
+            if seen:
+                bad("levels", f"asks to measure {seen}, already measured")
+        elif claim.kind not in ("gauge", "advice"):
+            missing = sorted(set(claim.levels) - tested)
+            if missing:
+                bad("levels", f"names level(s) {missing} that {claim.arm} did not test")
+    if claim.at is not None and claim.arm in comp.arms:
+        tested = _tested(comp, claim.arm) & _tested(comp, comp.baseline)
+        if round(claim.at) not in tested:  # "about 8" where 8 was tested names a measured level
+            if claim.bounds is None:
+                bad("levels", f"names {claim.at:.0f}, not a tested level, without the tested levels bounding it")
+            else:
+                lo, hi = claim.bounds
+                if lo not in tested or hi not in tested or not lo <= claim.at <= hi:
+                    bad("levels", f"bounds {lo}–{hi} of {claim.at:.1f} are not tested levels around it")
+                elif not re.search(rf"\b{lo}\b.*\b{hi}\b", s):
+                    bad("levels", f"does not name the tested levels {lo} and {hi} bounding {claim.at:.0f}")
+    if claim.kind == "advice":
+        err = advice_error(claim.server, claim.argv, (comp.metas.get(claim.arm, {}).get("server") or {}).get("profile"))
+        if err:
+            bad("advice", err)
+        elif claim.argv and " ".join(claim.argv) not in s:
+            bad("advice", f"the sentence does not show the arguments {' '.join(claim.argv)}")
+    return out
+
+
+def advice_error(server: str, argv: Sequence[str], profile: str | None = None) -> str | None:
+    """Why ``argv`` would not run on ``server`` ('refserver', 'sglang', 'vllm', 'llama.cpp'), else None.
+
+    The reference server's arguments are parsed by its own parser, and ``--set`` overrides are
+    applied to its profile (``profile``, else the first shipped one); a real server's flags are
+    checked against :data:`REAL_SERVER_FLAGS`.
+    """
+    if not argv:
+        return None
+    if server == "refserver":
+        from specsweep.refserver.__main__ import build_parser
+        from specsweep.refserver.profiles import ProfileError, available_profiles, load_profile
+
+        parser = build_parser()
+
+        def fail(message: str) -> Any:
+            raise ValueError(message)
+
+        parser.error = fail  # type: ignore[method-assign]
+        name = profile if profile in available_profiles() else available_profiles()[0]
+        try:
+            args = parser.parse_args(["--profile", name, *argv])
+            load_profile(name, list(args.overrides))
+        except (ValueError, ProfileError, argparse.ArgumentError, SystemExit) as exc:
+            return f"the embedded reference server rejects {' '.join(argv)!r}: {exc}"
+        return None
+    known = REAL_SERVER_FLAGS.get(server)
+    if known is None:
+        return None  # a server specsweep knows no flags of: nothing to check against
+    flags = [a for a in argv if a.startswith("-")]
+    unknown = [f for f in flags if f not in known]
+    return f"{server} has no {', '.join(unknown)}" if unknown else None
+
+
+def _deciding_family(objective: str, user_metric: str) -> set[str]:
+    """Metrics a profile's verdict (and so its next experiments) can be decided by."""
+    if objective == "throughput":
+        return {"output_tok_s", user_metric}  # the SLO's per-user metric may decide a level
+    if objective == "latency":
+        return {*WAIT_METRICS, ESTIMATED_WAIT, user_metric, "request_tok_s_mean", "user_tok_s_mean"}
+    return {"output_tok_s", user_metric}
+
+
+def check_recommendation(comp: Comparison, rec: Any) -> list[Violation]:
+    """Every claim of one recommendation, its deciding metric shown, its experiments on target, its grammar."""
+    out: list[Violation] = []
+    for claim in rec.claims:
+        out += check_claim(comp, claim)
+        if claim.kind == "verdict" and not rec.levels.empty and claim.metric not in rec.shown_metrics:
+            out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
+                                 f"decided by {claim.metric}, which the table beside it does not show"))
+        if claim.kind == "verdict" and claim.bounds is not None and claim.bounds[0] != claim.bounds[1]:
+            rows = comp.delta_rows(claim.arm, claim.metric)
+            for c in claim.bounds:
+                r = rows.get(c)
+                if r is not None and pct(float(r["delta_pct"])) not in claim.sentence:
+                    out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
+                                         f"does not quote {claim.metric}'s Δ at the bounding level {c}"))
+        if claim.kind == "experiment" and claim.metric and \
+                claim.metric not in _deciding_family(rec.profile.objective, comp.user_metric):
+            out.append(Violation("experiment-metric", rec.profile.name, claim.sentence,
+                                 f"a {rec.profile.objective} profile's experiment targets {claim.metric}"))
+    texts = [rec.headline, *rec.reasons, *rec.caveats, *rec.next_experiments, *(b.sentence for b in rec.bands)]
+    said = {c.sentence for c in rec.claims}
+    for t in texts:
+        if t in said:
+            continue  # checked with its claim
+        for g in grammar_errors(t):
+            out.append(Violation("grammar", rec.profile.name, t, g))
+    return out
+
+
+def check_page(comp: Comparison, recs: Iterable[Any], texts: Sequence[str] = ()) -> list[Violation]:
+    """Every recommendation of a page, and the grammar of any other text it shows (``texts``)."""
+    out: list[Violation] = []
+    for rec in recs:
+        out += check_recommendation(comp, rec)
+    for t in texts:
+        for g in grammar_errors(t):
+            out.append(Violation("grammar", "", t, g))
+    return out
+
+
+def assert_consistent(comp: Comparison, recs: Sequence[Any], texts: Sequence[str] = ()) -> None:
+    """Raise :class:`ConsistencyError` listing every violation of :func:`check_page`; return None if none."""
+    violations = check_page(comp, recs, texts)
+    if violations:
+        raise ConsistencyError(violations)

@@ -1,0 +1,149 @@
+"""What a report says about the study behind its result sets: the run order, missing arms and
+repeats, the study's notes, what the running-request caps did, output agreement with the baseline.
+
+Read from each result set's ``meta.json`` ``study`` block and its level rows; nothing here runs a
+server. Kept apart from :mod:`specsweep.study.runner` (which runs studies) so that a report's kernel loads
+only this, not the runner's HTTP client, process guard and study-file parser.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+
+from specsweep.analyze.agreement import agreement_markdown, first_difference_example, output_agreement
+from specsweep.markup import md_text
+from specsweep.results.store import ResultSet
+
+__all__ = ["cap_markdown", "run_order", "study_markdown"]
+
+
+def run_order(sets: Sequence[ResultSet]) -> pd.DataFrame:
+    """Every run of a study's result sets in time order: position, arm, repeat, seed, start and end (UTC).
+
+    Empty for result sets that were not measured by a study (no ``study`` block in meta.json).
+    """
+    rows = [{"#": run["position"], "arm": rs.arm,
+             "repeat": f"{run['repeat']} (sentinel)" if run.get("sentinel") else run["repeat"],
+             "levels": ", ".join(map(str, run["levels"])) if run.get("levels") else "all",
+             "prompt seed": run.get("seed"),
+             "started (UTC)": run.get("started_utc"), "finished (UTC)": run.get("finished_utc")}
+            for rs in sets for run in rs.meta.get("study", {}).get("runs", [])]
+    return pd.DataFrame(rows).sort_values("#").reset_index(drop=True) if rows else pd.DataFrame()
+
+
+#: server settings that must be equal for two arms to differ only in their running-request cap
+_SAME_BUT_CAP = ("name", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                 "speculative_num_draft_tokens", "max_total_num_tokens", "tp_size")
+
+
+def _running(rs: ResultSet) -> pd.DataFrame:
+    """Per concurrency: mean aggregate tok/s and the most requests the server ran at once (its gauge)."""
+    lv = rs.levels
+    if lv is None or "server_running_max" not in lv or "output_tok_s" not in lv:
+        return pd.DataFrame(columns=["output_tok_s", "server_running_max"])
+    return lv.groupby("concurrency").agg(output_tok_s=("output_tok_s", "mean"),
+                                         server_running_max=("server_running_max", "max"))
+
+
+def cap_markdown(sets: Sequence[ResultSet]) -> str:
+    """What the running-request cap did, from the data: for each arm whose server reports a cap,
+    the levels offering more requests than it ever ran at once, and whether the cap or something
+    else (the KV pool: ⌊pool tokens ÷ (input + output tokens)⌋ requests fit) held it there; for
+    each pair of arms whose servers differ only in the cap, the aggregate tok/s Δ % of the higher
+    cap at the levels above the lower one. Empty when no arm reports a cap and running gauge."""
+    lines: list[str] = []
+    info = {rs.arm: (rs, rs.meta.get("server") or {}, _running(rs)) for rs in sets}
+    for arm, (rs, srv, run) in info.items():
+        cap = srv.get("max_running_requests")
+        if not cap or run.empty:
+            continue
+        # a level whose gauge read 0 throughout (refreshed only every N decode steps, it can miss a
+        # short level) says nothing about what ran: it is not counted as held below the offer
+        held = run[(run["server_running_max"] > 0) & (run.index > run["server_running_max"])]
+        if held.empty:
+            continue
+        most = int(held["server_running_max"].max())
+        levels = ", ".join(f"C={c}" for c in held.index)
+        if most >= cap:
+            lines.append(f"- *{md_text(arm)}*: at {levels} the server ran at most {most} requests at once — its cap "
+                         f"of {cap} binds.")
+            continue
+        why = ""
+        pool, wl = srv.get("max_total_num_tokens"), rs.meta.get("workload") or {}
+        per = (wl.get("input_tokens") or 0) + (wl.get("output_tokens") or 0)
+        if pool and per:
+            why = (f": its KV pool of {pool:,} tokens holds about {pool // per} requests of {per:,} tokens "
+                   f"({wl.get('input_tokens')} in + {wl.get('output_tokens')} out), so the pool binds before the cap")
+        lines.append(f"- *{md_text(arm)}*: at {levels} the server ran at most {most} requests at once (its "
+                     f"running-requests gauge), below its cap of {cap}{why}.")
+    arms = list(info.items())
+    for i, (lo_arm, (_, lo_srv, lo_run)) in enumerate(arms):
+        for hi_arm, (_, hi_srv, hi_run) in arms[i + 1:] + arms[:i]:
+            lo_cap, hi_cap = lo_srv.get("max_running_requests"), hi_srv.get("max_running_requests")
+            if not (lo_cap and hi_cap and hi_cap > lo_cap) or lo_run.empty or hi_run.empty \
+                    or any(lo_srv.get(k) != hi_srv.get(k) for k in _SAME_BUT_CAP):
+                continue
+            both = lo_run.add_suffix("_lo").join(hi_run.add_suffix("_hi"), how="inner")
+            both = both[both.index > lo_cap]
+            if both.empty:
+                continue
+            deltas = ", ".join(f"{(r.output_tok_s_hi / r.output_tok_s_lo - 1) * 100:+.1f} % at C={c} (ran ≤ "
+                               f"{int(r.server_running_max_hi)} vs ≤ {int(r.server_running_max_lo)})"
+                               for c, r in both.iterrows())
+            same = (both["server_running_max_hi"] <= both["server_running_max_lo"]).all()
+            lines.append(f"- Raising the cap from {lo_cap} (*{md_text(lo_arm)}*) to {hi_cap} (*{md_text(hi_arm)}*) "
+                         f"changed aggregate tok/s by {deltas}."
+                         + (" The higher cap let no more requests run at once, so here it cannot recover throughput."
+                            if same else ""))
+    if not lines:
+        return ""
+    return ("**Running-request caps** (levels that offered more requests than the server ever ran at once):\n\n"
+            + "\n".join(lines))
+
+
+def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str:
+    """What a report says about the study behind its result sets: missing arms, how the runs were
+    ordered, the study's notes (its own Markdown), what the running-request caps did
+    (:func:`cap_markdown`), output agreement. Empty when no result set came from a study. Names are escaped."""
+    studies = [rs.meta["study"] for rs in sets if isinstance(rs.meta.get("study"), dict)]
+    if not studies:
+        return ""
+    info = studies[0]
+    lines = [f"These arms were measured by the study *{md_text(info.get('name'))}* with {info.get('repeats')} "
+             f"repeat(s), each repeat of each arm a separate run with its own prompt seed (shared by all arms), in "
+             f"an interleaved order ({md_text(info.get('order'))}) so that a slow drift of the machine weighs on "
+             "every arm alike."]
+    missing = sorted({m for s in studies for m in s.get("missing_arms", [])})
+    if missing:
+        lines.append(f"\n**Missing arm(s): {', '.join(md_text(m) for m in missing)}** — no complete run (the server "
+                     "failed to start or died; the study's `study.json` has the tail of its log).")
+    partial = [(rs.arm, rs.meta["study"]["missing_repeats"]) for rs in sets
+               if rs.meta.get("study", {}).get("missing_repeats")]
+    for arm, reps in partial:
+        lines.append(f"\n⚠ Arm *{md_text(arm)}* lacks repeat(s) {', '.join(map(str, reps))}.")
+    if info.get("notes"):
+        lines.append("\n" + str(info["notes"]).strip())
+    caps = cap_markdown(sets)
+    if caps:
+        lines.append("\n" + caps)
+    lines.append("\n**Output agreement with the baseline** (same prompts, temperature 0):\n")
+    table = output_agreement(sets, baseline)
+    lines.append(agreement_markdown(table, baseline))
+    for arm in table.loc[table["flagged"], "arm"].drop_duplicates() if not table.empty else []:
+        ex = first_difference_example(sets, str(arm), baseline)
+        if ex is not None:
+            lines.append(f"\n  Earliest difference of *{md_text(arm)}* (C={ex['concurrency']}, repeat {ex['repeat']}, "
+                         f"prompt {ex['prompt_id']}, character {ex['position']}), the text around it "
+                         "(▌ marks the first difference, ↵ a line end):\n\n"
+                         f"  - baseline: “{_excerpt(str(ex['baseline']), int(ex['offset']))}”\n"
+                         f"  - {md_text(arm)}: “{_excerpt(str(ex['arm']), int(ex['offset']))}”")
+    return "\n".join(lines)
+
+
+def _excerpt(text: str, mark: int) -> str:
+    """Server text for one line of Markdown, ▌ at character ``mark``: line ends shown as ↵, Markdown
+    syntax escaped."""
+    def line(part: str) -> str:
+        return md_text(part.replace("\r", "").replace("\n", "↵"))
+    return line(text[:mark]) + "▌" + line(text[mark:])
