@@ -14,9 +14,9 @@ import pytest
 import vl_convert as vlc
 
 from helpers import ROOT, SEED
-from specsweep import charts
-from specsweep.compare import Comparison, compare
-from specsweep.store import load_result_sets
+from specsweep.report import charts
+from specsweep.analyze.compare import Comparison, compare
+from specsweep.results.store import load_result_sets
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -122,20 +122,20 @@ def test_pareto_labels_do_not_collide(comp: Comparison) -> None:
 
 
 def readme_snippet() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "reading-a-report.md").read_text()
     m = re.search(r"<!-- redraw-snippet -->\s*```python\n(.*?)```", text, re.S)
-    assert m, "README.md: the redraw snippet (marked <!-- redraw-snippet -->) is missing"
+    assert m, "docs/reading-a-report.md: the redraw snippet (marked <!-- redraw-snippet -->) is missing"
     return m.group(1)
 
 
 def test_readme_redraw_snippet_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's 'load results, redraw one chart' lines, run from the repository root."""
+    """docs/reading-a-report.md's 'load results, redraw one chart' lines, run from the repository root."""
     code = readme_snippet().strip().splitlines()
     assert len(code) <= 4
     monkeypatch.chdir(ROOT)
     scope: dict[str, object] = {}
-    exec(compile("\n".join(code[:-1]), "README.md", "exec"), scope)  # noqa: S102 - the README's own code
-    chart = eval(compile(code[-1], "README.md", "eval"), scope)  # noqa: S307 - its last line is the chart shown
+    exec(compile("\n".join(code[:-1]), "docs/reading-a-report.md", "exec"), scope)  # noqa: S102 - the doc's own code
+    chart = eval(compile(code[-1], "docs/reading-a-report.md", "eval"), scope)  # noqa: S307 - its last line is the chart shown
     assert isinstance(chart, alt.TopLevelMixin)
     assert png(chart)[:4] == b"\x89PNG"
     assert not Path(ROOT / "throughput.html").exists()
@@ -226,7 +226,7 @@ def test_verdict_strip_rejects_bad_frames() -> None:
 
 def test_verdict_strip_frame_from_recommendations(tmp_path: Path) -> None:
     from helpers import write_level_only  # noqa: PLC0415
-    from specsweep import recommend  # noqa: PLC0415
+    from specsweep import decide as recommend  # noqa: PLC0415
 
     # baseline; "up" gains 20 % at low concurrency and loses 30 % at high; "flat" changes nothing
     base = {1: (100.0, 100.0), 2: (190.0, 95.0), 4: (360.0, 90.0), 8: (640.0, 80.0), 16: (1100.0, 69.0)}
@@ -460,7 +460,7 @@ def test_charts_are_made_without_rebuilding_altairs_class_table_or_remaking_laye
     from altair.utils import schemapi
     from altair.vegalite.v6 import api
 
-    from specsweep.recommend import DEFAULT_PROFILES, recommend
+    from specsweep.decide import DEFAULT_PROFILES, recommend
 
     tables: list[int] = []
     remade: list[str] = []

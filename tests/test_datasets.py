@@ -13,12 +13,12 @@ import pandas as pd
 import pytest
 
 from helpers import require_extra
-from specsweep import datasets as ds
-from specsweep.datasets import DatasetError, PromptRecord
-from specsweep.metrics import level_metrics, requests_frame
-from specsweep.records import RequestRecord
+from specsweep.workloads import datasets as ds
+from specsweep.workloads.datasets import DatasetError, PromptRecord
+from specsweep.analyze.metrics import level_metrics, requests_frame
+from specsweep.results.records import RequestRecord
 from specsweep.refserver.launch import RefServer
-from specsweep.workload import record_index
+from specsweep.workloads.prompts import record_index
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,7 +224,7 @@ def test_an_hf_workload_runs_through_a_sweep_offline(tmp_path: Path, refserver_m
     import subprocess
 
     require_extra("datasets", "datasets")
-    from specsweep.store import load_result_set
+    from specsweep.results.store import load_result_set
 
     code = ds.builtin_prompts(["code-edit"])[:3]
     writing = ds.builtin_prompts(["creative-writing"])[:3]
@@ -241,7 +241,7 @@ def test_an_hf_workload_runs_through_a_sweep_offline(tmp_path: Path, refserver_m
     hf_home = tmp_path / "hf-home"
     env = {**os.environ, "PYTHONPATH": str(Path(ds.__file__).resolve().parents[1]), "HF_HOME": str(hf_home),
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    script = ("import json, sys; from specsweep.sweep import run_sweep; "
+    script = ("import json, sys; from specsweep.measure.sweep import run_sweep; "
               "print(run_sweep(json.loads(sys.argv[1]), progress=False, log=lambda _: None).run_dir)")
     done = subprocess.run([sys.executable, "-c", script, json.dumps(params)], env=env, capture_output=True, text=True,
                           timeout=300)
@@ -391,14 +391,14 @@ def test_every_format_prefix_reads_its_file_as_that_format(prefix: str, fixture:
 
 
 def test_the_readme_names_every_workload_value() -> None:
-    """The README's workload table has a row (with an example) for every value ``load_spec`` and the
+    """docs/workloads.md's workload table has a row (with an example) for every value ``load_spec`` and the
     sweep accept: each format and alias as a ``<name>:`` prefix, the built-in set, hf:, random IDs/text, auto."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "workloads.md").read_text()
     table = readme.split("| `workload` | what is sent | example |")[1].split("\n\n")[0]
     names = [f"`{name}:" for name in (*ds.FORMATS, *ds._ALIASES)]
     names += ["`builtin`", "`builtin:", "`hf:", "`random-ids`", "`random-text`", "`auto`"]
     missing = [n for n in names if n not in table]
-    assert not missing, f"README workload table lacks {missing}"
+    assert not missing, f"docs/workloads.md workload table lacks {missing}"
     assert all(row.count("`-p workload") >= 1 for row in table.strip().splitlines()[1:])  # one example each
 
 
