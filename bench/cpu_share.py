@@ -51,7 +51,7 @@ def run_baseline(tmp: Path, read_path: str = "tapped") -> Path:
     env.pop("SPECSWEEP_READ_PATH", None)
     if read_path == "readany":
         env["SPECSWEEP_READ_PATH"] = "readany"
-    subprocess.run([sys.executable, "-m", "specsweep.study.runner", str(path), "--fresh", "--no-report"], cwd=REPO, env=env, check=True,
+    subprocess.run([sys.executable, "-m", "specsweep.study", str(path), "--fresh", "--no-report"], cwd=REPO, env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1800)
     found = sorted((tmp / "runs").rglob("levels*.parquet"))
     if not found:
@@ -103,7 +103,7 @@ def floor_run(tmp: Path) -> list[dict[str, Any]]:
     first), the same meter (:class:`specsweep.measure.cpushare.CpuShare`); rows as :func:`figures`."""
     import orjson
 
-    from specsweep.measure.client import PATHS
+    from specsweep.servers.flavours import PATHS
     from specsweep.measure.config import WARMUP_OUTPUT_TOKENS, parse_config
     from specsweep.measure.cpushare import CpuShare
     from specsweep.measure.probe import erase_llamacpp_slots, probe

@@ -13,7 +13,7 @@ Prints, as medians of ``--reps`` fresh processes run alternately (seconds):
   ``specsweep.report.build_report`` (its kernel started early, papermill, the same export, the same
   exit), in a fresh process: the floor;
 - ``... its kernel loading the report's modules first``: the same empty notebook, its kernel
-  importing :data:`specsweep.report.build.KERNEL_PRELOAD` (pandas, altair, scipy's special functions
+  importing :data:`specsweep.notebooks.kernel.KERNEL_PRELOAD` (pandas, altair, scipy's special functions
   and interpolation, specsweep's report modules) before it answers, as the report's kernel does:
   what of the seed report is imports;
 - ``seed report``: ``python -m specsweep.report`` on the seed result set, in a fresh process;

@@ -7,7 +7,7 @@ script measures, alternating, one kernel at a time, the CPU (user + system of th
 alone, from ``wait4``/``RUSAGE_CHILDREN``) and the wall from asking for a kernel to its first
 cell's reply, for two ways to get a kernel that runs one cell and is shut down:
 
-- ``launched``: :func:`specsweep.report.build.kernel_manager_class` with the report's preload, as
+- ``launched``: :func:`specsweep.notebooks.kernel.kernel_manager_class` with the report's preload, as
   ``build_report`` starts its kernel (``python -m specsweep.notebooks.launcher``, a fresh interpreter);
 - ``forked``: ``os.fork()`` of a template process that has already run the same start-up
   (ipykernel imported, the preload run, start-up frozen); the child only builds its kernel
@@ -92,7 +92,7 @@ async def _one_cell(kc: object) -> float:
 
 def launched(preload: str) -> tuple[float, float]:
     """(wall s to the first reply, kernel CPU s) of one kernel as build_report starts it."""
-    from specsweep.report.build import kernel_manager_class, preload_arguments
+    from specsweep.notebooks.kernel import kernel_manager_class, preload_arguments
 
     async def run() -> float:
         km = kernel_manager_class()(kernel_name="python3")
@@ -119,7 +119,7 @@ class Template:
     """The template process: start-up once, then a forked kernel per :meth:`kernel` call."""
 
     def __init__(self, preload: str) -> None:
-        from specsweep.report.build import preload_arguments
+        from specsweep.notebooks.kernel import preload_arguments
 
         self.proc = subprocess.Popen([sys.executable, "-c", TEMPLATE, preload, *preload_arguments(preload)],
                                      cwd=REPO, stdin=subprocess.PIPE,
@@ -159,7 +159,7 @@ class Template:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specsweep.report.build import KERNEL_PRELOAD
+    from specsweep.notebooks.kernel import KERNEL_PRELOAD
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reps", type=int, default=6)

@@ -71,7 +71,7 @@ def _held_bytes(arr: Any) -> int:
 
 def client(url: str, n: int, tokens: int, conc: int, mode: str) -> dict[str, Any]:
     """Run one level in this process, then summarise and store it as a sweep does; its figures."""
-    from specsweep.measure.client import build_body
+    from specsweep.servers.flavours import build_body
     from specsweep.measure.config import SweepConfig
     from specsweep.measure.loadgen import run_level
     from specsweep.results.store import append_level

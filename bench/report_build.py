@@ -40,7 +40,8 @@ def measure(result_sets: list[str], reps: int) -> dict[str, list[float]]:
     """Seconds per phase, one value per repetition."""
     import papermill as pm
 
-    from specsweep import report
+    from specsweep.paths import REPORT_NOTEBOOK
+    from specsweep.report.build import export_html
 
     phases: dict[str, list[float]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
@@ -55,10 +56,10 @@ def measure(result_sets: list[str], reps: int) -> dict[str, list[float]]:
             params = {"result_sets": result_sets, "baseline": "baseline", "output_name": "bench",
                       "allow_workload_mismatch": False}
             t0 = time.perf_counter()
-            nb = pm.execute_notebook(str(report.REPORT_NOTEBOOK), str(out / "bench.ipynb"), parameters=params,
+            nb = pm.execute_notebook(str(REPORT_NOTEBOOK), str(out / "bench.ipynb"), parameters=params,
                                      cwd=str(REPO), kernel_name="python3", progress_bar=False, log_output=False)
             t1 = time.perf_counter()
-            report.export_html(out / "bench.ipynb", out / "bench.html")
+            export_html(out / "bench.ipynb", out / "bench.html")
             t2 = time.perf_counter()
             cells = 0.0
             for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):

@@ -131,3 +131,12 @@ def refserver_factory() -> Iterator[Callable[..., RefServer]]:
     yield start
     for srv in started:
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def chart_defaults() -> None:
+    """specsweep's chart theme and data transformer, as the notebooks' ``report.setup_notebook()`` sets
+    them (importing the charts module sets nothing)."""
+    from specsweep.report.charts import use_chart_defaults
+
+    use_chart_defaults()

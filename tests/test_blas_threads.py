@@ -49,7 +49,7 @@ def test_the_reference_server_imports_numpy_with_one_blas_thread() -> None:
 @pytest.mark.parametrize("given, seen", [(None, "1"), ("3", "3")])
 def test_specsweep_kernels_get_one_blas_thread_unless_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           given: str | None, seen: str) -> None:
-    from specsweep.report.build import execute_notebook
+    from specsweep.notebooks.execute import execute_notebook
 
     for name in BLAS_THREAD_SETTINGS:
         monkeypatch.delenv(name, raising=False)
@@ -85,7 +85,7 @@ print("BLAS", os.environ.get("OPENBLAS_NUM_THREADS"), "numpy-before-call", seen)
 
 
 @pytest.mark.parametrize("module, sets", [("specsweep.refserver", True), ("specsweep.report", True),
-                                          ("specsweep.study.runner", False), ("specsweep.publish", False)])
+                                          ("specsweep.study", False), ("specsweep.publish", False)])
 def test_the_programs_that_start_no_user_server_set_it_before_numpy(module: str, sets: bool) -> None:
     """The reference server and the report builder set it first thing, before anything imports numpy;
     a study's runner and ``make reports``' publisher leave the environment as the user set it, since

@@ -24,6 +24,8 @@ from specsweep.report import charts
 from specsweep.analyze.compare import compare
 from specsweep.results.store import load_result_set
 
+pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -112,7 +114,7 @@ def test_enabled_only_over_altairs_default_with_its_options() -> None:
 
 @pytest.mark.parametrize("reference", ["seed-qwen3.5-122b-a10b", "real-llamacpp-smollm2"])
 def test_every_chart_of_a_reference_set_is_the_same_either_way(reference: str) -> None:
-    assert alt.data_transformers.active == chartdata.NAME  # importing specsweep.report.charts turned it on
+    assert alt.data_transformers.active == chartdata.NAME  # the chart_defaults fixture turned it on
     sets = [load_result_set(p) for p in sorted((REPO / "data" / "reference" / reference).iterdir()) if p.is_dir()]
     comp = compare(sets)
     built = 0

@@ -18,6 +18,8 @@ from specsweep.report import charts
 from specsweep.analyze.compare import Comparison, compare
 from specsweep.results.store import load_result_sets
 
+pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
+
 if TYPE_CHECKING:
     import pandas as pd
 

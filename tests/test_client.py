@@ -17,7 +17,8 @@ import orjson
 import pytest
 
 from specsweep.measure import client as C
-from specsweep.measure.client import RawExchange, build_body, parse_exchange
+from specsweep.measure.client import RawExchange, parse_exchange
+from specsweep.servers.flavours import FLAVOURS, build_body
 
 
 
@@ -263,7 +264,7 @@ def test_real_socket_each_flavour(server_url: str, transport: C.TransportKind) -
     async def main() -> list[Any]:
         async with C.make_client(server_url, 4, transport=transport) as cl:
             return [await C.fetch(cl, fl, build_body(fl, _prompt(fl), 10, extra={"fastsse": {"k": 3}}))
-                    for fl in C.FLAVOURS]
+                    for fl in FLAVOURS]
 
     for rec in asyncio.run(main()):
         assert rec.error is None and rec.http_status == 200

@@ -17,6 +17,8 @@ from specsweep.analyze.compare import (
 )
 from specsweep.results.store import load_result_sets
 
+pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
+
 LEVELS = (1, 2, 4, 8, 16, 32, 64)
 #: a seed-like baseline: aggregate 100 × C^0.8 tok/s, per-request 100 × C^−0.25 tok/s
 BASE = {c: (100.0 * c ** 0.8, 100.0 * c ** -0.25) for c in LEVELS}

@@ -16,7 +16,7 @@ import pytest
 
 from specsweep.measure import cpushare
 from specsweep.measure.cpushare import CpuShare, cpu_share_warning, level_suffix
-from specsweep.analyze.metrics import METRICS
+from specsweep.results.columns import METRICS
 from specsweep.refserver.launch import RefServer
 from specsweep.results.store import load_result_set
 from specsweep.measure.sweep import run_sweep

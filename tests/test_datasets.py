@@ -15,6 +15,7 @@ import pytest
 from helpers import require_extra
 from specsweep.workloads import datasets as ds
 from specsweep.workloads.datasets import DatasetError, PromptRecord
+from specsweep.analyze.categories import category_metrics
 from specsweep.analyze.metrics import level_metrics, requests_frame
 from specsweep.results.records import RequestRecord
 from specsweep.refserver.launch import RefServer
@@ -258,7 +259,7 @@ def test_an_hf_workload_runs_through_a_sweep_offline(tmp_path: Path, refserver_m
     sent = [rows[record_index(seed, n, int(i))] for i in req["prompt_id"]]  # the sweep's shuffled order
     assert list(req["category"]) == [r["category"] for r in sent]
     assert list(req["prompt_tokens"]) == [len(r["turns"][0].split()) for r in sent]
-    acc = ds.category_metrics(req).groupby("category")["spec_accept_length"].mean()
+    acc = category_metrics(req).groupby("category")["spec_accept_length"].mean()
     assert set(acc.index) == {"code", "writing"} and acc["code"] > acc["writing"]
 
 
@@ -327,7 +328,7 @@ def test_with_category_defaults_to_all_and_maps_prompt_ids() -> None:
 def test_category_metrics_hand_computed() -> None:
     recs = [PromptRecord("def f(): pass", "code-edit"), PromptRecord("A poem", "creative-writing")]
     frame = ds.with_category(_two_category_level(), recs)
-    out = ds.category_metrics(frame).set_index("category")
+    out = category_metrics(frame).set_index("category")
     assert list(out.index) == ["code-edit", "creative-writing"]
     code, creative = out.loc["code-edit"], out.loc["creative-writing"]
     assert (code["arm"], code["concurrency"], code["repeat"]) == ("mtp", 2, 0)
@@ -348,14 +349,14 @@ def test_category_metrics_hand_computed() -> None:
 
 def test_category_metrics_single_category_is_the_level() -> None:
     frame = ds.with_category(_two_category_level())
-    out = ds.category_metrics(frame)
+    out = category_metrics(frame)
     assert list(out["category"]) == ["all"] and out["category_share"].tolist() == [1.0]
     level = level_metrics(frame[~frame["warmup"]].reset_index(drop=True), 2)
     for col in ("output_tok_s", "steady_output_tok_s", "ttft_p90_s", "decoding_concurrency"):
         assert out[col].iloc[0] == pytest.approx(level[col], nan_ok=True)
     assert out["spec_accept_length"].iloc[0] == pytest.approx(26 / 13)
     no_verify = frame.drop(columns=["spec_verify_ct"])
-    assert math.isnan(ds.category_metrics(no_verify)["spec_accept_length"].iloc[0])
+    assert math.isnan(category_metrics(no_verify)["spec_accept_length"].iloc[0])
 
 
 def test_load_spec_names_every_source(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -407,7 +408,7 @@ def test_category_metrics_groups_by_arm_concurrency_and_repeat() -> None:
     other = one.copy()
     other["arm"], other["repeat"] = "baseline", 1
     recs = [PromptRecord("def f(): pass", "code-edit"), PromptRecord("A poem", "creative-writing")]
-    out = ds.category_metrics(ds.with_category(pd.concat([one, other], ignore_index=True), recs))
+    out = category_metrics(ds.with_category(pd.concat([one, other], ignore_index=True), recs))
     keys = list(zip(out["arm"], out["repeat"], out["category"]))
     assert keys == [("baseline", 1, "code-edit"), ("baseline", 1, "creative-writing"),
                     ("mtp", 0, "code-edit"), ("mtp", 0, "creative-writing")]

@@ -17,6 +17,8 @@ from specsweep.measure.probe import TokenCounter, try_flush_prefix_cache
 from specsweep.results.store import load_result_set
 from specsweep.measure.sweep import run_sweep
 
+pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
+
 
 def small(tmp_path: Path, url: str, **kw) -> dict:
     return {"endpoint": url, "concurrency": [2], "input_tokens": 32, "output_tokens": 40, "workload": "random-ids",

@@ -18,7 +18,8 @@ import httpx
 import numpy as np
 import pytest
 
-from specsweep.measure.client import RawExchange, build_body
+from specsweep.measure.client import RawExchange
+from specsweep.servers.flavours import build_body
 from specsweep.measure.loadgen import LoadGenerator, run_level, split_concurrency
 
 

@@ -10,6 +10,8 @@ import pytest
 from helpers import SEED, write_level_only, write_measured
 from specsweep.report import build_report
 
+pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
+
 CDN = re.compile(r"(cdn\.jsdelivr|cdnjs|unpkg\.com|googleapis|require\.js|mathjax)", re.I)
 
 

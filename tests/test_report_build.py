@@ -251,7 +251,7 @@ def test_the_report_kernel_starts_early_with_the_notebooks_modules_loaded() -> N
     gone after ``stop`` (the fast path of ``build_report``, which otherwise falls back silently)."""
     import asyncio
 
-    from specsweep.report.build import EarlyKernel
+    from specsweep.notebooks.kernel import EarlyKernel
     from specsweep.paths import REPO_ROOT
 
     kernel = EarlyKernel(REPO_ROOT)
@@ -286,7 +286,7 @@ def test_kernels_start_without_the_debugger_and_otherwise_as_ipykernels_own_laun
     import json
 
     from specsweep.notebooks.launcher import launcher_argv
-    from specsweep.report import kernel_manager_class
+    from specsweep.notebooks.kernel import kernel_manager_class
     from specsweep.paths import REPO_ROOT
 
     assert launcher_argv(["py", "-m", "ipykernel_launcher", "-f", "{connection_file}"]) == \
@@ -330,7 +330,7 @@ def test_from_a_running_event_loop_papermill_starts_the_kernel_as_usual(recwarn:
     import asyncio
     import gc
 
-    from specsweep.report.build import EarlyKernel
+    from specsweep.notebooks.kernel import EarlyKernel
     from specsweep.paths import REPO_ROOT
 
     async def inside() -> EarlyKernel:
@@ -352,7 +352,7 @@ def test_kernels_talk_over_private_unix_sockets_and_leave_nothing_behind() -> No
     import os
     import stat
 
-    from specsweep.report import kernel_manager_class
+    from specsweep.notebooks.kernel import kernel_manager_class
 
     async def run() -> list[tuple[str, int, str]]:
         managers = [kernel_manager_class()(kernel_name="python3") for _ in range(3)]
@@ -386,7 +386,7 @@ def test_kernels_talk_over_private_unix_sockets_and_leave_nothing_behind() -> No
 @pytest.mark.parametrize("notebook, preload_name", [("report.ipynb", "KERNEL_PRELOAD"), ("sweep.ipynb", "SWEEP_PRELOAD")])
 def test_kernel_preloads_import_cleanly_and_cover_their_notebooks_imports(notebook: str, preload_name: str) -> None:
     """A report's and a study arm's kernel import their notebook's specsweep modules while they start
-    (specsweep.report.build): each preload runs in a fresh interpreter (a misspelled module would only
+    (specsweep.notebooks.kernel): each preload runs in a fresh interpreter (a misspelled module would only
     be logged by ipykernel, and the gain lost) and leaves loaded every specsweep module its notebook's
     cells import, so the two cannot drift apart."""
     import ast
@@ -396,11 +396,11 @@ def test_kernel_preloads_import_cleanly_and_cover_their_notebooks_imports(notebo
 
     import nbformat
 
-    from specsweep.report import build
+    from specsweep.notebooks import kernel
     from specsweep.paths import REPO_ROOT
 
-    preload = getattr(build, preload_name)
-    assert build.preload_arguments(preload) == [f"--IPKernelApp.exec_lines={preload}"]
+    preload = getattr(kernel, preload_name)
+    assert kernel.preload_arguments(preload) == [f"--IPKernelApp.exec_lines={preload}"]
     loaded = set(json.loads(subprocess.run(
         [sys.executable, "-c", preload + "\nimport json, sys; print(json.dumps(sorted(sys.modules)))"],
         check=True, cwd=REPO_ROOT, timeout=120, capture_output=True, text=True).stdout))

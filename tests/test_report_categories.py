@@ -1,5 +1,5 @@
 """The report's category view (issue 10 item 5): per-category Δ% built from real sweeps on the
-reference server, checked against ``datasets.category_metrics``; each category's delta curve is
+reference server, checked against ``analyze.categories.category_metrics``; each category's delta curve is
 the verdict's fit over its own rows, and its crossover is said with the numbers beside it (or
 "too few levels"); the sentence names the best and worst category; category names from the
 dataset stay text; synthetic-workload caveat, the setup table's workload line and the Reproduce
@@ -16,13 +16,17 @@ import pytest
 
 from helpers import SEED
 from specsweep import report
+from specsweep.paths import REPO_ROOT
 from specsweep.report import charts
 from specsweep.analyze.compare import compare, curve_crossovers, fit_delta_curve, fit_metric
-from specsweep.workloads.datasets import builtin_prompts, category_metrics
+from specsweep.analyze.categories import category_metrics
+from specsweep.workloads.datasets import builtin_prompts
 from specsweep.markup import markdown_html, md_text
 from specsweep.refserver.launch import RefServer
 from specsweep.results.store import ResultSet, load_result_set, load_result_sets
 from specsweep.measure.sweep import run_sweep
+
+pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
 
 #: a category name as a user's dataset could spell it: HTML and Markdown that must stay text
 PAYLOAD = "<script>alert(1)</script>**loud**"
@@ -110,7 +114,7 @@ def test_category_figures_are_category_metrics_and_the_sentence_names_best_and_w
     assert report.has_categories(category_sets)
     d = report.category_deltas(comp, category_sets)
     # lowest shared level and, with no crossover claimed from two single-run levels, the highest
-    assert sorted(d["concurrency"].unique()) == report._category_levels(comp, "mtp")
+    assert sorted(d["concurrency"].unique()) == report.categories._category_levels(comp, "mtp")
     assert set(d["concurrency"]) <= {1, 4} and 1 in set(d["concurrency"])
     assert set(d["category"]) == {"code-edit", PAYLOAD}
     base = category_metrics(category_sets[0].requests).set_index(["concurrency", "category"])
@@ -200,7 +204,7 @@ def test_category_curves_are_the_verdicts_fit_over_each_categorys_rows(category_
         assert r["aggregate_fit_pct"] == pytest.approx((math.exp(f) - 1) * 100)
         assert (r["aggregate_ci_low_pct"], r["aggregate_ci_high_pct"]) == pytest.approx(
             ((math.exp(f - h) - 1) * 100, (math.exp(f + h) - 1) * 100))
-        assert report._interval_cell(r, "aggregate").endswith(f"around fitted {r['aggregate_fit_pct']:+.1f}%")
+        assert report.categories._interval_cell(r, "aggregate").endswith(f"around fitted {r['aggregate_fit_pct']:+.1f}%")
     for s in report.category_sentences(comp, sets, d):
         assert "single run" not in s and "fitted" in s
     assert charts.category_curve_chart(comp, curves) is not None
@@ -250,22 +254,22 @@ def test_a_category_crossover_is_said_with_the_numbers_beside_it(category_sets: 
 def test_repeat_intervals_and_the_pays_rule() -> None:
     """Δ% intervals come from repeats (t interval on ln(value)); a Δ whose interval spans 0 is
     within noise, a credibly negative one means speculation does not pay."""
-    lo, hi = report._repeat_interval([110.0, 112.0, 108.0], [100.0, 101.0, 99.0])
+    lo, hi = report.categories._repeat_interval([110.0, 112.0, 108.0], [100.0, 101.0, 99.0])
     assert 5 < lo < 10 < hi < 15
-    lo, hi = report._repeat_interval([100.0, 130.0], [110.0, 95.0])
+    lo, hi = report.categories._repeat_interval([100.0, 130.0], [110.0, 95.0])
     assert lo < 0 < hi
-    assert all(math.isnan(x) for x in report._repeat_interval([110.0], [100.0, 101.0]))
+    assert all(math.isnan(x) for x in report.categories._repeat_interval([110.0], [100.0, 101.0]))
 
     def row(user: tuple[float, float, float], agg: tuple[float, float, float]) -> dict[str, float]:
         return {"user_delta_pct": user[0], "user_ci_low_pct": user[1], "user_ci_high_pct": user[2],
                 "aggregate_delta_pct": agg[0], "aggregate_ci_low_pct": agg[1], "aggregate_ci_high_pct": agg[2]}
 
     nan = math.nan
-    assert report._pays(row((20, nan, nan), (5, nan, nan))) == "pays"
-    assert report._pays(row((20, nan, nan), (-1, nan, nan))) == "does not pay"
-    assert report._pays(row((20, 10, 30), (2, -3, 7))) == "within noise"
-    assert report._pays(row((20, 10, 30), (-8, -12, -4))) == "does not pay"
-    assert report._pays(row((20, 10, 30), (6, 1, 11))) == "pays"
+    assert report.categories._pays(row((20, nan, nan), (5, nan, nan))) == "pays"
+    assert report.categories._pays(row((20, nan, nan), (-1, nan, nan))) == "does not pay"
+    assert report.categories._pays(row((20, 10, 30), (2, -3, 7))) == "within noise"
+    assert report.categories._pays(row((20, 10, 30), (-8, -12, -4))) == "does not pay"
+    assert report.categories._pays(row((20, 10, 30), (6, 1, 11))) == "pays"
 
 
 def test_one_category_gives_a_one_line_note_and_no_chart() -> None:
@@ -303,7 +307,7 @@ def test_sweep_parameters_carry_the_workload_value_and_output_length() -> None:
     assert params["workload"] == "builtin:code-edit,math" and params["output_length"] == "natural"
     fixed = report.sweep_parameters({**meta, "workload": {**meta["workload"], "output_length": "fixed"}}, "x")
     assert fixed is not None and "output_length" not in fixed
-    inside = str(report.REPO_ROOT / "tests" / "fixtures" / "datasets" / "sharegpt.json")
+    inside = str(REPO_ROOT / "tests" / "fixtures" / "datasets" / "sharegpt.json")
     shared = report.sweep_parameters({**meta, "workload": {"kind": "sharegpt", "value": f"sharegpt:{inside}"}}, "x")
     assert shared is not None and shared["workload"] == "sharegpt:tests/fixtures/datasets/sharegpt.json"
 

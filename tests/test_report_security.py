@@ -111,7 +111,9 @@ def test_sweep_notebook_output_shows_server_and_user_strings_as_text(tmp_path: P
     a payload label: its outputs, and their HTML export, carry no payload unescaped."""
     import nbformat
 
-    from specsweep.report import REPO_ROOT, execute_notebook, export_html
+    from specsweep.notebooks.execute import execute_notebook
+    from specsweep.paths import REPO_ROOT
+    from specsweep.report.build import export_html
 
     out = tmp_path / "sweep.ipynb"
     execute_notebook(REPO_ROOT / "notebooks" / "sweep.ipynb", out, {

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from specsweep.report import REPO_ROOT, reproduce_markdown
+from specsweep.paths import REPO_ROOT
+from specsweep.report import reproduce_markdown
 from specsweep.results.store import SchemaError, load_result_set, load_result_sets
 from specsweep.measure.sweep import run_sweep
 

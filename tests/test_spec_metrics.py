@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specsweep.measure.client import RawExchange, build_body, parse_exchange, spec_request_options
+from specsweep.measure.client import RawExchange, parse_exchange
+from specsweep.servers.flavours import build_body, spec_request_options
 from specsweep.analyze.compare import compare
 from specsweep.markup import md_text
 from specsweep.analyze.metrics import (FORMULA_ACCEPTED, FORMULA_TOKENS, SOURCE_COUNTERS, SOURCE_PER_REQUEST,

@@ -1,5 +1,6 @@
-"""specsweep.runtime: the deferred rfc3987_syntax import answers exactly as the real one, and
-importing specsweep before nbformat/altair really defers it (checked in fresh interpreters)."""
+"""specsweep.runtime: the deferred rfc3987_syntax import answers exactly as the real one, the process
+set-up before nbformat/altair really defers it, and importing specsweep alone changes nothing in
+the process (checked in fresh interpreters)."""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,9 @@ SAMPLES = [
 
 PROBE = """
 import json, sys
-import specsweep, nbformat, altair, jsonschema
+from specsweep.runtime import configure_process
+configure_process(arrow=False)
+import nbformat, altair, jsonschema
 fc = jsonschema.Draft202012Validator.FORMAT_CHECKER
 deferred = "rfc3987_syntax.syntax_helpers" not in sys.modules
 answers = [[fc.conforms(s, "iri"), fc.conforms(s, "iri-reference")] for s in json.loads(sys.argv[1])]
@@ -137,3 +140,30 @@ def test_a_notebook_exported_in_memory_is_the_page_read_back_from_disk(tmp_path)
     from_disk = report.export_html(tmp_path / "nb.ipynb", tmp_path / "a.html").read_bytes()
     in_memory = report.export_html(nb, tmp_path / "b.html").read_bytes()
     assert from_disk == in_memory and b"T &amp; \xc3\xbc" in in_memory and b"noise" not in in_memory
+
+
+SIDE_EFFECTS = """
+import json, sys
+import pyarrow as pa
+from specsweep.runtime import defer_rfc3987_syntax
+defer_rfc3987_syntax()  # this probe's own choice: altair's import would otherwise load the real package
+import altair as alt
+def state():
+    return [alt.theme.active, alt.data_transformers.active, pa.default_memory_pool().backend_name]
+before = state()
+import specsweep, specsweep.results.store, specsweep.analyze.compare, specsweep.report.charts, specsweep.report
+after = state()
+from specsweep.runtime import configure_process
+configure_process()
+print(json.dumps({"before": before, "after": after, "configured": state()}))
+"""
+
+
+def test_importing_specsweep_changes_nothing_and_configure_process_is_the_one_set_up() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    out = subprocess.run([sys.executable, "-c", SIDE_EFFECTS], env=env, check=True, capture_output=True,
+                         text=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["after"] == got["before"]  # no theme, transformer or allocator changed by an import
+    assert got["configured"][2] == "system"  # the explicit set-up makes malloc Arrow's pool
+    assert got["configured"][:2] == got["before"][:2]  # chart defaults are the notebook set-up's, not the process's

@@ -61,7 +61,7 @@ def test_a_failed_arm_leaves_a_report_of_the_arms_that_ran(tmp_path: Path) -> No
 
 
 def _dry_run(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "specsweep.study.runner", str(path), "--dry-run"],
+    return subprocess.run([sys.executable, "-m", "specsweep.study", str(path), "--dry-run"],
                           capture_output=True, text=True, timeout=120)
 
 

@@ -114,7 +114,7 @@ def test_kill_9_of_the_runner_takes_its_server_and_escaped_children_and_resume_s
     path = _study(tmp_path, [PY, str(_wrapper(tmp_path)), "{port}", delay],
                   sweep={"concurrency": [1, 2, 4], "input_tokens": 64, "output_tokens": 64, "requests_per_level": 24})
     out = tmp_path / "out"
-    cmd = [PY, "-m", "specsweep.study.runner", str(path), "--out-dir", str(out), "--no-report"]
+    cmd = [PY, "-m", "specsweep.study", str(path), "--out-dir", str(out), "--no-report"]
     runner = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines: list[str] = []
     threading.Thread(target=lambda: lines.extend(runner.stdout), daemon=True).start()  # type: ignore[arg-type]
@@ -460,7 +460,7 @@ def test_a_second_runner_on_the_same_folder_is_refused_naming_the_first(tmp_path
     path = _study(tmp_path, [PY, "-c", "import sys; sys.exit(3)"])
     out = tmp_path / "out"
     with lock_study_folder(out):
-        second = subprocess.run([PY, "-m", "specsweep.study.runner", str(path), "--out-dir", str(out), "--no-report"],
+        second = subprocess.run([PY, "-m", "specsweep.study", str(path), "--out-dir", str(out), "--no-report"],
                                 capture_output=True, text=True, timeout=120)
     assert second.returncode == 2, second.stdout + second.stderr
     assert f"another study runner is using this folder (pid {os.getpid()} on host" in second.stderr

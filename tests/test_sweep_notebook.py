@@ -15,7 +15,8 @@ import papermill as pm
 import pytest
 
 from helpers import in_progress
-from specsweep.report import REPO_ROOT, build_report
+from specsweep.paths import REPO_ROOT
+from specsweep.report import build_report
 from specsweep.results.store import load_result_sets
 
 SWEEP = REPO_ROOT / "notebooks" / "sweep.ipynb"

@@ -11,7 +11,8 @@ import pytest
 
 from specsweep.workloads import datasets
 from specsweep.measure.config import parse_config
-from specsweep.workloads.datasets import DatasetError, category_metrics
+from specsweep.analyze.categories import category_metrics
+from specsweep.workloads.datasets import DatasetError
 from specsweep.refserver.acceptance import category_means, expected_accept_length
 from specsweep.refserver.launch import RefServer
 from specsweep.refserver.profiles import load_profile
@@ -92,7 +93,7 @@ def test_auto_workload_is_builtin_for_real_servers_and_random_ids_embedded() -> 
 
 def test_builtin_sweep_recovers_each_categorys_acceptance(tmp_path: Path, refserver_mtp: RefServer) -> None:
     """Every built-in prompt once (145 requests at C=16, 128 tokens each, SGLang meta_info per
-    request): each category's measured accept length (datasets.category_metrics) is close to
+    request): each category's measured accept length (analyze.categories.category_metrics) is close to
     the rule's prediction for the prompts sent (harmonic mean of the per-prompt means: Σ tokens
     / Σ steps with equal tokens per request), and that prediction is within 0.1 tokens/step of
     the server's configured per-category mean (/server_info, repetitiveness 0). Which prompt draws

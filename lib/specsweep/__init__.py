@@ -2,13 +2,11 @@
 
 Sweep a server across concurrency levels (one configuration, an "arm", at a time), store tidy
 result sets, compare arms against a baseline, and publish an offline HTML report with a
-recommendation. See README.md and the design notes for the data model and metric definitions.
+recommendation. See README.md and docs/ for the layout, the data model and metric definitions.
+Importing it changes nothing in the process: entry points call
+:func:`specsweep.runtime.configure_process` first.
 """
 from __future__ import annotations
-
-from specsweep.runtime import defer_rfc3987_syntax as _defer_rfc3987_syntax
-
-_defer_rfc3987_syntax()  # before anything imports jsonschema: see specsweep.runtime
 
 #: the release, as pyproject.toml's ``version`` (tests/test_packaging.py keeps them equal). Written
 #: out rather than read with importlib.metadata: that import costs about 35 ms of CPU in every

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from specsweep import __version__
-from specsweep.paths import REPO_ROOT, SWEEP_NOTEBOOK
+from specsweep.paths import SWEEP_NOTEBOOK
+from specsweep.runtime import configure_process
 
 PROG = "specsweep"
 OK, FAILED, BAD_INPUT = 0, 1, 2
@@ -127,10 +128,10 @@ BAD_INPUT_ERRORS: frozenset[str] = frozenset({"ConfigError", "DatasetError", "Sc
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
-    import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    from specsweep.report.build import SWEEP_PRELOAD, kernel_manager_class, preload_arguments
+    from specsweep.notebooks.execute import execute_notebook
+    from specsweep.notebooks.kernel import SWEEP_PRELOAD
 
     values = {k[3:]: v for k, v in vars(args).items() if k.startswith("nb_")}
     defaults = {p.name: p.default for p in notebook_parameters()}
@@ -140,10 +141,9 @@ def _run_sweep(args: argparse.Namespace) -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         # the kernel every specsweep sweep runs in (a study arm's too): unix sockets, no debugger, the
-        # notebook's modules preloaded (specsweep.report.build)
-        pm.execute_notebook(str(SWEEP_NOTEBOOK), str(target), parameters=values, log_output=args.log_output,
-                            progress_bar=False, cwd=str(Path.cwd()), kernel_manager_class=kernel_manager_class(),
-                            extra_arguments=preload_arguments(SWEEP_PRELOAD))
+        # notebook's modules preloaded
+        execute_notebook(SWEEP_NOTEBOOK, target, values, cwd=Path.cwd(), log_output=args.log_output,
+                         save_each_cell=True, preload=SWEEP_PRELOAD)
     except PapermillExecutionError as exc:
         print(f"{PROG} sweep: {exc.ename}: {exc.evalue} (the executed notebook is {target})", file=sys.stderr)
         bad = exc.ename in BAD_INPUT_ERRORS or (exc.ename == "ValueError" and str(exc.evalue).startswith("parameter '"))
@@ -282,7 +282,8 @@ def _serve(argv: list[str]) -> int:
                   "llama-server yourself and pass its URL as --endpoint", file=sys.stderr)
             return BAD_INPUT
         return _delegate(LLAMACPP_ENGINE, f"{PROG} serve llamacpp")(argv[1:])
-    return _delegate("specsweep.refserver.__main__", f"{PROG} serve")(argv)
+    configure_process(arrow=False, single_blas_thread=True)  # as python -m specsweep.refserver: before numpy
+    return _delegate("specsweep.refserver.cli", f"{PROG} serve")(argv)
 
 
 #: subcommands whose options belong to the module they wrap (its own --help lists them)
@@ -333,6 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry() -> None:
     """The console script."""
+    configure_process(arrow=False)  # the result-set commands set Arrow's pool when they load pandas
     sys.exit(main())
 
 

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from specsweep.decide import decisions
-from specsweep.report import REPO_ROOT, build_report
+from specsweep.paths import REPO_ROOT
+from specsweep.report import build_report
 from specsweep.study.runner import run_study
 from specsweep.study.file import load_study
 
@@ -217,4 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from specsweep.runtime import configure_process
+
+    configure_process()
     sys.exit(main())

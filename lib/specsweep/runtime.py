@@ -88,6 +88,44 @@ def defer_rfc3987_syntax() -> bool:
     return True
 
 
+def use_system_allocator() -> bool:
+    """Make the C library's malloc Arrow's default memory pool, unless ``ARROW_DEFAULT_MEMORY_POOL``
+    chose one; True when it did.
+
+    Arrow holds more than Parquet files here: pandas keeps string columns in Arrow buffers, so a
+    level's request frame (tens of MB of text and digests for 10,000 requests) lives in Arrow's
+    pool. pyarrow's default pool (mimalloc) keeps more resident through a level's summary and
+    store than malloc does, whose free memory specsweep hands back after each level (see
+    ``measure.loadgen``); ``bench/level_memory.py`` measures it.
+    """
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return False
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+    return True
+
+
+def configure_process(*, arrow: bool = True, single_blas_thread: bool = False) -> None:
+    """The process set-up a specsweep entry point makes first; importing specsweep changes nothing.
+
+    - :func:`defer_rfc3987_syntax`: a light stand-in for a package whose import costs seconds;
+    - ``arrow``: Arrow's default memory pool becomes the C library's malloc (:func:`use_system_allocator`);
+    - ``single_blas_thread``: one OpenBLAS thread (:func:`single_threaded_blas`), for processes that
+      start no server of the user's.
+
+    The entry points (``python -m specsweep.publish``, ``.study``, ``.report``, ``.refserver``, the
+    ``specsweep`` console script) and every kernel specsweep starts (``notebooks.launcher``) call it;
+    a notebook run in another kernel calls it in its first code cell. Call it before numpy, pandas
+    or jsonschema is imported; calling it again does no harm.
+    """
+    if single_blas_thread:
+        single_threaded_blas()
+    defer_rfc3987_syntax()
+    if arrow:
+        use_system_allocator()
+
+
 # ------------------------------------------------------------------------------ the Vega bundle, cached on disk
 #
 # ``vl_convert.javascript_bundle`` bundles vega + vega-lite + vega-embed from its embedded sources
@@ -116,7 +154,7 @@ def single_threaded_blas(env: MutableMapping[str, str] | None = None) -> None:
     spinning thread is taken from the server measured. It acts only before numpy is imported. Only
     processes that start no server of the user's call it: the reference server and ``python -m
     specsweep.report`` first thing, and every kernel specsweep starts gets it in its environment
-    (``report.build.kernel_manager_class``). A study's runner does not: the servers it starts
+    (``notebooks.kernel.kernel_manager_class``). A study's runner does not: the servers it starts
     (``serve`` arms) inherit its environment, and an engine measured must run as its user set it.
     """
     env = os.environ if env is None else env

@@ -107,6 +107,7 @@ def test_category_acceptance_is_recovered_from_per_request_counts() -> None:
     within 5 % of the category's configured mean (seeded, so the check is exact to reproduce)."""
     import random
 
+    from specsweep.analyze.categories import category_metrics
     from specsweep.workloads import datasets as ds
     from specsweep.analyze.metrics import requests_frame
     from specsweep.results.records import RequestRecord
@@ -125,7 +126,7 @@ def test_category_acceptance_is_recovered_from_per_request_counts() -> None:
                                      chunk_tokens=[1, tokens - 1], output_tokens=tokens, token_source="usage",
                                      server={"spec_verify_ct": steps}))
     frame = requests_frame(records, t0=0.0, run_id="r", arm="mtp", concurrency=1, repeat=0)
-    out = ds.category_metrics(ds.with_category(frame, recs)).set_index("category")
+    out = category_metrics(ds.with_category(frame, recs)).set_index("category")
     for cat, means in configured.items():
         expected = statistics.mean(means)
         assert out.loc[cat, "spec_accept_length"] == pytest.approx(expected, rel=0.05), cat

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from specsweep.refserver import READY_PREFIX
-from specsweep.refserver.__main__ import main
+from specsweep.refserver.cli import main
 from specsweep.refserver.launch import RefServer, RefServerError
 
 
@@ -133,7 +133,7 @@ def test_aiohttp_loads_without_the_ca_store_and_the_environment_is_restored() ->
 import json, os, sys
 os.environ["SSL_CERT_DIR"] = "/custom/dir"
 os.environ.pop("SSL_CERT_FILE", None)
-from specsweep.refserver.__main__ import _no_client_ca_store
+from specsweep.refserver.cli import _no_client_ca_store
 with _no_client_ca_store():
     seen = os.environ["SSL_CERT_FILE"], os.environ["SSL_CERT_DIR"]
     import aiohttp.connector as c

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from refserver_helpers import post, stream
 
-from specsweep.refserver.__main__ import main
+from specsweep.refserver.cli import main
 from specsweep.refserver.launch import RefServer
 
 VLLM = ["--api-surface", "vllm"]

@@ -12,7 +12,7 @@ import pytest
 from refserver_helpers import post, stream
 
 from specsweep.measure.probe import ProbeError, probe
-from specsweep.refserver.__main__ import main
+from specsweep.refserver.cli import main
 from specsweep.refserver.launch import RefServer
 from specsweep.refserver.profiles import load_profile
 from specsweep.results.store import load_result_set

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from specsweep.analyze.metrics import METRICS, MetricInfo, metric_info
+from specsweep.results.columns import METRICS, MetricInfo, metric_info
 from specsweep.results.store import ResultSet
 
 #: the curve model and band, as the report states it (one definition, see the module docstring)

@@ -293,4 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from specsweep.runtime import configure_process
+
+    configure_process(arrow=False)
     sys.exit(main())

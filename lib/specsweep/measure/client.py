@@ -41,7 +41,7 @@ import os
 import re
 import ssl
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any, Literal
@@ -54,30 +54,25 @@ import orjson
 from specsweep.results.records import RequestRecord, output_fingerprint, tokens_array
 from specsweep.measure.sse import SSEEvent, decode_reads
 from specsweep.measure.token_accounting import MAX_COUNT, account_tokens, drop_implausible
+from specsweep.servers.flavours import PATHS, Flavour, check_flavour
 
 __all__ = [
     "API_KEY_ENV",
-    "FLAVOURS",
-    "PATHS",
     "AiohttpTransport",
-    "Flavour",
     "RawExchange",
     "ReadPath",
     "SweepClient",
     "TransportKind",
     "auth_headers",
-    "build_body",
     "encode_body",
     "error_message_from_body",
     "fetch",
     "make_client",
     "parse_exchange",
     "send_streaming",
-    "spec_request_options",
     "stream_request",
 ]
 
-Flavour = Literal["sglang", "openai-completions", "openai-chat"]
 #: ``aiohttp``: :class:`AiohttpTransport` (default); ``httpx``: httpx's own transport;
 #: ``httpx-aiohttp``: the ``httpx-aiohttp`` package's transport (optional, for measurements only)
 TransportKind = Literal["aiohttp", "httpx", "httpx-aiohttp"]
@@ -86,113 +81,7 @@ TransportKind = Literal["aiohttp", "httpx", "httpx-aiohttp"]
 #: ``Response.stream`` directly (skips httpx's per-chunk bookkeeping)
 ReadPath = Literal["raw", "bytes", "stream"]
 
-FLAVOURS: tuple[Flavour, ...] = ("sglang", "openai-completions", "openai-chat")
-PATHS: dict[Flavour, str] = {
-    "sglang": "/generate",
-    "openai-completions": "/v1/completions",
-    "openai-chat": "/v1/chat/completions",
-}
 API_KEY_ENV = "SPECSWEEP_API_KEY"
-
-
-def _check_flavour(flavour: str) -> Flavour:
-    if flavour not in PATHS:
-        raise ValueError(f"flavour must be one of {', '.join(FLAVOURS)}; got {flavour!r}")
-    return flavour  # type: ignore[return-value]
-
-
-# --------------------------------------------------------------------------------------------------
-# request bodies
-# --------------------------------------------------------------------------------------------------
-
-def build_body(
-    flavour: Flavour,
-    prompt: str | Sequence[int] | Sequence[Mapping[str, Any]],
-    max_tokens: int,
-    *,
-    temperature: float = 0.0,
-    min_tokens: int | None = None,
-    model: str | None = None,
-    extra: Mapping[str, Any] | None = None,
-    ignore_eos: bool = True,
-) -> dict[str, Any]:
-    """The JSON body of one streaming request, by default with fixed output length (``ignore_eos``).
-
-    ``prompt``: text, or a list of token IDs (``sglang`` → ``input_ids``; ``openai-completions`` →
-    ``prompt`` as a list), or for ``openai-chat`` text (sent as one user message) or a list of
-    message dicts. ``max_tokens``: output tokens to generate. ``min_tokens``: sent as
-    ``min_new_tokens`` / ``min_tokens`` when given. ``model``: the OpenAI ``model`` field (omitted
-    when None; servers then use their only model). ``extra``: more top-level keys, merged last.
-    ``ignore_eos``: False lets the model stop at its end of sequence (``max_tokens`` is then a
-    maximum: the sweep's ``output_length="natural"``).
-
-    ``stream`` is always top-level (SGLang rejects it inside ``sampling_params``); the OpenAI flavours
-    ask for ``stream_options: {include_usage, continuous_usage_stats}`` so every chunk carries the
-    cumulative token count.
-    """
-    _check_flavour(flavour)
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be an integer >= 1; got {max_tokens!r}")
-    if min_tokens is not None and (not isinstance(min_tokens, int) or not 0 <= min_tokens <= max_tokens):
-        raise ValueError(f"min_tokens must be an integer in [0, max_tokens={max_tokens}]; got {min_tokens!r}")
-    is_text = isinstance(prompt, str)
-    body: dict[str, Any]
-    if flavour == "sglang":
-        sp: dict[str, Any] = {"max_new_tokens": max_tokens, "ignore_eos": ignore_eos, "temperature": temperature}
-        if min_tokens is not None:
-            sp["min_new_tokens"] = min_tokens
-        if not is_text and not _is_token_ids(prompt):
-            raise ValueError("prompt for flavour 'sglang' must be text or a list of token IDs (ints)")
-        body = {("text" if is_text else "input_ids"): prompt if is_text else list(prompt),  # type: ignore[arg-type]
-                "sampling_params": sp, "stream": True}
-    else:
-        body = {}
-        if model is not None:
-            body["model"] = model
-        if flavour == "openai-completions":
-            if not is_text and not _is_token_ids(prompt):
-                raise ValueError("prompt for flavour 'openai-completions' must be text or a list of token IDs (ints)")
-            body["prompt"] = prompt if is_text else list(prompt)  # type: ignore[arg-type]
-            body["max_tokens"] = max_tokens
-        else:
-            if is_text:
-                body["messages"] = [{"role": "user", "content": prompt}]
-            elif prompt and all(isinstance(m, Mapping) for m in prompt):
-                body["messages"] = [dict(m) for m in prompt]  # type: ignore[arg-type]
-            else:
-                raise ValueError("prompt for flavour 'openai-chat' must be text or a list of message dicts "
-                                 "(chat endpoints take no token-ID prompts)")
-            body["max_tokens"] = max_tokens
-            body["max_completion_tokens"] = max_tokens
-        body["temperature"] = temperature
-        body["ignore_eos"] = ignore_eos
-        if min_tokens is not None:
-            body["min_tokens"] = min_tokens
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-    if extra:
-        body.update(extra)
-    return body
-
-
-def spec_request_options(server: str, flavour: Flavour) -> dict[str, Any]:
-    """Top-level body keys that ask ``server`` for per-request speculation figures, where it takes them.
-
-    SGLang's OpenAI routes send ``sglext.spec_tokens_details`` only when the body asks with
-    ``return_spec_tokens_details: true`` (0.5.23 ``entrypoints/openai/protocol.py``); SGLang's
-    OpenAI request models ignore unknown top-level keys, so an older SGLang is not disturbed.
-    Nothing elsewhere: SGLang's ``/generate`` always puts the figures in ``meta_info``, vLLM needs a
-    server flag (``--per-request-spec-decode-metrics``), not a request field, llama.cpp always sends
-    ``timings``, and a generic OpenAI-compatible server may reject a field it does not know.
-    """
-    if server == "sglang" and flavour in ("openai-completions", "openai-chat"):
-        return {"return_spec_tokens_details": True}
-    return {}
-
-
-def _is_token_ids(prompt: object) -> bool:
-    return isinstance(prompt, Sequence) and not isinstance(prompt, (str, bytes)) and all(
-        isinstance(t, int) and not isinstance(t, bool) for t in prompt)
 
 
 def encode_body(body: Mapping[str, Any] | bytes) -> bytes:
@@ -756,7 +645,7 @@ async def fetch(
     read: ReadPath = "raw",
 ) -> RequestRecord:
     """One request of ``flavour`` → its record (hot path plus parsing at the end)."""
-    raw = await stream_request(client, PATHS[_check_flavour(flavour)], encode_body(body),
+    raw = await stream_request(client, PATHS[check_flavour(flavour)], encode_body(body),
                                timeout_s=timeout_s, read=read)
     return parse_exchange(flavour, raw)
 
@@ -1344,7 +1233,7 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     (``token_accounting.drop_implausible``), the accounting (``token_accounting.account_tokens``),
     the text's digest and the request's error (:func:`_stream_end_error`).
     """
-    _check_flavour(flavour)
+    check_flavour(flavour)
     if raw.spilled:
         raise ValueError("parse_exchange: the exchange still has spilled reads; put them back first")
     rec = RequestRecord(t_sent=raw.t_sent, t_end=raw.t_end, http_status=raw.http_status)

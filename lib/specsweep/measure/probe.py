@@ -38,7 +38,8 @@ from typing import Any, Collection, Iterable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from specsweep.measure.client import FLAVOURS, Flavour, auth_headers
+from specsweep.measure.client import auth_headers
+from specsweep.servers.flavours import FLAVOURS, Flavour
 from specsweep.measure.tls import verify_for
 
 #: server_info keys kept in meta.json (the rest is trimmed: it can be large and is not needed)

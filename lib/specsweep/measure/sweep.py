@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from specsweep.results import provenance
-from specsweep.measure.client import spec_request_options
+from specsweep.servers.flavours import spec_request_options
 from specsweep.measure.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
 from specsweep.measure.cpushare import CpuShare, level_suffix
 from specsweep.measure.loadgen import LevelResult, LoadGenerator

@@ -9,7 +9,7 @@ a report starts.
 This launcher marks debugpy absent (``sys.modules["debugpy"] = None``, which makes ``import
 debugpy`` raise ImportError), so ipykernel starts as it does where debugpy is not installed (its
 documented fallback: no debugger, everything else the same), then does what ``ipykernel_launcher``
-does. :func:`specsweep.report.build.kernel_manager_class` starts kernels with it in place of
+does. :func:`specsweep.notebooks.kernel.kernel_manager_class` starts kernels with it in place of
 ``-m ipykernel_launcher``; ``SPECSWEEP_KERNEL_DEBUGGER=1`` keeps the stock launcher.
 
 It also runs the kernel's start-up (ipykernel, and what ``--IPKernelApp.exec_lines`` preloads:
@@ -49,6 +49,9 @@ def main() -> None:
         del sys.path[0]
     sys.modules.setdefault("debugpy", None)  # type: ignore[assignment]  # ImportError: no debugger
     gc.disable()  # start-up allocates and keeps: no collections until the first cell (module docstring)
+    from specsweep.runtime import configure_process
+
+    configure_process()  # every kernel specsweep starts: before the preload imports altair and pandas
     from ipykernel import kernelapp
 
     # kernelapp.launch_new_instance(), step by step: start-up (preload included), then the kernel runs

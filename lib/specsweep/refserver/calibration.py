@@ -14,7 +14,6 @@ requests, at least ``min_requests`` in all) and checks the issue's targets:
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -5,63 +5,57 @@
 no code cells, no CDN scripts (the Vega bundle that ships with vl-convert is inlined once), so
 the page opens with no network and its charts keep their tooltips.
 
-The package's modules, one job each:
-``paths``, ``display``, ``verdict``, ``warnings``, ``setup_info``, ``categories``, ``definitions``, ``reproduce``, ``build``.
-Everything is re-exported here, so notebooks keep calling ``report.<name>``; each name is imported
+The package's modules, one job each: ``build`` (run the notebook, export the page), ``display``,
+``charts`` and ``chartdata`` (rendering), the sections (``decision``, ``verdict``, ``warnings``,
+``setup_info``, ``categories``, ``definitions``, ``reproduce``, ``study_page``, ``whatif_section``),
+``consistency`` (claims checked before the page is written) and ``summary`` (the Markdown beside it).
+Their public names are re-exported here, so notebooks call ``report.<name>``; each name is imported
 on first use (PEP 562), so that ``python -m specsweep.report`` starts its report kernel before it
-loads pandas, altair and the notebook tools (start-up runs on both cores: ``build.EarlyKernel``).
+loads pandas, altair and the notebook tools (start-up runs on both cores: :class:`specsweep.notebooks.kernel.EarlyKernel`).
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from specsweep.paths import REPO_ROOT, REPORT_NOTEBOOK  # noqa: F401  (light: no pandas)
 
-#: the names this package re-exports lazily, by the module that defines them (``paths``, which
-#: imports nothing heavy, is imported above)
+#: the names this package re-exports lazily, by the module that defines them
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "specsweep.report.display": (
-        "RENDERER", "vega_bundle", "_CHART_SEQ", "_render", "enable_offline_charts", "setup_notebook",
-        "human_number", "table", "_fmt", "_band", "_pct_or_dash", "show",
+        "RENDERER", "vega_bundle", "enable_offline_charts", "setup_notebook", "human_number", "table",
+        "show",
     ),
     "specsweep.report.verdict": (
-        "key_numbers", "_crossover_line", "_curve_sentence", "SYNTHETIC_WORKLOADS", "workload_caveat",
-        "verdict_markdown", "shared_lines", "shared_markdown",
+        "key_numbers", "verdict_markdown", "shared_lines", "shared_markdown",
     ),
     "specsweep.report.warnings": (
-        "PageWarning", "collect_warnings", "warnings_markdown", "top_warnings", "shortest_wait",
+        "PageWarning", "SYNTHETIC_WORKLOADS", "collect_warnings", "warnings_markdown", "top_warnings",
+        "shortest_wait", "workload_caveat",
     ),
     "specsweep.report.setup_info": (
-        "_server_field", "_hardware", "_server_name", "_requests_per_level", "_workload_line", "_SECRET_FLAG",
-        "masked_argv", "server_command", "_prompt_cache_line", "setup_table", "manual_agreement_markdown",
-        "differences_markdown", "diagnostics_markdown",
+        "masked_argv", "server_command", "setup_table", "manual_agreement_markdown", "differences_markdown",
+        "diagnostics_markdown",
     ),
     "specsweep.report.categories": (
-        "_category_levels", "has_categories", "_repeat_interval", "MIN_CATEGORY_LEVELS", "CATEGORY_FIGURES",
-        "CategoryFit", "_category_column", "_enough_requests", "category_curves", "category_crossovers",
-        "category_deltas", "_interval_cell", "category_table", "_pays", "_quoted", "_quoted_pct",
-        "category_sentences", "_levels_text", "category_crossover_sentences", "category_crossover_table",
-        "category_markdown", "_lower_first", "category_intro_markdown", "category_crossover_markdown",
-        "category_levels_markdown",
+        "has_categories", "MIN_CATEGORY_LEVELS", "CATEGORY_FIGURES", "CategoryFit", "category_curves",
+        "category_crossovers", "category_deltas", "category_table", "category_sentences",
+        "category_crossover_sentences", "category_crossover_table", "category_markdown",
+        "category_intro_markdown", "category_crossover_markdown", "category_levels_markdown",
     ),
     "specsweep.report.definitions": (
-        "DATA_TABLE_POSITIONS", "_POSITION_COLUMN", "data_table", "GLOSSARY", "glossary_markdown",
-        "_metric_definition", "definitions_markdown",
+        "DATA_TABLE_POSITIONS", "data_table", "GLOSSARY", "glossary_markdown", "definitions_markdown",
     ),
     "specsweep.report.reproduce": (
-        "repo_relative", "_code_block", "report_command", "papermill_command", "shell_line", "_same_for_all",
-        "_workload_value", "sweep_parameters", "sweep_command", "_remeasure_lines", "reproduce_markdown",
+        "repo_relative", "report_command", "papermill_command", "shell_line", "sweep_parameters",
+        "sweep_command", "reproduce_markdown",
     ),
     "specsweep.report.build": (
-        "template_dir", "kernel_manager_class", "execute_notebook", "_H1", "page_title", "export_html",
-        "build_report", "_profiles_arg", "main",
+        "page_title", "export_html", "build_report", "main",
     ),
-    "specsweep.markup": ("markdown", "md_text"),  # report.md_text was public before the split
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-_SUBMODULES = ("paths", "display", "verdict", "warnings", "setup_info", "categories", "definitions", "reproduce",
-               "build", "decision", "summary")
+_SUBMODULES = ("display", "verdict", "warnings", "setup_info", "categories", "definitions", "reproduce",
+               "build", "decision", "summary", "charts", "chartdata", "consistency", "study_page", "whatif_section")
 
 
 def __getattr__(name: str) -> Any:
@@ -74,6 +68,9 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+__all__ = sorted(_WHERE)
 
 
 def __dir__() -> list[str]:

@@ -3,9 +3,10 @@ import logging
 import os
 import sys
 
-from specsweep.runtime import single_threaded_blas
+from specsweep.runtime import configure_process
 
-single_threaded_blas()  # before numpy is imported (see specsweep.runtime)
+# before numpy is imported; Arrow's pool is the kernel's business (this process only writes the page)
+configure_process(arrow=False, single_blas_thread=True)
 
 from specsweep.report.build import main  # noqa: E402
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from specsweep.analyze.compare import Comparison, DeltaCurve
 from specsweep.markup import md_text
-from specsweep.analyze.metrics import metric_info
+from specsweep.results.columns import metric_info
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 
 
@@ -105,7 +105,7 @@ def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
     """Per spec arm, prompt category and figure (``"aggregate"``, ``"user"``): the category's delta
     curve, fitted exactly as the whole-run verdict's (:func:`specsweep.analyze.compare.fit_metric`: the
     same model, noise sources and 95 % simultaneous band, ``comp.assumed_noise_pct`` where there
-    are no repeats) over the category's rows of :func:`specsweep.workloads.datasets.category_metrics`.
+    are no repeats) over the category's rows of :func:`specsweep.analyze.categories.category_metrics`.
 
     A category is fitted only on the levels shared with the baseline where every run has at least
     ``compare.MIN_REQUESTS`` measured requests of it on both arms, and only when there are at least
@@ -114,7 +114,8 @@ def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
     category keeps the 5 % error budget. Keys: (arm, category, figure). Empty without categories.
     """
     from specsweep.analyze.compare import fit_metric, measured_requests
-    from specsweep.workloads.datasets import category_metrics, with_category
+    from specsweep.analyze.categories import category_metrics
+    from specsweep.workloads.datasets import with_category
 
     if not has_categories(sets):
         return {}
@@ -209,7 +210,7 @@ def category_deltas(comp: Comparison, sets: Sequence[Any],
     """Per spec arm, shown level (:func:`_category_levels`) and prompt category: the category's
     acceptance length on the arm, and its per-user speed and aggregate share on both arms with Δ%.
 
-    Every figure is :func:`specsweep.workloads.datasets.category_metrics` over the arm's measured requests,
+    Every figure is :func:`specsweep.analyze.categories.category_metrics` over the arm's measured requests,
     averaged over repeats; Δ% = (arm / baseline − 1) × 100 as for whole levels. The aggregate share
     is the category's output tokens ÷ its own window inside the level (tok/s): a share of the
     level's throughput, not what the category would get on its own.
@@ -221,7 +222,7 @@ def category_deltas(comp: Comparison, sets: Sequence[Any],
     (``"none"``, NaN: one run and too few levels for a curve). ``curves``: :func:`category_curves`
     already computed for these sets. Empty when the requests carry one category or none.
     """
-    from specsweep.workloads.datasets import category_metrics
+    from specsweep.analyze.categories import category_metrics
 
     columns = ["arm", "concurrency", "category", "category_share", "accept_length", "accept_length_baseline",
                "n_repeats"]

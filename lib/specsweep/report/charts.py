@@ -23,7 +23,8 @@ points, so arms with equal figures stay visible side by side (tooltips give exac
 The usual Altair restyling works too: ``.properties(width=..., height=...)`` on one-panel charts,
 ``.configure_range(category=[...])`` (the baseline takes the first colour, then the other arms in
 order) unless ``colours`` was given, and any ``.configure_*`` (the default palette comes from
-the ``specsweep`` Altair theme, enabled on import unless another theme is already active).
+the ``specsweep`` Altair theme, which :func:`use_chart_defaults` enables unless another theme is
+already active).
 
 Each chart is built with Altair's per-object validation off (:func:`validated_once`); the whole
 chart is validated against the Vega-Lite schema when it is shown or saved, as every chart is.
@@ -45,7 +46,7 @@ import pandas as pd
 
 from specsweep.report import chartdata
 from specsweep.analyze.compare import Comparison, pareto_frontier
-from specsweep.analyze.metrics import metric_info
+from specsweep.results.columns import metric_info
 
 #: one-panel charts fill a 1400 px page; two side-by-side panels are PANEL_WIDTH each
 WIDTH, HEIGHT = 860, 300
@@ -61,9 +62,14 @@ def specsweep_theme() -> alt.theme.ThemeConfig:
     return alt.theme.ThemeConfig({"config": {"range": {"category": [BASELINE_COLOUR, *ARM_COLOURS]}}})
 
 
-if alt.theme.active == "default":  # never override a theme the analyst chose
-    alt.theme.enable(THEME)
-chartdata.enable()  # likewise: only where Altair's default data transformer is the active one
+def use_chart_defaults() -> None:
+    """Turn on specsweep's chart defaults where Altair's own are active: the ``specsweep`` theme (the
+    arm palette) and the :mod:`~specsweep.report.chartdata` transformer. A theme or transformer the
+    analyst chose stays. :func:`specsweep.report.display.setup_notebook` calls it; importing this
+    module changes nothing."""
+    if alt.theme.active == "default":
+        alt.theme.enable(THEME)
+    chartdata.enable()
 
 
 #: the stroke dash of each arm's lines, in the order of the colour domain (baseline first: solid)

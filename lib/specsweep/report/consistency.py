@@ -201,7 +201,7 @@ def advice_error(server: str, argv: Sequence[str], profile: str | None = None) -
     if not argv:
         return None
     if server == "refserver":
-        from specsweep.refserver.__main__ import build_parser
+        from specsweep.refserver.cli import build_parser
         from specsweep.refserver.profiles import ProfileError, available_profiles, load_profile
 
         parser = build_parser()

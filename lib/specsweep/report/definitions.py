@@ -5,7 +5,7 @@ import re
 import pandas as pd
 from specsweep.analyze.compare import DERIVED, METHOD, Comparison, info
 from specsweep.markup import md_text
-from specsweep.analyze.metrics import METRICS
+from specsweep.results.columns import METRICS
 
 
 #: per-draft-position columns shown in the full-data table (the rest stay in levels.parquet)

@@ -53,9 +53,12 @@ def enable_offline_charts() -> None:
 
 
 def setup_notebook() -> None:
-    """Notebook defaults for reports: offline charts, readable tables, no row limit for charts."""
+    """Notebook defaults for reports: specsweep's chart theme, offline charts, readable tables, no
+    row limit for charts."""
     from specsweep.report import chartdata
+    from specsweep.report.charts import use_chart_defaults
 
+    use_chart_defaults()
     enable_offline_charts()
     chartdata.disable_max_rows()
     pd.set_option("display.max_columns", 60)

@@ -7,7 +7,7 @@ from specsweep.analyze.compare import Comparison
 from specsweep.markup import md_text
 from specsweep.decide import Recommendation, aggregate_quote
 from specsweep.report.display import _band, _fmt, _pct_or_dash
-from specsweep.report.warnings import top_warnings  # noqa: F401  (moved to report.warnings; kept importable here)
+from specsweep.report.warnings import top_warnings, workload_caveat
 
 
 def key_numbers(comp: Comparison) -> pd.DataFrame:
@@ -77,22 +77,6 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
 
 #: workload kinds whose content is synthetic: a drafter's acceptance on them says little about real traffic
 #: (``fixed-ids``: published reference data measured with fixed token IDs)
-SYNTHETIC_WORKLOADS: tuple[str, ...] = ("random-ids", "random-text", "fixed-ids")
-
-
-def workload_caveat(comp: Comparison) -> str | None:
-    """A caveat when any arm's workload is synthetic (:data:`SYNTHETIC_WORKLOADS`: random token IDs,
-    random text, fixed token IDs), else None: speculation's gain follows acceptance, and acceptance
-    on synthetic content is not that of real traffic."""
-    kinds = sorted({str((m.get("workload") or {}).get("kind")) for m in comp.metas.values()}
-                   & set(SYNTHETIC_WORKLOADS))
-    if not kinds:
-        return None
-    return (f"⚠ The workload is {' and '.join(kinds)}: synthetic content, on which a drafter's acceptance (and so "
-            "speculation's gain) is not representative of real traffic. These numbers bound capacity; measure a "
-            "prompt set like your traffic (e.g. `workload=builtin`, or your own file) before deciding.")
-
-
 def verdict_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
     """The report's opening: top warnings, one line per profile, then each arm's aggregate curve in a sentence."""
     lines = ["## Verdict", ""]

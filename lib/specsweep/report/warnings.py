@@ -253,6 +253,22 @@ def _recorded(comp: Comparison, min_effect: float) -> list[PageWarning]:
     return out
 
 
+SYNTHETIC_WORKLOADS: tuple[str, ...] = ("random-ids", "random-text", "fixed-ids")
+
+
+def workload_caveat(comp: Comparison) -> str | None:
+    """A caveat when any arm's workload is synthetic (:data:`SYNTHETIC_WORKLOADS`: random token IDs,
+    random text, fixed token IDs), else None: speculation's gain follows acceptance, and acceptance
+    on synthetic content is not that of real traffic."""
+    kinds = sorted({str((m.get("workload") or {}).get("kind")) for m in comp.metas.values()}
+                   & set(SYNTHETIC_WORKLOADS))
+    if not kinds:
+        return None
+    return (f"⚠ The workload is {' and '.join(kinds)}: synthetic content, on which a drafter's acceptance (and so "
+            "speculation's gain) is not representative of real traffic. These numbers bound capacity; measure a "
+            "prompt set like your traffic (e.g. `workload=builtin`, or your own file) before deciding.")
+
+
 def collect_warnings(comp: Comparison, recs: Sequence[Any] | None = None,
                      include_workload_caveat: bool = True) -> list[PageWarning]:
     """Every warning of the page, ranked (see the module docstring). ``recs``: the page's recommendations
@@ -289,8 +305,6 @@ def collect_warnings(comp: Comparison, recs: Sequence[Any] | None = None,
             "Not assessed against the verdict: both arms lose the same share where it is alike; compare the "
             "arms' shares in the full data before trusting a small difference.", "client-cpu", assessed=False))
     if include_workload_caveat:
-        from specsweep.report.verdict import workload_caveat
-
         caveat = workload_caveat(comp)
         if caveat:
             out.append(PageWarning("low", caveat.removeprefix("⚠ "), False,

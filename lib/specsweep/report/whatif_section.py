@@ -25,7 +25,8 @@ from specsweep.analyze.whatif.experiment import CAP_CANDIDATES, least_certain
 from specsweep.analyze.whatif.decompose import FACTORS, decompose, decomposition_sentence
 from specsweep.analyze.whatif.model import ArmModel
 from specsweep.analyze.whatif.observe import WhatIfError
-from specsweep.analyze.whatif.predict import CONTEXT_ASSUMPTION, FOOTPRINT_ASSUMPTION, model_for, predict
+from specsweep.analyze.whatif.predict import predict
+from specsweep.analyze.whatif.setting import CONTEXT_ASSUMPTION, FOOTPRINT_ASSUMPTION, model_for
 from specsweep.analyze.whatif.validate import cross_arm, comparable_pairs, loo, loo_summary
 
 __all__ = ["Section", "build", "chart", "markdown", "next_experiment"]

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: the environment variable holding the API key (read by ``specsweep.measure.client`` too)
 API_KEY_ENV = "SPECSWEEP_API_KEY"
@@ -66,15 +66,6 @@ def redact_text(text: str, values: list[str] | None = None) -> str:
     return text
 
 
-def kernel_manager_with_secrets(base: type, values: Sequence[str]) -> type:
-    """A subclass of the (async) Jupyter kernel manager ``base`` whose kernels get ``values`` in
-    :data:`REDACT_ENV` (JSON), so the sweep they run masks them in every file it writes."""
-    from specsweep.report.build import kernel_manager_with_env
-
-    extra = {REDACT_ENV: json.dumps(list(values))}
-    return kernel_manager_with_env(base, lambda env: env.update(extra), f"{base.__name__}WithSecrets")
-
-
 def redact(obj: Any, values: list[str] | None = None) -> Any:
     """A copy of ``obj`` (str, or dicts/lists/tuples of them) with every secret string value masked.
 
@@ -99,6 +90,8 @@ def redact_frame(frame: pd.DataFrame) -> pd.DataFrame:
     values = secrets()
     if not values or frame.empty:
         return frame
+    import pandas as pd  # deferred: the kernel factory imports this module before pandas is needed
+
     out = frame
     for col in frame.columns:
         series = frame[col]

@@ -42,24 +42,6 @@ from specsweep.results.study_record import study_arm_order
 SCHEMA_VERSION = 1
 
 
-def use_system_allocator() -> bool:
-    """Make the C library's malloc Arrow's default memory pool, unless ``ARROW_DEFAULT_MEMORY_POOL``
-    chose one; True when it did.
-
-    Arrow holds more than Parquet files here: pandas 3 keeps string columns in Arrow buffers, so a
-    level's request frame (tens of MB of text and digests for 10,000 requests) lives in Arrow's
-    pool. pyarrow's default pool (mimalloc) kept 40–70 MB more resident through a level's summary
-    and store than malloc does, whose free memory specsweep hands back after each level (see
-    ``loadgen``); ``bench/level_memory.py`` measures it. Called when this module is imported.
-    """
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        return False
-    pa.set_memory_pool(pa.system_memory_pool())
-    return True
-
-
-use_system_allocator()
-
 #: per-level columns every result set must have
 LEVEL_REQUIRED: dict[str, str] = {
     "run_id": "string",
@@ -303,13 +285,13 @@ def validate_values(levels: pd.DataFrame, requests: pd.DataFrame | None
                     ) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
     """Drop level and request rows whose values no measurement can have; notes say what went.
 
-    Level metrics (every column ``metrics.METRICS`` names, and every other numeric ``*_s`` or
+    Level metrics (every column ``columns.METRICS`` names, and every other numeric ``*_s`` or
     ``n_*`` column) must be finite, >= 0 and at most :data:`MAX_METRIC`, and ``output_tok_s``
     present (not NaN); other NaN metrics mean "not measured" and stay. Requests: ``ttft_s`` and
     ``e2e_s`` must not be negative or infinite, ``output_tokens`` not negative, infinite or absurd.
     Requests of a dropped level go with it.
     """
-    from specsweep.analyze.metrics import METRICS
+    from specsweep.results.columns import METRICS
 
     names = list(dict.fromkeys([*METRICS, *(c for c in levels.columns if isinstance(c, str)
                                             and (c.endswith("_s") or c.startswith("n_")))]))

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import sys
 
-from specsweep.study.runner import main
+from specsweep.runtime import configure_process
+
+configure_process()
+
+from specsweep.study.runner import main  # noqa: E402
 
 sys.exit(main())

@@ -32,10 +32,9 @@ import psutil
 
 from specsweep.results import provenance
 from specsweep.study import guard as serverguard
-from specsweep.results.redact import kernel_manager_with_secrets
-from specsweep.paths import REPO_ROOT, SWEEP_NOTEBOOK
-from specsweep.report import kernel_manager_class
-from specsweep.report.build import SWEEP_PRELOAD, preload_arguments
+from specsweep.paths import SWEEP_NOTEBOOK
+from specsweep.notebooks.execute import execute_notebook
+from specsweep.notebooks.kernel import SWEEP_PRELOAD
 from specsweep.study.file import SECRET_NAME, Arm, Study, endpoint_of, free_port, secret_argv_values
 from specsweep.measure.tls import verify_for
 
@@ -512,11 +511,8 @@ def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int
             params["endpoint"] = arm.endpoint
         _papermill_logging()
         try:
-            pm.execute_notebook(str(notebook), str(executed), parameters=params, cwd=os.getcwd(),
-                                kernel_name="python3", progress_bar=False, log_output=True,
-                                kernel_manager_class=kernel_manager_with_secrets(kernel_manager_class(),
-                                                                                 redact.secrets),
-                                extra_arguments=preload_arguments(SWEEP_PRELOAD))
+            execute_notebook(notebook, executed, params, cwd=os.getcwd(), log_output=True, save_each_cell=True,
+                             preload=SWEEP_PRELOAD, secrets=redact.secrets)
         except pm.PapermillExecutionError as exc:
             died = server is not None and not server.alive()
             why = (f"the server died mid-arm (status {server.process.returncode if server and server.process else '?'})"

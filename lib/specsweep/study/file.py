@@ -659,7 +659,7 @@ def embedded_problem(embedded: EmbeddedSpec, arm: str) -> str | None:
     import contextlib
     import io
 
-    from specsweep.refserver.__main__ import main as refserver_main
+    from specsweep.refserver.cli import main as refserver_main
 
     spec = embedded.spec if embedded.spec != "auto" else ("off" if arm == "baseline" else "mtp")
     argv = ["--profile", embedded.profile, "--spec", spec, *embedded.args, "--describe"]

@@ -411,7 +411,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0 if result.ok or args.dry_run else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -63,7 +63,6 @@ __all__ = [
     "builtin_prompts",
     "builtin_path",
     "category_of",
-    "category_metrics",
     "detect_format",
     "estimate_tokens",
     "load",
@@ -618,54 +617,3 @@ def with_category(requests: pd.DataFrame, records: Sequence[PromptRecord] | None
         out["category"] = ALL
     out["category"] = out["category"].astype("string").fillna(ALL)
     return out
-
-
-#: level metrics that need all C slots of the level; undefined for a category that is not all of it
-_WHOLE_LEVEL_ONLY = ("steady_window_s", "steady_output_tok_s")
-
-
-def category_metrics(requests: pd.DataFrame) -> pd.DataFrame:
-    """Per-(run, arm, concurrency, repeat, category) metrics: the level metrics of
-    :func:`specsweep.analyze.metrics.level_metrics` over each category's measured requests.
-
-    Same definitions as the level's, applied to the category's rows (warm-up excluded), so
-    per-request figures (TTFT, TPOT, per-user tok/s, e2e percentiles) mean what they mean per
-    level. Window-based figures (``output_tok_s``, ``request_per_s``, ``effective_concurrency``)
-    use the category's own window [its first send, its last finish]: in a mixed workload the
-    categories interleave, so that is close to the level's window and the figure is the
-    category's share. ``steady_*`` needs all C slots and is NaN unless the category is the whole
-    level. ``spec_accept_length`` is the sweep's per-request acceptance over the category's
-    requests (``metrics.acceptance_from_requests``), NaN unless each of them carries the server's figures.
-    ``category_share``: the category's fraction of the level's measured requests.
-    """
-    from specsweep.analyze.metrics import level_metrics  # noqa: PLC0415 (keeps this module light to import)
-
-    frame = with_category(requests)
-    if "warmup" in frame.columns:
-        frame = frame[~frame["warmup"].astype(bool)]
-    keys = [k for k in ("run_id", "arm", "concurrency", "repeat") if k in frame.columns]
-    if "concurrency" not in keys:
-        raise ValueError("category_metrics: the requests frame needs a 'concurrency' column")
-    rows: list[dict[str, Any]] = []
-    for level_key, level in frame.groupby(keys, sort=True, dropna=False):
-        level_key = level_key if isinstance(level_key, tuple) else (level_key,)
-        base = dict(zip(keys, level_key))
-        for cat, part in level.groupby("category", sort=True):
-            m = level_metrics(part.reset_index(drop=True), int(base["concurrency"]))
-            if len(part) != len(level):
-                for col in _WHOLE_LEVEL_ONLY:
-                    m[col] = math.nan
-            m["spec_accept_length"] = _accept_length(part)
-            m["category_share"] = len(part) / len(level)
-            rows.append({**base, "category": str(cat), **m})
-    return pd.DataFrame(rows)
-
-
-def _accept_length(part: pd.DataFrame) -> float:
-    """The sweep's per-level acceptance from per-request figures
-    (``metrics.acceptance_from_requests``), applied to one category's rows; NaN unless every
-    successful row carries them (counter deltas cannot be split by category)."""
-    from specsweep.analyze.metrics import acceptance_from_requests  # noqa: PLC0415
-
-    acc = acceptance_from_requests(part)
-    return acc.accept_length if acc is not None else math.nan

@@ -3,7 +3,7 @@
 Every arm of a study must see the same prompts in the same order, so prompt ``i`` depends only
 on (workload, i): random IDs come from ``numpy.random.default_rng([seed, i])``; a prompt file is
 read in a seeded shuffled order per pass through it (see below). Output length is fixed: every request asks for ``output_tokens``
-with ``ignore_eos`` (``client.build_body``), so arms do the same amount of work.
+with ``ignore_eos`` (``servers.flavours.build_body``), so arms do the same amount of work.
 
 Chat endpoints take no token IDs: with ``random-ids`` the ``openai-chat`` flavour sends the same
 IDs rendered as text (one word per ID from a fixed word list), so the prompt length in tokens is
@@ -55,7 +55,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from specsweep.measure.client import Flavour, build_body
+from specsweep.servers.flavours import Flavour, build_body
 
 RANDOM_IDS = "random-ids"
 RANDOM_TEXT = "random-text"
@@ -189,7 +189,7 @@ class Workload:
         under ``output_length="natural"`` no ``ignore_eos`` (``output_tokens`` is the maximum).
 
         ``output_tokens`` overrides the workload's length (warm-up and preflight requests).
-        ``extra``: more top-level keys (``client.build_body``), e.g. ``client.spec_request_options``.
+        ``extra``: more top-level keys (``servers.flavours.build_body``), e.g. ``servers.flavours.spec_request_options``.
         """
         return [build_body(flavour, self.prompt(i, flavour), output_tokens or self.max_tokens(i),
                            temperature=temperature, model=model, ignore_eos=self.ignore_eos, extra=extra)

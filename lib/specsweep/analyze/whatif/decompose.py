@@ -27,7 +27,7 @@ from specsweep.results.store import ResultSet
 
 from specsweep.analyze.whatif.model import ArmModel
 from specsweep.analyze.whatif.observe import _num, server_setting
-from specsweep.analyze.whatif.predict import model_for
+from specsweep.analyze.whatif.setting import model_for
 
 __all__ = ["FACTORS", "decompose", "decomposition_sentence"]
 

@@ -8,7 +8,8 @@ import numpy as np
 
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.whatif.model import ArmModel
-from specsweep.analyze.whatif.predict import model_for, predict
+from specsweep.analyze.whatif.predict import predict
+from specsweep.analyze.whatif.setting import model_for
 from specsweep.results.store import ResultSet
 
 __all__ = ["CAP_CANDIDATES", "least_certain"]

@@ -24,7 +24,7 @@ from specsweep.results.store import ResultSet
 
 from specsweep.analyze.whatif.model import ArmModel, fit
 from specsweep.analyze.whatif.observe import ArmData, server_setting
-from specsweep.analyze.whatif.predict import FIGURES, Setting, model_for, predict_model
+from specsweep.analyze.whatif.setting import FIGURES, Setting, model_for, predict_model
 
 __all__ = ["loo", "loo_rms", "loo_summary", "cross_arm", "comparable_pairs", "validate"]
 

@@ -50,7 +50,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specsweep.measure.client import PATHS, Flavour, ReadPath, TransportKind, encode_body
+from specsweep.measure.client import ReadPath, TransportKind, encode_body
+from specsweep.servers.flavours import PATHS, Flavour
 from specsweep.measure.loadgen.engine import _Config, _EngineOut, _engine, _parse_all, _release_free_memory
 from specsweep.measure.loadgen.inprocess import InProcessRunner
 from specsweep.measure.loadgen.level import LevelResult, ProgressFn, split_concurrency

@@ -1,0 +1,169 @@
+"""One setting's figures from an arm's fitted model, as bootstrap replicates (no band yet).
+
+:func:`predict_model` is what both :func:`~specsweep.analyze.whatif.predict.predict` (which widens
+the band by the validation error) and :mod:`~specsweep.analyze.whatif.validate` (which measures
+that error) evaluate.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from specsweep.analyze.compare import Comparison
+from specsweep.analyze.whatif.model import ArmModel, fit, stall_mix
+from specsweep.analyze.whatif.observe import observe
+from specsweep.results.store import ResultSet
+
+__all__ = ["CONTEXT_ASSUMPTION", "FIGURES", "FOOTPRINT_ASSUMPTION", "Setting", "model_for", "predict_model",
+           "with_setting"]
+
+#: predicted figures: column name -> what it is (units in the name)
+FIGURES: dict[str, str] = {
+    "aggregate_tok_s": "aggregate output tok/s",
+    "user_tok_s": "per-user decode speed, tok/s (mean 1/TPOT; level-only data: per-request tok/s)",
+    "ttft_p50_s": "time to first token, p50, s",
+    "e2e_p50_s": "end-to-end latency, p50, s (level-only data: Little's-law mean)",
+}
+FOOTPRINT_ASSUMPTION = ("a request holds its prompt + output tokens of the KV pool while it runs, so the pool holds "
+                        "pool tokens ÷ (prompt + output) requests, scaled from what the arm's saturated levels showed")
+CONTEXT_ASSUMPTION = ("another output length keeps the measured step time: the cost of reading KV context cannot be "
+                      "separated from the per-request cost with one workload (shorter outputs: an upper bound)")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration to predict (None: as measured)."""
+
+    concurrency: float
+    max_running_requests: int | None = None
+    pool_tokens: int | None = None
+    accept_length: float | None = None
+    output_tokens: float | None = None
+
+
+def model_for(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None, *, n_boot: int = 200,
+              seed: int = 0) -> ArmModel:
+    """Observe and fit one arm."""
+    return fit(observe(comp, arm, sets, n_boot=n_boot, seed=seed))
+
+
+def _pool_limit(m: ArmModel, pool: int | None, out_tok: float) -> tuple[float, str | None]:
+    """Requests the pool holds under ``pool`` tokens and ``out_tok`` outputs (inf: no limit known)."""
+    d = m.data
+    foot_now = d.prompt_tokens + d.output_tokens
+    foot_new = d.prompt_tokens + out_tok
+    if m.pool_limit is not None:
+        # footprint consistent with the observed limit: P + O when floor(pool / (P + O)) matches it
+        if d.pool_tokens and math.floor(d.pool_tokens / foot_now) == round(m.pool_limit):
+            per_req = foot_now
+        elif d.pool_tokens:
+            per_req = d.pool_tokens / (m.pool_limit + 0.5)
+        else:
+            per_req = None
+        if per_req is None:
+            if pool is not None:
+                return math.nan, "pool_tokens: this arm's meta.json gives no pool size to scale from"
+            return m.pool_limit * foot_now / foot_new, None
+        size = pool if pool is not None else d.pool_tokens
+        return math.floor(size / (per_req * foot_new / foot_now)), None
+    size = pool if pool is not None else d.pool_tokens
+    if size:
+        return math.floor(size / foot_new), None
+    return math.inf, None
+
+
+def predict_model(m: ArmModel, s: Setting) -> tuple[dict[str, np.ndarray] | None, dict[str, Any]]:
+    """Replicates of every figure for one setting, or None with ``info['why']`` (refused)."""
+    d = m.data
+    info: dict[str, Any] = {"concurrency": s.concurrency}
+    out_tok = float(s.output_tokens if s.output_tokens is not None else d.output_tokens)
+    accept_given = s.accept_length is not None
+    accept = float(s.accept_length) if accept_given else m.accept_length
+    cap = s.max_running_requests if s.max_running_requests is not None else d.cap
+    info.update(max_running_requests=cap, accept_length=accept, output_tokens=out_tok,
+                pool_tokens=s.pool_tokens if s.pool_tokens is not None else d.pool_tokens)
+
+    def refuse(why: str) -> tuple[None, dict[str, Any]]:
+        info["why"] = why
+        return None, info
+
+    if not s.concurrency >= 1:
+        return refuse(f"concurrency={s.concurrency}: must be ≥ 1")
+    if s.accept_length is not None:
+        if not d.speculative:
+            return refuse(f"accept_length={accept:g}: arm '{d.arm}' does not speculate (one token per step)")
+        if not d.accept_measured:
+            return refuse(f"accept_length={accept:g}: arm '{d.arm}' has no measured accept length at every level "
+                          "to scale from")
+        top = d.draft_tokens or math.inf
+        if not 1.0 <= accept <= top:
+            return refuse(f"accept_length={accept:g}: must lie in [1, {top:g}] (tokens verified per step)")
+    if s.output_tokens is not None:
+        if out_tok > d.output_tokens + 1e-9:
+            return refuse(f"output_tokens={out_tok:g}: longer than the {d.output_tokens:g} measured, so requests "
+                          "would hold contexts this arm never ran")
+        if out_tok < 2:
+            return refuse(f"output_tokens={out_tok:g}: must be ≥ 2")
+    limit, why = _pool_limit(m, s.pool_tokens, out_tok)
+    if why:
+        return refuse(why)
+    bounds = [(m.running_at(float(s.concurrency)), "offered concurrency"), (float(cap) if cap else math.inf, "max_running_requests"),
+              (float(limit), "KV pool")]
+    n, binds = min(bounds, key=lambda b: b[0])
+    if n < 1:
+        return refuse(f"the KV pool of {info['pool_tokens']} tokens cannot hold one request of "
+                      f"{d.prompt_tokens + out_tok:g} tokens")
+    info.update(running_requests=n, limited_by=binds)
+    lo, hi = m.n_range
+    if n < lo - 1e-6 or n > hi + 1e-6:
+        return refuse(f"{n:g} running requests ({binds}) is outside the batch sizes arm '{d.arm}' ran "
+                      f"({lo:g}–{hi:g}): extrapolation")
+    same = np.flatnonzero(np.isclose(d.concurrency, s.concurrency) & (np.abs(d.admitted - n) < 0.5))
+    if len(same) and not accept_given and s.output_tokens is None:
+        # the arm measured this very state (concurrency and running requests): its outcome is the measurement
+        i = int(same[0])
+        r = d.replicates
+        info["accept_length"] = float(d.accept_length[i])
+        return {"aggregate_tok_s": r["output_tok_s"][:, i], "user_tok_s": r["user_tok_s"][:, i],
+                "ttft_p50_s": r["ttft_p50_s"][:, i],
+                "e2e_p50_s": r["e2e_mean_s" if d.level_only else "e2e_p50_s"][:, i]}, info
+    tpot0 = m.at("tpot_s", n)
+    ttft0 = m.at("ttft0_mean_s", n)
+    kappa = m.at("kappa", n)
+    jensen = m.at("jensen", n)
+    acc0 = m.at("accept", n)
+    if not accept_given:  # the accept length the arm showed at this batch size
+        accept = acc0
+        info["accept_length"] = float(acc0[0])
+    phi = m.at("prefill_share", n)
+    drain = min(1.0, n / m.requests_at(s.concurrency)) if not d.level_only else 0.0
+    norm = m.at("tpot_norm_s", n)
+    tpot_user = norm * stall_mix(drain, phi)  # per-user: the level's share of uninterrupted requests
+    ratio = np.ones_like(tpot0)
+    if accept_given or s.output_tokens is not None:
+        # the step is unchanged; the tokens it yields (L) and the share of time on prompts (φ) move
+        pf = m.prefill_s
+        tpot = tpot_user
+        for _ in range(60):  # fixed point of φ = λ t_pf, λ = n / (TTFT₀ + (O − 1) tpot)
+            lam = n / (ttft0 + (out_tok - 1) * tpot0 * tpot / tpot_user)
+            tpot = norm * acc0 / accept * stall_mix(drain, np.clip(lam * pf, 0.0, 0.95))
+        ratio = tpot / tpot_user
+    e2e0 = ttft0 + (out_tok - 1) * tpot0 * ratio
+    lam = n / e2e0
+    wait = e2e0 * (s.concurrency - n) / n
+    tpot_user = tpot_user * ratio
+    res = {
+        "aggregate_tok_s": kappa * lam * out_tok,
+        "user_tok_s": jensen / tpot_user,
+        "ttft_p50_s": m.at("ttft0_p50_s", n) + wait,
+        "e2e_p50_s": (e2e0 + wait) * m.at("e2e_skew_s", n) if not d.level_only else e2e0 + wait,
+    }
+    return res, info
+
+
+def with_setting(s: Setting, **change: Any) -> Setting:
+    """A copy of ``s`` with fields changed."""
+    return replace(s, **change)
