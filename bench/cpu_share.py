@@ -103,13 +103,13 @@ def floor_run(tmp: Path) -> list[dict[str, Any]]:
     first), the same meter (:class:`specsweep.measure.cpushare.CpuShare`); rows as :func:`figures`."""
     import orjson
 
-    from specsweep.servers.flavours import PATHS
     from specsweep.measure.config import WARMUP_OUTPUT_TOKENS, parse_config
     from specsweep.measure.cpushare import CpuShare
     from specsweep.measure.probe import erase_llamacpp_slots, probe
+    from specsweep.measure.sweep import WARMUP_INDEX_BASE, _prompt_offsets, choose_chat, prompt_cache_plan
+    from specsweep.servers.flavours import PATHS
     from specsweep.study.arm import Redactor, ServerProcess
     from specsweep.study.file import load_study
-    from specsweep.measure.sweep import WARMUP_INDEX_BASE, _prompt_offsets, choose_chat, prompt_cache_plan
     from specsweep.workloads.prompts import make_workload, warmup_workload
 
     # the arm's argv starts `python`: this interpreter's, as run_baseline's study does

@@ -33,9 +33,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Iterator
+from typing import Any
 
 try:
     import orjson
@@ -177,7 +178,7 @@ class Stream:
     __slots__ = ("conn", "srv", "frames", "tail", "i", "rid", "times", "itl", "t0", "fault", "fault_at",
                  "stall_s", "loop", "done")
 
-    def __init__(self, conn: "Conn", srv: Server, frames: list[tuple[bytes, int]], tail: list[bytes],
+    def __init__(self, conn: Conn, srv: Server, frames: list[tuple[bytes, int]], tail: list[bytes],
                  rid: str, itl: float, ttft: float, fault: str | None, fault_at: int, stall_s: float) -> None:
         self.conn, self.srv, self.frames, self.tail, self.rid = conn, srv, frames, tail, rid
         self.i = 0

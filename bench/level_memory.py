@@ -71,11 +71,11 @@ def _held_bytes(arr: Any) -> int:
 
 def client(url: str, n: int, tokens: int, conc: int, mode: str) -> dict[str, Any]:
     """Run one level in this process, then summarise and store it as a sweep does; its figures."""
-    from specsweep.servers.flavours import build_body
     from specsweep.measure.config import SweepConfig
     from specsweep.measure.loadgen import run_level
-    from specsweep.results.store import append_level
     from specsweep.measure.sweep import summarise_level
+    from specsweep.results.store import append_level
+    from specsweep.servers.flavours import build_body
 
     bodies = [build_body("openai-completions", [1, 2, 3, 4], tokens, extra={"rid": i}) for i in range(n)]
     base = _status_mib("VmRSS")

@@ -30,8 +30,8 @@ import yaml
 from specsweep.refserver.model import simulate_closed_loop
 from specsweep.refserver.profiles import load_profile
 from specsweep.results.store import load_result_set
-from specsweep.study.runner import run_study
 from specsweep.study.file import load_study
+from specsweep.study.runner import run_study
 
 PROFILE = "qwen3.5-122b-a10b-4x-rtxpro6000"
 ASSUMED_NOISE_PCT = 3.0

@@ -55,6 +55,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from client_overhead import busy_cpu_s  # noqa: E402 - a sibling script, found through HERE
+
 REPO = HERE.parent
 SPECSWEEP = "ss:aiohttp:raw:uvloop:w1"
 REFERENCE = "ref-aiohttp-any"
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
 
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = os.getloadavg()[0]
     print(f"# bench/run_all.py {stamp}; {os.cpu_count()} CPUs ({platform.machine()}), Python "
           f"{platform.python_version()}; load average {load:.2f} at start; server core {args.server_core}, "

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from specsweep.analyze.compare import compare
+from specsweep.measure.sweep import run_sweep
 from specsweep.paths import REPO_ROOT
 from specsweep.results.store import load_result_set, load_result_sets
-from specsweep.measure.sweep import run_sweep
 
 SEED = REPO_ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b"
 

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsweep.analyze import whatif
 from specsweep.analyze.compare import compare
 from specsweep.results.store import ResultSet, load_result_set, load_result_sets
-from specsweep.analyze import whatif
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = [ROOT / "data" / "runs" / "studies" / "demo", ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b"]
@@ -50,8 +50,8 @@ TRUTHS: dict[str, tuple[list[str], list[int], dict[str, Any]]] = {
 
 def sweep(out: Path, name: str, args: list[str], levels: list[int]) -> ResultSet:
     """One real sweep of the slowed ``tiny`` profile with speculation over 127.0.0.1."""
-    from specsweep.refserver.launch import RefServer
     from specsweep.measure.sweep import run_sweep
+    from specsweep.refserver.launch import RefServer
 
     with RefServer("tiny", "mtp", ["--health-delay-s", "0.2", *SLOW, *args]) as srv:
         res = run_sweep({"endpoint": srv.url, "concurrency": levels, "input_tokens": PROMPT, "output_tokens": OUTPUT,

@@ -140,3 +140,29 @@ def chart_defaults() -> None:
     from specsweep.report.charts import use_chart_defaults
 
     use_chart_defaults()
+
+
+#: set by ``make test-fast``: a test of the quick tier that starts a process or opens a socket fails there
+FAST_TIER_ENV = "SPECSWEEP_FAST_TIER"
+
+
+class FastTierViolation(RuntimeError):
+    """A test marked ``fast`` started a subprocess or opened a socket."""
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``make test-fast``, keep the quick tier honest: no subprocess, no socket."""
+    if os.environ.get(FAST_TIER_ENV, "") in ("", "0") or request.node.get_closest_marker("fast") is None:
+        return
+    import socket
+    import subprocess
+
+    def refuse(what: str) -> Callable[..., None]:
+        def refused(*args: object, **kwargs: object) -> None:
+            raise FastTierViolation(f"{request.node.nodeid} is marked fast but starts {what}: drop its fast mark")
+        return refused
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse("a subprocess"))
+    monkeypatch.setattr(socket.socket, "connect", refuse("a connection"))
+    monkeypatch.setattr(socket.socket, "bind", refuse("a listening socket"))

@@ -5,8 +5,9 @@ import json
 import os
 import threading
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd

@@ -9,10 +9,13 @@ from __future__ import annotations
 import random
 
 import pandas as pd
+import pytest
 
 from specsweep.analyze.agreement import agreement_markdown, first_difference, first_difference_example, output_agreement
 from specsweep.results.records import BLOCK_CHARS, HEAD_CHARS, output_fingerprint
 from specsweep.results.store import ResultSet
+
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 
 
 def _truth(a: str, b: str) -> int | None:

@@ -19,12 +19,11 @@ import pytest
 from altair.utils.data import MaxRowsError
 from altair.vegalite.data import default_data_transformer
 
-from specsweep.report import chartdata
-from specsweep.report import charts
 from specsweep.analyze.compare import compare
+from specsweep.report import chartdata, charts
 from specsweep.results.store import load_result_set
 
-pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
+pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("chart_defaults")]  # charts as the notebooks draw them
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,11 +14,11 @@ import pytest
 import vl_convert as vlc
 
 from helpers import ROOT, SEED
-from specsweep.report import charts
 from specsweep.analyze.compare import Comparison, compare
+from specsweep.report import charts
 from specsweep.results.store import load_result_sets
 
-pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
+pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("chart_defaults")]  # charts as the notebooks draw them
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -167,7 +167,7 @@ def mark_type(unit: dict) -> str:
     return m if isinstance(m, str) else m["type"]
 
 
-def strip_frame(rows: list[tuple[str, str, int, str, float]]) -> "pd.DataFrame":
+def strip_frame(rows: list[tuple[str, str, int, str, float]]) -> pd.DataFrame:
     import pandas as pd  # noqa: PLC0415
     return pd.DataFrame(rows, columns=["profile", "arm", "concurrency", "outcome", "crossover"])
 

@@ -16,13 +16,10 @@ import numpy as np
 import orjson
 import pytest
 
+from helpers import load_fastsse  # noqa: E402
 from specsweep.measure import client as C
 from specsweep.measure.client import RawExchange, parse_exchange
 from specsweep.servers.flavours import FLAVOURS, build_body
-
-
-
-from helpers import load_fastsse  # noqa: E402
 
 fastsse = load_fastsse()
 

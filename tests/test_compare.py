@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -12,12 +12,17 @@ import pytest
 
 from helpers import SEED, write_level_only, write_measured
 from specsweep.analyze.compare import (
-    NoSharedLevelError, WorkloadMismatchError, compare, curve_crossovers, fit_delta_curve, pareto_frontier,
+    NoSharedLevelError,
+    WorkloadMismatchError,
+    compare,
+    curve_crossovers,
+    fit_delta_curve,
+    pareto_frontier,
     smallest_detectable_pct,
 )
 from specsweep.results.store import load_result_sets
 
-pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
+pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("chart_defaults")]  # charts as the notebooks draw them
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64)
 #: a seed-like baseline: aggregate 100 × C^0.8 tok/s, per-request 100 × C^−0.25 tok/s
@@ -277,8 +282,8 @@ def test_pareto_frontier() -> None:
 def test_delta_rows_agree_with_the_deltas_frame_also_after_a_selection() -> None:
     """``delta_rows`` (what verdicts read) holds exactly the rows of ``deltas``, and a comparison cut
     by ``charts.select`` after it was first read answers for the cut, not the whole."""
-    from specsweep.report import charts
     from specsweep.analyze.compare import records
+    from specsweep.report import charts
 
     comp = compare(load_result_sets([SEED]), "baseline")
     for (arm, metric), _ in comp.deltas.groupby(["arm", "metric"]):
@@ -320,7 +325,7 @@ def test_crossover_roots_match_a_reference_root_finder_on_many_curves() -> None:
             if z is None or vals[idx[0]] == 0 or vals[idx[0] + 1] == 0:
                 continue
             i = int(idx[0])
-            ref = brentq(lambda x: cur.predict(2 ** x)[0], xs[i], xs[i + 1], xtol=1e-13)
+            ref = brentq(lambda x: cur.predict(2 ** x)[0], xs[i], xs[i + 1], xtol=1e-13)  # noqa: B023 - used at once
             worst = max(worst, abs(math.log2(z) - ref))
             kinds.add(cur._poly is not None)
             n += 1

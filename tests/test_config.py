@@ -7,6 +7,8 @@ import pytest
 
 from specsweep.measure.config import ConfigError, parse_config
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 
 def test_defaults_and_auto_rules() -> None:
     cfg = parse_config({})

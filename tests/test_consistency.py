@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from helpers import SEED
-from specsweep.decide import draws
-from specsweep.decide.claims import Claim
 from specsweep.analyze.compare import compare
+from specsweep.decide import DEFAULT_PROFILES, draws, recommend
+from specsweep.decide.claims import Claim
 from specsweep.report.consistency import ConsistencyError, advice_error, assert_consistent, check_claim, check_page
-from specsweep.decide import DEFAULT_PROFILES, recommend
 from specsweep.results.store import load_result_sets
+
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 
 
 @pytest.fixture(scope="module")

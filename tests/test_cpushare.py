@@ -16,10 +16,10 @@ import pytest
 
 from specsweep.measure import cpushare
 from specsweep.measure.cpushare import CpuShare, cpu_share_warning, level_suffix
-from specsweep.results.columns import METRICS
-from specsweep.refserver.launch import RefServer
-from specsweep.results.store import load_result_set
 from specsweep.measure.sweep import run_sweep
+from specsweep.refserver.launch import RefServer
+from specsweep.results.columns import METRICS
+from specsweep.results.store import load_result_set
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="needs Linux /proc")
 
@@ -36,8 +36,8 @@ def test_stat_fields_split_after_the_names_last_parenthesis_whatever_its_bytes(t
     """A process may name itself with spaces, parentheses and bytes that are not UTF-8; the fields
     after the name are still found (field 4 ppid, 14-15 utime/stime, 22 start ticks), and a missing
     or garbled stat file reads as None, not an error."""
-    from specsweep.study import guard as serverguard
     from specsweep.measure.procstat import stat_fields
+    from specsweep.study import guard as serverguard
 
     rest = b"S 77 " + b" ".join(str(n).encode() for n in range(5, 53))  # fields 3, 4, then 5... as numbers
     (tmp_path / "4242").mkdir()

@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 
 from helpers import require_extra
-from specsweep.workloads import datasets as ds
-from specsweep.workloads.datasets import DatasetError, PromptRecord
 from specsweep.analyze.categories import category_metrics
 from specsweep.analyze.metrics import level_metrics, requests_frame
-from specsweep.results.records import RequestRecord
 from specsweep.refserver.launch import RefServer
-from specsweep.workloads.prompts import record_index
+from specsweep.results.records import RequestRecord
+from specsweep.workloads import datasets as ds
+from specsweep.workloads.datasets import DatasetError, PromptRecord
+from specsweep.workloads.order import record_index
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,8 +24,8 @@ import yaml
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, recommend
 from specsweep.results.store import ResultSet, load_result_set
-from specsweep.study.runner import run_study
 from specsweep.study.file import load_study
+from specsweep.study.runner import run_study
 
 
 def _study(tmp_path: Path, sentinel: bool) -> Path:

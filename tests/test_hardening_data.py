@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsweep.measure.client import MAX_COUNT, RawExchange, parse_exchange
 from specsweep.analyze.metrics import requests_frame
+from specsweep.measure.client import MAX_COUNT, RawExchange, parse_exchange
 from specsweep.measure.probe import TokenCounter, try_flush_prefix_cache
-from specsweep.results.store import load_result_set
 from specsweep.measure.sweep import run_sweep
+from specsweep.results.store import load_result_set
 
 pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
 
@@ -211,8 +211,8 @@ def _poke(folder: Path, stem: str, row: int, column: str, value: float) -> None:
 ])
 def test_impossible_level_values_are_dropped_with_file_column_and_row_named(tmp_path: Path, column: str,
                                                                             value: float, why: str) -> None:
-    from specsweep.report import charts
     from specsweep.analyze.compare import compare
+    from specsweep.report import charts
     from specsweep.results.store import load_result_sets
 
     base, mtp = _two_arms(tmp_path)
@@ -341,8 +341,8 @@ def test_a_study_writes_an_arms_secrets_nowhere_when_its_server_quotes_them(tmp_
 
     import yaml
 
-    from specsweep.study.runner import run_study
     from specsweep.study.file import load_study
+    from specsweep.study.runner import run_study
 
     argv = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
             "--health-delay-s", "0.2", "--fault-error-rate", "0.4", "--seed", "5",

@@ -10,6 +10,10 @@ import ast
 from functools import cache
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 LIB = Path(__file__).resolve().parents[1] / "lib"
 PKG = "specsweep"
 

@@ -25,8 +25,8 @@ import pytest
 from helpers import in_ci
 from specsweep.analyze.agreement import output_agreement
 from specsweep.measure.probe import erase_llamacpp_slots
-from specsweep.results.store import ResultSet, load_result_set
 from specsweep.measure.sweep import run_sweep
+from specsweep.results.store import ResultSet, load_result_set
 
 pytestmark = pytest.mark.slow
 

@@ -9,11 +9,17 @@ from pathlib import Path
 import pytest
 
 from specsweep.analyze.compare import compare
-from specsweep.refserver.launch import RefServer
-from specsweep.report import (DATA_TABLE_POSITIONS, data_table, manual_agreement_markdown, masked_argv,
-                              server_command, setup_table)
-from specsweep.results.store import load_result_sets
 from specsweep.measure.sweep import run_sweep
+from specsweep.refserver.launch import RefServer
+from specsweep.report import (
+    DATA_TABLE_POSITIONS,
+    data_table,
+    manual_agreement_markdown,
+    masked_argv,
+    server_command,
+    setup_table,
+)
+from specsweep.results.store import load_result_sets
 
 
 def test_server_commands_are_shown_with_secrets_masked(monkeypatch: pytest.MonkeyPatch) -> None:

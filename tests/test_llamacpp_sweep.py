@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from specsweep.measure.sweep import run_sweep
 from specsweep.refserver.launch import RefServer
 from specsweep.results.store import load_result_set
-from specsweep.measure.sweep import run_sweep
 
 SURFACE = ["--api-surface", "llamacpp", "--set", "model.vocab_size=1403"]
 

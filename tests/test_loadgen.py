@@ -18,13 +18,10 @@ import httpx
 import numpy as np
 import pytest
 
-from specsweep.measure.client import RawExchange
-from specsweep.servers.flavours import build_body
-from specsweep.measure.loadgen import LoadGenerator, run_level, split_concurrency
-
-
-
 from helpers import load_fastsse  # noqa: E402
+from specsweep.measure.client import RawExchange
+from specsweep.measure.loadgen import LoadGenerator, run_level, split_concurrency
+from specsweep.servers.flavours import build_body
 
 fastsse = load_fastsse()
 FLAVOUR = "openai-completions"

@@ -7,6 +7,8 @@ import pytest
 
 from specsweep.markup import markdown_html, md_text, script_json
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 PAYLOADS = [
     "<script>alert(1)</script>",
     '"><img src=x onerror=alert(1)>',

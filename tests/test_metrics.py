@@ -8,9 +8,16 @@ import pandas as pd
 import pytest
 
 from specsweep.analyze.metrics import (
-    level_metrics, request_metrics, requests_frame, steady_span, token_normalised_itl, tokens_in_span,
+    level_metrics,
+    request_metrics,
+    requests_frame,
+    steady_span,
+    token_normalised_itl,
+    tokens_in_span,
 )
 from specsweep.results.records import RequestRecord
+
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 
 
 def rec(t_sent: float, times: list[float], tokens: list[int] | None, out: int | None = None, **kw) -> RequestRecord:

@@ -5,7 +5,10 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 

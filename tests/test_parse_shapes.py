@@ -8,6 +8,8 @@ import pytest
 
 from specsweep.measure.client import RawExchange, parse_exchange
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 
 def _raw(*objs: object) -> RawExchange:
     reads = [b"data: " + orjson.dumps(o) + b"\n\n" for o in objs] + [b"data: [DONE]\n\n"]

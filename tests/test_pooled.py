@@ -15,6 +15,8 @@ import pytest
 from specsweep.analyze import metrics
 from specsweep.analyze.metrics import pooled_stats
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 QS = (0, 1, 10, 25, 50, 90, 99, 99.9, 100)
 
 
@@ -56,7 +58,7 @@ def test_pooled_percentiles_equal_numpys_to_the_last_bit(kind: str, monkeypatch:
         values = _draw(rng, kind, n)
         weights = rng.integers(1, 6, n) if case % 2 else None
         batches = _split(rng, values, weights)
-        st = pooled_stats(lambda: iter(batches), QS)
+        st = pooled_stats(lambda: iter(batches), QS)  # noqa: B023 - used at once
         expanded = values if weights is None else np.repeat(values, weights)
         assert st.count == expanded.size
         want = np.percentile(expanded, QS)

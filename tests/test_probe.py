@@ -11,10 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from specsweep.measure.probe import (SPEC_TYPE_UNREPORTED, TokenCounter, acceptance_from_counters, counters, gauges, llamacpp_settings,
-                             metric_names, parse_metrics, probe, spec_level_figures)
-from specsweep.results.records import RequestRecord
+from specsweep.measure.probe import (
+    SPEC_TYPE_UNREPORTED,
+    TokenCounter,
+    acceptance_from_counters,
+    counters,
+    gauges,
+    llamacpp_settings,
+    metric_names,
+    parse_metrics,
+    probe,
+    spec_level_figures,
+)
 from specsweep.refserver.launch import RefServer
+from specsweep.results.records import RequestRecord
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 REAL = FIXTURES / "real-b1-0c1e570"

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import pytest
 import yaml
 
-from specsweep.publish import PUBLISHED, Published, measure_studies, publish_study
 from specsweep.paths import REPO_ROOT
+from specsweep.publish import PUBLISHED, Published, measure_studies, publish_study
 from specsweep.study.file import load_study
 
 
@@ -25,8 +24,8 @@ def test_the_category_demo_is_published_and_measures_the_builtin_set() -> None:
     every prompt at least once per level (so every category is at every level, enough for its own
     curve), and at every level at least two requests per slot (the ``auto`` rule)."""
     from specsweep.measure.config import parse_config
-    from specsweep.workloads.datasets import builtin_prompts
     from specsweep.report import MIN_CATEGORY_LEVELS
+    from specsweep.workloads.datasets import builtin_prompts
 
     pub = next(p for p in PUBLISHED if p.name == "demo-categories")
     study = load_study(REPO_ROOT / str(pub.study))

@@ -2,20 +2,21 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from fractions import Fraction
-
 import expected
 from helpers import SEED, write_level_only, write_measured
 from specsweep.analyze.compare import compare
-from specsweep.markup import markdown_html
 from specsweep.decide import DEFAULT_PROFILES, _sign, parse_profile, recommend
+from specsweep.markup import markdown_html
 from specsweep.results.store import load_result_sets
 from test_compare import BASE, cross8, scaled, study
+
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 
 THROUGHPUT = {"name": "batch", "objective": "throughput"}
 LATENCY = {"name": "agentic", "objective": "latency"}

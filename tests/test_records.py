@@ -8,6 +8,8 @@ import pytest
 
 from specsweep.results.records import RequestRecord, times_array, tokens_array
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 
 def test_lists_given_to_a_record_become_float64_and_int32_arrays() -> None:
     rec = RequestRecord(t_sent=0.0, t_end=1.0, chunk_times=[0.5, 0.75], chunk_tokens=[2, 1])

@@ -147,8 +147,8 @@ def test_top_of_report_warns_about_chunk_counts_and_meta_warnings(tmp_path: Path
     import pandas as pd
 
     from specsweep.analyze.compare import compare
-    from specsweep.markup import markdown_html
     from specsweep.decide import DEFAULT_PROFILES, recommend
+    from specsweep.markup import markdown_html
     from specsweep.report import definitions_markdown, verdict_markdown
     from specsweep.results.store import load_result_sets
 
@@ -187,8 +187,8 @@ def test_a_warning_both_arms_recorded_is_said_once_naming_both(tmp_path: Path) -
 
 def test_fitted_delta_chart_draws_the_model_or_nothing(tmp_path: Path) -> None:
     from helpers import write_level_only
-    from specsweep.report import charts
     from specsweep.analyze.compare import compare
+    from specsweep.report import charts
     from specsweep.results.store import load_result_sets
 
     comp = compare(load_result_sets([SEED]))

@@ -180,8 +180,8 @@ def test_sweep_commands_on_the_page_measure_the_arms_again(tmp_path: Path) -> No
     import papermill as pm
 
     from specsweep.measure.config import parse_config
-    from specsweep.results.store import find_result_sets
     from specsweep.measure.sweep import run_sweep
+    from specsweep.results.store import find_result_sets
 
     study = tmp_path / "study"
     small = {"embedded_profile": "tiny", "concurrency": [1, 2], "input_tokens": 32, "output_tokens": 24,
@@ -285,8 +285,8 @@ def test_kernels_start_without_the_debugger_and_otherwise_as_ipykernels_own_laun
     import asyncio
     import json
 
-    from specsweep.notebooks.launcher import launcher_argv
     from specsweep.notebooks.kernel import kernel_manager_class
+    from specsweep.notebooks.launcher import launcher_argv
     from specsweep.paths import REPO_ROOT
 
     assert launcher_argv(["py", "-m", "ipykernel_launcher", "-f", "{connection_file}"]) == \

@@ -16,15 +16,15 @@ import pytest
 
 from helpers import SEED
 from specsweep import report
-from specsweep.paths import REPO_ROOT
-from specsweep.report import charts
-from specsweep.analyze.compare import compare, curve_crossovers, fit_delta_curve, fit_metric
 from specsweep.analyze.categories import category_metrics
-from specsweep.workloads.datasets import builtin_prompts
+from specsweep.analyze.compare import compare, curve_crossovers, fit_delta_curve, fit_metric
 from specsweep.markup import markdown_html, md_text
-from specsweep.refserver.launch import RefServer
-from specsweep.results.store import ResultSet, load_result_set, load_result_sets
 from specsweep.measure.sweep import run_sweep
+from specsweep.paths import REPO_ROOT
+from specsweep.refserver.launch import RefServer
+from specsweep.report import charts
+from specsweep.results.store import ResultSet, load_result_set, load_result_sets
+from specsweep.workloads.datasets import builtin_prompts
 
 pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
 

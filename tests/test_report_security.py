@@ -17,8 +17,8 @@ import pytest
 
 from helpers import base_meta, synthetic_records
 from specsweep.analyze.metrics import level_metrics, requests_frame
-from specsweep.results.records import RequestRecord
 from specsweep.report import build_report
+from specsweep.results.records import RequestRecord
 from specsweep.results.store import append_level
 from test_report_browser import hover_in_chromium
 

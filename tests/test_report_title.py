@@ -5,9 +5,12 @@ import re
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from specsweep.markup import markdown_html, md_text
 from specsweep.report import export_html, page_title
+
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 
 
 def _notebook(*htmls: str) -> nbformat.NotebookNode:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from specsweep.measure.sweep import run_sweep
 from specsweep.paths import REPO_ROOT
 from specsweep.report import reproduce_markdown
 from specsweep.results.store import SchemaError, load_result_set, load_result_sets
-from specsweep.measure.sweep import run_sweep
 
 
 def _sweep(out: Path, arm: str, spec: str) -> Path:

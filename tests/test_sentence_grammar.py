@@ -10,13 +10,15 @@ import pytest
 
 from helpers import write_level_only, write_measured
 from specsweep.analyze.compare import compare
-from specsweep.report.consistency import check_page, grammar_errors
 from specsweep.decide import DEFAULT_PROFILES, recommend
 from specsweep.decide.sentences import DECISION_CLASSES, _headline, decision_class, wait_sentence
+from specsweep.report.consistency import check_page, grammar_errors
 from specsweep.report.verdict import verdict_markdown
 from specsweep.results.store import load_result_sets
 from test_compare import BASE, cross8, scaled
 from test_recommend import BALANCED, LATENCY, THROUGHPUT, plain
+
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 
 SHAPES = ["mtp", "MTP (tiny)", "Use EAGLE-3 draft"]
 PROFILES = (THROUGHPUT, LATENCY, BALANCED, *DEFAULT_PROFILES)

@@ -11,17 +11,22 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specsweep.measure.client import RawExchange, parse_exchange
-from specsweep.servers.flavours import build_body, spec_request_options
 from specsweep.analyze.compare import compare
+from specsweep.analyze.metrics import (
+    FORMULA_ACCEPTED,
+    FORMULA_TOKENS,
+    SOURCE_COUNTERS,
+    SOURCE_PER_REQUEST,
+    acceptance_from_requests,
+)
 from specsweep.markup import md_text
-from specsweep.analyze.metrics import (FORMULA_ACCEPTED, FORMULA_TOKENS, SOURCE_COUNTERS, SOURCE_PER_REQUEST,
-                               acceptance_from_requests)
+from specsweep.measure.client import RawExchange, parse_exchange
 from specsweep.measure.probe import COUNTER_ACCEPTANCE_FORMULA
+from specsweep.measure.sweep import run_sweep, server_figures, summary_table
 from specsweep.refserver.launch import RefServer
 from specsweep.report import diagnostics_markdown
 from specsweep.results.store import ResultSet, load_result_set
-from specsweep.measure.sweep import run_sweep, server_figures, summary_table
+from specsweep.servers.flavours import build_body, spec_request_options
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

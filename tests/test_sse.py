@@ -7,6 +7,8 @@ import pytest
 
 from specsweep.measure.sse import SSEDecoder, SSEEvent, decode_reads
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 
 def _datas(events: list[SSEEvent]) -> list[bytes]:
     return [e.data for e in events]

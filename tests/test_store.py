@@ -12,6 +12,8 @@ import pytest
 from helpers import SEED, base_meta, write_level_only
 from specsweep.results.store import SchemaError, append_level, finished_levels, load_result_set, load_result_sets
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 
 def test_seed_reference_loads_as_two_arms() -> None:
     sets = load_result_sets(SEED)

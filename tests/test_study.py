@@ -17,17 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-import papermill as pm
 import pandas as pd
+import papermill as pm
 import pytest
 import yaml
 
 from helpers import FLAKY_SERVER, require_extra
+from specsweep.measure.probe import flush_prefix_cache
 from specsweep.paths import REPO_ROOT
 from specsweep.results.store import ResultSet, find_result_sets, load_result_set
-from specsweep.measure.probe import flush_prefix_cache
-from specsweep.study.runner import Redactor, main, run_arm, run_order, run_study, study_markdown
 from specsweep.study.file import StudyError, load_study, parse_study
+from specsweep.study.runner import Redactor, main, run_arm, run_order, run_study, study_markdown
 
 SERVE_REFSERVER = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
                    "--health-delay-s", "0.2"]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from specsweep.study.runner import run_study
 from specsweep.study.file import load_study
+from specsweep.study.runner import run_study
 
 BROKEN = {"name": "broken", "serve": {
     "argv": [sys.executable, "-c", "print('CUDA out of memory (simulated)'); raise SystemExit(3)"],

@@ -26,10 +26,27 @@ import pytest
 import yaml
 
 from specsweep.refserver.launch import RefServer
-from specsweep.study.runner import PID_FILE, ServerError, ServerProcess, Redactor, complete_run, lock_study_folder, main, \
-    run_arm, run_study
-from specsweep.study.file import (DEFAULT_MAX_ARMS, HARD_MAX_ARMS, MAX_DEPTH, MAX_STUDY_BYTES, StudyError, free_port,
-                                  load_study, parse_study)
+from specsweep.study.file import (
+    DEFAULT_MAX_ARMS,
+    HARD_MAX_ARMS,
+    MAX_DEPTH,
+    MAX_STUDY_BYTES,
+    StudyError,
+    free_port,
+    load_study,
+    parse_study,
+)
+from specsweep.study.runner import (
+    PID_FILE,
+    Redactor,
+    ServerError,
+    ServerProcess,
+    complete_run,
+    lock_study_folder,
+    main,
+    run_arm,
+    run_study,
+)
 
 PY = sys.executable
 #: a server wrapper: a double-forked grandchild in its own session, then the reference server as a child;
@@ -366,8 +383,8 @@ def test_a_server_taken_for_gone_before_ready_never_leaves_the_runner_waiting_on
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # whatever makes the runner take its server for gone while the guard still runs it, the runner
     # waits for the guard a bounded time, then stops it and says so (not 'exited before it was ready')
-    from specsweep.study import guard as serverguard
     from specsweep.study import arm as study_arm
+    from specsweep.study import guard as serverguard
 
     study = load_study(_study(tmp_path, [PY, "-c", "import time; time.sleep(60)"], stop_grace_s=1))
     server = ServerProcess(study.arms[0], tmp_path / "server.log", Redactor([]), tmp_path / PID_FILE)

@@ -6,6 +6,8 @@ import yaml
 
 from specsweep.study.file import StudyError, parse_study
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 
 def _text(**over: object) -> str:
     doc: dict[str, object] = {

@@ -14,11 +14,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from specsweep.results.store import load_result_set
-from specsweep.study.runner import run_study
-from specsweep.study.file import StudyError, load_study, parse_study
-
 from helpers import FLAKY_SERVER
+from specsweep.results.store import load_result_set
+from specsweep.study.file import StudyError, load_study, parse_study
+from specsweep.study.runner import run_study
 
 
 def _doc(**over: object) -> dict[str, object]:

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 
 from specsweep.measure.probe import ProbeError, probe
+from specsweep.measure.sweep import run_sweep
 from specsweep.refserver.launch import RefServer
 from specsweep.results.store import load_result_set
-from specsweep.measure.sweep import run_sweep
+
 
 def quiet(_: str) -> None:
     pass

@@ -16,9 +16,9 @@ import pytest
 
 from helpers import ROOT, base_meta, in_progress
 from specsweep.measure.config import ConfigError, parse_config
+from specsweep.measure.sweep import SweepAborted, SweepInterrupted, _find_resume_dir, damaged_levels, run_sweep
 from specsweep.refserver.launch import RefServer
 from specsweep.results.store import RunLocked, SchemaError, load_result_set, lock_run, write_meta
-from specsweep.measure.sweep import SweepAborted, SweepInterrupted, _find_resume_dir, damaged_levels, run_sweep
 
 KEY = "canary-7d1e0b5a2f"
 

@@ -9,9 +9,9 @@ import pytest
 
 from specsweep.measure.config import ConfigError
 from specsweep.measure.probe import ProbeError
+from specsweep.measure.sweep import run_sweep
 from specsweep.refserver.launch import RefServer
 from specsweep.results.store import load_result_set
-from specsweep.measure.sweep import run_sweep
 
 SMALL_VOCAB = ["--set", "model.vocab_size=1403"]
 

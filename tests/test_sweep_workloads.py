@@ -9,17 +9,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specsweep.workloads import datasets
-from specsweep.measure.config import parse_config
 from specsweep.analyze.categories import category_metrics
-from specsweep.workloads.datasets import DatasetError
+from specsweep.measure.config import parse_config
+from specsweep.measure.sweep import run_sweep
 from specsweep.refserver.acceptance import category_means, expected_accept_length
 from specsweep.refserver.launch import RefServer
 from specsweep.refserver.profiles import load_profile
 from specsweep.refserver.tokens import natural_length, prompt_digest
 from specsweep.results.store import load_result_set
-from specsweep.measure.sweep import run_sweep
-from specsweep.workloads.prompts import make_workload, record_index
+from specsweep.workloads import datasets
+from specsweep.workloads.datasets import DatasetError
+from specsweep.workloads.order import record_index
+from specsweep.workloads.prompts import make_workload
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 

@@ -18,6 +18,8 @@ from specsweep.decide import decide, parse_profile, recommend
 from specsweep.decide.ties import changed_settings, differs, simplest
 from specsweep.results.store import ResultSet
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 LEVELS = (1, 4, 16, 32, 64, 128)
 #: the demo's measured MTP delta shape (aggregate, %) at LEVELS: gains to 32, losses at 64 and 128
 DEMO_SHAPE = np.log1p(np.array([26, 19, 23, 19, -10, -23]) / 100)

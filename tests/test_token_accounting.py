@@ -14,6 +14,8 @@ from specsweep.measure.client import RawExchange, parse_exchange
 from specsweep.measure.sse import decode_reads
 from specsweep.measure.token_accounting import MAX_COUNT, account_tokens, drop_implausible
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 FIXTURES = Path(__file__).parent / "fixtures"
 
 

@@ -38,8 +38,7 @@ import numpy as np
 import pytest
 
 from helpers import at_low_priority
-from specsweep.decide import draws
-from specsweep.decide import DEFAULT_PROFILES
+from specsweep.decide import DEFAULT_PROFILES, draws
 
 PROFILES = [p["name"] for p in DEFAULT_PROFILES]
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from helpers import write_measured
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, recommend
 from specsweep.report import collect_warnings, top_warnings, warnings_markdown
 from specsweep.results.store import load_result_sets
+
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 
 LAG = "C=4 repeat 0: event-loop lag p99 7.0 ms: chunk timestamps can be late by that much"
 LAG_SMALLER = "C=16 repeat 0: event-loop lag p99 3.2 ms: chunk timestamps can be late by that much"

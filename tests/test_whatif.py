@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from helpers import SEED, write_level_only, write_measured
-from specsweep.analyze.compare import compare
-from specsweep.results.store import load_result_set, load_result_sets
 from specsweep.analyze import whatif
-from specsweep.report import whatif_section as section
+from specsweep.analyze.compare import compare
 from specsweep.analyze.whatif.decompose import decompose
 from specsweep.analyze.whatif.setting import model_for
 from specsweep.analyze.whatif.validate import loo, loo_summary
+from specsweep.report import whatif_section as section
+from specsweep.results.store import load_result_set, load_result_sets
 
-pytestmark = pytest.mark.usefixtures("chart_defaults")  # charts as the notebooks draw them
+pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("chart_defaults")]  # charts as the notebooks draw them
 
 LEVELS = [1, 2, 4, 8, 16, 32, 64, 128]
 

@@ -21,6 +21,8 @@ import pytest
 
 from specsweep.analyze.whatif.observe import gauge_limit, queue_margin
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 LEVELS = (16, 32, 64, 96, 128, 256)
 
 

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from helpers import ROOT
+from specsweep.analyze import whatif
 from specsweep.analyze.compare import compare
 from specsweep.results.store import ResultSet
-from specsweep.analyze import whatif
 
 
 def _bench() -> Any:

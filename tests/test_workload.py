@@ -7,6 +7,8 @@ import pytest
 
 from specsweep.workloads.prompts import make_workload, prompt_file, random_ids
 
+pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
+
 
 def test_random_ids_are_seeded_and_fixed_length() -> None:
     w = random_ids(100, 50, seed=3)
@@ -125,7 +127,8 @@ def test_unrelated_400s_are_not_blamed_on_the_vocabulary() -> None:
 
 def test_prompt_sets_go_in_a_seeded_shuffled_order_with_categories_interleaved() -> None:
     from specsweep.analyze.compare import workload_differences
-    from specsweep.workloads.prompts import make_workload, pass_order
+    from specsweep.workloads.order import pass_order
+    from specsweep.workloads.prompts import make_workload
 
     w = make_workload("builtin", 100, 32, 7)
     n = len(w.prompts)

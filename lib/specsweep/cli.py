@@ -21,9 +21,10 @@ import importlib.util
 import json
 import re
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from specsweep import __version__
 from specsweep.paths import SWEEP_NOTEBOOK
@@ -242,7 +243,8 @@ def _positive(text: str) -> int:
 
 
 def _run_import(args: argparse.Namespace) -> int:
-    from specsweep.importers import BadInput as ImportBadInput, import_files
+    from specsweep.importers import BadInput as ImportBadInput
+    from specsweep.importers import import_files
 
     try:
         path = import_files(args.tool, args.files, args.arm, args.out, label=args.label,

@@ -31,15 +31,16 @@ import concurrent.futures
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from specsweep.decide import decisions
 from specsweep.paths import REPO_ROOT
 from specsweep.report import build_report
-from specsweep.study.runner import run_study
 from specsweep.study.file import load_study
+from specsweep.study.runner import run_study
 
 DECISIONS_FILE = "decisions.json"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from specsweep.workloads.datasets import builtin_prompts
 from specsweep.refserver import acceptance as acc
 from specsweep.refserver.model import AcceptanceModel
+from specsweep.workloads.datasets import builtin_prompts
 
 PROFILES = Path(acc.__file__).parent / "profiles"
 DOCUMENTED_ORDER = ["code-edit", "extraction", "summarisation", "qa", "math", "creative-writing"]
@@ -108,9 +108,9 @@ def test_category_acceptance_is_recovered_from_per_request_counts() -> None:
     import random
 
     from specsweep.analyze.categories import category_metrics
-    from specsweep.workloads import datasets as ds
     from specsweep.analyze.metrics import requests_frame
     from specsweep.results.records import RequestRecord
+    from specsweep.workloads import datasets as ds
 
     recs = builtin_prompts()
     k, base, steps = 3, 2.0, 40

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-
 from refserver_helpers import post, stream
+
 from specsweep.measure.probe import parse_metrics
 from specsweep.refserver.launch import RefServer
 

@@ -12,11 +12,11 @@ import pytest
 from refserver_helpers import post, stream
 
 from specsweep.measure.probe import ProbeError, probe
+from specsweep.measure.sweep import run_sweep
 from specsweep.refserver.cli import main
 from specsweep.refserver.launch import RefServer
 from specsweep.refserver.profiles import load_profile
 from specsweep.results.store import load_result_set
-from specsweep.measure.sweep import run_sweep
 
 VLLM = ["--api-surface", "vllm"]
 MODEL = "specsweep-sim/tiny"

@@ -29,7 +29,8 @@ are accepted without proper verification tends to differ early and at every leve
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -36,8 +36,9 @@ Definitions (DESIGN §5; the report quotes :data:`METHOD` word for word):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -139,7 +140,7 @@ class Comparison:
     #: arms that are controls (configured like the baseline): never a candidate, their deviation widens every band
     controls: list[str] = field(default_factory=list)
     #: the drift measured by sentinel runs (None: no sentinel in the data)
-    drift: "Drift | None" = None
+    drift: Drift | None = None
     #: how the runs were ordered, as the study recorded it (None: not measured by a study)
     run_order: str | None = None
     #: each arm's level rows, one per (concurrency, repeat), drift-corrected (what the curves were fitted on)
@@ -191,7 +192,7 @@ class Comparison:
     def arm_levels(self, arm: str) -> pd.DataFrame:
         return self.levels[self.levels["arm"] == arm].sort_values("concurrency").reset_index(drop=True)
 
-    def curve(self, arm: str, metric: str) -> "DeltaCurve | None":
+    def curve(self, arm: str, metric: str) -> DeltaCurve | None:
         """The fitted delta curve of an arm and metric, or None."""
         return self.curves.get((arm, metric))
 

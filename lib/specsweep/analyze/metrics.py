@@ -43,8 +43,9 @@ sweep takes it from ``/metrics`` counter deltas (:data:`SOURCE_COUNTERS`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -603,7 +604,7 @@ def acceptance_from_requests(requests: pd.DataFrame) -> LevelAcceptance | None:
                 detail["spec_draft_acceptance_rate"] = accepted / drafted
     else:
         length, formula = float(ok["output_tokens"].sum()) / total_steps, FORMULA_TOKENS
-    positions = sorted((int(c.rsplit("_", 1)[1]) for c in ok.columns if c.startswith("spec_accepted_pos_")))
+    positions = sorted(int(c.rsplit("_", 1)[1]) for c in ok.columns if c.startswith("spec_accepted_pos_"))
     stepped = steps > 0
     if positions and positions[0] == 0 and ok.loc[stepped, "spec_accepted_pos_0"].notna().all():
         for i in positions:

@@ -41,27 +41,67 @@ Everything is re-exported here, so callers keep using ``recommend.<name>``.
 """
 from __future__ import annotations
 
-from specsweep.decide.profiles import (  # noqa: F401
-    Objective, Outcome, Verdict, SYNTHETIC_KINDS, Profile, parse_profile, DEFAULT_PROFILES,
-)
-from specsweep.decide.text import (  # noqa: F401
-    _pct, _range_pct, _levels_text, _num, WAIT_WORDS, _DECIDING, _fit, _band_text,
-)
-from specsweep.decide.result import (  # noqa: F401
-    Band, Recommendation,
-)
-from specsweep.decide.judge import (  # noqa: F401
-    _sign, _lookup, wait_metrics, _wait_size, _latency_outcome, _slo_checks, _ROWS, _level_rows,
-    _meets, _crossing, _level_value, judge_levels, _bands, _verdict, _levels_of,
-)
-from specsweep.decide.sentences import (  # noqa: F401
-    _throughput_sentence, _user_sentence, _headline, _cap_sentences, _server_gauge_sentences,
-    _slo_sentences, drift_sentences, _caveats, _deciding_word, _wait_note, wait_sentence,
-    aggregate_quote, _no_difference_size,
+from specsweep.decide.decision import (  # noqa: F401
+    Decision,
+    decide,
+    recommend,
 )
 from specsweep.decide.experiments import (  # noqa: F401
-    _candidate_levels, _where_uncertain,
+    _candidate_levels,
+    _where_uncertain,
 )
-from specsweep.decide.decision import (  # noqa: F401
-    Decision, decide, recommend,
+from specsweep.decide.judge import (  # noqa: F401
+    _ROWS,
+    _bands,
+    _crossing,
+    _latency_outcome,
+    _level_rows,
+    _level_value,
+    _levels_of,
+    _lookup,
+    _meets,
+    _sign,
+    _slo_checks,
+    _verdict,
+    _wait_size,
+    judge_levels,
+    wait_metrics,
+)
+from specsweep.decide.profiles import (  # noqa: F401
+    DEFAULT_PROFILES,
+    SYNTHETIC_KINDS,
+    Objective,
+    Outcome,
+    Profile,
+    Verdict,
+    parse_profile,
+)
+from specsweep.decide.result import (  # noqa: F401
+    Band,
+    Recommendation,
+)
+from specsweep.decide.sentences import (  # noqa: F401
+    _cap_sentences,
+    _caveats,
+    _deciding_word,
+    _headline,
+    _no_difference_size,
+    _server_gauge_sentences,
+    _slo_sentences,
+    _throughput_sentence,
+    _user_sentence,
+    _wait_note,
+    aggregate_quote,
+    drift_sentences,
+    wait_sentence,
+)
+from specsweep.decide.text import (  # noqa: F401
+    _DECIDING,
+    WAIT_WORDS,
+    _band_text,
+    _fit,
+    _levels_text,
+    _num,
+    _pct,
+    _range_pct,
 )

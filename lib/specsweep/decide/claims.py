@@ -14,9 +14,10 @@ are concurrency levels (requests).
 from __future__ import annotations
 
 import math
-from decimal import ROUND_HALF_UP, Decimal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any, Literal
 
 #: what a claim asserts
 ClaimKind = Literal[

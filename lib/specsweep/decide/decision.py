@@ -1,18 +1,34 @@
 """Deciding among arms for one profile (controls excluded) and building the recommendation."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
+
 import pandas as pd
-from specsweep.decide.claims import Claim
+
 from specsweep.analyze.compare import ESTIMATED_WAIT, Comparison, curve_crossovers, zero_between
-from specsweep.markup import md_text
+from specsweep.decide.claims import Claim
 from specsweep.decide.experiments import _where_uncertain
 from specsweep.decide.judge import _bands, _slo_checks, _verdict, judge_levels, wait_metrics
-from specsweep.decide.profiles import Profile, SYNTHETIC_KINDS, Verdict, parse_profile
+from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile, Verdict, parse_profile
 from specsweep.decide.result import Recommendation
-from specsweep.decide.sentences import _cap_sentences, _caveats, _deciding_word, _headline, _no_difference_size, _slo_sentences, _throughput_sentence, _user_sentence, _wait_note, aggregate_quote, drift_sentences, wait_sentence
+from specsweep.decide.sentences import (
+    _cap_sentences,
+    _caveats,
+    _deciding_word,
+    _headline,
+    _no_difference_size,
+    _slo_sentences,
+    _throughput_sentence,
+    _user_sentence,
+    _wait_note,
+    aggregate_quote,
+    drift_sentences,
+    wait_sentence,
+)
 from specsweep.decide.text import _DECIDING, _band_text, _pct
+from specsweep.markup import md_text
 
 
 @dataclass

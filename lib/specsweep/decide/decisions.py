@@ -27,9 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from specsweep.analyze.compare import Comparison, compare
 from specsweep.decide import DEFAULT_PROFILES, decide, parse_profile, recommend

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
+
 from specsweep.analyze.compare import Comparison
 
 

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
+
 import pandas as pd
+
 from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, records
 from specsweep.decide.profiles import Profile, Verdict
 from specsweep.decide.result import Band

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from typing import Any, Literal
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 Objective = Literal["latency", "throughput", "balanced"]
 
@@ -34,7 +34,7 @@ class Profile(BaseModel):
     description: str = ""
 
     @model_validator(mode="after")
-    def _range(self) -> "Profile":
+    def _range(self) -> Profile:
         if self.concurrency_max is not None and self.concurrency_max < self.concurrency_min:
             raise ValueError(f"concurrency_max ({self.concurrency_max}) is below concurrency_min ({self.concurrency_min})")
         return self

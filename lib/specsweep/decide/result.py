@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+
 import pandas as pd
+
 from specsweep.decide.claims import Claim
-from specsweep.markup import md_text
 from specsweep.decide.profiles import Outcome, Profile, Verdict
 from specsweep.decide.text import _DECIDING, _pct
+from specsweep.markup import md_text
 
 
 @dataclass

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
+
 import pandas as pd
+
 from specsweep.analyze.compare import Comparison, info, smallest_detectable_pct
-from specsweep.markup import md_text
-from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
-from specsweep.decide.profiles import Profile, SYNTHETIC_KINDS, Verdict
 from specsweep.decide.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
-from specsweep.decide.text import WAIT_WORDS, _DECIDING, _band_text, _levels_text, _num
+from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
+from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile, Verdict
+from specsweep.decide.text import _DECIDING, WAIT_WORDS, _band_text, _levels_text, _num
+from specsweep.markup import md_text
 
 
 def _delta_claims(comp: Comparison, arm: str, metric: str, judged: pd.DataFrame, min_effect: float,

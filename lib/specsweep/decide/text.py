@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
+
 import pandas as pd
-from specsweep.decide.claims import pct
+
 from specsweep.analyze.compare import ESTIMATED_WAIT
+from specsweep.decide.claims import pct
 
 
 def _pct(x: float) -> str:

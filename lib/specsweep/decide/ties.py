@@ -18,14 +18,15 @@ never the one whose noisy margin happened to be larger.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from specsweep.analyze.compare import Comparison, DeltaCurve, fit_metric
-from specsweep.markup import md_text
 from specsweep.decide.judge import _slo_checks, wait_metrics
 from specsweep.decide.profiles import Profile
+from specsweep.markup import md_text
 
 #: server settings (meta.json ``server``) compared where an arm does not say how it was configured
 SERVER_SETTINGS: tuple[str, ...] = (

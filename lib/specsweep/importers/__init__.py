@@ -8,8 +8,9 @@ and says what each of the tool's figures means); :mod:`specsweep.importers.commo
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from specsweep.importers.common import BadInput, ToolRun, write_result_set
 

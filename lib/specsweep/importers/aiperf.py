@@ -98,7 +98,7 @@ def _records(path: Path, server_counts: bool) -> tuple[list[Any], Path] | None:
             continue
 
         def value(name: str) -> Any:
-            entry = metrics.get(name)
+            entry = metrics.get(name)  # noqa: B023 - called only within this iteration
             return entry.get("value") if isinstance(entry, dict) else None
 
         start = meta.get("request_start_ns")

@@ -51,9 +51,9 @@ import httpx
 import numpy as np
 import orjson
 
-from specsweep.results.records import RequestRecord, output_fingerprint, tokens_array
 from specsweep.measure.sse import SSEEvent, decode_reads
 from specsweep.measure.token_accounting import MAX_COUNT, account_tokens, drop_implausible
+from specsweep.results.records import RequestRecord, output_fingerprint, tokens_array
 from specsweep.servers.flavours import PATHS, Flavour, check_flavour
 
 __all__ = [
@@ -148,7 +148,7 @@ class _AiohttpStream(httpx.AsyncByteStream):
                 yield data
         except aiohttp.ClientError as exc:
             raise _map_aiohttp_error(exc) from exc
-        except asyncio.TimeoutError as exc:  # aiohttp's read timeout (sock_read)
+        except TimeoutError as exc:  # aiohttp's read timeout (sock_read)
             raise _map_aiohttp_error(exc) from exc
         self._done = True
 
@@ -240,7 +240,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 raise _map_aiohttp_error(exc) from exc
             except aiohttp.ClientError as exc:
                 raise _map_aiohttp_error(exc) from exc
-            except asyncio.TimeoutError as exc:
+            except TimeoutError as exc:
                 raise _map_aiohttp_error(exc) from exc
         ext: dict[str, Any] = {"http_version": b"HTTP/1.1"}
         if resp.reason:
@@ -539,7 +539,7 @@ async def _read_aiohttp(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn 
             await content.wait_eof()
     except aiohttp.ClientError as exc:
         raise _map_aiohttp_error(exc) from exc
-    except asyncio.TimeoutError as exc:  # a read timeout
+    except TimeoutError as exc:  # a read timeout
         raise _map_aiohttp_error(exc) from exc
     finally:
         _TAPS.pop(key, None)
@@ -560,7 +560,7 @@ async def _read_aiohttp_any(stream: _AiohttpStream, tap: _Tap) -> None:
             feed(data)
     except aiohttp.ClientError as exc:
         raise _map_aiohttp_error(exc) from exc
-    except asyncio.TimeoutError as exc:  # aiohttp's read timeout (sock_read)
+    except TimeoutError as exc:  # aiohttp's read timeout (sock_read)
         raise _map_aiohttp_error(exc) from exc
     stream._done = True
 

@@ -32,15 +32,16 @@ import functools
 import re
 import threading
 import time
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from specsweep.measure.client import auth_headers
-from specsweep.servers.flavours import FLAVOURS, Flavour
 from specsweep.measure.tls import verify_for
+from specsweep.servers.flavours import FLAVOURS, Flavour
 
 #: server_info keys kept in meta.json (the rest is trimmed: it can be large and is not needed)
 SERVER_INFO_KEYS = (

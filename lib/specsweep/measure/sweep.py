@@ -32,28 +32,55 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from specsweep.results import provenance
-from specsweep.servers.flavours import spec_request_options
+from specsweep.analyze.metrics import (
+    SIM_LAG_WARN_MS,
+    SOURCE_COUNTERS,
+    LevelAcceptance,
+    acceptance_from_requests,
+    level_metrics,
+    requests_frame,
+)
 from specsweep.measure.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
 from specsweep.measure.cpushare import CpuShare, level_suffix
 from specsweep.measure.loadgen import LevelResult, LoadGenerator
-from specsweep.analyze.metrics import (SIM_LAG_WARN_MS, SOURCE_COUNTERS, LevelAcceptance, acceptance_from_requests, level_metrics,
-                               requests_frame)
-from specsweep.measure.probe import (COUNTER_ACCEPTANCE_FORMULA, LLAMACPP_NO_PROMPT_CACHE, SIM_COUNTERS, MetricsPoller, ProbeError,
-                             ServerProbe, TokenCounter, acceptance_from_counters, erase_llamacpp_slots, probe,
-                             spec_level_figures, try_flush_prefix_cache)
 from specsweep.measure.plausibility import PREFIX as PLAUSIBILITY_PREFIX
 from specsweep.measure.plausibility import implausible_count, reject_implausible, suspect_count
+from specsweep.measure.probe import (
+    COUNTER_ACCEPTANCE_FORMULA,
+    LLAMACPP_NO_PROMPT_CACHE,
+    SIM_COUNTERS,
+    MetricsPoller,
+    ProbeError,
+    ServerProbe,
+    TokenCounter,
+    acceptance_from_counters,
+    erase_llamacpp_slots,
+    probe,
+    spec_level_figures,
+    try_flush_prefix_cache,
+)
+from specsweep.results import provenance
 from specsweep.results.redact import redact_exception, redact_text
-from specsweep.results.store import (SCHEMA_VERSION, SchemaError, append_level, finished_levels, live_levels, load_result_set,
-                             lock_run, read_meta, write_meta)
+from specsweep.results.store import (
+    SCHEMA_VERSION,
+    SchemaError,
+    append_level,
+    finished_levels,
+    live_levels,
+    load_result_set,
+    lock_run,
+    read_meta,
+    write_meta,
+)
+from specsweep.servers.flavours import spec_request_options
 from specsweep.workloads.prompts import Workload, check_vocabulary, explain_rejection, make_workload, warmup_workload
 
 WARMUP_INDEX_BASE = 1_000_000_000

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from specsweep.notebooks.kernel import kernel_manager_class, kernel_manager_with_secrets, preload_arguments
 from specsweep.paths import REPO_ROOT

@@ -8,8 +8,9 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from specsweep.results.redact import REDACT_ENV
 

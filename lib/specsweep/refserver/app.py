@@ -44,8 +44,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import time
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,13 +54,11 @@ from aiohttp import web
 
 from specsweep.refserver import __version__ as REFSERVER_VERSION
 from specsweep.refserver.faults import CountRewriter
-from specsweep.refserver.metrics import CONTENT_TYPE_LATEST
-from specsweep.refserver.schedule_metrics import schedule_exposition
-from specsweep.refserver.model import SimRequest, request_seed
-from specsweep.refserver.vllm_api import add_vllm_routes
 from specsweep.refserver.llamacpp_api import add_llamacpp_routes, llamacpp_error
+from specsweep.refserver.metrics import CONTENT_TYPE_LATEST
+from specsweep.refserver.model import SimRequest, request_seed
+from specsweep.refserver.schedule_metrics import schedule_exposition
 from specsweep.refserver.state import API_SURFACES, SPEC_DECODE_METRICS_LEVELS, ServerOptions, ServerState  # noqa: F401 (re-exported)
-from specsweep.refserver.versions import LLAMACPP_BUILD, SGLANG_VERSION, VLLM_VERSION  # noqa: F401 (re-exported)
 from specsweep.refserver.streaming import (
     ChatFormat,
     CompletionFormat,
@@ -77,6 +75,8 @@ from specsweep.refserver.tokens import (
     text_prompt_tokens,
     tokenize_text,
 )
+from specsweep.refserver.versions import LLAMACPP_BUILD, SGLANG_VERSION, VLLM_VERSION  # noqa: F401 (re-exported)
+from specsweep.refserver.vllm_api import add_vllm_routes
 
 __all__ = ["API_SURFACES", "ServerOptions", "ServerState", "build_app", "SGLANG_VERSION",
            "SAMPLING_PARAM_KEYS", "VLLM_VERSION"]

@@ -20,7 +20,6 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
-
 from typing import TYPE_CHECKING, Any
 
 from specsweep.refserver import READY_PREFIX

@@ -26,9 +26,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from collections.abc import Sequence
 from typing import IO
 
 from specsweep.refserver import READY_PREFIX

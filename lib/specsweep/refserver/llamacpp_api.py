@@ -42,8 +42,8 @@ import orjson
 from aiohttp import web
 
 from specsweep.refserver import __version__ as REFSERVER_VERSION
-from specsweep.refserver.tokens import tokenize_text
 from specsweep.refserver.llamacpp_metrics import LlamacppMetrics  # noqa: F401 (re-exported)
+from specsweep.refserver.tokens import tokenize_text
 from specsweep.refserver.versions import LLAMACPP_BUILD
 
 if TYPE_CHECKING:

@@ -95,9 +95,9 @@ from __future__ import annotations
 
 import random
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterable
 
 from specsweep.refserver.profiles import Profile, ProfileError
 

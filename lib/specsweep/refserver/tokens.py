@@ -22,9 +22,9 @@ as ``matched`` for an EOS stop.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Iterable
 
 import numpy as np
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-
 #: the names this package re-exports lazily, by the module that defines them
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "specsweep.report.display": (
@@ -70,7 +69,7 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = sorted(_WHERE)
+__all__ = sorted(_WHERE)  # noqa: PLE0605 - every name _EXPORTS lists
 
 
 def __dir__() -> list[str]:

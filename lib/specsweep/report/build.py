@@ -5,12 +5,14 @@ import argparse
 import re
 import sys
 import threading
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+
 from specsweep.notebooks.execute import execute_notebook
 from specsweep.notebooks.kernel import KERNEL_PRELOAD, EarlyKernel
-from specsweep.paths import REPORT_NOTEBOOK, REPO_ROOT
+from specsweep.paths import REPO_ROOT, REPORT_NOTEBOOK
 
 
 def template_dir() -> Path:

@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
+
 import numpy as np
 import pandas as pd
+
 from specsweep.analyze.compare import Comparison, DeltaCurve
 from specsweep.markup import md_text
-from specsweep.results.columns import metric_info
 from specsweep.report.display import _band, _fmt, _pct_or_dash
+from specsweep.results.columns import metric_info
 
 
 def _category_levels(comp: Comparison, arm: str) -> list[int]:
@@ -113,8 +116,8 @@ def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
     is 2 figures × the arm's fitted categories (``CategoryFit.family``), so a claim about any
     category keeps the 5 % error budget. Keys: (arm, category, figure). Empty without categories.
     """
-    from specsweep.analyze.compare import fit_metric, measured_requests
     from specsweep.analyze.categories import category_metrics
+    from specsweep.analyze.compare import fit_metric, measured_requests
     from specsweep.workloads.datasets import with_category
 
     if not has_categories(sets):

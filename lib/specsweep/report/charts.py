@@ -44,8 +44,8 @@ from typing import ParamSpec, TypeVar
 import altair as alt
 import pandas as pd
 
-from specsweep.report import chartdata
 from specsweep.analyze.compare import Comparison, pareto_frontier
+from specsweep.report import chartdata
 from specsweep.results.columns import metric_info
 
 #: one-panel charts fill a 1400 px page; two side-by-side panels are PANEL_WIDTH each

@@ -31,11 +31,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
-from specsweep.decide.claims import Claim, lower_is_better, pct
 from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison
+from specsweep.decide.claims import Claim, lower_is_better, pct
 
 #: flags each real server has for the settings specsweep advises (checked, not guessed: SGLang's
 #: server_args, vLLM's engine args, llama.cpp's server)

@@ -7,16 +7,17 @@ recommendation sections say, with the same numbers. Arms are named by their shor
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
-from specsweep.decide.claims import Claim, join_and, pct
 from specsweep.analyze.compare import Comparison
-from specsweep.markup import markdown_html, md_text
 from specsweep.decide import Recommendation
+from specsweep.decide.claims import Claim, join_and, pct
 from specsweep.decide.text import _DECIDING, _band_text
+from specsweep.markup import markdown_html, md_text
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import re
+
 import pandas as pd
+
 from specsweep.analyze.compare import DERIVED, METHOD, Comparison, info
 from specsweep.markup import md_text
 from specsweep.results.columns import METRICS
-
 
 #: per-draft-position columns shown in the full-data table (the rest stay in levels.parquet)
 DATA_TABLE_POSITIONS = 4

@@ -5,9 +5,10 @@ import hashlib
 import itertools
 import math
 from typing import Any
-import pandas as pd
-from specsweep.markup import markdown, script_json
 
+import pandas as pd
+
+from specsweep.markup import markdown, script_json
 
 RENDERER = "specsweep-offline"
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+
 from specsweep import __version__
-from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.markup import md_text
+from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.paths import REPO_ROOT
 
 

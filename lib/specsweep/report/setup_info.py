@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
+
 import pandas as pd
+
 from specsweep.analyze.compare import Comparison
-from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.markup import md_text
+from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.report.reproduce import _workload_value, shell_line
 
 

@@ -7,7 +7,7 @@ only this, not the runner's HTTP client, process guard and study-file parser.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 

@@ -10,14 +10,15 @@ summary is computed once, with the page.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from specsweep.decide.claims import _half_up
 from specsweep.analyze.compare import Comparison
-from specsweep.markup import md_text
 from specsweep.decide import Recommendation
+from specsweep.decide.claims import _half_up
 from specsweep.decide.text import _band_text
+from specsweep.markup import md_text
 from specsweep.report.decision import decision_markdown, verdict_prose
 
 #: the MIME type of the notebook output that carries the summary

@@ -1,11 +1,14 @@
 """The verdict section's text blocks: key numbers, warnings, curve sentences, shared lines."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
+
 import pandas as pd
+
 from specsweep.analyze.compare import Comparison
-from specsweep.markup import md_text
 from specsweep.decide import Recommendation, aggregate_quote
+from specsweep.markup import md_text
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 from specsweep.report.warnings import top_warnings, workload_caveat
 

@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 import pandas as pd
 
 from specsweep.analyze.compare import Comparison, workload_differences
-from specsweep.markup import md_text
 from specsweep.analyze.metrics import SIM_LAG_WARN_MS
+from specsweep.markup import md_text
 
 Severity = Literal["high", "medium", "low"]
 SEVERITY_RANK: dict[str, int] = {"high": 0, "medium": 1, "low": 2}

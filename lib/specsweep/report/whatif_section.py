@@ -9,25 +9,25 @@ change the verdict. ``build(comp, sets)`` computes everything once and returns a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import altair as alt
 import numpy as np
 import pandas as pd
 
-from specsweep.report.charts import validated_once
 from specsweep.analyze.compare import Comparison
-from specsweep.markup import md_text
-from specsweep.results.store import ResultSet
-
-from specsweep.analyze.whatif.experiment import CAP_CANDIDATES, least_certain
 from specsweep.analyze.whatif.decompose import FACTORS, decompose, decomposition_sentence
+from specsweep.analyze.whatif.experiment import CAP_CANDIDATES, least_certain
 from specsweep.analyze.whatif.model import ArmModel
 from specsweep.analyze.whatif.observe import WhatIfError
 from specsweep.analyze.whatif.predict import predict
 from specsweep.analyze.whatif.setting import CONTEXT_ASSUMPTION, FOOTPRINT_ASSUMPTION, model_for
-from specsweep.analyze.whatif.validate import cross_arm, comparable_pairs, loo, loo_summary
+from specsweep.analyze.whatif.validate import comparable_pairs, cross_arm, loo, loo_summary
+from specsweep.markup import md_text
+from specsweep.report.charts import validated_once
+from specsweep.results.store import ResultSet
 
 __all__ = ["Section", "build", "chart", "markdown", "next_experiment"]
 

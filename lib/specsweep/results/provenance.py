@@ -5,7 +5,7 @@ import platform
 import socket
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -18,12 +18,12 @@ PACKAGES = ("httpx", "aiohttp", "uvloop", "orjson", "pandas", "numpy", "pyarrow"
 
 def utc_now() -> str:
     """The current UTC time as ISO 8601 with a Z suffix (seconds)."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def utc_stamp() -> str:
     """The current UTC time as yyyymmddThhmmssZ (for run ids)."""
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 def git_commit(root: Path = REPO_ROOT) -> str | None:

@@ -26,9 +26,10 @@ import json
 import os
 import tempfile
 import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Literal, Sequence
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 import pandas as pd
@@ -613,7 +614,7 @@ def _arrow_schema(frame: pd.DataFrame, arrays: dict[str, pa.DataType]) -> pa.Sch
     one column's Arrow copy is held at once (a level's text and digest columns hold tens of MB).
     Converting every column whole to learn its type cost about 20 ms per level file written, and
     a sweep writes several per level."""
-    typed = [c for c, dtype in frame.dtypes.items() if c not in arrays and dtype != object]
+    typed = [c for c, dtype in frame.dtypes.items() if c not in arrays and dtype != object]  # noqa: E721 - a numpy dtype, not a type
     known = dict(zip(typed, pa.Schema.from_pandas(frame[typed].iloc[:0], preserve_index=False))) if typed else {}
     fields = [pa.field(c, pa.list_(arrays[c])) if c in arrays else known[c] if c in known
               else pa.Schema.from_pandas(frame[c].to_frame(), preserve_index=False).field(c) for c in frame.columns]

@@ -22,21 +22,22 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
 import psutil
 
-from specsweep.results import provenance
-from specsweep.study import guard as serverguard
-from specsweep.paths import SWEEP_NOTEBOOK
+from specsweep.measure.tls import verify_for
 from specsweep.notebooks.execute import execute_notebook
 from specsweep.notebooks.kernel import SWEEP_PRELOAD
+from specsweep.paths import SWEEP_NOTEBOOK
+from specsweep.results import provenance
+from specsweep.study import guard as serverguard
 from specsweep.study.file import SECRET_NAME, Arm, Study, endpoint_of, free_port, secret_argv_values
-from specsweep.measure.tls import verify_for
 
 RUNS = "_runs"
 LOG_TAIL_LINES = 40
@@ -60,7 +61,7 @@ class Redactor:
         self.secrets = sorted({s for s in secrets if s and len(s) >= 6}, key=len, reverse=True)
 
     @classmethod
-    def for_arm(cls, arm: Arm, environ: dict[str, str] | None = None) -> "Redactor":
+    def for_arm(cls, arm: Arm, environ: dict[str, str] | None = None) -> Redactor:
         """Secrets of one arm: secret-named variables of the environment and the arm's ``env``
         (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``…), and argv values after such flags."""
         environ = dict(os.environ if environ is None else environ)

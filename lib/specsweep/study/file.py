@@ -72,8 +72,8 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specsweep.measure.config import ARM_PATTERN, SERVER_OUTPUT_TOKENS, SweepConfig
 from specsweep.decide import Profile
+from specsweep.measure.config import ARM_PATTERN, SERVER_OUTPUT_TOKENS, SweepConfig
 
 #: sweep-notebook parameters the study sets per arm (not allowed in the shared ``sweep`` section)
 RUNNER_PARAMETERS: dict[str, str] = {
@@ -207,7 +207,7 @@ class ArmSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _one_server(self) -> "ArmSpec":
+    def _one_server(self) -> ArmSpec:
         given = [k for k in ("endpoint", "serve", "embedded") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"arm {self.name!r} needs exactly one of 'endpoint' (a running server), 'serve' "
@@ -287,7 +287,7 @@ class StudySpec(BaseModel):
         return _check_port_range(value)
 
     @model_validator(mode="after")
-    def _sentinel_levels(self) -> "StudySpec":
+    def _sentinel_levels(self) -> StudySpec:
         if self.sentinel is not None:
             levels = SweepConfig.model_validate(self.sweep).concurrency
             bad = [c for c in self.sentinel.levels if c not in levels]
@@ -301,7 +301,7 @@ class StudySpec(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _parallel_ports(self) -> "StudySpec":
+    def _parallel_ports(self) -> StudySpec:
         if self.parallel > 1:
             for arm in self.arms:
                 s = arm.serve

@@ -27,9 +27,10 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from specsweep.study import guard as serverguard
 from specsweep.study.arm import ArmOutcome, arm_dir, complete_run, run_arm

@@ -21,9 +21,10 @@ import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from specsweep.study.arm import ArmOutcome, arm_dir, complete_run, run_arm
 from specsweep.study.file import Arm, Study, StudyError

@@ -56,24 +56,45 @@ import os
 import shlex
 import shutil
 import sys
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Literal
 
 import pandas as pd
 
-from specsweep.results import provenance
 from specsweep.analyze.agreement import output_agreement
 from specsweep.report import build_report
-from specsweep.results.store import (atomic_write_bytes, exclusive_lock, holder_text, load_result_set, write_frame,
-                             write_meta)
-from specsweep.study.file import DEFAULT_MAX_ARMS, HARD_MAX_ARMS, ORDER_TEXT, Arm, Study, StudyError, load_study
-# the per-arm machinery lives in study_arm (shared with the Ray and parallel backends); re-exported here
-from specsweep.study.arm import (LOG_TAIL_LINES, PID_FILE, RUNS, SWEEP_NOTEBOOK, ArmOutcome, Redactor,  # noqa: F401
-                                 ServerError, ServerProcess, arm_dir, clear_leftover, complete_run, port_holder,
-                                 run_arm)
+
 # what a report says about a study lives in study_page (a report's kernel loads only that); re-exported here
 from specsweep.report.study_page import cap_markdown, run_order, study_markdown  # noqa: F401
+from specsweep.results import provenance
+from specsweep.results.store import (
+    atomic_write_bytes,
+    exclusive_lock,
+    holder_text,
+    load_result_set,
+    write_frame,
+    write_meta,
+)
+
+# the per-arm machinery lives in study_arm (shared with the Ray and parallel backends); re-exported here
+from specsweep.study.arm import (  # noqa: F401
+    LOG_TAIL_LINES,
+    PID_FILE,
+    RUNS,
+    SWEEP_NOTEBOOK,
+    ArmOutcome,
+    Redactor,
+    ServerError,
+    ServerProcess,
+    arm_dir,
+    clear_leftover,
+    complete_run,
+    port_holder,
+    run_arm,
+)
+from specsweep.study.file import DEFAULT_MAX_ARMS, HARD_MAX_ARMS, ORDER_TEXT, Arm, Study, StudyError, load_study
 
 Backend = Literal["local", "ray"]
 
@@ -205,7 +226,7 @@ def clear_leftovers(out: Path, log: Callable[[str], None] = print) -> list[str]:
     return problems
 
 
-def _study_folder_guarded(fn: Callable[..., "StudyResult"]) -> Callable[..., "StudyResult"]:
+def _study_folder_guarded(fn: Callable[..., StudyResult]) -> Callable[..., StudyResult]:
     """Run :func:`run_study` holding the study folder's lock, after stopping what a killed runner left."""
     @functools.wraps(fn)
     def wrapper(study: Study, *, out_dir: str | Path | None = None, dry_run: bool = False,

@@ -12,7 +12,6 @@ import functools
 
 import numpy as np
 
-
 #: ``meta.workload.order`` of prompt sets: each pass through the set in its own seeded order
 SHUFFLED = "shuffled"
 #: the order of result sets written before prompt sets were shuffled (and of random prompts)

@@ -49,13 +49,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from specsweep.servers.flavours import Flavour, build_body
+from specsweep.workloads.order import SHUFFLED, record_index
 
 RANDOM_IDS = "random-ids"
 RANDOM_TEXT = "random-text"
@@ -77,8 +79,6 @@ _WORDS = (
 
 Prompt = str | list[int] | list[dict[str, Any]]
 
-
-from specsweep.workloads.order import RECORD_ORDER, SHUFFLED, pass_order, record_index  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)

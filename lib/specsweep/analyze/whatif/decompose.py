@@ -17,17 +17,17 @@ logarithms (the factors multiply, so their logs add up exactly to ln(aggregate r
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from specsweep.analyze.compare import Comparison
-from specsweep.results.store import ResultSet
-
 from specsweep.analyze.whatif.model import ArmModel
 from specsweep.analyze.whatif.observe import _num, server_setting
 from specsweep.analyze.whatif.setting import model_for
+from specsweep.results.store import ResultSet
 
 __all__ = ["FACTORS", "decompose", "decomposition_sentence"]
 

@@ -20,8 +20,9 @@ so every fitted quantity downstream carries its own uncertainty.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -96,7 +97,7 @@ class ArmData:
     accept_measured: bool = False
     assumptions: list[str] = field(default_factory=list)
 
-    def subset(self, keep: np.ndarray) -> "ArmData":
+    def subset(self, keep: np.ndarray) -> ArmData:
         """The same arm with only the levels where ``keep`` is True (for leave-one-level-out)."""
         return ArmData(
             arm=self.arm, level_only=self.level_only, concurrency=self.concurrency[keep],

@@ -29,18 +29,18 @@ so the band covers both measurement noise and the interpolation's own error.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from specsweep.analyze.compare import Comparison
-from specsweep.results.store import ResultSet
-
 from specsweep.analyze.whatif.model import ArmModel
 from specsweep.analyze.whatif.observe import WhatIfError
 from specsweep.analyze.whatif.setting import FIGURES, Setting, model_for, predict_model
 from specsweep.analyze.whatif.validate import loo_rms
+from specsweep.results.store import ResultSet
 
 __all__ = ["predict"]
 

@@ -14,17 +14,17 @@ Nothing here is typed in: every figure on a page comes from these functions.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from specsweep.analyze.compare import Comparison
-from specsweep.results.store import ResultSet
-
 from specsweep.analyze.whatif.model import ArmModel, fit
 from specsweep.analyze.whatif.observe import ArmData, server_setting
 from specsweep.analyze.whatif.setting import FIGURES, Setting, model_for, predict_model
+from specsweep.results.store import ResultSet
 
 __all__ = ["loo", "loo_rms", "loo_summary", "cross_arm", "comparable_pairs", "validate"]
 

@@ -31,8 +31,8 @@ from specsweep.measure.client import (
     parse_exchange,
     send_streaming,
 )
-from specsweep.results.records import RequestRecord
 from specsweep.measure.loadgen.spool import _Spilled, _Spool
+from specsweep.results.records import RequestRecord
 
 #: how often the loop thread wakes on its own while a level runs (seconds): to see whether the level
 #: was stopped (Ctrl-C, a study's stop) and to time one trip through the event loop (the lag

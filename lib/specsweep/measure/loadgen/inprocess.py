@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from specsweep.measure.loadgen.engine import _Config, _client, _engine, _new_loop, _parse_on_loop
+from specsweep.measure.loadgen.engine import _client, _Config, _engine, _new_loop, _parse_on_loop
 from specsweep.measure.loadgen.level import LevelResult, ProgressFn, _assemble, _call_progress
 
 __all__ = ["InProcessRunner"]

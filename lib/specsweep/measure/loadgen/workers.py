@@ -19,9 +19,9 @@ import time
 from time import perf_counter
 from typing import Any
 
-from specsweep.results.records import RequestRecord
-from specsweep.measure.loadgen.engine import _Config, _client, _engine, _new_loop, _parse_all, _release_free_memory
+from specsweep.measure.loadgen.engine import _client, _Config, _engine, _new_loop, _parse_all, _release_free_memory
 from specsweep.measure.loadgen.level import LevelResult, ProgressFn, _assemble, _call_progress, split_concurrency
+from specsweep.results.records import RequestRecord
 
 __all__ = ["WorkerPoolRunner"]
 
@@ -208,7 +208,7 @@ async def _worker_async(conn: Any, cfg: _Config, limit: int, counter: Any, done:
             def take() -> int | None:
                 with counter.get_lock():
                     i = counter.value
-                    if i >= n:
+                    if i >= n:  # noqa: B023 - called only within this iteration
                         return None
                     counter.value = i + 1
                 return i
