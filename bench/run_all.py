@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Issue 11's benchmarks in one run, one table: client cost beside the plain-aiohttp reference,
-memory per level, report build time.
+"""The project's benchmarks in one run and one table, each row beside its target.
+
+Client cost beside the plain-aiohttp reference, memory per level, report build time, start-up.
 
 Runs, each in fresh processes (server pinned to ``--server-core``, client to ``--client-core``):
 
@@ -11,9 +12,9 @@ Runs, each in fresh processes (server pinned to ``--server-core``, client to ``-
 2. ``bench/level_memory.py``: peak resident memory of one level per size (1,000 and 10,000
    requests × 2,000 tokens by default) while it is measured and parsed, and while it is summarised
    and stored as a sweep does, spilling raw reads (the default); the smallest size also holding
-   every read until the level ends (as before spilling);
+   every read until the level ends (no spilling);
 3. ``bench/report_build.py``: ``python -m specsweep.report`` on the seed result set;
-4. issue 21: ``bench/import_time.py`` (the seed report beside the floor of an empty notebook built
+4. ``bench/import_time.py`` (the seed report beside the floor of an empty notebook built
    the same way, warm and first build); with ``--test-suite`` the wall time of ``make test``
    (``--test-beside``: with a CPU-bound process beside it); with ``--cpu-share``
    ``bench/cpu_share.py`` (the client's CPU as a share of llama.cpp's per level); with ``--reports``
@@ -30,10 +31,10 @@ Figures:
 - ``tokens``: tokens counted ÷ tokens the server sent (1.000 = exact);
 - ``other cores``: CPU used by everything else on the machine during the window (shared machine).
 
-Run from the repository root (about 5–10 minutes on a 2-core VM)::
+Run from the repository root (it takes minutes)::
 
     .venv/bin/python bench/run_all.py
-    .venv/bin/python bench/run_all.py --reps 1 --mem-sizes 1000x2000 --skip-report   # quicker, no goal-2 verdict
+    .venv/bin/python bench/run_all.py --reps 1 --mem-sizes 1000x2000 --skip-report   # quicker; no memory verdict (no 10,000-request level)
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ from client_overhead import busy_cpu_s  # noqa: E402 - a sibling script, found t
 REPO = HERE.parent
 SPECSWEEP = "ss:aiohttp:raw:uvloop:w1"
 REFERENCE = "ref-aiohttp-any"
-#: goals of issue 11
+#: the targets the table's rows are judged against (µs, cores, ms, MiB, tokens, seconds)
 GOAL_US_PER_TOKEN = 7.4
 GOAL_PACED_CORES = 0.34
 GOAL_LAG_P99_MS = 4.0
@@ -130,7 +131,7 @@ def report_seconds(reps: int) -> dict[str, float]:
 
 def startup_figures(reps: int) -> dict[str, Any]:
     """bench/import_time.py's figures: the seed report beside the floor (an empty notebook built
-    the same way), warm cache and first build, wall and CPU seconds (issue 21, goal 2)."""
+    the same way), warm cache and first build, wall and CPU seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         js = os.path.join(tmp, "startup.json")
         _run([sys.executable, str(HERE / "import_time.py"), "--reps", str(reps), "--json-out", js], timeout=3600)
@@ -138,7 +139,7 @@ def startup_figures(reps: int) -> dict[str, Any]:
 
 
 def test_suite_seconds(beside: bool) -> dict[str, Any]:
-    """Wall seconds of ``make test`` (issue 21, goal 3), alone or with one CPU-bound process beside it
+    """Wall seconds of ``make test``, alone or with one CPU-bound process beside it
     (``beside``), and whether it passed."""
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if beside else None
     try:
@@ -161,7 +162,7 @@ def test_suite_seconds(beside: bool) -> dict[str, Any]:
 def reports_seconds() -> dict[str, Any]:
     """Wall and busy CPU seconds of ``make reports``' pipeline (``python -m specsweep.publish``: every
     demo study measured afresh, every report built) in a scratch worktree of HEAD, so the checkout's
-    pages stay as committed (issue 21, goal 1), and whether its decisions were those of the committed
+    pages stay as committed, and whether its decisions were those of the committed
     ``reports/decisions.json``. The worktree's ``lib`` comes first on ``PYTHONPATH``, so its paths
     (data/, reports/) are the ones written; set-up is not counted (the checkout's .venv is used)."""
     tmp = tempfile.mkdtemp(prefix="specsweep-reports-")
@@ -188,7 +189,7 @@ def reports_seconds() -> dict[str, Any]:
 
 
 def cpu_share_figures() -> dict[str, Any]:
-    """bench/cpu_share.py: the client's CPU as a share of llama.cpp's per level (issue 21, goal 4)."""
+    """bench/cpu_share.py: the client's CPU as a share of llama.cpp's per level."""
     with tempfile.TemporaryDirectory() as tmp:
         js = os.path.join(tmp, "share.json")
         _run([sys.executable, str(HERE / "cpu_share.py"), "--floor", "--json-out", js], timeout=1800)
@@ -215,15 +216,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-client", action="store_true")
     ap.add_argument("--skip-memory", action="store_true")
     ap.add_argument("--skip-report", action="store_true")
-    ap.add_argument("--startup-reps", type=int, default=3, help="repeats of the start-up figures (issue 21 goal 2)")
+    ap.add_argument("--startup-reps", type=int, default=3, help="repeats of the start-up figures (bench/import_time.py)")
     ap.add_argument("--skip-startup", action="store_true")
     ap.add_argument("--test-suite", action="store_true",
-                    help="also time `make test` (issue 21 goal 3; minutes; with --test-beside, beside a CPU hog)")
+                    help="also time `make test`, which takes minutes (target: ≤ 5 min; with --test-beside, beside a CPU hog)")
     ap.add_argument("--test-beside", action="store_true")
     ap.add_argument("--cpu-share", action="store_true",
-                    help="also measure the client's CPU share of llama.cpp's (issue 21 goal 4; needs the [llamacpp] extra)")
+                    help="also measure the client's CPU share of llama.cpp's (target: ≤ 2 %%; needs the [llamacpp] extra)")
     ap.add_argument("--reports", action="store_true",
-                    help="also time make reports' pipeline in a scratch worktree (issue 21 goal 1; minutes)")
+                    help="also time make reports' pipeline in a scratch worktree, which takes minutes "
+                         "(target: ≤ 6 min and the same decisions)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args(argv)
 
@@ -232,30 +234,30 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# bench/run_all.py {stamp}; {os.cpu_count()} CPUs ({platform.machine()}), Python "
           f"{platform.python_version()}; load average {load:.2f} at start; server core {args.server_core}, "
           f"client core {args.client_core}; client medians of {args.reps}")
-    lines = ["| goal | measure | specsweep | plain aiohttp (same run) | goal | met |", "|---|---|---:|---:|---:|---|"]
+    lines = ["| measure | specsweep | plain aiohttp (same run) | target | met |", "|---|---:|---:|---:|---|"]
     dump: dict[str, Any] = {"stamp": stamp, "cpus": os.cpu_count()}
     if not args.skip_client:
         rows = client_rows(args.reps, args.server_core, args.client_core, args.max_other)
         fig = client_figures(rows)
         dump["client"] = {f"{s}|{c}": v for (s, c), v in fig.items()}
         ss, ref = fig[("u-k1-c64", SPECSWEEP)], fig[("u-k1-c64", REFERENCE)]
-        lines.append(f"| 1 | K1·C64 unpaced: all-in CPU µs/token (loop + parse) | {ss['all_in_us']:.2f} "
+        lines.append(f"| K1·C64 unpaced: all-in CPU µs/token (loop + parse) | {ss['all_in_us']:.2f} "
                      f"({ss['loop_us']:.2f} + {ss['parse_us']:.2f}) | {ref['all_in_us']:.2f} | ≤ {GOAL_US_PER_TOKEN} | "
                      f"{_yes(ss['all_in_us'] <= GOAL_US_PER_TOKEN)} |")
-        lines.append(f"| 1 | K1·C64: specsweep ÷ reference all-in CPU per token | "
+        lines.append(f"| K1·C64: specsweep ÷ reference all-in CPU per token | "
                      f"{ss['all_in_us'] / ref['all_in_us']:.2f} | 1.00 | < 1 | {_yes(ss['all_in_us'] < ref['all_in_us'])} |")
-        lines.append(f"| 1 | K1·C64: tok/s (tokens counted ÷ sent) | {ss['tok_s']:,.0f} ({ss['tokens']:.3f}) | "
+        lines.append(f"| K1·C64: tok/s (tokens counted ÷ sent) | {ss['tok_s']:,.0f} ({ss['tokens']:.3f}) | "
                      f"{ref['tok_s']:,.0f} ({ref['tokens']:.3f}) | exact | {_yes(ss['tokens'] == 1.0)} |")
         ps, pr = fig[("p20-k1-c256", SPECSWEEP)], fig[("p20-k1-c256", REFERENCE)]
-        lines.append(f"| 1 | 256 streams × 20 ms: all-in cores | {ps['all_in_cores']:.3f} | {pr['all_in_cores']:.3f} | "
+        lines.append(f"| 256 streams × 20 ms: all-in cores | {ps['all_in_cores']:.3f} | {pr['all_in_cores']:.3f} | "
                      f"≤ {GOAL_PACED_CORES} | {_yes(ps['all_in_cores'] <= GOAL_PACED_CORES)} |")
-        lines.append(f"| 1 | 256 × 20 ms: lag p50 / p99 ms | {ps['lag_p50_ms']:.2f} / {ps['lag_p99_ms']:.2f} | "
+        lines.append(f"| 256 × 20 ms: lag p50 / p99 ms | {ps['lag_p50_ms']:.2f} / {ps['lag_p99_ms']:.2f} | "
                      f"{pr['lag_p50_ms']:.2f} / {pr['lag_p99_ms']:.2f} | p99 ≤ {GOAL_LAG_P99_MS} | "
                      f"{_yes(ps['lag_p99_ms'] <= GOAL_LAG_P99_MS)} |")
-        lines.append(f"| 1 | 256 × 20 ms: tokens counted ÷ sent | {ps['tokens']:.3f} | {pr['tokens']:.3f} | 1.000 | "
+        lines.append(f"| 256 × 20 ms: tokens counted ÷ sent | {ps['tokens']:.3f} | {pr['tokens']:.3f} | 1.000 | "
                      f"{_yes(ps['tokens'] == 1.0)} |")
         other = max(v["other"] for v in fig.values())
-        lines.append(f"| – | other processes' cores during the client windows (max of medians) | {other:.2f} | | | |")
+        lines.append(f"| other processes' cores during the client windows (max of medians) | {other:.2f} | | | |")
     if not args.skip_memory:
         mem = memory_rows(args.mem_sizes, ["spill"], args.server_core, args.client_core)
         if args.mem_hold_sizes:
@@ -269,45 +271,45 @@ def main(argv: list[str] | None = None) -> int:
             target = f"≤ {GOAL_LEVEL_MIB:.0f}" if goal else ""
             met = (f"process {_yes(r['peak_mib'] <= GOAL_LEVEL_MIB)}, own {_yes(max(own) <= GOAL_LEVEL_MIB)}; "
                    if goal else "")
-            lines.append(f"| 2 | level {r['n']:,} × {r['tokens']:,} tokens, {r['mode']}: peak RSS MB measuring and "
+            lines.append(f"| level {r['n']:,} × {r['tokens']:,} tokens, {r['mode']}: peak RSS MB measuring and "
                          f"parsing / summarising and storing; (the level's own: − base {r['base_mib']:.0f}) | "
                          f"{r['level_peak_mib']:.0f} / {r['store_peak_mib']:.0f} ({own[0]:.0f} / {own[1]:.0f}) | | "
                          f"{target} | {met}exact counts: {_yes(r['exact'])} |")
         if not any(r["mode"] == "spill" and r["tokens_sent"] >= GOAL_LEVEL_TOKENS for r in mem):
-            lines.append("| 2 | 10,000 × 2,000 level not measured (see --mem-sizes) | | | "
+            lines.append("| 10,000 × 2,000 level not measured (see --mem-sizes) | | | "
                          f"≤ {GOAL_LEVEL_MIB:.0f} | **no verdict** |")
         spill = [r for r in mem if r["mode"] == "spill" and r["chunks"]]
         if spill:
             big = max(spill, key=lambda r: r["chunks"])
-            lines.append(f"| 2 | parsed records: bytes per token-carrying chunk (1 token per chunk; 12 with "
+            lines.append(f"| parsed records: bytes per token-carrying chunk (1 token per chunk; 12 with "
                          f"several) | {big['bytes_per_chunk']:.1f} | | | |")
     if not args.skip_report:
         rep = report_seconds(args.report_reps)
         dump["report"] = rep
         cli = rep.get("cli", float("nan"))
-        lines.append(f"| 3 | seed report build, `python -m specsweep.report` s (papermill {rep.get('papermill', float('nan')):.1f}, "
+        lines.append(f"| seed report build, `python -m specsweep.report` s (papermill {rep.get('papermill', float('nan')):.1f}, "
                      f"export {rep.get('export', float('nan')):.1f}) | {cli:.1f} | | < {GOAL_REPORT_S:.0f} | "
                      f"{_yes(cli < GOAL_REPORT_S)} |")
     if not args.skip_startup:
         st = startup_figures(args.startup_reps)
         dump["startup"] = st
         r = st["rows"]
-        lines.append(f"| 21.2 | seed report, `python -m specsweep.report`, wall s (CPU s) | {r['seed']['wall']:.2f} "
+        lines.append(f"| seed report, `python -m specsweep.report`, wall s (CPU s) | {r['seed']['wall']:.2f} "
                      f"({r['seed']['cpu']:.2f}) | | ≤ 4 | {_yes(r['seed']['wall'] <= 4.0)} |")
-        lines.append(f"| 21.2 | floor: empty notebook built the same way, wall s (CPU s); seed ÷ floor | "
+        lines.append(f"| floor: empty notebook built the same way, wall s (CPU s); seed ÷ floor | "
                      f"{r['empty']['wall']:.2f} ({r['empty']['cpu']:.2f}); {st['ratio']:.2f}× | | ≤ 1.5× | "
                      f"{_yes(st['ratio'] <= 1.5)} |")
         if "seed_over_imports" in st:
-            lines.append(f"| 21.2 | the floor, its kernel loading the report's modules first (pandas, altair, specsweep, scipy), "
+            lines.append(f"| the floor, its kernel loading the report's modules first (pandas, altair, specsweep, scipy), "
                          f"wall s (CPU s); seed ÷ that | {r['empty_imports']['wall']:.2f} ({r['empty_imports']['cpu']:.2f}); "
                          f"{st['seed_over_imports']:.2f}× | | | |")
         if "seed_cold" in r:
-            lines.append(f"| 21.2 | seed report, first build after install (empty cache), wall s (CPU s) | "
+            lines.append(f"| seed report, first build after install (empty cache), wall s (CPU s) | "
                          f"{r['seed_cold']['wall']:.2f} ({r['seed_cold']['cpu']:.2f}) | | | |")
     if args.reports:
         rp = reports_seconds()
         dump["reports"] = rp
-        lines.append(f"| 21.1 | `make reports` without set-up (every demo measured afresh, every page built), wall min "
+        lines.append(f"| `make reports` without set-up (every demo measured afresh, every page built), wall min "
                      f"(busy CPU s); decisions | {rp['seconds'] / 60:.1f} ({rp['busy_cpu_s']:.0f}); "
                      f"{'the same as committed' if rp['same_decisions'] else '**' + rp['decisions'] + '**'}"
                      f"{'' if rp['passed'] else ', **failed**'} | | ≤ 6, the same | "
@@ -315,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.test_suite:
         ts = test_suite_seconds(args.test_beside)
         dump["test_suite"] = ts
-        lines.append(f"| 21.3 | `make test` wall min{' (a CPU hog beside it)' if ts['beside'] else ''} | "
+        lines.append(f"| `make test` wall min{' (a CPU hog beside it)' if ts['beside'] else ''} | "
                      f"{ts['seconds'] / 60:.1f}, {'passed' if ts['passed'] else '**failed**'} ({ts['summary']}) | | ≤ 5 | "
                      f"{_yes(ts['passed'] and ts['seconds'] <= 300)} |")
     if args.cpu_share:
@@ -324,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         per = ", ".join(f"C{r['concurrency']:.0f} {r['client_cpu_share_pct']:.2f}" for r in cs["rows"])
         floor = cs.get("floor") or {"rows": []}
         per_floor = ", ".join(f"C{r['concurrency']:.0f} {r['client_cpu_share_pct']:.2f}" for r in floor["rows"])
-        lines.append(f"| 21.4 | client CPU ÷ llama.cpp's, % per level (real-llamacpp baseline; reference: the same "
+        lines.append(f"| client CPU ÷ llama.cpp's, % per level (real-llamacpp baseline; reference: the same "
                      f"levels read by plain aiohttp, `--floor`) | {per} | {per_floor} | ≤ 2 | "
                      f"{_yes(cs['worst_pct'] <= 2.0)} |")
     print("\n".join(lines))

@@ -8,7 +8,7 @@
    cross-arm error of arms that differ only in the cap or the pool (the demo's ``mtp`` → ``mtp-cap128``).
 2. ``--refserver``: the ground truth of ``tests/test_whatif_refserver.py`` — untested settings of
    the (slowed) ``tiny`` profile predicted from four measured levels and compared with real sweeps
-   over 127.0.0.1 (about 2 minutes on a busy 2-core machine).
+   over 127.0.0.1 (a few minutes).
 
     .venv/bin/python bench/whatif_error.py [PATH ...] [--refserver] [--out DIR]
 
@@ -145,7 +145,7 @@ def print_truth(rows: list[dict[str, Any]], how: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="*", type=Path, help="studies or result sets (default: the demo study, the seed)")
-    ap.add_argument("--refserver", action="store_true", help="also run the tiny ground-truth sweeps (~2 min)")
+    ap.add_argument("--refserver", action="store_true", help="also run the tiny ground-truth sweeps (minutes)")
     ap.add_argument("--parallel", type=lambda v: [int(x) for x in v.split(",")], default=[PARALLEL],
                     help=f"ground-truth sweeps at once; a list (1,2) runs each in turn, side by side (default {PARALLEL})")
     ap.add_argument("--out", type=Path, default=None,

@@ -15,14 +15,14 @@ import pytest
 from specsweep.refserver.launch import RefServer
 from specsweep.runtime import single_threaded_blas
 
-# the workers, and every process a test starts, import numpy with one OpenBLAS thread (about 0.1 s of
-# CPU less per process; specsweep.runtime.single_threaded_blas), as specsweep's own programs do
+# the workers, and every process a test starts, import numpy with one OpenBLAS thread (spinning BLAS
+# threads cost every process CPU; specsweep.runtime.single_threaded_blas), as specsweep's own programs do
 single_threaded_blas()
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # a worker's collection imports every test module, specsweep, pandas and altair, and frees almost
-    # nothing: no collections until it ends (pytest_collection_finish), 0.3 s of CPU less per worker
-    # (1.6 -> 1.3 s for the whole collection, one process). Workers only: the controller collects nothing.
+    # nothing: no collections until it ends (pytest_collection_finish), since they would find next to
+    # nothing to free and only cost CPU. Workers only: the controller collects nothing.
     gc.disable()
 
 FAST = ["--health-delay-s", "0.2"]
@@ -33,9 +33,8 @@ MAX_WORKERS = 4
 
 
 #: workers per CPU: a good part of the suite waits on real-time servers (sweeps paced at a simulated
-#: GPU's speed, a study's arms), so one worker per core leaves the cores idle meanwhile. On the 2-core
-#: VM (2026-12-03, quiet, 864 tests): 2 workers 8 min 03 s, 4 workers 6 min 25-36 s in three runs,
-#: 97 % of both cores busy (746-773 CPU s)
+#: GPU's speed, a study's arms), so one worker per core leaves the cores idle meanwhile; two per core
+#: keep them busy (``bench/run_all.py --test-suite`` times ``make test``)
 WORKERS_PER_CPU = 2
 
 
@@ -54,11 +53,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(MAX_WORKERS, WORKERS_PER_CPU * cpus))
 
 
-#: the test files that take longest (wall seconds on a 2-core machine, ``--durations``), longest first:
+#: the test files that take longest (wall seconds, ``pytest --durations``), longest first:
 #: they are handed to workers first (``--dist loadfile --no-loadscope-reorder`` hands out files in
 #: collection order; xdist would otherwise put the files with most tests first), so no
-#: long file starts last and leaves the other workers idle at the end. With one worker per core the
-#: suite was CPU-bound and this trimmed only that tail (13 min 23 s against 13 min 35 s, within noise).
+#: long file starts last and leaves the other workers idle at the end. It trims only that tail, so
+#: where the suite is CPU-bound it gains little.
 LONG_FILES: tuple[str, ...] = (
     "test_drift_study.py", "test_study.py", "test_verdict_draws.py", "test_demo_stability.py",
     "test_whatif_refserver.py", "test_report_build.py", "test_hardening_data.py", "test_study_hardening.py",
@@ -74,10 +73,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Freeze what collection loaded (every test module, specsweep, pandas, altair: about 180,000
-    objects a worker keeps to its end), so that the full collections the tests trigger no longer
-    walk it (:func:`gc.freeze`), and collect again (a worker collected nothing meanwhile). The
-    verdict-draw files spent 2.6 s in the collector, 1.1 s with it frozen (two runs each, one process)."""
+    """Freeze what collection loaded (every test module, specsweep, pandas, altair: hundreds of
+    thousands of objects a worker keeps to its end), so that the full collections the tests trigger
+    do not walk it (:func:`gc.freeze`), and collect again (a worker collected nothing meanwhile).
+    Tests that trigger many full collections (the verdict draws) gain most."""
     gc.freeze()
     gc.enable()
 
@@ -90,7 +89,7 @@ def terminal_sigint() -> Iterator[None]:
     A suite started with SIGINT ignored (a background job of a non-interactive shell) passes that
     on: Python then installs no handler, pytest-xdist's workers inherit the ignored signal, an
     ignored signal survives exec, and a papermill or study a test starts ignores the SIGINT the
-    test sends it (``_thread.interrupt_main`` does nothing either). Three Ctrl-C tests failed that
+    test sends it (``_thread.interrupt_main`` does nothing either). The Ctrl-C tests would fail that
     way; they test our handling of SIGINT, not the disposition they were started with.
     """
     import signal

@@ -4,7 +4,7 @@ every kernel specsweep starts; never a study's runner, whose ``serve`` servers i
 environment.
 
 OpenBLAS starts a thread per extra core when numpy is imported, and those threads spin before they
-sleep (about 0.1 s of CPU per process on a 2-core machine). The checks are on real processes: the
+sleep, taking CPU from every process. The checks are on real processes: the
 server's thread count beside one told to use two BLAS threads, the kernel's own environment.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Chart functions take the obvious arguments and restyle the usual Altair ways (issue 8, item 17).
+"""Chart functions take the obvious arguments and restyle the usual Altair ways.
 
 Charts are rendered to SVG/PNG with vl-convert (the same Vega that the report inlines), so a
 restyle that changes nothing in the picture fails here.
@@ -44,7 +44,7 @@ def fills(chart: alt.TopLevelMixin) -> set[str]:
 
 
 def test_configure_range_restyles_the_arm_colours(comp: Comparison) -> None:
-    """``.configure_range(category=...)`` used to change nothing: the scale carried its own range."""
+    """``.configure_range(category=...)`` changes the colours: a scale that carried its own range would ignore it."""
     for make in (charts.throughput_chart, charts.pareto_chart, charts.concurrency_chart):
         chart = make(comp)
         restyled = chart.configure_range(category=["#000000", "#ff0000"])
@@ -114,7 +114,7 @@ def label_boxes(chart: alt.TopLevelMixin) -> list[tuple[str, float, float, float
 
 
 def test_pareto_labels_do_not_collide(comp: Comparison) -> None:
-    """On the seed, MTP's 64 and 128 points sit 64 tok/s apart: their labels used to print as '12864'."""
+    """On the seed, MTP's 64 and 128 points sit 64 tok/s apart: overlapping labels would print as '12864'."""
     boxes = label_boxes(charts.pareto_chart(comp))
     assert len(boxes) == 12, boxes
     for i, a in enumerate(boxes):
@@ -143,7 +143,7 @@ def test_readme_redraw_snippet_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not Path(ROOT / "throughput.html").exists()
 
 
-# ------------------------------------------------------------------ verdict strip (issue 23, item 1)
+# ------------------------------------------------------------------------------------- verdict strip
 
 def layers_of(spec: dict) -> list[dict]:
     """Every unit spec (one mark) of a layered / concatenated Vega-Lite spec."""
@@ -259,7 +259,7 @@ def test_verdict_strip_frame_from_recommendations(tmp_path: Path) -> None:
     assert list(empty.columns) == ["profile", "arm", "concurrency", "outcome", "crossover"] and empty.empty
 
 
-# ------------------------------------------- legible charts with several arms (issue 23, item 8)
+# -------------------------------------------------------------- legible charts with several arms
 
 #: labels like the demo's: long, and two of them differing only at the end
 LONG_LABELS = {

@@ -216,7 +216,7 @@ def test_load_hf_reads_a_local_dataset_folder(tmp_path: Path, monkeypatch: pytes
 
 @pytest.mark.slow
 def test_an_hf_workload_runs_through_a_sweep_offline(tmp_path: Path, refserver_mtp: RefServer) -> None:
-    """``workload="hf:<dataset>"`` end to end (issue 10): a sweep in its own process, offline
+    """``workload="hf:<dataset>"`` end to end: a sweep in its own process, offline
     (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``, its own ``HF_HOME``), reads a local Hugging Face
     dataset folder (MT-Bench shape) through the ``datasets`` library, sends its prompts to the
     reference server and stores each prompt's category on its request rows. The server sees the

@@ -1,4 +1,4 @@
-"""Metric definitions (DESIGN §5) checked on hand-computed timelines."""
+"""The metric definitions of :mod:`specsweep.analyze.metrics` checked on hand-computed timelines."""
 from __future__ import annotations
 
 import math

@@ -1,7 +1,7 @@
-"""The report template's layout in a real headless browser (issue 23, item 8): a table wider than
-the page scrolls inside its own box, so the page itself never scrolls sideways in a 1400 px window,
-and that box fits the window, so its scroll bars are on screen while the table is (not at the foot
-of a table thousands of pixels long), with the header row kept in view as it scrolls.
+"""The report template's layout in a real headless browser: a table wider than the page scrolls
+inside its own box, so the page itself never scrolls sideways in a 1400 px window, and that box
+fits the window, so its scroll bars are on screen while the table is (not at the foot of a table
+thousands of pixels long), with the header row kept in view as it scrolls.
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Untrusted strings stay inert in the published report (issue 8, item 1).
+"""Untrusted strings stay inert in the published report.
 
 Every string a result set, a server or a user can put on the page — arm names, labels,
 descriptions, model and server names, hardware, sources, notes, metric notes, error texts, the
 title, profile names and descriptions — holds a script-injection payload. The page must show
 them as text: no payload appears unescaped in the HTML, no script runs in headless Chromium,
-and every chart still renders (a ``</script>`` in a label used to break all of them).
+and every chart still renders (a ``</script>`` in a label would otherwise break all of them).
 """
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ Importing it changes nothing in the process: entry points call
 from __future__ import annotations
 
 #: the release, as pyproject.toml's ``version`` (tests/test_packaging.py keeps them equal). Written
-#: out rather than read with importlib.metadata: that import costs about 35 ms of CPU in every
-#: process that imports specsweep (each reference server, report kernel and study arm)
+#: out rather than read with importlib.metadata: that import is not free, and every process that
+#: imports specsweep would pay it (each reference server, report kernel and study arm)
 __version__: str = "0.1.0"
 
 __all__ = ["__version__"]

@@ -3,9 +3,9 @@
 ``jsonschema`` (imported by nbformat, altair and jupyter-events, so by papermill, nbconvert and
 every report kernel) registers IRI format checkers from ``rfc3987_syntax`` when that package is
 installed (jupyter-events asks for ``jsonschema[format-nongpl]``). Importing ``rfc3987_syntax``
-builds about 40 Earley parsers from a Lark grammar: 2.5–3.5 s of CPU on a 2-core machine, in
-every process, although no notebook or Vega-Lite schema specsweep validates uses the ``iri``
-formats (``bench/import_time.py`` measures it).
+builds about 40 Earley parsers from a Lark grammar: seconds of CPU in every process, although
+no notebook or Vega-Lite schema specsweep validates uses the ``iri`` formats
+(``bench/import_time.py`` measures it).
 
 :func:`defer_rfc3987_syntax` puts a light stand-in for ``rfc3987_syntax`` in ``sys.modules``
 before anything imports it. The stand-in offers the same names: its ``is_valid_syntax`` (the only
@@ -129,9 +129,10 @@ def configure_process(*, arrow: bool = True, single_blas_thread: bool = False) -
 # ------------------------------------------------------------------------------ the Vega bundle, cached on disk
 #
 # ``vl_convert.javascript_bundle`` bundles vega + vega-lite + vega-embed from its embedded sources
-# on every first call in a process: about 2.7 s of CPU (the GIL released), in every report kernel.
+# on every first call in a process: seconds of CPU (the GIL released), in every report kernel.
 # Its answer depends only on the vl-convert version and the Vega-Lite version asked for, so it is
-# kept in a per-user cache file and read back (about 1 ms). A file lock serialises the first build
+# kept in a per-user cache file and read back, which is cheap (``bench/import_time.py`` builds the
+# seed report with a warm cache and with an empty one). A file lock serialises the first build
 # across processes (a report's own process can start it in a thread while its kernel starts:
 # :func:`warm_vega_bundle`); a missing, unreadable or unwritable cache only costs the rebuild.
 
@@ -148,12 +149,12 @@ def single_threaded_blas(env: MutableMapping[str, str] | None = None) -> None:
     ``OMP_NUM_THREADS``).
 
     When numpy is imported, OpenBLAS starts a thread for every other core, and those threads spin
-    before they sleep: ``import numpy`` cost 0.18 s of CPU on a 2-core machine, 0.08 s with one
-    thread, and more with more cores. specsweep's arrays are never large enough for BLAS threads to
-    pay (a verdict draw's compare and decide take as long with one), and on a CPU engine every
-    spinning thread is taken from the server measured. It acts only before numpy is imported. Only
-    processes that start no server of the user's call it: the reference server and ``python -m
-    specsweep.report`` first thing, and every kernel specsweep starts gets it in its environment
+    before they sleep, so ``import numpy`` costs more CPU the more cores the machine has.
+    specsweep's arrays are never large enough for BLAS threads to pay (a verdict draw's compare and
+    decide take as long with one), and on a CPU engine every spinning thread is taken from the
+    server measured. It acts only before numpy is imported. Only processes that start no server of
+    the user's call it: the reference server and ``python -m specsweep.report`` first thing, and
+    every kernel specsweep starts gets it in its environment
     (``notebooks.kernel.kernel_manager_class``). A study's runner does not: the servers it starts
     (``serve`` arms) inherit its environment, and an engine measured must run as its user set it.
     """

@@ -1,4 +1,4 @@
-"""The seed profile in the virtual-time simulator meets the seed's targets (< 1 s of CPU)."""
+"""The seed profile in the virtual-time simulator meets the seed's targets (virtual time: quick)."""
 from __future__ import annotations
 
 import pytest

@@ -76,7 +76,7 @@ def test_running_gauge_moves_when_requests_finish_in_lockstep_before_40_steps(re
     reach 40 and the gauge would read 0 forever.
 
     One request at a time makes each busy spell exactly 38 steps however slowly the client sends
-    (six at once used to spread out on a busy machine into longer spells and a smaller gauge)."""
+    (several at once spread out on a busy machine into longer spells and a smaller gauge)."""
     server = refserver_factory("off")
     seen: list[float] = []
 
@@ -141,7 +141,7 @@ def test_running_cap_and_queue_over_socket(refserver_factory) -> None:  # noqa: 
 
     Judged on the server's own records, which no load on the machine changes: its queue-time
     histogram (admission − arrival, on its scheduled clock) and each request's ``e2e_latency``.
-    (It used to compare the client's wall-clock TTFTs, which a CPU-bound job beside it broke.)
+    The client's wall-clock TTFTs would not do: a CPU-bound job beside the test distorts them.
     """
     srv = refserver_factory("mtp", ["--max-running-requests", "2"])
     info = httpx.get(srv.url + "/server_info").json()
@@ -193,8 +193,8 @@ def test_real_time_closed_loop_agrees_with_the_virtual_simulator(refserver_facto
     The server queues what its cap (4) does not admit and starts each queued request the moment a
     slot frees, so 12 requests sent at once are a closed loop of 4 with no client in the loop; the
     server's ``e2e_latency`` is measured on its scheduled clock. Both are independent of how
-    busy the machine is: this used to compare the client's wall-clock throughput with the model
-    within 15 %, which a CPU-bound job beside the test broke (wall-clock speed is a bench/ figure).
+    busy the machine is. The client's wall-clock throughput would not do: a CPU-bound job beside
+    the test distorts it (wall-clock speed is a bench/ figure).
     """
     from specsweep.refserver.model import simulate_closed_loop
     from specsweep.refserver.profiles import load_profile

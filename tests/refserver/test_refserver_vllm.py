@@ -121,7 +121,7 @@ async def _open_streams(url: str, n: int, max_tokens: int) -> tuple[dict[str, fl
         tasks = [asyncio.create_task(one(client)) for _ in range(n)]
         await asyncio.wait_for(started.wait(), 20)
         # both read at once from another thread: a request queued on this loop behind n busy streams
-        # can reach the server after most of them ended (seen on a loaded 2-core machine)
+        # can reach the server after most of them ended (on a loaded machine)
         metrics, load = await asyncio.to_thread(lambda: (_metrics(url), httpx.get(url + "/load").json()["server_load"]))
         await asyncio.gather(*tasks)
     return metrics, load, n

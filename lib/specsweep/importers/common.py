@@ -6,7 +6,7 @@ concurrency, and per repeat where one file holds several runs of a level), each 
 per-request samples the file holds (as :class:`~specsweep.results.records.RequestRecord`, absolute times in
 seconds) or with the tool's own level figures only.
 
-Definitions are kept exact (DESIGN §5):
+Definitions are kept exact (:mod:`specsweep.analyze.metrics` states specsweep's):
 
 - Where a level has per-request samples, every specsweep-named column (``output_tok_s``,
   ``tpot_p50_s``, ``chunk_gap_p99_s`` …) is computed from them by :mod:`specsweep.analyze.metrics`, so it

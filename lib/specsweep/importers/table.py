@@ -1,7 +1,7 @@
 """Read a pasted results table (Markdown pipe table or CSV) of concurrency × aggregate and
 per-request tok/s, one or several arms side by side, into a level-only
 :class:`~specsweep.importers.common.ToolRun` — what people paste into chats and issues, as the
-seed's operator did (DESIGN §4)::
+seed's operator did (``data/reference/seed-qwen3.5-122b-a10b``)::
 
     | concurrency | baseline agg tok/s | MTP agg tok/s | baseline per-request tok/s | MTP per-request tok/s |
     |---|---|---|---|---|

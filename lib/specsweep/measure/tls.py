@@ -1,7 +1,7 @@
 """Certificate verification for specsweep's short-lived ``httpx.Client`` instances on plain HTTP.
 
 ``httpx.Client()`` with its default ``verify=True`` builds a new :class:`ssl.SSLContext` and loads
-certifi's CA bundle into it: about 20 ms of CPU for every client, whether or not it ever opens an
+certifi's CA bundle into it: CPU paid for every client, whether or not it ever opens an
 ``https://`` connection. A sweep opens several (the probe, the metrics poller, the tokenizer check,
 health checks), a study one per server wait, and most talk to ``http://`` servers.
 :func:`verify_for` gives those clients one context made once per process (the one httpx would

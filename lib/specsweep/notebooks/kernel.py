@@ -78,8 +78,8 @@ def kernel_manager_with_secrets(base: type, values: Sequence[str]) -> type:
 
 def _lean_kernel(base: type) -> type:
     """``base`` whose kernels start with :mod:`specsweep.notebooks.launcher` (ipykernel without the
-    debugger, about 0.05 s of CPU less per kernel; start-up and its preload without the cyclic
-    collector, then frozen) in place of ``-m ipykernel_launcher``, unless ``SPECSWEEP_KERNEL_DEBUGGER=1``."""
+    debugger, less CPU per kernel; start-up and its preload without the cyclic collector, then
+    frozen) in place of ``-m ipykernel_launcher``, unless ``SPECSWEEP_KERNEL_DEBUGGER=1``."""
     from specsweep.notebooks.launcher import launcher_argv
 
     class Lean(base):  # type: ignore[misc,valid-type]
@@ -95,7 +95,7 @@ def _lean_kernel(base: type) -> type:
 
 def _single_blas_thread(base: type) -> type:
     """``base`` whose kernels start with one OpenBLAS thread unless the environment given says how
-    many (:func:`specsweep.runtime.single_threaded_blas`: about 0.1 s of CPU per kernel)."""
+    many (:func:`specsweep.runtime.single_threaded_blas`: spinning BLAS threads cost every kernel CPU)."""
     from specsweep.runtime import single_threaded_blas
 
     return kernel_manager_with_env(base, single_threaded_blas)
@@ -138,10 +138,10 @@ def _ipc_kernel_manager() -> type:
 #: what the report kernel imports while it starts (before it answers papermill), so that the
 #: notebook's first cell finds them loaded: the notebook's own imports, pandas and altair among them,
 #: and the parts of scipy the library imports where it first needs them (``compare``'s t and F
-#: quantiles, the what-if model's interpolation: 0.3 s of CPU every report's cells paid while this
-#: process waited on them). At start-up they load while this process loads papermill and nbconvert;
-#: the preload then outlasts those imports a little (an empty notebook on this kernel: 1.17× the
-#: floor, 1.05× before), still less than the cells paid
+#: quantiles, the what-if model's interpolation: imports every report's cells would otherwise pay
+#: while this process waits on them). At start-up they load while this process loads papermill and
+#: nbconvert; the preload then outlasts those imports a little, still less than the cells would pay
+#: (``bench/import_time.py`` builds an empty notebook on this kernel beside the plain floor)
 KERNEL_PRELOAD = ("import specsweep.runtime, specsweep.report, specsweep.report.charts, specsweep.analyze.compare, specsweep.decide, "
                   "specsweep.results.store, specsweep.markup, specsweep.report.whatif_section, specsweep.report.study_page, "
                   "specsweep.report.consistency, specsweep.report.decision, specsweep.report.summary, "
@@ -149,8 +149,7 @@ KERNEL_PRELOAD = ("import specsweep.runtime, specsweep.report, specsweep.report.
 
 #: what a study arm's kernel imports while it starts, for the same reason: the sweep notebook's
 #: imports. They then load without the collector and are frozen with start-up
-#: (:mod:`specsweep.notebooks.launcher`): 0.13 s of CPU less per arm's kernel (medians of 8 alternating
-#: kernels running the notebook's imports and a small comparison, 1.17 -> 1.05 s)
+#: (:mod:`specsweep.notebooks.launcher`), which saves CPU in every arm's kernel
 SWEEP_PRELOAD = ("import specsweep.runtime, specsweep.measure.sweep, specsweep.report.charts, specsweep.analyze.compare, specsweep.results.store, "
                  "specsweep.report, specsweep.markup")
 

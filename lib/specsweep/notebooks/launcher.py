@@ -1,10 +1,10 @@
 """``python -m specsweep.notebooks.launcher -f CONNECTION_FILE``: ipykernel's own launcher, without the debugger.
 
 Every kernel specsweep starts (a report, a sweep, a study's arm) runs one notebook under papermill
-and exits; nothing attaches a debugger to it. ipykernel imports debugpy at start all the same,
-about 0.05 s of CPU per kernel (0.305 → 0.255 s from launch to a first cell's reply, medians of
-six alternating fresh kernels on a 2-core machine), paid by every kernel a test suite, a study or
-a report starts.
+and exits; nothing attaches a debugger to it. ipykernel imports debugpy at start all the same, a
+cost paid by every kernel a test suite, a study or a report starts (``bench/kernel_fork.py`` times
+a kernel from launch to its first cell's reply; ``SPECSWEEP_KERNEL_DEBUGGER=1`` gives the stock
+launcher's figure).
 
 This launcher marks debugpy absent (``sys.modules["debugpy"] = None``, which makes ``import
 debugpy`` raise ImportError), so ipykernel starts as it does where debugpy is not installed (its
@@ -16,10 +16,10 @@ It also runs the kernel's start-up (ipykernel, and what ``--IPKernelApp.exec_lin
 pandas, altair and specsweep's modules for a report) without the cyclic garbage collector, then
 freezes what start-up left (:func:`gc.freeze`) before the first cell: start-up makes hundreds of
 thousands of objects and frees almost none, so the collections it triggered found next to nothing,
-and the full collections a notebook triggers later no longer walk the loaded modules. A seed report
-took 0.17 s of CPU less (medians of 12 alternating builds on a 2-core machine: 3.51 → 3.34 s for
-the whole build, the kernel included). The price is the start-up's own cyclic garbage (about 2,300
-objects for a report kernel), never freed in a process that runs one notebook and exits.
+and the full collections a notebook triggers later do not walk the loaded modules, which saves CPU
+in every report build (``bench/report_build.py`` times one). The price is the start-up's own
+cyclic garbage (a few thousand objects for a report kernel), never freed in a process that runs
+one notebook and exits.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 r"""Content-dependent acceptance: a documented, deterministic rule from a prompt to the mean
-accept length a simulated drafter achieves on it (issue 10, item 6).
+accept length a simulated drafter achieves on it.
 
 Real drafters are accepted more often where the answer is predictable: an edit of code that is
 in the prompt, or facts reformatted from a given text, repeat what the target model already

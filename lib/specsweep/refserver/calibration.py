@@ -1,10 +1,11 @@
 """Calibration of a profile against the seed's table, in the virtual-time simulator.
 
-The seed (``shared/seed/mtp-benchmark-analysis.txt``, DESIGN §4): Qwen3.5-122B-A10B on 4x RTX
-PRO 6000 under SGLang, 1000-token prompts, 1000 output tokens (ignore_eos), closed loop at
-concurrency 1, 4, 16, 32, 64, 128, baseline vs MTP (NEXTN). ``run_calibration`` simulates both
-arms at every level with ``simulate_closed_loop`` (each client sends ``requests_per_client``
-requests, at least ``min_requests`` in all) and checks the issue's targets:
+The seed (``data/reference/seed-qwen3.5-122b-a10b``, whose README names its source):
+Qwen3.5-122B-A10B on 4x RTX PRO 6000 under SGLang, 1000-token prompts, 1000 output tokens
+(ignore_eos), closed loop at concurrency 1, 4, 16, 32, 64, 128, baseline vs MTP (NEXTN).
+``run_calibration`` simulates both arms at every level with ``simulate_closed_loop`` (each client
+sends ``requests_per_client`` requests, at least ``min_requests`` in all) and checks the
+calibration targets:
 
 * aggregate output tok/s of both arms within +-20 % of the seed at every level;
 * MTP ahead of the baseline at 1-16, behind at 64 and 128, so the crossover (where the

@@ -230,7 +230,7 @@ def _no_client_ca_store() -> Iterator[None]:
     """Import aiohttp without loading the system's CA certificates.
 
     aiohttp builds its two default *client* TLS contexts when it is imported, and each loads the
-    system's CA store (about 0.04 s of CPU together on a 2-core machine, in every server started).
+    system's CA store, CPU paid again in every server started.
     The reference server only serves: it opens no outgoing connection, so it never uses them.
     While aiohttp loads, OpenSSL's CA file and folder point at nothing (``SSL_CERT_FILE``,
     ``SSL_CERT_DIR``); both are restored right after, so any TLS context made later loads the store

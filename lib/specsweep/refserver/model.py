@@ -676,7 +676,7 @@ class SimRecord:
 
     @property
     def tpot_s(self) -> float | None:
-        """(e2e - ttft) / (tokens - 1), per DESIGN §5."""
+        """(e2e - ttft) / (tokens - 1), as :mod:`specsweep.analyze.metrics` defines ``tpot_s``."""
         if self.output_tokens <= 1:
             return None
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
@@ -684,7 +684,7 @@ class SimRecord:
 
 @dataclass
 class SimResult:
-    """A closed-loop run at one concurrency (DESIGN §5 definitions, virtual seconds)."""
+    """A closed-loop run at one concurrency (:mod:`specsweep.analyze.metrics`'s definitions, virtual seconds)."""
 
     spec: bool
     concurrency: int
@@ -715,7 +715,7 @@ def simulate_closed_loop(profile: Profile, spec: bool | str, concurrency: int, n
     Every client sends its first request at t=0 and its next one the moment the previous one
     finishes (zero client overhead), until ``n_requests`` were sent. Prompts are
     ``input_tokens`` long and each asks ``output_tokens`` with ignore_eos. Figures follow
-    DESIGN §5 over the window [0, last finish].
+    :mod:`specsweep.analyze.metrics`'s definitions over the window [0, last finish].
     """
     if concurrency < 1 or n_requests < 1:
         raise ValueError("concurrency and n_requests must be >= 1")

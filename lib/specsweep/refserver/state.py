@@ -137,7 +137,7 @@ class ServerState:
         as token IDs have no text (``""``): category ``all``, the profile's own mean."""
         accept = self.cfg.accept
         if accept is None or self.cfg.mean_accept_length is None or not prompt_text:
-            return None  # no text: the profile's model itself (bit-identical to before the rule)
+            return None  # no text: the profile's model itself, bit for bit as if there were no content rule
         k = accept.num_steps
         mean = expected_accept_length(prompt_text, category_of_prompt(prompt_text), self.cfg.mean_accept_length, k)
         return _acceptance_model(k, min(float(k + 1), max(1.0, round(mean, 12))))

@@ -15,7 +15,7 @@ flight is C until the bodies run out. The hot path only timestamps and stores by
 Memory per level is bounded: unparsed response bytes held in memory — finished responses and the
 reads of streams still in flight — count toward ``parse_budget_bytes`` (default 64 MiB). Once
 they exceed it the level gets a temporary file (:class:`_Spool`: read lengths, read times and
-body bytes; a sequential buffered write, about 0.1 µs per token in the loop): whenever a response
+body bytes; a sequential buffered write, cheap per token in the loop): whenever a response
 ends with the total over the budget, the finished ones held go there, and a stream in flight
 moves its reads there every ``client.SPILL_STEP_BYTES`` (64 KiB) of body (``client.SpillFn``), so
 it holds at most about that much however long it runs. Responses are read back one at a time
@@ -60,7 +60,7 @@ from specsweep.servers.flavours import PATHS, Flavour
 
 __all__ = ["InProcessRunner", "LevelResult", "LoadGenerator", "ProgressFn", "WorkerPoolRunner", "run_level",
            "split_concurrency"]
-# the level's parts, reachable as before the split (tests patch ``loadgen._Spool``)
+# the level's parts, reachable from the package (tests patch ``loadgen._Spool``)
 _REEXPORTED = (_Config, _EngineOut, _Spilled, _Spool, _engine, _parse_all, _release_free_memory)
 
 

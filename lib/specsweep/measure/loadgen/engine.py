@@ -36,8 +36,8 @@ from specsweep.results.records import RequestRecord
 
 #: how often the loop thread wakes on its own while a level runs (seconds): to see whether the level
 #: was stopped (Ctrl-C, a study's stop) and to time one trip through the event loop (the lag
-#: sample). Every wake costs the loop thread some 50-200 µs of CPU on a small VM, and on a CPU
-#: engine that CPU is taken from the server measured, so there is one such timer, not one per job.
+#: sample). Every wake costs the loop thread CPU, and on a CPU engine that CPU is taken from the
+#: server measured, so there is one such timer, not one per job.
 #: 20 lag samples a second: 200 in a 10 s level, enough for its p99.
 _TICK_S = 0.05
 #: a response bigger than this (bytes) is parsed as soon as it ends, inside the loop (a few ms),
@@ -147,7 +147,8 @@ def _release_free_memory() -> None:
 
     The level's reads leave its heaps full of free space that glibc keeps resident; without this,
     whatever comes next (the level's summary and store, the next level from another thread) adds to
-    it instead. About 15 ms of CPU per 250 MB released; nothing where malloc is not glibc's.
+    it instead. Its CPU grows with what it releases, once per level; nothing where malloc is not
+    glibc's.
     """
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
@@ -181,7 +182,7 @@ async def _engine(
     """Run C slots until ``take`` returns None or ``stop_check`` turns True."""
     path = PATHS[cfg.flavour]
     timeout_s, read, flavour, budget = cfg.timeout_s, cfg.read, cfg.flavour, cfg.parse_budget_bytes
-    # requests are built before the clock starts (about 60 µs each, off the hot path)
+    # requests are built before the clock starts: building one costs CPU the hot path must not pay
     prepared: list[httpx.Request | None] = [client.build_request("POST", path, content=b) for b in bodies]
     results: dict[int, RawExchange | RequestRecord | _Spilled] = {}
     spool: _Spool | None = None
