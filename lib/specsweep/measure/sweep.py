@@ -24,6 +24,7 @@ cannot make a later level look faster).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -54,9 +55,6 @@ from specsweep.measure.loadgen import LevelResult, LoadGenerator
 from specsweep.measure.plausibility import PREFIX as PLAUSIBILITY_PREFIX
 from specsweep.measure.plausibility import implausible_count, reject_implausible, suspect_count
 from specsweep.measure.probe import (
-    COUNTER_ACCEPTANCE_FORMULA,
-    LLAMACPP_NO_PROMPT_CACHE,
-    SIM_COUNTERS,
     MetricsPoller,
     ProbeError,
     ServerProbe,
@@ -80,7 +78,7 @@ from specsweep.results.store import (
     read_meta,
     write_meta,
 )
-from specsweep.servers.flavours import spec_request_options
+from specsweep.servers import SIM_COUNTERS, dialect_of
 from specsweep.workloads.prompts import Workload, check_vocabulary, explain_rejection, make_workload, warmup_workload
 
 WARMUP_INDEX_BASE = 1_000_000_000
@@ -259,16 +257,18 @@ def server_figures(
     (the level's first send to last finish) count, and a gauge needs two of them.
     """
     out: dict[str, Any] = {}
+    dialect = dialect_of(server)
     counted = acceptance_from_counters(before, after, server)
     acc = acceptance_from_requests(requests)
-    if server == "llamacpp" and acc is not None:
-        out.update(llamacpp_step_figures(requests, before, after))
-        if counted is not None:  # llama.cpp's own accept length; the timings' figure is another quantity
-            acc = LevelAcceptance(counted, SOURCE_COUNTERS, LLAMACPP_ACCEPT_FORMULA, acc.detail)
+    timings = dialect.timings
+    if timings is not None and acc is not None:
+        out.update(timings.step_figures(requests, before, after))
+        if counted is not None:  # the server's own accept length; the timings' figure is another quantity
+            acc = LevelAcceptance(counted, SOURCE_COUNTERS, timings.counters_formula, acc.detail)
         else:
-            acc = LevelAcceptance(acc.accept_length, acc.source, LLAMACPP_TOKENS_PER_STEP_FORMULA, acc.detail)
+            acc = LevelAcceptance(acc.accept_length, acc.source, timings.timings_formula, acc.detail)
     if acc is None and counted is not None:
-        acc = LevelAcceptance(counted, SOURCE_COUNTERS, COUNTER_ACCEPTANCE_FORMULA.get(server, ""), {})
+        acc = LevelAcceptance(counted, SOURCE_COUNTERS, dialect.acceptance_formula, {})
     if acc is not None:
         out.update(spec_accept_length=acc.accept_length, spec_accept_length_source=acc.source,
                    spec_accept_length_formula=acc.formula)
@@ -315,49 +315,6 @@ def simulator_schedule_figures(before: dict[str, float], after: dict[str, float]
         "sim_clock_resyncs": d["sim_clock_resyncs"],
         "sim_resync_lost_s": d["sim_resync_lost_s"],
     }
-
-
-#: llama.cpp's accept length (its ``mean len`` log line and ``/metrics``): verification steps only
-LLAMACPP_ACCEPT_FORMULA = ("1 + Δllamacpp:spec_decode_num_accepted_tokens / Δllamacpp:spec_decode_num_drafts "
-                           "(accepted drafts per verification step: llama.cpp's definition)")
-#: what the timings of each response give: every target forward counts, drafted or not
-LLAMACPP_TOKENS_PER_STEP_FORMULA = ("Σ completion tokens / Σ (completion tokens − draft_n_accepted): tokens per "
-                                    "target forward, steps that drafted nothing included (no step count in timings)")
-
-
-def llamacpp_step_figures(requests: pd.DataFrame, before: dict[str, float],
-                          after: dict[str, float]) -> dict[str, float]:
-    """Where llama.cpp's two acceptance figures part: the timings' sums against its counters.
-
-    A llama.cpp response's ``timings`` carry ``draft_n`` (tokens drafted) and ``draft_n_accepted``
-    but not how many verification steps it took; ``/metrics`` counts those
-    (``spec_decode_num_drafts_total``: steps that verified a draft). A request's tokens are its
-    first (from the prompt pass) + one per plain step (nothing drafted: an n-gram drafter often
-    finds no match) + 1 + accepted per verification step, so Σ (tokens − accepted) = requests +
-    plain steps + verification steps. Returned (counts over the level's successful requests):
-    ``spec_tokens_per_step`` (tokens per target forward, the timings' figure),
-    ``spec_draft_tokens_timings`` / ``spec_accepted_tokens_timings`` (Σ draft_n, Σ
-    draft_n_accepted: equal to the counter deltas ``spec_draft_tokens_counters`` /
-    ``spec_accepted_tokens_counters`` when only this sweep used the server),
-    ``spec_verify_steps_counters`` (Δ verification steps) and ``spec_plain_steps`` (target
-    forwards that verified no draft, the first token's prompt pass excluded; an estimate: a step
-    truncated at ``max_tokens`` counts its discarded drafts).
-    """
-    ok = requests[requests["error"].isna() & (requests["output_tokens"].fillna(0) > 0)]
-    if not len(ok) or "spec_verify_ct" not in ok.columns or ok["spec_verify_ct"].isna().any():
-        return {}
-    tokens, steps = float(ok["output_tokens"].sum()), float(ok["spec_verify_ct"].sum())
-    out: dict[str, float] = {"spec_tokens_per_step": tokens / steps} if steps > 0 else {}
-    out["spec_draft_tokens_timings"] = float(ok["spec_draft_tokens"].fillna(0.0).sum())
-    out["spec_accepted_tokens_timings"] = float(ok["spec_accepted_tokens"].fillna(0.0).sum())
-    for key, name in (("spec_draft_tokens", "spec_draft_tokens_counters"),
-                      ("spec_accepted_tokens", "spec_accepted_tokens_counters"),
-                      ("spec_drafts", "spec_verify_steps_counters")):
-        if key in before and key in after:
-            out[name] = after[key] - before[key]
-    if "spec_verify_steps_counters" in out:
-        out["spec_plain_steps"] = steps - len(ok) - out["spec_verify_steps_counters"]
-    return out
 
 
 def summarise_level(
@@ -522,7 +479,7 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
     """
     tokens = min(workload.output_tokens, 32)
     body = workload.bodies(info.flavour, [WARMUP_INDEX_BASE * 2], model=info.model, temperature=cfg.temperature,
-                           output_tokens=tokens, extra=spec_request_options(info.server, info.flavour))
+                           output_tokens=tokens, extra=dialect_of(info.server).spec_request_options(info.flavour))
     rec = None
     for _ in range(3):  # a server that fails a fraction of requests should not fail the preflight
         result = gen.run_level(body, 1)
@@ -825,11 +782,12 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
 
 
 def choose_chat(cfg: SweepConfig, info: ServerProbe, workload: Workload) -> str | None:
-    """With ``api="auto"``, send a conversational workload (``builtin``) to llama.cpp's chat route
-    when its model has a chat template (``/props`` ``chat_template``): an instruct model then sees
+    """With ``api="auto"``, send a conversational workload (``builtin``) to the chat route when the
+    server's settings say its model has a chat template (``has_chat_template``: llama.cpp's
+    ``/props`` ``chat_template``, the only dialect that reports one): an instruct model then sees
     its template and answers instead of continuing the prompt. Sets ``info.flavour``; returns the
     reason (kept as ``meta.api_chosen_by``), or None when the flavour stays as probed."""
-    if (cfg.api != "auto" or info.server != "llamacpp" or workload.kind != "builtin"
+    if (cfg.api != "auto" or workload.kind != "builtin"
             or not info.server_info.get("has_chat_template") or "openai-chat" not in info.flavours):
         return None
     info.flavour = "openai-chat"
@@ -838,18 +796,21 @@ def choose_chat(cfg: SweepConfig, info: ServerProbe, workload: Workload) -> str 
 
 
 def prompt_cache_plan(cfg: SweepConfig, info: ServerProbe) -> tuple[dict[str, Any], str | None, bool]:
-    """How a llama.cpp sweep keeps its prompt cache from serving one level what another left:
-    (extra request-body keys, what ``meta.prefix_cache_flush`` says, erase slots before each
-    level). With ``flush_cache``: erase every slot (``POST /slots/{id}?action=erase``) where the
-    server allows it, else send ``cache_prompt: false`` on every request (no reuse at all, the
-    shared chat-template prefix included). Other servers: ({}, None, False); their routes are
-    tried per level by :func:`specsweep.measure.probe.flush_prefix_cache`."""
-    if info.server != "llamacpp" or not cfg.flush_cache:
+    """How a sweep of a server whose prompt cache lives in slots (the dialect's ``erase_slots``:
+    llama.cpp) keeps that cache from serving one level what another left: (extra request-body
+    keys, what ``meta.prefix_cache_flush`` says, erase slots before each level). With
+    ``flush_cache``: erase every slot (``POST /slots/{id}?action=erase``) where the server allows
+    it, else send the dialect's ``no_cache_options`` (llama.cpp: ``cache_prompt: false``) on every
+    request (no reuse at all, the shared chat-template prefix included). Other servers: ({}, None,
+    False); their routes are tried per level by :func:`specsweep.measure.probe.try_flush_prefix_cache`."""
+    dialect = dialect_of(info.server)
+    if not dialect.erase_slots or not cfg.flush_cache:
         return {}, None, False
     how, why = erase_llamacpp_slots(info.base_url)
     if how is not None:
         return {}, how, True
-    return dict(LLAMACPP_NO_PROMPT_CACHE), f"cache_prompt: false on every request (slot erase refused: {why})", False
+    keys = ", ".join(f"{key}: {json.dumps(value)}" for key, value in dialect.no_cache_options.items())
+    return dict(dialect.no_cache_options), f"{keys} on every request (slot erase refused: {why})", False
 
 
 def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, workload: Workload,
@@ -861,13 +822,14 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
     run_id = meta["run_id"]
     preflight_source = meta.get("preflight_token_source")
     offsets = _prompt_offsets(cfg)
-    spec_options = spec_request_options(info.server, info.flavour)  # per-request acceptance, where asked for
+    dialect = dialect_of(info.server)
+    spec_options = dialect.spec_request_options(info.flavour)  # per-request acceptance, where asked for
     cache_options, cache_how, erase_slots = prompt_cache_plan(cfg, info)
     spec_options = {**spec_options, **cache_options}
     if cache_how:
         meta["prefix_cache_flush"] = cache_how
-    elif info.server == "llamacpp":
-        warn("llama.cpp keeps each slot's prompt cache across levels (flush_cache=false): a level may reuse "
+    elif dialect.erase_slots:
+        warn(f"{dialect.label} keeps each slot's prompt cache across levels (flush_cache=false): a level may reuse "
              "prompt prefixes an earlier one left in a slot (shorter TTFT); set flush_cache=true to erase slots")
     poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
     cpu_meter = CpuShare.for_url(info.base_url)  # a server on this machine: the client's CPU against its own
@@ -882,13 +844,13 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                 raise KeyboardInterrupt
             current = (c, r)
             flush_note = failure = None  # what the level row says about its cache (None: not flushed)
-            if erase_slots:  # llama.cpp: every slot emptied before the level's warm-up
+            if erase_slots:  # every slot emptied before the level's warm-up
                 how, why = erase_llamacpp_slots(info.base_url)
                 if how is None:
-                    failure = f"llama.cpp's slot erase worked before the first level but not now: {why}"
+                    failure = f"{dialect.label}'s slot erase worked before the first level but not now: {why}"
                 flush_note = how or f"failed: {failure}"
-            elif cfg.flush_cache and info.server != "llamacpp":  # no level reads an earlier level's prompts
-                flushed = try_flush_prefix_cache(info.base_url)
+            elif cfg.flush_cache and not dialect.erase_slots:  # no level reads an earlier level's prompts
+                flushed = try_flush_prefix_cache(info.base_url, routes=dialect.flush_routes)
                 meta["prefix_cache_flush"] = flush_note = flushed.describe
                 if flushed.failure and not flushed.route:
                     failure = flushed.failure
