@@ -741,6 +741,34 @@ def _json_list(items: list[bytes]) -> list[Any]:
     return orjson.loads(b"[" + b",".join(items) + b"]") if items else []
 
 
+def _plain_event_ends(flavour: Flavour, body: bytes) -> np.ndarray | None:
+    """Where each event of ``body`` ends (the offset of the second LF of its blank line), when the
+    body is what :func:`_parse_openai_fast` takes: plain ``data: {…}`` events, one line each, LF
+    line ends, none of ``_SLOW_MARKS`` (nor chat reasoning text), ``data: [DONE]`` last and at
+    least one JSON event; None otherwise."""
+    if not body.startswith(b"data: ") or not body.endswith(_DONE_TAIL):
+        return None
+    for mark in _SLOW_MARKS:
+        if mark in body:
+            return None
+    if flavour == "openai-chat" and b'"reasoning' in body:
+        return None
+    arr = np.frombuffer(body, dtype=np.uint8)
+    lfs = np.flatnonzero(arr == 10)
+    if len(lfs) // 2 - 1 < 1 or len(lfs) % 2:
+        return None
+    ends = lfs[1::2]
+    if not (ends == lfs[0::2] + 1).all():
+        return None  # a line that is not followed by a blank line: several lines in one event
+    starts = np.concatenate(([0], ends[:-2] + 1))  # every JSON event: "data: {" … "}"
+    for k, ch in enumerate(b"data: {"):
+        if not (arr[starts + k] == ch).all():
+            return None
+    if not (arr[ends[:-1] - 2] == 125).all():  # "}" before the blank line: catches a truncated event
+        return None
+    return ends
+
+
 def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -> bool:
     """The common OpenAI stream read straight from its bytes; False (``rec`` untouched) when unusual.
 
@@ -763,27 +791,10 @@ def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -
         return False
     reads = raw.reads
     body = reads[0] if len(reads) == 1 else b"".join(reads)
-    if not body.startswith(b"data: ") or not body.endswith(_DONE_TAIL):
+    ends = _plain_event_ends(flavour, body)
+    if ends is None:
         return False
-    for mark in _SLOW_MARKS:
-        if mark in body:
-            return False
-    if flavour == "openai-chat" and b'"reasoning' in body:
-        return False
-    arr = np.frombuffer(body, dtype=np.uint8)
-    lfs = np.flatnonzero(arr == 10)
-    n_json = len(lfs) // 2 - 1  # JSON events ([DONE] is the last event)
-    if n_json < 1 or len(lfs) % 2:
-        return False
-    ends = lfs[1::2]
-    if not (ends == lfs[0::2] + 1).all():
-        return False  # a line that is not followed by a blank line: several lines in one event
-    starts = np.concatenate(([0], ends[:-2] + 1))  # every JSON event: "data: {" … "}"
-    for k, ch in enumerate(b"data: {"):
-        if not (arr[starts + k] == ch).all():
-            return False
-    if not (arr[ends[:-1] - 2] == 125).all():  # "}" before the blank line: catches a truncated event
-        return False
+    n_json = len(ends) - 1  # JSON events ([DONE] is the last event)
     counts = _COUNT_RE.findall(body)
     if len(counts) != n_json or body.count(_COUNT_KEY) != n_json:
         return False  # an event without a count, or with two
@@ -920,7 +931,6 @@ def _read_sglang(events: list[SSEEvent], ev_times: list[float], acc: _Events) ->
     t_add, c_add, has_add = acc.times.append, acc.counts.append, acc.contents.append
     loads = orjson.loads
     texts: list[str] = []
-    server = acc.server
     prompt_tokens: int | None = None
     finish: str | None = None
     huge: float | None = None
@@ -954,25 +964,20 @@ def _read_sglang(events: list[SSEEvent], ev_times: list[float], acc: _Events) ->
         if not isinstance(obj, dict) or obj.get("error"):
             acc.error = _bad_event(obj, data, i)
             break
-        cum: int | None = None
         text = ""
         meta = obj.get("meta_info")
         if not isinstance(meta, dict):  # absent, or not an object: no figures
             meta = _NO_FIELDS
         c = meta.get("completion_tokens")
-        if isinstance(c, int):
-            cum = c
+        cum = c if isinstance(c, int) else None
         if huge is None:
             huge = _huge(c)
         p = meta.get("prompt_tokens")
         if isinstance(p, int):
             prompt_tokens = p
         fr = meta.get("finish_reason")
-        if fr is not None:
-            finish = _norm_finish(fr)
-            if finish == "abort" and isinstance(fr, Mapping):
-                acc.abort_msg = _message_of(fr)
-            sglang_meta_figures(meta, server)
+        if fr is not None:  # the final chunk
+            finish = _sglang_finish(fr, meta, acc)
         t_txt = obj.get("text")
         if isinstance(t_txt, str):
             text = t_txt
@@ -983,12 +988,29 @@ def _read_sglang(events: list[SSEEvent], ev_times: list[float], acc: _Events) ->
         texts.append(text)
         prev_text = text
     acc.prompt_tokens, acc.finish, acc.huge = prompt_tokens, finish, huge
+    return _sglang_text(texts, skipped_text)
+
+
+def _sglang_finish(fr: object, meta: Mapping[str, Any], acc: _Events) -> str | None:
+    """The final ``meta_info``: its finish reason (normalised; an ``abort``'s message into ``acc``)
+    and the server's figures (``servers.sglang.meta_figures``) into ``acc.server``."""
+    finish = _norm_finish(fr)
+    if finish == "abort" and isinstance(fr, Mapping):
+        acc.abort_msg = _message_of(fr)
+    sglang_meta_figures(meta, acc.server)
+    return finish
+
+
+def _sglang_text(texts: list[str], skipped_text: bool) -> str | None:
+    """A ``/generate`` stream's text from its chunks' ``text``: the last one when each extends the
+    one before (SGLang's cumulative output), else their concatenation (incremental output), else
+    None when chunks were read by their ``meta_info`` only (they are cumulative: without the
+    pattern, the text is unknown) or there were none."""
     if not texts:
         return None
     cumulative = all(texts[j].startswith(texts[j - 1]) for j in range(1, len(texts)))
     if cumulative:
         return texts[-1]
-    # chunks read by their meta_info only are cumulative: without the pattern, the text is unknown
     return None if skipped_text else "".join(texts)
 
 
@@ -1027,8 +1049,7 @@ def _read_openai(events: list[SSEEvent], ev_times: list[float], acc: _Events, *,
         usage = obj.get("usage")
         if isinstance(usage, dict):
             c = usage.get("completion_tokens")
-            if isinstance(c, int):
-                cum = c
+            cum = c if isinstance(c, int) else None
             if huge is None:
                 huge = _huge(c)
             p = usage.get("prompt_tokens")

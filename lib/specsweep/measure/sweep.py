@@ -78,7 +78,7 @@ from specsweep.results.store import (
     read_meta,
     write_meta,
 )
-from specsweep.servers import SIM_COUNTERS, dialect_of
+from specsweep.servers import SIM_COUNTERS, Dialect, dialect_of
 from specsweep.workloads.prompts import Workload, check_vocabulary, explain_rejection, make_workload, warmup_workload
 
 WARMUP_INDEX_BASE = 1_000_000_000
@@ -818,23 +818,11 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                     warn: Callable[[str], None], stop: threading.Event | None, progress: bool,
                     log: Callable[[str], None], counter: TokenCounter | None = None) -> None:
     """Warm up and measure every level of the plan not in ``done``, saving each; on any exit, record why in meta.json."""
-    output_tokens = workload.output_tokens
-    run_id = meta["run_id"]
-    preflight_source = meta.get("preflight_token_source")
-    offsets = _prompt_offsets(cfg)
-    dialect = dialect_of(info.server)
-    spec_options = dialect.spec_request_options(info.flavour)  # per-request acceptance, where asked for
-    cache_options, cache_how, erase_slots = prompt_cache_plan(cfg, info)
-    spec_options = {**spec_options, **cache_options}
-    if cache_how:
-        meta["prefix_cache_flush"] = cache_how
-    elif dialect.erase_slots:
-        warn(f"{dialect.label} keeps each slot's prompt cache across levels (flush_cache=false): a level may reuse "
-             "prompt prefixes an earlier one left in a slot (shorter TTFT); set flush_cache=true to erase slots")
-    poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
-    cpu_meter = CpuShare.for_url(info.base_url)  # a server on this machine: the client's CPU against its own
-    evidence = _Evidence(info.base_url)
-    current: tuple[int, int] | None = None
+    lv = _Levels(cfg, info, gen, workload, warm_workload, run_dir, meta, warn, stop, progress, log, counter,
+                 dialect_of(info.server), _prompt_offsets(cfg), _Evidence(info.base_url))
+    _plan_prompt_cache(lv)
+    lv.poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
+    lv.cpu_meter = CpuShare.for_url(info.base_url)  # a server on this machine: the client's CPU against its own
     try:
         for c, r in cfg.plan():
             if (c, r) in done:
@@ -842,106 +830,213 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                 continue
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
-            current = (c, r)
-            flush_note = failure = None  # what the level row says about its cache (None: not flushed)
-            if erase_slots:  # every slot emptied before the level's warm-up
-                how, why = erase_llamacpp_slots(info.base_url)
-                if how is None:
-                    failure = f"{dialect.label}'s slot erase worked before the first level but not now: {why}"
-                flush_note = how or f"failed: {failure}"
-            elif cfg.flush_cache and not dialect.erase_slots:  # no level reads an earlier level's prompts
-                flushed = try_flush_prefix_cache(info.base_url, routes=dialect.flush_routes)
-                meta["prefix_cache_flush"] = flush_note = flushed.describe
-                if flushed.failure and not flushed.route:
-                    failure = flushed.failure
-            if failure:
-                meta.setdefault("prefix_cache_flush_failed", []).append({"level": [c, r], "why": failure})
-                warn(f"C={c} repeat {r}: the prefix-cache flush failed ({failure}), so this level may "
-                     "read prompts an earlier level left in the server's cache (a warm cache: shorter TTFT)")
-            meta["in_progress"] = [c, r]  # survives a hard kill: resume then knows this level's prompts were sent
-            write_meta(run_dir, meta)
-            n_warm = cfg.warmups_for(c)
-            if n_warm:
-                first = WARMUP_INDEX_BASE + offsets[(c, r)]
-                warm = warm_workload.bodies(info.flavour, range(first, first + n_warm), model=info.model,
-                                            temperature=cfg.temperature,
-                                            output_tokens=min(WARMUP_OUTPUT_TOKENS, output_tokens),
-                                            extra=spec_options)
-                wres = gen.run_level(warm, min(c, n_warm), stop=stop)
-                if wres.stopped or (stop is not None and stop.is_set()):
-                    raise KeyboardInterrupt
-                evidence.add(wres.records)
-                if wres.records and all(rec.error for rec in wres.records):
-                    evidence.check(f"C={c}", f"every warm-up request failed (first: {wres.records[0].error})")
-            n = cfg.requests_for(c)
-            bodies = workload.bodies(info.flavour, range(offsets[(c, r)], offsets[(c, r)] + n),
-                                     model=info.model, temperature=cfg.temperature, extra=spec_options)
-            before = poller.snapshot() if poller else {}
-            if poller:
-                poller.start()
-            started = provenance.utc_now()
-            cpu_start = cpu_meter.read() if cpu_meter else None
-            bar: _Progress | None = None
-            try:
-                bar = _Progress(progress, n, f"C={c} r{r}", output_tokens)
-                result = gen.run_level(bodies, c, stop=stop, progress=bar)
-            finally:
-                if bar is not None:
-                    bar.close()
-                samples = poller.stop() if poller else []
-            # the level's own window: the parsing below happens while the server is idle
-            cpu_figures = cpu_meter.level_figures(cpu_start) if cpu_meter and cpu_start else {}
-            if result.stopped:
-                raise KeyboardInterrupt
-            after = poller.snapshot() if poller else {}
-            count_tokens(result.records, counter)
-            level, req, srv = summarise_level(
-                result, cfg=cfg, run_id=run_id, concurrency=c, repeat=r, prompt_offset=offsets[(c, r)],
-                requested_tokens=output_tokens, server=info.server, samples=samples, before=before,
-                after=after, started_utc=started, workload=workload)
-            if flush_note is not None:
-                level["prefix_cache_flush"] = flush_note
-            for key, value in cpu_figures.items():
-                level[key] = value
-            append_level(run_dir, level, req, srv if poller else None)
-            current = None  # saved: an interrupt from here on does not touch this level
-            meta.pop("in_progress", None)
-            for w in result.warnings:
-                warn(f"C={c} repeat {r}: {w}")
-            _warn_counts(level.iloc[0], req, c, r, preflight_source, warn, meta)
-            write_meta(run_dir, meta)
-            row = level.iloc[0]
-            # the CPU share, and a simulator's lag where it fell behind its schedule
-            log(_level_line(row).replace(" — saved", level_suffix(row) + _schedule_suffix(row) + " — saved"))
-            evidence.add(result.records)
-            damage = damaged_levels(live_levels(run_dir)).get((c, r))
-            trouble = None
-            if row["n_ok"] == 0:
-                first_error = req["error"].dropna().iloc[0] if req["error"].notna().any() else "no tokens"
-                trouble = f"every request failed (first: {first_error})"
-            elif damage:
-                trouble = damage
-            evidence.check(f"C={c} (saved, measured again on resume)", trouble, level=(c, r))
-            if trouble:
-                warn(f"C={c} repeat {r}: {trouble}, but the server still answers its health check; the level is kept")
+            _measure_level(lv, c, r)
     except BaseException as exc:
-        meta["complete"] = False
-        interrupted = isinstance(exc, KeyboardInterrupt)
-        n_done = len(finished_levels(run_dir))
-        meta["interrupted" if interrupted else "failed"] = {
-            "utc": provenance.utc_now(), "levels_finished": n_done,
-            "level": list(current) if current else getattr(exc, "level", None),
-            "reason": "interrupted (Ctrl-C or stop)" if interrupted else f"{type(exc).__name__}: {exc}",
-        }
-        write_meta(run_dir, meta)
-        if interrupted:
-            _close_bars()
-            raise SweepInterrupted(run_dir, n_done) from None
-        log(f"failed: {n_done} finished level(s) are saved in {run_dir}; continue with resume={str(run_dir)!r}")
+        _record_exit(lv, exc)
         raise
     finally:
-        if poller:
-            poller.close()
+        if lv.poller:
+            lv.poller.close()
+
+
+@dataclass
+class _Levels:
+    """What every level of one sweep shares, for :func:`_measure_levels`' steps: the sweep's
+    parameters and tools, the extra request-body keys (``options``), whether slots are erased
+    before each level, and ``current``: the level whose prompts may have been sent but which is
+    not saved yet (an exit then names it in meta.json)."""
+
+    cfg: SweepConfig
+    info: ServerProbe
+    gen: LoadGenerator
+    workload: Workload
+    warm_workload: Workload
+    run_dir: Path
+    meta: dict[str, Any]
+    warn: Callable[[str], None]
+    stop: threading.Event | None
+    progress: bool
+    log: Callable[[str], None]
+    counter: TokenCounter | None
+    dialect: Dialect
+    offsets: dict[tuple[int, int], int]
+    evidence: _Evidence
+    options: dict[str, Any] = field(default_factory=dict)
+    erase_slots: bool = False
+    poller: MetricsPoller | None = None
+    cpu_meter: CpuShare | None = None
+    current: tuple[int, int] | None = None
+
+
+@dataclass
+class _Measured:
+    """One level's measured requests and what the server said around them: ``/metrics`` gauges
+    polled during the level, counters before and after it, its start (UTC) and the CPU share."""
+
+    result: LevelResult
+    samples: list[tuple[float, str, float]]
+    before: dict[str, float]
+    after: dict[str, float]
+    started_utc: str
+    cpu_figures: dict[str, Any]
+
+
+def _plan_prompt_cache(lv: _Levels) -> None:
+    """The request options every level sends (per-request acceptance where the server takes a
+    field for it, and the prompt-cache plan's keys), and what meta.json says of the cache."""
+    lv.options = lv.dialect.spec_request_options(lv.info.flavour)  # per-request acceptance, where asked for
+    cache_options, cache_how, lv.erase_slots = prompt_cache_plan(lv.cfg, lv.info)
+    lv.options = {**lv.options, **cache_options}
+    if cache_how:
+        lv.meta["prefix_cache_flush"] = cache_how
+    elif lv.dialect.erase_slots:
+        lv.warn(f"{lv.dialect.label} keeps each slot's prompt cache across levels (flush_cache=false): a level may "
+                "reuse prompt prefixes an earlier one left in a slot (shorter TTFT); set flush_cache=true to erase "
+                "slots")
+
+
+def _measure_level(lv: _Levels, c: int, r: int) -> None:
+    """Level (``c``, ``r``): empty the cache, warm up, measure, save, judge the evidence."""
+    lv.current = (c, r)
+    flush_note = _empty_cache(lv, c, r)
+    lv.meta["in_progress"] = [c, r]  # survives a hard kill: resume then knows this level's prompts were sent
+    write_meta(lv.run_dir, lv.meta)
+    _warm_up(lv, c, r)
+    measured = _run_measured(lv, c, r)
+    row, req = _save_level(lv, c, r, measured, flush_note)
+    _judge_level(lv, c, r, measured.result, row, req)
+
+
+def _empty_cache(lv: _Levels, c: int, r: int) -> str | None:
+    """Empty the server's prompt cache before a level, so that no level reads an earlier level's
+    prompts (slots erased, or the dialect's flush routes tried, with ``flush_cache``); what the
+    level row says about it (None: not flushed). A failure is recorded and warned about."""
+    flush_note = failure = None
+    if lv.erase_slots:  # every slot emptied before the level's warm-up
+        how, why = erase_llamacpp_slots(lv.info.base_url)
+        if how is None:
+            failure = f"{lv.dialect.label}'s slot erase worked before the first level but not now: {why}"
+        flush_note = how or f"failed: {failure}"
+    elif lv.cfg.flush_cache and not lv.dialect.erase_slots:
+        flushed = try_flush_prefix_cache(lv.info.base_url, routes=lv.dialect.flush_routes)
+        lv.meta["prefix_cache_flush"] = flush_note = flushed.describe
+        if flushed.failure and not flushed.route:
+            failure = flushed.failure
+    if failure:
+        lv.meta.setdefault("prefix_cache_flush_failed", []).append({"level": [c, r], "why": failure})
+        lv.warn(f"C={c} repeat {r}: the prefix-cache flush failed ({failure}), so this level may "
+                "read prompts an earlier level left in the server's cache (a warm cache: shorter TTFT)")
+    return flush_note
+
+
+def _warm_up(lv: _Levels, c: int, r: int) -> None:
+    """The level's warm-up requests (excluded from its figures); a stop interrupts, and a warm-up
+    that failed entirely is evidence the server may be gone."""
+    n_warm = lv.cfg.warmups_for(c)
+    if not n_warm:
+        return
+    first = WARMUP_INDEX_BASE + lv.offsets[(c, r)]
+    warm = lv.warm_workload.bodies(lv.info.flavour, range(first, first + n_warm), model=lv.info.model,
+                                   temperature=lv.cfg.temperature,
+                                   output_tokens=min(WARMUP_OUTPUT_TOKENS, lv.workload.output_tokens),
+                                   extra=lv.options)
+    wres = lv.gen.run_level(warm, min(c, n_warm), stop=lv.stop)
+    if wres.stopped or (lv.stop is not None and lv.stop.is_set()):
+        raise KeyboardInterrupt
+    lv.evidence.add(wres.records)
+    if wres.records and all(rec.error for rec in wres.records):
+        lv.evidence.check(f"C={c}", f"every warm-up request failed (first: {wres.records[0].error})")
+
+
+def _run_measured(lv: _Levels, c: int, r: int) -> _Measured:
+    """The level's measured requests, ``c`` in flight, with the server's counters read before and
+    after and its gauges polled during; a stop interrupts."""
+    poller, cpu_meter = lv.poller, lv.cpu_meter
+    n = lv.cfg.requests_for(c)
+    start = lv.offsets[(c, r)]
+    bodies = lv.workload.bodies(lv.info.flavour, range(start, start + n), model=lv.info.model,
+                                temperature=lv.cfg.temperature, extra=lv.options)
+    before = poller.snapshot() if poller else {}
+    if poller:
+        poller.start()
+    started = provenance.utc_now()
+    cpu_start = cpu_meter.read() if cpu_meter else None
+    bar: _Progress | None = None
+    try:
+        bar = _Progress(lv.progress, n, f"C={c} r{r}", lv.workload.output_tokens)
+        result = lv.gen.run_level(bodies, c, stop=lv.stop, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+        samples = poller.stop() if poller else []
+    # the level's own window: the parsing below happens while the server is idle
+    cpu_figures = cpu_meter.level_figures(cpu_start) if cpu_meter and cpu_start else {}
+    if result.stopped:
+        raise KeyboardInterrupt
+    after = poller.snapshot() if poller else {}
+    return _Measured(result, samples, before, after, started, cpu_figures)
+
+
+def _save_level(lv: _Levels, c: int, r: int, measured: _Measured,
+                flush_note: str | None) -> tuple[pd.Series, pd.DataFrame]:
+    """Summarise the level and append it to the run's files (from then on an exit no longer
+    touches it); warn about its requests and counts, and log its line. Returns (level row, request rows)."""
+    result = measured.result
+    count_tokens(result.records, lv.counter)
+    level, req, srv = summarise_level(
+        result, cfg=lv.cfg, run_id=lv.meta["run_id"], concurrency=c, repeat=r, prompt_offset=lv.offsets[(c, r)],
+        requested_tokens=lv.workload.output_tokens, server=lv.info.server, samples=measured.samples,
+        before=measured.before, after=measured.after, started_utc=measured.started_utc, workload=lv.workload)
+    if flush_note is not None:
+        level["prefix_cache_flush"] = flush_note
+    for key, value in measured.cpu_figures.items():
+        level[key] = value
+    append_level(lv.run_dir, level, req, srv if lv.poller else None)
+    lv.current = None  # saved: an interrupt from here on does not touch this level
+    lv.meta.pop("in_progress", None)
+    for w in result.warnings:
+        lv.warn(f"C={c} repeat {r}: {w}")
+    _warn_counts(level.iloc[0], req, c, r, lv.meta.get("preflight_token_source"), lv.warn, lv.meta)
+    write_meta(lv.run_dir, lv.meta)
+    row = level.iloc[0]
+    # the CPU share, and a simulator's lag where it fell behind its schedule
+    lv.log(_level_line(row).replace(" — saved", level_suffix(row) + _schedule_suffix(row) + " — saved"))
+    return row, req
+
+
+def _judge_level(lv: _Levels, c: int, r: int, result: LevelResult, row: pd.Series, req: pd.DataFrame) -> None:
+    """Add the saved level's requests to the evidence; a level that failed entirely or is damaged
+    stops the sweep when the server no longer answers its health check, else it is kept with a warning."""
+    lv.evidence.add(result.records)
+    damage = damaged_levels(live_levels(lv.run_dir)).get((c, r))
+    trouble = None
+    if row["n_ok"] == 0:
+        first_error = req["error"].dropna().iloc[0] if req["error"].notna().any() else "no tokens"
+        trouble = f"every request failed (first: {first_error})"
+    elif damage:
+        trouble = damage
+    lv.evidence.check(f"C={c} (saved, measured again on resume)", trouble, level=(c, r))
+    if trouble:
+        lv.warn(f"C={c} repeat {r}: {trouble}, but the server still answers its health check; the level is kept")
+
+
+def _record_exit(lv: _Levels, exc: BaseException) -> None:
+    """On any exit from the levels, meta.json says why (interrupted or failed), how many levels are
+    finished and which level it cut short; an interrupt becomes :class:`SweepInterrupted`."""
+    meta = lv.meta
+    meta["complete"] = False
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    n_done = len(finished_levels(lv.run_dir))
+    meta["interrupted" if interrupted else "failed"] = {
+        "utc": provenance.utc_now(), "levels_finished": n_done,
+        "level": list(lv.current) if lv.current else getattr(exc, "level", None),
+        "reason": "interrupted (Ctrl-C or stop)" if interrupted else f"{type(exc).__name__}: {exc}",
+    }
+    write_meta(lv.run_dir, meta)
+    if interrupted:
+        _close_bars()
+        raise SweepInterrupted(lv.run_dir, n_done) from None
+    lv.log(f"failed: {n_done} finished level(s) are saved in {lv.run_dir}; continue with resume={str(lv.run_dir)!r}")
 
 
 def _schedule_suffix(row: pd.Series) -> str:
