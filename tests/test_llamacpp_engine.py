@@ -12,7 +12,7 @@ import pytest
 
 from helpers import require_extra
 from specsweep.engines import llamacpp
-from specsweep.measure.probe import SPEC_TYPE_UNREPORTED, llamacpp_settings
+from specsweep.servers.llamacpp import SPEC_TYPE_UNREPORTED, props_settings
 
 LIB = str(Path(__file__).resolve().parents[1] / "lib")
 
@@ -84,11 +84,11 @@ def _props(spec: str | None, types: str = "none", speculating: bool = True) -> t
 def test_probe_labels_arms_by_the_launchers_record_never_ngram_as_draft() -> None:
     for spec, label in (("ngram-simple", "ngram-simple"), ("ngram-mod", "ngram-mod"), ("draft", "draft"),
                         ("none", None)):
-        out = llamacpp_settings(*_props(spec, speculating=spec != "none"))
+        out = props_settings(*_props(spec, speculating=spec != "none"))
         assert out["speculative_algorithm"] == label and out["launch"]["spec"] == spec
         assert out["has_chat_template"] is True and out["parallel_slots"] == 4
     # without the launcher's record, a real server's /props says "none" whatever it drafts with
-    assert llamacpp_settings(*_props(None))["speculative_algorithm"] == SPEC_TYPE_UNREPORTED
+    assert props_settings(*_props(None))["speculative_algorithm"] == SPEC_TYPE_UNREPORTED
     assert llamacpp.PROPS_KEY == "specsweep_launch"
 
 

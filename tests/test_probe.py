@@ -12,12 +12,10 @@ from pathlib import Path
 import pytest
 
 from specsweep.measure.probe import (
-    SPEC_TYPE_UNREPORTED,
     TokenCounter,
     acceptance_from_counters,
     counters,
     gauges,
-    llamacpp_settings,
     metric_names,
     parse_metrics,
     probe,
@@ -25,6 +23,7 @@ from specsweep.measure.probe import (
 )
 from specsweep.refserver.launch import RefServer
 from specsweep.results.records import RequestRecord
+from specsweep.servers.llamacpp import SPEC_TYPE_UNREPORTED, props_settings
 
 FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
 REAL = FIXTURES / "real-b1-0c1e570"
@@ -84,10 +83,10 @@ def test_recorded_llamacpp_is_its_own_flavour_with_its_settings(recorded_llamacp
 
 def test_llamacpp_settings_without_slots_endpoint() -> None:
     props = json.loads((FIXTURES / "props.json").read_text())
-    out = llamacpp_settings(props, None)  # --no-slots: whether it speculates is unknown
+    out = props_settings(props, None)  # --no-slots: whether it speculates is unknown
     assert "speculative_algorithm" not in out and out["draft_max"] == 16
     no_spec = [{"id": 0, "speculative": False}]
-    assert llamacpp_settings(props, no_spec)["speculative_algorithm"] is None
+    assert props_settings(props, no_spec)["speculative_algorithm"] is None
     # newer builds say the speculative types in /props instead of the draft limits
     params = props["default_generation_settings"]["params"]
     speculating = [{"id": 0, "n_ctx": 2048, "speculative": True, "is_processing": False}]  # a real b1-0c1e570 /slots
@@ -95,12 +94,12 @@ def test_llamacpp_settings_without_slots_endpoint() -> None:
                                ("none", speculating, SPEC_TYPE_UNREPORTED), ("none", no_spec, None)):
         newer = {**props, "default_generation_settings": {"n_ctx": 2048, "params": {
             k: v for k, v in {**params, "speculative.types": types}.items() if not k.startswith("speculative.n_")}}}
-        out = llamacpp_settings(newer, slots)
+        out = props_settings(newer, slots)
         assert out["speculative_types"] == types and out["speculative_algorithm"] == algo and "draft_max" not in out
     # a real llama-server with --spec-type draft-simple says "none" in /props: without /slots, unknown
     newer = {**props, "default_generation_settings": {"n_ctx": 2048, "params": {"speculative.types": "none"}}}
-    assert "speculative_algorithm" not in llamacpp_settings(newer, None)
-    assert llamacpp_settings({"total_slots": "x"}, None) == {"total_slots": "x"}  # odd bodies: no crash
+    assert "speculative_algorithm" not in props_settings(newer, None)
+    assert props_settings({"total_slots": "x"}, None) == {"total_slots": "x"}  # odd bodies: no crash
 
 
 def test_recorded_llamacpp_metrics() -> None:

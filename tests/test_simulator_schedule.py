@@ -20,11 +20,12 @@ import pytest
 
 from helpers import write_measured
 from specsweep.analyze.compare import compare
-from specsweep.measure.probe import SIM_COUNTERS, counters, parse_metrics
+from specsweep.measure.probe import counters, parse_metrics
 from specsweep.measure.sweep import run_sweep, simulator_schedule_figures
 from specsweep.refserver.launch import RefServer
 from specsweep.report.warnings import collect_warnings
 from specsweep.results.store import load_result_set, load_result_sets
+from specsweep.servers import SIM_COUNTERS
 
 SLOW = ["--set", "decode.fixed_ms=60", "--set", "decode.per_token_ms=0.1", "--set", "prefill.fixed_ms=5"]
 

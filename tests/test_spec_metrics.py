@@ -21,12 +21,12 @@ from specsweep.analyze.metrics import (
 )
 from specsweep.markup import md_text
 from specsweep.measure.client import RawExchange, parse_exchange
-from specsweep.measure.probe import COUNTER_ACCEPTANCE_FORMULA
 from specsweep.measure.sweep import run_sweep, server_figures, summary_table
 from specsweep.refserver.launch import RefServer
 from specsweep.report import diagnostics_markdown
 from specsweep.results.store import ResultSet, load_result_set
-from specsweep.servers.flavours import build_body, spec_request_options
+from specsweep.servers import dialect_of
+from specsweep.servers.flavours import build_body
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -87,13 +87,13 @@ def test_sglang_sglext_chunk_parsed_exactly() -> None:
 
 
 def test_spec_request_options_only_where_the_server_takes_them() -> None:
-    assert spec_request_options("sglang", "openai-completions") == {"return_spec_tokens_details": True}
-    assert spec_request_options("sglang", "openai-chat") == {"return_spec_tokens_details": True}
+    assert dialect_of("sglang").spec_request_options("openai-completions") == {"return_spec_tokens_details": True}
+    assert dialect_of("sglang").spec_request_options("openai-chat") == {"return_spec_tokens_details": True}
     # /generate always carries meta_info; vLLM needs a server flag; others may reject unknown fields
     for server, flavour in (("sglang", "sglang"), ("vllm", "openai-completions"), ("llamacpp", "openai-chat"),
                             ("openai-compatible", "openai-completions")):
-        assert spec_request_options(server, flavour) == {}  # type: ignore[arg-type]
-    body = build_body("openai-chat", "hi", 8, extra=spec_request_options("sglang", "openai-chat"))
+        assert dialect_of(server).spec_request_options(flavour) == {}  # type: ignore[arg-type]
+    body = build_body("openai-chat", "hi", 8, extra=dialect_of("sglang").spec_request_options("openai-chat"))
     assert body["return_spec_tokens_details"] is True and "sampling_params" not in body
 
 
@@ -141,7 +141,7 @@ def test_server_figures_fall_back_to_counter_deltas_and_name_the_source() -> Non
     out = server_figures(partial, [], (0.0, 1.0), before, after, "vllm")
     assert out["spec_accept_length"] == pytest.approx(1 + 40 / 40) == out["spec_accept_length_counters"]
     assert out["spec_accept_length_source"] == SOURCE_COUNTERS == "per-level counter deltas (/metrics)"
-    assert out["spec_accept_length_formula"] == COUNTER_ACCEPTANCE_FORMULA["vllm"]
+    assert out["spec_accept_length_formula"] == dialect_of("vllm").acceptance_formula
     assert out["spec_draft_acceptance_rate"] == pytest.approx(40 / 120)
     assert out["spec_accept_rate_pos_0"] == pytest.approx(30 / 40)
     # every request has figures: they win, the counters' figure is kept beside as a cross-check

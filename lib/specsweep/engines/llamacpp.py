@@ -20,7 +20,7 @@ serves until SIGTERM or SIGINT, then exits 0 within a second. No compiler and no
 
 Every setting applied is recorded (:func:`launch_settings`, read back from the engine's own
 parameter object, not from the command line): in the server's ``GET /props`` as
-``ui_settings.specsweep_launch`` (where :mod:`specsweep.measure.probe` finds it), and as JSON at
+``ui_settings.specsweep_launch`` (where :mod:`specsweep.servers.llamacpp` reads it), and as JSON at
 ``--settings-json`` (default: a file in the temporary directory, removed again at a clean stop;
 a path given is kept), whose path the ready line prints. Slot erase
 (``POST /slots/{id}?action=erase``, which llama.cpp allows only with a slot save path) is

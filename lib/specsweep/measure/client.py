@@ -54,7 +54,9 @@ import orjson
 from specsweep.measure.sse import SSEEvent, decode_reads
 from specsweep.measure.token_accounting import MAX_COUNT, account_tokens, drop_implausible
 from specsweep.results.records import RequestRecord, output_fingerprint, tokens_array
+from specsweep.servers import CHUNK_FIGURES
 from specsweep.servers.flavours import PATHS, Flavour, check_flavour
+from specsweep.servers.sglang import meta_figures as sglang_meta_figures
 
 __all__ = [
     "API_KEY_ENV",
@@ -683,12 +685,6 @@ def error_message_from_body(body: bytes) -> str:
     return _message_of(obj)
 
 
-def _num(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
 def _norm_finish(fr: object) -> str | None:
     """``"length"``/``"stop"``/``"abort"``/… from a string or SGLang's ``{"type": …}``."""
     if fr is None:
@@ -696,127 +692,6 @@ def _norm_finish(fr: object) -> str | None:
     if isinstance(fr, Mapping):
         fr = fr.get("type")
     return str(fr) if fr is not None else None
-
-
-#: SGLang's per-request speculation figures (``RequestRecord.server`` names): the final
-#: ``meta_info`` of ``/generate`` (0.5.23 ``tokenizer_manager._calculate_spec_decoding_metrics``,
-#: sent only when the request had a verify step) and, on the OpenAI routes asked with
-#: ``return_spec_tokens_details``, the ``sglext.spec_tokens_details`` object built from them
-_SGLANG_SPEC_KEYS = {
-    "spec_accept_length": "spec_accept_length",  # completion tokens / verify steps
-    "spec_verify_ct": "spec_verify_ct",
-    "spec_accept_rate": "spec_accept_rate",  # correct drafts / proposed drafts
-    "spec_num_correct_drafts": "spec_num_correct_drafts",
-    "spec_num_proposed_drafts": "spec_num_proposed_drafts",
-}
-_SGLANG_SERVER_KEYS = {"e2e_latency": "e2e_latency_s", **_SGLANG_SPEC_KEYS}
-#: vLLM's ``metrics.speculative_decoding`` (``--per-request-spec-decode-metrics summary|detailed``,
-#: vLLM PR #48915): top-level ``metrics`` of the final usage chunk
-_VLLM_SPEC_KEYS = {
-    "mean_acceptance_length": "spec_mean_acceptance_length",  # 1 + accepted / steps
-    "draft_acceptance_rate": "spec_draft_acceptance_rate",
-    "num_spec_steps": "spec_verify_ct",
-    "num_accepted_draft_tokens": "spec_accepted_tokens",
-    "num_draft_tokens": "spec_draft_tokens",
-    "num_spec_tokens": "spec_num_spec_tokens",
-}
-
-
-def _histogram(value: object) -> list[int] | None:
-    """An acceptance histogram (index j = verify steps that accepted exactly j draft tokens) as a
-    dense list: a JSON list, or an object keyed by j as text; None when it is neither."""
-    if isinstance(value, Mapping):
-        try:
-            pairs = {int(k): v for k, v in value.items()}
-        except (TypeError, ValueError):
-            return None
-        if not pairs or min(pairs) < 0:
-            return None
-        value = [pairs.get(j, 0) for j in range(max(pairs) + 1)]
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                                              for v in value):
-        return None
-    return value
-
-
-def _per_position(hist: list[int] | None, server: dict[str, float]) -> None:
-    """Accepted tokens per draft position from an acceptance histogram, as
-    ``server["spec_accepted_pos_<i>"]``: verify steps whose i-th draft token was accepted, i.e. that
-    accepted more than i (acceptance stops at the first rejected draft), the per-request
-    counterpart of vLLM's ``spec_decode_num_accepted_tokens_per_pos`` counter. At least position 0
-    is recorded (0 when no step accepted a draft), so its presence says the server sent a histogram."""
-    if hist is None or not hist:
-        return
-    above = sum(hist[1:])
-    for i in range(max(len(hist) - 1, 1)):
-        server[f"spec_accepted_pos_{i}"] = float(above)
-        above -= hist[i + 1] if i + 1 < len(hist) else 0
-
-
-def _sglang_spec(src: Mapping[str, Any], server: dict[str, float]) -> None:
-    """SGLang's figures from a final ``meta_info`` or an ``sglext.spec_tokens_details`` object,
-    its ``spec_correct_drafts_histogram`` as accepted tokens per draft position."""
-    for k, name in _SGLANG_SPEC_KEYS.items():
-        v = _num(src.get(k))
-        if v is not None:
-            server[name] = v
-    _per_position(_histogram(src.get("spec_correct_drafts_histogram")), server)
-
-
-def _sglext_spec(sglext: Mapping[str, Any], server: dict[str, float]) -> None:
-    """SGLang's OpenAI ``sglext.spec_tokens_details`` (a list with ``n > 1``: the first choice's).
-    An object without verify steps is skipped, as ``meta_info`` has no figures then."""
-    details = sglext.get("spec_tokens_details")
-    if isinstance(details, list):
-        details = details[0] if details else None
-    if isinstance(details, Mapping) and (_num(details.get("spec_verify_ct")) or 0) > 0:
-        _sglang_spec(details, server)
-
-
-def _vllm_spec(spec: Mapping[str, Any], server: dict[str, float]) -> None:
-    """vLLM's ``metrics.speculative_decoding``: counts under the names the other servers' figures
-    use (``spec_verify_ct`` = ``num_spec_steps``, ``spec_accepted_tokens``, ``spec_draft_tokens``),
-    ``mean_acceptance_length`` also as the request's ``spec_accept_length``, and the
-    ``acceptance_histogram`` (or, without one, the ``detailed`` level's ``per_step_accepted``) as
-    accepted tokens per draft position. ``acceptance_histogram_by_draft_length`` is not read."""
-    for k, name in _VLLM_SPEC_KEYS.items():
-        v = _num(spec.get(k))
-        if v is not None:
-            server[name] = v
-    if "spec_mean_acceptance_length" in server:
-        server["spec_accept_length"] = server["spec_mean_acceptance_length"]
-    hist = _histogram(spec.get("acceptance_histogram"))
-    steps = spec.get("per_step_accepted")
-    if hist is None and isinstance(steps, list) and all(isinstance(a, int) and not isinstance(a, bool) and a >= 0
-                                                        for a in steps):
-        hist = [0] * (max(steps, default=0) + 1)
-        for a in steps:
-            hist[a] += 1
-    _per_position(hist, server)
-
-
-def _llamacpp_timings(timings: Mapping[str, Any], server: dict[str, float]) -> None:
-    """llama.cpp's final-chunk ``timings``: draft counts → per-request speculation figures.
-
-    ``draft_n`` tokens were drafted and ``draft_n_accepted`` kept; every target forward yields one
-    token of its own plus the drafts it accepted, so the request took ``predicted_n −
-    draft_n_accepted`` target steps (its first token, from the prompt pass, included, as SGLang's
-    ``spec_verify_ct`` does) and its acceptance length is ``predicted_n / steps``. A request that
-    drafted nothing has no draft counts (``timings_predicted_n`` only); ``metrics.requests_frame``
-    counts it as 0 drafted when others of its level drafted.
-    """
-    drafted, accepted, predicted = (_num(timings.get(k)) for k in ("draft_n", "draft_n_accepted", "predicted_n"))
-    if predicted is not None:
-        server["timings_predicted_n"] = predicted
-    if drafted is None or accepted is None:
-        return  # llama.cpp leaves the draft counts out of a request that drafted nothing
-    server["spec_draft_tokens"] = drafted
-    server["spec_accepted_tokens"] = accepted
-    if drafted > 0:
-        server["spec_draft_acceptance_rate"] = accepted / drafted
-    if predicted is not None and predicted > accepted:
-        server["spec_verify_ct"] = predicted - accepted
-        server["spec_accept_length"] = predicted / (predicted - accepted)
 
 
 #: SGLang chunks larger than this (bytes) are read without parsing their text (see _sglang_meta)
@@ -856,14 +731,42 @@ _TEXT_RE = {
 }
 _FINISH_RE = re.compile(rb'"finish_reason":("[^"\\]*(?:\\.[^"\\]*)*")')
 _PROMPT_RE = re.compile(rb'"prompt_tokens":(\d+)[,}]')
-#: bytes that send a stream to the general parser: errors, server figures, reasoning text, a second
-#: choice, CR line ends (each is one memchr-speed scan)
-_SLOW_MARKS = (b"\r", b'"error"', b'"timings"', b'"metrics"', b'"sglext"', b'"index":1')
+#: bytes that send a stream to the general parser: errors, server figures (every dialect's chunk
+#: keys), reasoning text, a second choice, CR line ends (each is one memchr-speed scan)
+_SLOW_MARKS = (b"\r", b'"error"', *(f'"{key}"'.encode() for key, _ in CHUNK_FIGURES), b'"index":1')
 
 
 def _json_list(items: list[bytes]) -> list[Any]:
     """``orjson.loads`` of JSON values given as bytes, in one call."""
     return orjson.loads(b"[" + b",".join(items) + b"]") if items else []
+
+
+def _plain_event_ends(flavour: Flavour, body: bytes) -> np.ndarray | None:
+    """Where each event of ``body`` ends (the offset of the second LF of its blank line), when the
+    body is what :func:`_parse_openai_fast` takes: plain ``data: {…}`` events, one line each, LF
+    line ends, none of ``_SLOW_MARKS`` (nor chat reasoning text), ``data: [DONE]`` last and at
+    least one JSON event; None otherwise."""
+    if not body.startswith(b"data: ") or not body.endswith(_DONE_TAIL):
+        return None
+    for mark in _SLOW_MARKS:
+        if mark in body:
+            return None
+    if flavour == "openai-chat" and b'"reasoning' in body:
+        return None
+    arr = np.frombuffer(body, dtype=np.uint8)
+    lfs = np.flatnonzero(arr == 10)
+    if len(lfs) // 2 - 1 < 1 or len(lfs) % 2:
+        return None
+    ends = lfs[1::2]
+    if not (ends == lfs[0::2] + 1).all():
+        return None  # a line that is not followed by a blank line: several lines in one event
+    starts = np.concatenate(([0], ends[:-2] + 1))  # every JSON event: "data: {" … "}"
+    for k, ch in enumerate(b"data: {"):
+        if not (arr[starts + k] == ch).all():
+            return None
+    if not (arr[ends[:-1] - 2] == 125).all():  # "}" before the blank line: catches a truncated event
+        return None
+    return ends
 
 
 def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -> bool:
@@ -888,27 +791,10 @@ def _parse_openai_fast(flavour: Flavour, raw: RawExchange, rec: RequestRecord) -
         return False
     reads = raw.reads
     body = reads[0] if len(reads) == 1 else b"".join(reads)
-    if not body.startswith(b"data: ") or not body.endswith(_DONE_TAIL):
+    ends = _plain_event_ends(flavour, body)
+    if ends is None:
         return False
-    for mark in _SLOW_MARKS:
-        if mark in body:
-            return False
-    if flavour == "openai-chat" and b'"reasoning' in body:
-        return False
-    arr = np.frombuffer(body, dtype=np.uint8)
-    lfs = np.flatnonzero(arr == 10)
-    n_json = len(lfs) // 2 - 1  # JSON events ([DONE] is the last event)
-    if n_json < 1 or len(lfs) % 2:
-        return False
-    ends = lfs[1::2]
-    if not (ends == lfs[0::2] + 1).all():
-        return False  # a line that is not followed by a blank line: several lines in one event
-    starts = np.concatenate(([0], ends[:-2] + 1))  # every JSON event: "data: {" … "}"
-    for k, ch in enumerate(b"data: {"):
-        if not (arr[starts + k] == ch).all():
-            return False
-    if not (arr[ends[:-1] - 2] == 125).all():  # "}" before the blank line: catches a truncated event
-        return False
+    n_json = len(ends) - 1  # JSON events ([DONE] is the last event)
     counts = _COUNT_RE.findall(body)
     if len(counts) != n_json or body.count(_COUNT_KEY) != n_json:
         return False  # an event without a count, or with two
@@ -1045,7 +931,6 @@ def _read_sglang(events: list[SSEEvent], ev_times: list[float], acc: _Events) ->
     t_add, c_add, has_add = acc.times.append, acc.counts.append, acc.contents.append
     loads = orjson.loads
     texts: list[str] = []
-    server = acc.server
     prompt_tokens: int | None = None
     finish: str | None = None
     huge: float | None = None
@@ -1079,28 +964,20 @@ def _read_sglang(events: list[SSEEvent], ev_times: list[float], acc: _Events) ->
         if not isinstance(obj, dict) or obj.get("error"):
             acc.error = _bad_event(obj, data, i)
             break
-        cum: int | None = None
         text = ""
         meta = obj.get("meta_info")
         if not isinstance(meta, dict):  # absent, or not an object: no figures
             meta = _NO_FIELDS
         c = meta.get("completion_tokens")
-        if isinstance(c, int):
-            cum = c
+        cum = c if isinstance(c, int) else None
         if huge is None:
             huge = _huge(c)
         p = meta.get("prompt_tokens")
         if isinstance(p, int):
             prompt_tokens = p
         fr = meta.get("finish_reason")
-        if fr is not None:
-            finish = _norm_finish(fr)
-            if finish == "abort" and isinstance(fr, Mapping):
-                acc.abort_msg = _message_of(fr)
-            v = _num(meta.get("e2e_latency"))
-            if v is not None:
-                server["e2e_latency_s"] = v
-            _sglang_spec(meta, server)
+        if fr is not None:  # the final chunk
+            finish = _sglang_finish(fr, meta, acc)
         t_txt = obj.get("text")
         if isinstance(t_txt, str):
             text = t_txt
@@ -1111,12 +988,29 @@ def _read_sglang(events: list[SSEEvent], ev_times: list[float], acc: _Events) ->
         texts.append(text)
         prev_text = text
     acc.prompt_tokens, acc.finish, acc.huge = prompt_tokens, finish, huge
+    return _sglang_text(texts, skipped_text)
+
+
+def _sglang_finish(fr: object, meta: Mapping[str, Any], acc: _Events) -> str | None:
+    """The final ``meta_info``: its finish reason (normalised; an ``abort``'s message into ``acc``)
+    and the server's figures (``servers.sglang.meta_figures``) into ``acc.server``."""
+    finish = _norm_finish(fr)
+    if finish == "abort" and isinstance(fr, Mapping):
+        acc.abort_msg = _message_of(fr)
+    sglang_meta_figures(meta, acc.server)
+    return finish
+
+
+def _sglang_text(texts: list[str], skipped_text: bool) -> str | None:
+    """A ``/generate`` stream's text from its chunks' ``text``: the last one when each extends the
+    one before (SGLang's cumulative output), else their concatenation (incremental output), else
+    None when chunks were read by their ``meta_info`` only (they are cumulative: without the
+    pattern, the text is unknown) or there were none."""
     if not texts:
         return None
     cumulative = all(texts[j].startswith(texts[j - 1]) for j in range(1, len(texts)))
     if cumulative:
         return texts[-1]
-    # chunks read by their meta_info only are cumulative: without the pattern, the text is unknown
     return None if skipped_text else "".join(texts)
 
 
@@ -1125,8 +1019,9 @@ def _read_openai(events: list[SSEEvent], ev_times: list[float], acc: _Events, *,
     reasoning text and content) events into ``acc``; the generated text (None when no event was JSON).
 
     Counts and the prompt count come from ``usage``; a chunk carries content when its first choice
-    has text or ``token_ids``. Server figures: vLLM's ``metrics.speculative_decoding``, SGLang's
-    ``sglext``, llama.cpp's ``timings``.
+    has text or ``token_ids``. Server figures: every chunk key a dialect reads
+    (``specsweep.servers.CHUNK_FIGURES``: vLLM's ``metrics``, SGLang's ``sglext``, llama.cpp's
+    ``timings``).
     """
     t_add, c_add, has_add = acc.times.append, acc.counts.append, acc.contents.append
     loads = orjson.loads
@@ -1154,22 +1049,16 @@ def _read_openai(events: list[SSEEvent], ev_times: list[float], acc: _Events, *,
         usage = obj.get("usage")
         if isinstance(usage, dict):
             c = usage.get("completion_tokens")
-            if isinstance(c, int):
-                cum = c
+            cum = c if isinstance(c, int) else None
             if huge is None:
                 huge = _huge(c)
             p = usage.get("prompt_tokens")
             if isinstance(p, int):
                 prompt_tokens = p
-        metrics = obj.get("metrics")
-        if isinstance(metrics, dict) and isinstance(metrics.get("speculative_decoding"), dict):
-            _vllm_spec(metrics["speculative_decoding"], server)
-        sglext = obj.get("sglext")
-        if isinstance(sglext, dict):
-            _sglext_spec(sglext, server)
-        timings = obj.get("timings")
-        if isinstance(timings, dict):
-            _llamacpp_timings(timings, server)
+        for key, read_figures in CHUNK_FIGURES:  # the key names the server that sent the figures
+            figures = obj.get(key)
+            if isinstance(figures, dict):
+                read_figures(figures, server)
         choices = obj.get("choices")
         if choices and isinstance(choices, list) and isinstance(choices[0], dict):
             ch = choices[0]
@@ -1220,12 +1109,12 @@ def parse_exchange(flavour: Flavour, raw: RawExchange) -> RequestRecord:
     ``chunk_tokens`` is None; when no count arrives at all, ``output_tokens`` is the number of
     content chunks with ``token_source="chunks"`` and the text is kept in ``output_text`` (for
     ``probe.TokenCounter``); see ``token_accounting``. Per-request speculation figures go to
-    ``rec.server``: llama.cpp's
-    final ``timings`` (``draft_n``, ``draft_n_accepted``) become ``server["spec_draft_tokens"]``,
+    ``rec.server``, read by the server's dialect (``specsweep.servers``): llama.cpp's final
+    ``timings`` (``draft_n``, ``draft_n_accepted``) become ``server["spec_draft_tokens"]``,
     ``["spec_accepted_tokens"]``, ``["spec_verify_ct"]`` and ``["spec_accept_length"]``; vLLM's
-    ``metrics.speculative_decoding`` the same names (``_vllm_spec``); SGLang's final ``meta_info``
-    or OpenAI ``sglext.spec_tokens_details`` ``spec_accept_length``, ``spec_verify_ct`` and the
-    rest of ``_SGLANG_SPEC_KEYS``; an acceptance histogram ``["spec_accepted_pos_<i>"]``.
+    ``metrics.speculative_decoding`` the same names; SGLang's final ``meta_info`` or OpenAI
+    ``sglext.spec_tokens_details`` ``spec_accept_length``, ``spec_verify_ct`` and the rest of
+    ``servers.sglang.SPEC_KEYS``; an acceptance histogram ``["spec_accepted_pos_<i>"]``.
 
     Steps: :func:`_response_failure` (no stream to parse), the OpenAI fast path
     (:func:`_parse_openai_fast`), else the events (:func:`_stream_events`) read by the flavour's

@@ -1,12 +1,13 @@
 """Server introspection: reach the endpoint, detect its API flavour, model and configuration; scrape
 ``/metrics`` for counter deltas and gauges.
 
-Detection (facts in the design notes' server-API reference): SGLang answers ``/server_info`` (or
-the older ``/get_server_info``) and has no ``/version``; vLLM answers ``/version`` and
-``/v1/models`` with ``owned_by: "vllm"``; llama.cpp's ``llama-server`` answers ``/props`` with
-``default_generation_settings`` and ``total_slots`` (and ``/v1/models`` with ``owned_by:
-"llamacpp"``); any other OpenAI-compatible server answers ``/v1/models``. ``api="auto"`` picks
-``sglang`` on SGLang and ``openai-completions`` elsewhere.
+Detection (facts in the design notes' server-API reference) asks each server's dialect
+(``specsweep.servers``): SGLang answers ``/server_info`` (or the older ``/get_server_info``) and
+has no ``/version``; vLLM answers ``/version`` and ``/v1/models`` with ``owned_by: "vllm"``;
+llama.cpp's ``llama-server`` answers ``/props`` with ``default_generation_settings`` and
+``total_slots`` (and ``/v1/models`` with ``owned_by: "llamacpp"``); any other OpenAI-compatible
+server answers ``/v1/models``. ``api="auto"`` picks the dialect's first flavour: ``sglang`` on
+SGLang and ``openai-completions`` elsewhere.
 
 Vocabulary: where a server says how many token IDs its model has (llama.cpp: ``/v1/models``
 ``data[].meta.n_vocab``; any server whose ``/v1/models`` entry carries ``meta.n_vocab`` or
@@ -14,9 +15,7 @@ Vocabulary: where a server says how many token IDs its model has (llama.cpp: ``/
 against it before anything is sent. SGLang and vLLM do not publish it (None).
 
 Token counting without usage: :class:`TokenCounter` counts the tokens of returned text with the
-server's own ``POST /tokenize`` (SGLang and vLLM: ``{"model", "prompt", "add_special_tokens"}`` →
-``{"tokens", "count", "max_model_len"}``; llama.cpp: ``{"content", "add_special"}`` →
-``{"tokens"}``).
+server's own ``POST /tokenize`` (the body its dialect builds).
 A one-request preflight through the chosen flavour then proves the route, the model name and
 the credentials before any level runs, and checks that the server honours ``ignore_eos``.
 
@@ -32,7 +31,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,64 +40,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specsweep.measure.client import auth_headers
 from specsweep.measure.tls import verify_for
+from specsweep.servers import FLUSH_ROUTES, Dialect, Fetch, detect, dialect_of, owner
 from specsweep.servers.flavours import FLAVOURS, Flavour
-
-#: server_info keys kept in meta.json (the rest is trimmed: it can be large and is not needed)
-SERVER_INFO_KEYS = (
-    "version", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "max_running_requests",
-    "max_total_num_tokens", "max_req_input_len", "mem_fraction_static", "chunked_prefill_size",
-    "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
-    "speculative_draft_model_path", "stream_interval", "schedule_policy", "enable_metrics", "attention_backend",
-    "cuda_graph_max_bs", "disable_radix_cache", "simulated", "profile",
-)  # never launch_command or api_key: a server's command line can carry its API key
-INTERNAL_STATE_KEYS = ("effective_max_running_requests_per_dp", "avg_spec_accept_length", "memory_usage")
-
-#: /props keys kept (llama.cpp); ``default_generation_settings`` is flattened to n_ctx and the
-#: draft limits ``speculative.*``
-PROPS_KEYS = ("total_slots", "model_alias", "model_path", "build_info", "endpoint_slots", "endpoint_metrics")
-
-#: polled gauges: the metric names of each server family, and how to combine label sets (ranks)
-GAUGES: dict[str, dict[str, tuple[str, str]]] = {
-    "running_requests": {"sglang": ("sglang:num_running_reqs", "sum"), "vllm": ("vllm:num_requests_running", "sum"),
-                         "llamacpp": ("llamacpp:requests_processing", "sum")},
-    "queued_requests": {"sglang": ("sglang:num_queue_reqs", "sum"), "vllm": ("vllm:num_requests_waiting", "sum"),
-                        "llamacpp": ("llamacpp:requests_deferred", "sum")},
-    "kv_usage": {"sglang": ("sglang:token_usage", "max"), "vllm": ("vllm:kv_cache_usage_perc", "max")},
-    "gen_throughput_tok_s": {"sglang": ("sglang:gen_throughput", "sum")},
-    "spec_accept_length_gauge": {"sglang": ("sglang:spec_accept_length", "max")},
-}
-#: counters whose deltas over a level are recorded
-COUNTERS: dict[str, dict[str, str]] = {
-    "generation_tokens": {"sglang": "sglang:generation_tokens_total", "vllm": "vllm:generation_tokens_total",
-                          "llamacpp": "llamacpp:tokens_predicted_total"},
-    "prompt_tokens": {"sglang": "sglang:prompt_tokens_total", "vllm": "vllm:prompt_tokens_total",
-                      "llamacpp": "llamacpp:prompt_tokens_total"},
-    "requests": {"sglang": "sglang:num_requests_total", "vllm": "vllm:request_success_total"},
-    "decode_calls": {"llamacpp": "llamacpp:n_decode_total"},
-    "spec_verify_calls": {"sglang": "sglang:spec_verify_calls_total"},
-    "spec_drafts": {"vllm": "vllm:spec_decode_num_drafts_total", "llamacpp": "llamacpp:spec_decode_num_drafts_total"},
-    "spec_draft_tokens": {"vllm": "vllm:spec_decode_num_draft_tokens_total",
-                          "llamacpp": "llamacpp:spec_decode_num_draft_tokens_total"},
-    "spec_accepted_tokens": {"vllm": "vllm:spec_decode_num_accepted_tokens_total",
-                             "llamacpp": "llamacpp:spec_decode_num_accepted_tokens_total"},
-}
-#: the reference server's schedule (``refserver/schedule_metrics.py``), the same names under every
-#: surface; no real server has them, so they are read only from a simulator
-SIM_COUNTERS: dict[str, str] = {
-    "sim_steps": "specsweep_refserver_steps_total",
-    "sim_step_s": "specsweep_refserver_step_seconds_total",
-    "sim_step_lag_s": "specsweep_refserver_step_lag_seconds_total",
-    "sim_late_steps": "specsweep_refserver_late_steps_total",
-    "sim_clock_resyncs": "specsweep_refserver_clock_resyncs_total",
-    "sim_resync_lost_s": "specsweep_refserver_resync_lost_seconds_total",
-}
-COUNTERS.update({key: {server: name for server in ("sglang", "vllm", "llamacpp")} for key, name in SIM_COUNTERS.items()})
-#: counters of accepted tokens per draft position (label ``position``); recorded as
-#: ``spec_accepted_pos_<i>`` in :func:`counters`
-PER_POSITION: dict[str, str] = {
-    "vllm": "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-    "llamacpp": "llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
-}
 
 
 class ProbeError(RuntimeError):
@@ -158,86 +101,6 @@ def base_url_of(endpoint: str) -> str:
     return f"{url.scheme}://{url.host}{port}"
 
 
-def _trim_server_info(info: dict[str, Any]) -> dict[str, Any]:
-    out = {k: info[k] for k in SERVER_INFO_KEYS if k in info}
-    states = info.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], dict):
-        out["internal_states"] = [{k: states[0][k] for k in INTERNAL_STATE_KEYS if k in states[0]}]
-    return out
-
-
-def llamacpp_settings(props: dict[str, Any], slots: Any = None) -> dict[str, Any]:
-    """The server snapshot of a llama.cpp ``/props`` body (and ``/slots``, when it answered).
-
-    Keeps ``PROPS_KEYS`` and adds: ``parallel_slots`` and ``max_running_requests`` (``total_slots``,
-    llama-server's ``--parallel``), ``context_length`` (``default_generation_settings.n_ctx``, per
-    slot), the draft limits ``draft_max`` / ``draft_min`` / ``draft_p_min`` where ``params`` has
-    ``speculative.n_max`` / ``n_min`` / ``p_min`` (older builds), ``speculative_types`` where it
-    has ``speculative.types`` (newer builds: ``"none"``, ``"draft-simple"``, ``"ngram-mod"``, …),
-    and ``speculative_algorithm`` from ``/slots`` (whose per-slot ``speculative`` is what the server
-    does): the types when a slot speculates and they name one (else ``"draft"``), None when no slot
-    speculates; without ``/slots`` (``--no-slots``) only types other than ``"none"`` count — a real
-    llama-server started with ``--spec-type draft-simple`` still reports ``"none"`` there (the
-    per-request default), so ``"none"`` alone proves nothing and the key stays absent (unknown).
-    llama.cpp's ``/props`` names no draft model file.
-    """
-    out: dict[str, Any] = {k: props[k] for k in PROPS_KEYS if k in props}
-    if isinstance(props.get("total_slots"), int):
-        out["parallel_slots"] = out["max_running_requests"] = props["total_slots"]
-    dgs = props.get("default_generation_settings")
-    if isinstance(dgs, dict):
-        if isinstance(dgs.get("n_ctx"), int):
-            out["context_length"] = dgs["n_ctx"]
-        params = dgs.get("params") if isinstance(dgs.get("params"), dict) else dgs
-        for src, dst in (("speculative.n_max", "draft_max"), ("speculative.n_min", "draft_min"),
-                         ("speculative.p_min", "draft_p_min")):
-            if isinstance(params.get(src), (int, float)) and not isinstance(params.get(src), bool):
-                out[dst] = params[src]
-        if isinstance(params.get("speculative.types"), str):
-            out["speculative_types"] = params["speculative.types"]
-    if isinstance(props.get("chat_template"), str):
-        out["has_chat_template"] = bool(props["chat_template"].strip())
-    types = out.get("speculative_types")
-    named = types if isinstance(types, str) and types not in ("", "none") else None
-    # older builds (draft limits in /props, no types) drafted only with a draft model; newer ones
-    # say "none" per request whatever the server does, and an n-gram drafter is no draft model
-    unnamed = "draft" if "speculative_types" not in out and "draft_max" in out else SPEC_TYPE_UNREPORTED
-    if isinstance(slots, list) and slots and all(isinstance(x, dict) for x in slots):
-        spec = any(bool(x.get("speculative")) for x in slots)
-        out["speculative_algorithm"] = (named or unnamed) if spec else None
-    elif named:
-        out["speculative_algorithm"] = named
-    _apply_launch_settings(props, out)
-    return out
-
-
-#: the label of a llama.cpp server whose slots speculate but whose /props names no type
-SPEC_TYPE_UNREPORTED = "speculative (type not reported)"
-#: ``GET /props`` → ``ui_settings`` key where ``specsweep.engines.llamacpp`` records its settings
-LAUNCH_PROPS_KEY = "specsweep_launch"
-
-
-def _apply_launch_settings(props: dict[str, Any], out: dict[str, Any]) -> None:
-    """Settings recorded by ``specsweep.engines.llamacpp`` (``/props`` ``ui_settings.specsweep_launch``):
-    kept as ``launch`` and, being what the engine was given, they name the speculative type
-    (``--spec``: ``none`` → None; ``draft`` → ``"draft"`` (a draft model), n-gram arms by their
-    own name, never "draft") and the draft limits."""
-    ui = props.get("ui_settings")
-    launch = ui.get(LAUNCH_PROPS_KEY) if isinstance(ui, dict) else None
-    if not isinstance(launch, dict):
-        return
-    out["launch"] = launch
-    spec = launch.get("spec")
-    if isinstance(spec, str) and spec:
-        out["speculative_algorithm"] = None if spec == "none" else spec
-    for key in ("draft_max", "draft_min", "draft_p_min"):
-        value = launch.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[key] = value
-    if isinstance(launch.get("draft_model_path"), str):
-        out["speculative_draft_model_path"] = launch["draft_model_path"]
-
-
 def vocab_of_models(body: Any) -> int | None:
     """Vocabulary size from a ``/v1/models`` body (``data[0].meta.n_vocab`` or ``vocab_size``)."""
     if not isinstance(body, dict):
@@ -280,95 +143,102 @@ def probe(endpoint: str, api: str = "auto", model: str = "auto", *, timeout_s: f
     base = base_url_of(endpoint)
     if api != "auto" and api not in FLAVOURS:
         raise ProbeError(f"api must be 'auto' or one of {', '.join(FLAVOURS)}; got {api!r}")
-    tried: list[str] = []
     with _client(base, timeout_s) as client:
-        info: dict[str, Any] = {}
-        server = "openai-compatible"
-        for path in ("/server_info", "/get_server_info"):
-            status, body, err = _get_json(client, path)
-            tried.append(f"GET {path} → {err or status}")
-            if status == 200 and isinstance(body, dict):
-                info, server = body, "sglang"
-                break
-        status, body, err = _get_json(client, "/version")
-        tried.append(f"GET /version → {err or status}")
-        version = None
-        if status == 200 and isinstance(body, dict) and "version" in body:
-            # SGLang has no /version; vLLM has it (and /server_info too in its dev mode)
-            version = str(body["version"])
-            server = "vllm"
-        props: dict[str, Any] = {}
-        if server == "openai-compatible":
-            status, body, err = _get_json(client, "/props")
-            tried.append(f"GET /props → {err or status}")
-            if status == 200 and isinstance(body, dict) and (
-                    "default_generation_settings" in body or "total_slots" in body):
-                server, props = "llamacpp", body
-        status, body, err = _get_json(client, "/v1/models")
-        tried.append(f"GET /v1/models → {err or status}")
-        models: list[str] = []
-        owned = None
-        vocab_size = None
-        if status == 200 and isinstance(body, dict):
-            data = body.get("data") or []
-            models = [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id")]
-            owned = next((m.get("owned_by") for m in data if isinstance(m, dict)), None)
-            if owned == "vllm":
-                server = "vllm"
-            elif owned == "llamacpp" and server == "openai-compatible":
-                server = "llamacpp"
-            vocab_size = vocab_of_models(body)
-        if status in (401, 403):
-            raise ProbeError(f"{base}/v1/models answered {status}: the server wants credentials; set the API key "
-                             "in the SPECSWEEP_API_KEY environment variable")
-        if server == "llamacpp":
-            slots = None
-            if props:
-                status, slots, _ = _get_json(client, "/slots")
-                if status != 200:
-                    slots = None
-            info = llamacpp_settings(props, slots)
-        if not info and not models and version is None:
-            raise ProbeError(f"cannot reach an inference server at {base}: tried " + "; ".join(tried)
-                             + ". Is the server running, listening on that host and port, and reachable from here?")
-        try:
-            metrics = client.get("/metrics").status_code == 200
-        except httpx.HTTPError:
-            metrics = False
-    if server not in ("sglang", "llamacpp"):
-        info = {}  # a vLLM dev-mode /server_info is not SGLang's; keep only what vLLM reports
-    flavours: list[Flavour] = (["sglang", "openai-completions", "openai-chat"] if server == "sglang"
-                               else ["openai-completions", "openai-chat"])
-    if api == "auto":
-        flavour: Flavour = "sglang" if server == "sglang" else "openai-completions"
-    elif api not in flavours:
-        raise ProbeError(f"{base} is a {server} server and does not offer the '{api}' API; "
-                         f"it offers: {', '.join(flavours)} (set api to one of them, or 'auto')")
-    else:
-        flavour = api  # type: ignore[assignment]
-    if model == "auto":
-        chosen = models[0] if models else (info.get("served_model_name") or info.get("model_path"))
-    else:
-        if models and model not in models:
-            raise ProbeError(f"model {model!r} is not served at {base}; it serves: {', '.join(models)} "
-                             "(set model to one of them, or 'auto')")
-        chosen = model
-    version = version or (str(info["version"]) if "version" in info else None)
-    if server == "llamacpp":
-        version = version or (str(info["build_info"]) if "build_info" in info else None)
+        seen = _look(client, base)
+    flavours = list(seen.dialect.flavours)
+    flavour = _choose_flavour(seen.dialect, flavours, api, base)
+    chosen = _choose_model(model, seen.models, seen.settings, base)
+    info = seen.settings
+    # a server's own /version first, else what its settings say (SGLang's server_info, llama.cpp's build)
+    version = seen.version or next((str(info[key]) for key in ("version", "build_info") if key in info), None)
     simulated = bool(info.get("simulated")) or "simulated" in str(version or "")
-    trimmed = info if server == "llamacpp" else _trim_server_info(info)
-    return ServerProbe(base_url=base, server=server, flavour=flavour, flavours=flavours,
-                       model=str(chosen) if chosen else None, models=models, server_info=trimmed,
-                       version=version, metrics=metrics, simulated=simulated, vocab_size=vocab_size,
-                       vocab_source="/v1/models meta.n_vocab" if vocab_size is not None else None)
+    return ServerProbe(base_url=base, server=seen.dialect.name, flavour=flavour, flavours=flavours,
+                       model=str(chosen) if chosen else None, models=seen.models, server_info=info,
+                       version=version, metrics=seen.metrics, simulated=simulated, vocab_size=seen.vocab_size,
+                       vocab_source="/v1/models meta.n_vocab" if seen.vocab_size is not None else None)
+
+
+@dataclass
+class _Seen:
+    """What the server answered the probe: its dialect and the settings it keeps (trimmed), the
+    models it serves, its ``/version``, its vocabulary size and whether it has ``/metrics``."""
+
+    dialect: Dialect
+    settings: dict[str, Any]
+    models: list[str]
+    version: str | None
+    vocab_size: int | None
+    metrics: bool
+
+
+def _look(client: httpx.Client, base: str) -> _Seen:
+    """Ask the server what it is: the dialects' signs (:func:`specsweep.servers.detect`), then
+    ``/v1/models``, its settings and ``/metrics``; every GET of the detection is kept for the
+    error that says nothing answered."""
+    tried: list[str] = []
+    dialect, found = detect(_fetcher(client, tried))
+    models, owned_by, vocab_size = _read_models(client, base, tried)
+    dialect = owner(dialect, owned_by)
+    settings = dialect.settings(found, _fetcher(client, None))
+    version = str(found["/version"]["version"]) if "/version" in found else None
+    if not found and not models and version is None:
+        raise ProbeError(f"cannot reach an inference server at {base}: tried " + "; ".join(tried)
+                         + ". Is the server running, listening on that host and port, and reachable from here?")
+    try:
+        metrics = client.get("/metrics").status_code == 200
+    except httpx.HTTPError:
+        metrics = False
+    return _Seen(dialect, settings, models, version, vocab_size, metrics)
+
+
+def _fetcher(client: httpx.Client, tried: list[str] | None) -> Fetch:
+    """``GET path`` → its JSON body when it answered 200, else None; each GET noted in ``tried``."""
+    def fetch(path: str) -> Any:
+        status, body, err = _get_json(client, path)
+        if tried is not None:
+            tried.append(f"GET {path} → {err or status}")
+        return body if status == 200 else None
+    return fetch
+
+
+def _read_models(client: httpx.Client, base: str, tried: list[str]) -> tuple[list[str], object, int | None]:
+    """``GET /v1/models``: the model ids, the first entry's ``owned_by`` and the vocabulary size;
+    :class:`ProbeError` when the server wants credentials."""
+    status, body, err = _get_json(client, "/v1/models")
+    tried.append(f"GET /v1/models → {err or status}")
+    if status in (401, 403):
+        raise ProbeError(f"{base}/v1/models answered {status}: the server wants credentials; set the API key "
+                         "in the SPECSWEEP_API_KEY environment variable")
+    if status != 200 or not isinstance(body, dict):
+        return [], None, None
+    data = body.get("data") or []
+    models = [str(m.get("id")) for m in data if isinstance(m, dict) and m.get("id")]
+    owned_by = next((m.get("owned_by") for m in data if isinstance(m, dict)), None)
+    return models, owned_by, vocab_of_models(body)
+
+
+def _choose_flavour(dialect: Dialect, flavours: list[Flavour], api: str, base: str) -> Flavour:
+    """``api``, or with ``"auto"`` the dialect's first flavour; :class:`ProbeError` for one it does not offer."""
+    if api == "auto":
+        return flavours[0]
+    if api not in flavours:
+        raise ProbeError(f"{base} is a {dialect.name} server and does not offer the '{api}' API; "
+                         f"it offers: {', '.join(flavours)} (set api to one of them, or 'auto')")
+    return api  # type: ignore[return-value]
+
+
+def _choose_model(model: str, models: list[str], info: dict[str, Any], base: str) -> Any:
+    """``model``, or with ``"auto"`` the first served model (else the one the settings name);
+    :class:`ProbeError` for a model the server does not serve."""
+    if model == "auto":
+        return models[0] if models else (info.get("served_model_name") or info.get("model_path"))
+    if models and model not in models:
+        raise ProbeError(f"model {model!r} is not served at {base}; it serves: {', '.join(models)} "
+                         "(set model to one of them, or 'auto')")
+    return model
 
 
 # ------------------------------------------------------------------------------------- /metrics
-
-
-#: prefix-cache flush routes, tried in order: SGLang (``POST /flush_cache``), vLLM (``POST /reset_prefix_cache``)
-FLUSH_ROUTES = ("/flush_cache", "/reset_prefix_cache")
 
 
 @dataclass(frozen=True)
@@ -394,18 +264,20 @@ class FlushOutcome:
 _NO_ROUTE = (404, 405)
 
 
-def try_flush_prefix_cache(endpoint: str, timeout_s: float = 10.0, busy_retries: int = 2) -> FlushOutcome:
+def try_flush_prefix_cache(endpoint: str, timeout_s: float = 10.0, busy_retries: int = 2,
+                           routes: Sequence[str] | None = None) -> FlushOutcome:
     """Empty the server's prefix cache, telling "no route" from "the route failed".
 
-    Tries SGLang's ``POST /flush_cache`` then vLLM's ``POST /reset_prefix_cache`` (with the
-    ``SPECSWEEP_API_KEY`` header when set), each within ``timeout_s`` seconds; a 400 (SGLang
+    Tries ``routes`` in order (the server dialect's ``flush_routes``; None: every dialect's,
+    SGLang's ``POST /flush_cache`` then vLLM's ``POST /reset_prefix_cache``) with the
+    ``SPECSWEEP_API_KEY`` header when set, each within ``timeout_s`` seconds; a 400 (SGLang
     refuses while requests run) is retried ``busy_retries`` times, a second apart. The first route
     that succeeds wins; 404/405 mean the route is absent; any other answer, a timeout or a reset
     connection is a failure, kept (with its route) in ``failure``.
     """
     failures: list[str] = []
     with _client(endpoint, timeout_s) as client:
-        for route in FLUSH_ROUTES:
+        for route in FLUSH_ROUTES if routes is None else routes:
             for attempt in range(busy_retries + 1):
                 try:
                     resp = client.post(route)
@@ -431,10 +303,6 @@ def flush_prefix_cache(endpoint: str, timeout_s: float = 10.0) -> str | None:
     """Empty the server's prefix cache; returns the route that did it, or None if none did
     (:func:`try_flush_prefix_cache` says which of "no route" and "failed")."""
     return try_flush_prefix_cache(endpoint, timeout_s).route
-
-
-#: what a llama.cpp request body carries when its server refuses slot erase: no prompt-cache reuse
-LLAMACPP_NO_PROMPT_CACHE = {"cache_prompt": False}
 
 
 def erase_llamacpp_slots(endpoint: str, timeout_s: float = 10.0) -> tuple[str | None, str]:
@@ -464,13 +332,14 @@ def erase_llamacpp_slots(endpoint: str, timeout_s: float = 10.0) -> tuple[str | 
 
 def metric_names(server: str, what: str) -> frozenset[str]:
     """The sample names the poller reads from a ``server`` family's /metrics: ``what="gauges"``
-    (:data:`GAUGES`, polled during a level) or ``"counters"`` (:data:`COUNTERS` and
-    :data:`PER_POSITION`, read before and after it)."""
+    (its dialect's ``gauges``, polled during a level) or ``"counters"`` (its ``counters`` and
+    ``per_position``, read before and after it)."""
+    dialect = dialect_of(server)
     if what == "gauges":
-        return frozenset(per[server][0] for per in GAUGES.values() if server in per)
+        return frozenset(name for name, _ in dialect.gauges.values())
     if what == "counters":
-        names = {per[server] for per in COUNTERS.values() if server in per}
-        return frozenset(names | ({PER_POSITION[server]} if server in PER_POSITION else set()))
+        per_position = {dialect.per_position} if dialect.per_position else set()
+        return frozenset(set(dialect.counters.values()) | per_position)
     raise ValueError(f"what must be 'gauges' or 'counters', not {what!r}")
 
 
@@ -515,25 +384,23 @@ def select(samples: list[tuple[str, dict[str, str], float]], name: str, how: str
 def gauges(samples: list[tuple[str, dict[str, str], float]], server: str) -> dict[str, float]:
     """The polled gauges (running, queued, KV usage, …) this server family exposes."""
     out = {}
-    for key, per_server in GAUGES.items():
-        if server in per_server:
-            name, how = per_server[server]
-            value = select(samples, name, how)
-            if value is not None:
-                out[key] = value
+    for key, (name, how) in dialect_of(server).gauges.items():
+        value = select(samples, name, how)
+        if value is not None:
+            out[key] = value
     return out
 
 
 def counters(samples: list[tuple[str, dict[str, str], float]], server: str) -> dict[str, float]:
     """The counters whose deltas over a level matter (tokens, requests, speculation)."""
+    dialect = dialect_of(server)
     out = {}
-    for key, per_server in COUNTERS.items():
-        if server in per_server:
-            value = select(samples, per_server[server])
-            if value is not None:
-                out[key] = value
-    if server in PER_POSITION:
-        name = PER_POSITION[server]
+    for key, name in dialect.counters.items():
+        value = select(samples, name)
+        if value is not None:
+            out[key] = value
+    if dialect.per_position:
+        name = dialect.per_position
         for n, labels, value in samples:
             pos = labels.get("position")
             if n == name and pos is not None and pos.isdigit():
@@ -554,30 +421,17 @@ def scrape(client: httpx.Client, names: Collection[str] | None = None) -> list[t
         return None
 
 
-#: how :func:`acceptance_from_counters` computes a level's acceptance length, per server family
-COUNTER_ACCEPTANCE_FORMULA: dict[str, str] = {
-    "vllm": "1 + Δvllm:spec_decode_num_accepted_tokens / Δvllm:spec_decode_num_drafts",
-    "llamacpp": "1 + Δllamacpp:spec_decode_num_accepted_tokens / Δllamacpp:spec_decode_num_drafts",
-    "sglang": "Δsglang:generation_tokens / Δsglang:spec_verify_calls",
-}
+def _deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """``after - before`` of every counter read both times."""
+    return {key: after[key] - before[key] for key in before if key in after}
 
 
 def acceptance_from_counters(before: dict[str, float], after: dict[str, float], server: str) -> float | None:
-    """Acceptance length over a level from counter deltas (tokens per verify step incl. bonus).
-
-    vLLM and llama.cpp: 1 + Δaccepted / Δdrafts (llama.cpp's ``spec_decode_num_drafts_total``
-    counts verification steps). SGLang: Δgeneration tokens / Δverify calls.
+    """Acceptance length over a level from counter deltas (tokens per verify step incl. bonus), by
+    the ``server`` family's dialect (its ``acceptance_formula``); None when the counters did not
+    move or the server has none.
     """
-    def delta(key: str) -> float | None:
-        if key in before and key in after:
-            return after[key] - before[key]
-        return None
-
-    if server in ("vllm", "llamacpp"):
-        drafts, acc = delta("spec_drafts"), delta("spec_accepted_tokens")
-        return 1.0 + acc / drafts if drafts and acc is not None else None
-    verify, gen = delta("spec_verify_calls"), delta("generation_tokens")
-    return gen / verify if verify and gen is not None else None
+    return dialect_of(server).acceptance(_deltas(before, after))
 
 
 class MetricsPoller:
@@ -665,14 +519,10 @@ class TokenCounter:
         self.available = True
         self.why: str | None = None
         self._client = _client(base_url, timeout_s)
+        self._tokenize_body = dialect_of(server).tokenize_body
 
     def _body(self, text: str) -> dict[str, Any]:
-        if self.server == "llamacpp":
-            return {"content": text, "add_special": False}
-        body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
-        if self.model:
-            body["model"] = self.model
-        return body
+        return self._tokenize_body(text, self.model)
 
     def count(self, text: str) -> int | None:
         """Tokens in ``text`` by the server's tokenizer, or None (see ``why``)."""

@@ -24,6 +24,7 @@ cannot make a later level look faster).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -54,9 +55,6 @@ from specsweep.measure.loadgen import LevelResult, LoadGenerator
 from specsweep.measure.plausibility import PREFIX as PLAUSIBILITY_PREFIX
 from specsweep.measure.plausibility import implausible_count, reject_implausible, suspect_count
 from specsweep.measure.probe import (
-    COUNTER_ACCEPTANCE_FORMULA,
-    LLAMACPP_NO_PROMPT_CACHE,
-    SIM_COUNTERS,
     MetricsPoller,
     ProbeError,
     ServerProbe,
@@ -80,7 +78,7 @@ from specsweep.results.store import (
     read_meta,
     write_meta,
 )
-from specsweep.servers.flavours import spec_request_options
+from specsweep.servers import SIM_COUNTERS, Dialect, dialect_of
 from specsweep.workloads.prompts import Workload, check_vocabulary, explain_rejection, make_workload, warmup_workload
 
 WARMUP_INDEX_BASE = 1_000_000_000
@@ -259,16 +257,18 @@ def server_figures(
     (the level's first send to last finish) count, and a gauge needs two of them.
     """
     out: dict[str, Any] = {}
+    dialect = dialect_of(server)
     counted = acceptance_from_counters(before, after, server)
     acc = acceptance_from_requests(requests)
-    if server == "llamacpp" and acc is not None:
-        out.update(llamacpp_step_figures(requests, before, after))
-        if counted is not None:  # llama.cpp's own accept length; the timings' figure is another quantity
-            acc = LevelAcceptance(counted, SOURCE_COUNTERS, LLAMACPP_ACCEPT_FORMULA, acc.detail)
+    timings = dialect.timings
+    if timings is not None and acc is not None:
+        out.update(timings.step_figures(requests, before, after))
+        if counted is not None:  # the server's own accept length; the timings' figure is another quantity
+            acc = LevelAcceptance(counted, SOURCE_COUNTERS, timings.counters_formula, acc.detail)
         else:
-            acc = LevelAcceptance(acc.accept_length, acc.source, LLAMACPP_TOKENS_PER_STEP_FORMULA, acc.detail)
+            acc = LevelAcceptance(acc.accept_length, acc.source, timings.timings_formula, acc.detail)
     if acc is None and counted is not None:
-        acc = LevelAcceptance(counted, SOURCE_COUNTERS, COUNTER_ACCEPTANCE_FORMULA.get(server, ""), {})
+        acc = LevelAcceptance(counted, SOURCE_COUNTERS, dialect.acceptance_formula, {})
     if acc is not None:
         out.update(spec_accept_length=acc.accept_length, spec_accept_length_source=acc.source,
                    spec_accept_length_formula=acc.formula)
@@ -315,49 +315,6 @@ def simulator_schedule_figures(before: dict[str, float], after: dict[str, float]
         "sim_clock_resyncs": d["sim_clock_resyncs"],
         "sim_resync_lost_s": d["sim_resync_lost_s"],
     }
-
-
-#: llama.cpp's accept length (its ``mean len`` log line and ``/metrics``): verification steps only
-LLAMACPP_ACCEPT_FORMULA = ("1 + Δllamacpp:spec_decode_num_accepted_tokens / Δllamacpp:spec_decode_num_drafts "
-                           "(accepted drafts per verification step: llama.cpp's definition)")
-#: what the timings of each response give: every target forward counts, drafted or not
-LLAMACPP_TOKENS_PER_STEP_FORMULA = ("Σ completion tokens / Σ (completion tokens − draft_n_accepted): tokens per "
-                                    "target forward, steps that drafted nothing included (no step count in timings)")
-
-
-def llamacpp_step_figures(requests: pd.DataFrame, before: dict[str, float],
-                          after: dict[str, float]) -> dict[str, float]:
-    """Where llama.cpp's two acceptance figures part: the timings' sums against its counters.
-
-    A llama.cpp response's ``timings`` carry ``draft_n`` (tokens drafted) and ``draft_n_accepted``
-    but not how many verification steps it took; ``/metrics`` counts those
-    (``spec_decode_num_drafts_total``: steps that verified a draft). A request's tokens are its
-    first (from the prompt pass) + one per plain step (nothing drafted: an n-gram drafter often
-    finds no match) + 1 + accepted per verification step, so Σ (tokens − accepted) = requests +
-    plain steps + verification steps. Returned (counts over the level's successful requests):
-    ``spec_tokens_per_step`` (tokens per target forward, the timings' figure),
-    ``spec_draft_tokens_timings`` / ``spec_accepted_tokens_timings`` (Σ draft_n, Σ
-    draft_n_accepted: equal to the counter deltas ``spec_draft_tokens_counters`` /
-    ``spec_accepted_tokens_counters`` when only this sweep used the server),
-    ``spec_verify_steps_counters`` (Δ verification steps) and ``spec_plain_steps`` (target
-    forwards that verified no draft, the first token's prompt pass excluded; an estimate: a step
-    truncated at ``max_tokens`` counts its discarded drafts).
-    """
-    ok = requests[requests["error"].isna() & (requests["output_tokens"].fillna(0) > 0)]
-    if not len(ok) or "spec_verify_ct" not in ok.columns or ok["spec_verify_ct"].isna().any():
-        return {}
-    tokens, steps = float(ok["output_tokens"].sum()), float(ok["spec_verify_ct"].sum())
-    out: dict[str, float] = {"spec_tokens_per_step": tokens / steps} if steps > 0 else {}
-    out["spec_draft_tokens_timings"] = float(ok["spec_draft_tokens"].fillna(0.0).sum())
-    out["spec_accepted_tokens_timings"] = float(ok["spec_accepted_tokens"].fillna(0.0).sum())
-    for key, name in (("spec_draft_tokens", "spec_draft_tokens_counters"),
-                      ("spec_accepted_tokens", "spec_accepted_tokens_counters"),
-                      ("spec_drafts", "spec_verify_steps_counters")):
-        if key in before and key in after:
-            out[name] = after[key] - before[key]
-    if "spec_verify_steps_counters" in out:
-        out["spec_plain_steps"] = steps - len(ok) - out["spec_verify_steps_counters"]
-    return out
 
 
 def summarise_level(
@@ -522,7 +479,7 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
     """
     tokens = min(workload.output_tokens, 32)
     body = workload.bodies(info.flavour, [WARMUP_INDEX_BASE * 2], model=info.model, temperature=cfg.temperature,
-                           output_tokens=tokens, extra=spec_request_options(info.server, info.flavour))
+                           output_tokens=tokens, extra=dialect_of(info.server).spec_request_options(info.flavour))
     rec = None
     for _ in range(3):  # a server that fails a fraction of requests should not fail the preflight
         result = gen.run_level(body, 1)
@@ -825,11 +782,12 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
 
 
 def choose_chat(cfg: SweepConfig, info: ServerProbe, workload: Workload) -> str | None:
-    """With ``api="auto"``, send a conversational workload (``builtin``) to llama.cpp's chat route
-    when its model has a chat template (``/props`` ``chat_template``): an instruct model then sees
+    """With ``api="auto"``, send a conversational workload (``builtin``) to the chat route when the
+    server's settings say its model has a chat template (``has_chat_template``: llama.cpp's
+    ``/props`` ``chat_template``, the only dialect that reports one): an instruct model then sees
     its template and answers instead of continuing the prompt. Sets ``info.flavour``; returns the
     reason (kept as ``meta.api_chosen_by``), or None when the flavour stays as probed."""
-    if (cfg.api != "auto" or info.server != "llamacpp" or workload.kind != "builtin"
+    if (cfg.api != "auto" or workload.kind != "builtin"
             or not info.server_info.get("has_chat_template") or "openai-chat" not in info.flavours):
         return None
     info.flavour = "openai-chat"
@@ -838,18 +796,21 @@ def choose_chat(cfg: SweepConfig, info: ServerProbe, workload: Workload) -> str 
 
 
 def prompt_cache_plan(cfg: SweepConfig, info: ServerProbe) -> tuple[dict[str, Any], str | None, bool]:
-    """How a llama.cpp sweep keeps its prompt cache from serving one level what another left:
-    (extra request-body keys, what ``meta.prefix_cache_flush`` says, erase slots before each
-    level). With ``flush_cache``: erase every slot (``POST /slots/{id}?action=erase``) where the
-    server allows it, else send ``cache_prompt: false`` on every request (no reuse at all, the
-    shared chat-template prefix included). Other servers: ({}, None, False); their routes are
-    tried per level by :func:`specsweep.measure.probe.flush_prefix_cache`."""
-    if info.server != "llamacpp" or not cfg.flush_cache:
+    """How a sweep of a server whose prompt cache lives in slots (the dialect's ``erase_slots``:
+    llama.cpp) keeps that cache from serving one level what another left: (extra request-body
+    keys, what ``meta.prefix_cache_flush`` says, erase slots before each level). With
+    ``flush_cache``: erase every slot (``POST /slots/{id}?action=erase``) where the server allows
+    it, else send the dialect's ``no_cache_options`` (llama.cpp: ``cache_prompt: false``) on every
+    request (no reuse at all, the shared chat-template prefix included). Other servers: ({}, None,
+    False); their routes are tried per level by :func:`specsweep.measure.probe.try_flush_prefix_cache`."""
+    dialect = dialect_of(info.server)
+    if not dialect.erase_slots or not cfg.flush_cache:
         return {}, None, False
     how, why = erase_llamacpp_slots(info.base_url)
     if how is not None:
         return {}, how, True
-    return dict(LLAMACPP_NO_PROMPT_CACHE), f"cache_prompt: false on every request (slot erase refused: {why})", False
+    keys = ", ".join(f"{key}: {json.dumps(value)}" for key, value in dialect.no_cache_options.items())
+    return dict(dialect.no_cache_options), f"{keys} on every request (slot erase refused: {why})", False
 
 
 def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, workload: Workload,
@@ -857,22 +818,11 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                     warn: Callable[[str], None], stop: threading.Event | None, progress: bool,
                     log: Callable[[str], None], counter: TokenCounter | None = None) -> None:
     """Warm up and measure every level of the plan not in ``done``, saving each; on any exit, record why in meta.json."""
-    output_tokens = workload.output_tokens
-    run_id = meta["run_id"]
-    preflight_source = meta.get("preflight_token_source")
-    offsets = _prompt_offsets(cfg)
-    spec_options = spec_request_options(info.server, info.flavour)  # per-request acceptance, where asked for
-    cache_options, cache_how, erase_slots = prompt_cache_plan(cfg, info)
-    spec_options = {**spec_options, **cache_options}
-    if cache_how:
-        meta["prefix_cache_flush"] = cache_how
-    elif info.server == "llamacpp":
-        warn("llama.cpp keeps each slot's prompt cache across levels (flush_cache=false): a level may reuse "
-             "prompt prefixes an earlier one left in a slot (shorter TTFT); set flush_cache=true to erase slots")
-    poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
-    cpu_meter = CpuShare.for_url(info.base_url)  # a server on this machine: the client's CPU against its own
-    evidence = _Evidence(info.base_url)
-    current: tuple[int, int] | None = None
+    lv = _Levels(cfg, info, gen, workload, warm_workload, run_dir, meta, warn, stop, progress, log, counter,
+                 dialect_of(info.server), _prompt_offsets(cfg), _Evidence(info.base_url))
+    _plan_prompt_cache(lv)
+    lv.poller = MetricsPoller(info.base_url, info.server, cfg.metrics_interval_s) if info.metrics else None
+    lv.cpu_meter = CpuShare.for_url(info.base_url)  # a server on this machine: the client's CPU against its own
     try:
         for c, r in cfg.plan():
             if (c, r) in done:
@@ -880,106 +830,213 @@ def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, wor
                 continue
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
-            current = (c, r)
-            flush_note = failure = None  # what the level row says about its cache (None: not flushed)
-            if erase_slots:  # llama.cpp: every slot emptied before the level's warm-up
-                how, why = erase_llamacpp_slots(info.base_url)
-                if how is None:
-                    failure = f"llama.cpp's slot erase worked before the first level but not now: {why}"
-                flush_note = how or f"failed: {failure}"
-            elif cfg.flush_cache and info.server != "llamacpp":  # no level reads an earlier level's prompts
-                flushed = try_flush_prefix_cache(info.base_url)
-                meta["prefix_cache_flush"] = flush_note = flushed.describe
-                if flushed.failure and not flushed.route:
-                    failure = flushed.failure
-            if failure:
-                meta.setdefault("prefix_cache_flush_failed", []).append({"level": [c, r], "why": failure})
-                warn(f"C={c} repeat {r}: the prefix-cache flush failed ({failure}), so this level may "
-                     "read prompts an earlier level left in the server's cache (a warm cache: shorter TTFT)")
-            meta["in_progress"] = [c, r]  # survives a hard kill: resume then knows this level's prompts were sent
-            write_meta(run_dir, meta)
-            n_warm = cfg.warmups_for(c)
-            if n_warm:
-                first = WARMUP_INDEX_BASE + offsets[(c, r)]
-                warm = warm_workload.bodies(info.flavour, range(first, first + n_warm), model=info.model,
-                                            temperature=cfg.temperature,
-                                            output_tokens=min(WARMUP_OUTPUT_TOKENS, output_tokens),
-                                            extra=spec_options)
-                wres = gen.run_level(warm, min(c, n_warm), stop=stop)
-                if wres.stopped or (stop is not None and stop.is_set()):
-                    raise KeyboardInterrupt
-                evidence.add(wres.records)
-                if wres.records and all(rec.error for rec in wres.records):
-                    evidence.check(f"C={c}", f"every warm-up request failed (first: {wres.records[0].error})")
-            n = cfg.requests_for(c)
-            bodies = workload.bodies(info.flavour, range(offsets[(c, r)], offsets[(c, r)] + n),
-                                     model=info.model, temperature=cfg.temperature, extra=spec_options)
-            before = poller.snapshot() if poller else {}
-            if poller:
-                poller.start()
-            started = provenance.utc_now()
-            cpu_start = cpu_meter.read() if cpu_meter else None
-            bar: _Progress | None = None
-            try:
-                bar = _Progress(progress, n, f"C={c} r{r}", output_tokens)
-                result = gen.run_level(bodies, c, stop=stop, progress=bar)
-            finally:
-                if bar is not None:
-                    bar.close()
-                samples = poller.stop() if poller else []
-            # the level's own window: the parsing below happens while the server is idle
-            cpu_figures = cpu_meter.level_figures(cpu_start) if cpu_meter and cpu_start else {}
-            if result.stopped:
-                raise KeyboardInterrupt
-            after = poller.snapshot() if poller else {}
-            count_tokens(result.records, counter)
-            level, req, srv = summarise_level(
-                result, cfg=cfg, run_id=run_id, concurrency=c, repeat=r, prompt_offset=offsets[(c, r)],
-                requested_tokens=output_tokens, server=info.server, samples=samples, before=before,
-                after=after, started_utc=started, workload=workload)
-            if flush_note is not None:
-                level["prefix_cache_flush"] = flush_note
-            for key, value in cpu_figures.items():
-                level[key] = value
-            append_level(run_dir, level, req, srv if poller else None)
-            current = None  # saved: an interrupt from here on does not touch this level
-            meta.pop("in_progress", None)
-            for w in result.warnings:
-                warn(f"C={c} repeat {r}: {w}")
-            _warn_counts(level.iloc[0], req, c, r, preflight_source, warn, meta)
-            write_meta(run_dir, meta)
-            row = level.iloc[0]
-            # the CPU share, and a simulator's lag where it fell behind its schedule
-            log(_level_line(row).replace(" — saved", level_suffix(row) + _schedule_suffix(row) + " — saved"))
-            evidence.add(result.records)
-            damage = damaged_levels(live_levels(run_dir)).get((c, r))
-            trouble = None
-            if row["n_ok"] == 0:
-                first_error = req["error"].dropna().iloc[0] if req["error"].notna().any() else "no tokens"
-                trouble = f"every request failed (first: {first_error})"
-            elif damage:
-                trouble = damage
-            evidence.check(f"C={c} (saved, measured again on resume)", trouble, level=(c, r))
-            if trouble:
-                warn(f"C={c} repeat {r}: {trouble}, but the server still answers its health check; the level is kept")
+            _measure_level(lv, c, r)
     except BaseException as exc:
-        meta["complete"] = False
-        interrupted = isinstance(exc, KeyboardInterrupt)
-        n_done = len(finished_levels(run_dir))
-        meta["interrupted" if interrupted else "failed"] = {
-            "utc": provenance.utc_now(), "levels_finished": n_done,
-            "level": list(current) if current else getattr(exc, "level", None),
-            "reason": "interrupted (Ctrl-C or stop)" if interrupted else f"{type(exc).__name__}: {exc}",
-        }
-        write_meta(run_dir, meta)
-        if interrupted:
-            _close_bars()
-            raise SweepInterrupted(run_dir, n_done) from None
-        log(f"failed: {n_done} finished level(s) are saved in {run_dir}; continue with resume={str(run_dir)!r}")
+        _record_exit(lv, exc)
         raise
     finally:
-        if poller:
-            poller.close()
+        if lv.poller:
+            lv.poller.close()
+
+
+@dataclass
+class _Levels:
+    """What every level of one sweep shares, for :func:`_measure_levels`' steps: the sweep's
+    parameters and tools, the extra request-body keys (``options``), whether slots are erased
+    before each level, and ``current``: the level whose prompts may have been sent but which is
+    not saved yet (an exit then names it in meta.json)."""
+
+    cfg: SweepConfig
+    info: ServerProbe
+    gen: LoadGenerator
+    workload: Workload
+    warm_workload: Workload
+    run_dir: Path
+    meta: dict[str, Any]
+    warn: Callable[[str], None]
+    stop: threading.Event | None
+    progress: bool
+    log: Callable[[str], None]
+    counter: TokenCounter | None
+    dialect: Dialect
+    offsets: dict[tuple[int, int], int]
+    evidence: _Evidence
+    options: dict[str, Any] = field(default_factory=dict)
+    erase_slots: bool = False
+    poller: MetricsPoller | None = None
+    cpu_meter: CpuShare | None = None
+    current: tuple[int, int] | None = None
+
+
+@dataclass
+class _Measured:
+    """One level's measured requests and what the server said around them: ``/metrics`` gauges
+    polled during the level, counters before and after it, its start (UTC) and the CPU share."""
+
+    result: LevelResult
+    samples: list[tuple[float, str, float]]
+    before: dict[str, float]
+    after: dict[str, float]
+    started_utc: str
+    cpu_figures: dict[str, Any]
+
+
+def _plan_prompt_cache(lv: _Levels) -> None:
+    """The request options every level sends (per-request acceptance where the server takes a
+    field for it, and the prompt-cache plan's keys), and what meta.json says of the cache."""
+    lv.options = lv.dialect.spec_request_options(lv.info.flavour)  # per-request acceptance, where asked for
+    cache_options, cache_how, lv.erase_slots = prompt_cache_plan(lv.cfg, lv.info)
+    lv.options = {**lv.options, **cache_options}
+    if cache_how:
+        lv.meta["prefix_cache_flush"] = cache_how
+    elif lv.dialect.erase_slots:
+        lv.warn(f"{lv.dialect.label} keeps each slot's prompt cache across levels (flush_cache=false): a level may "
+                "reuse prompt prefixes an earlier one left in a slot (shorter TTFT); set flush_cache=true to erase "
+                "slots")
+
+
+def _measure_level(lv: _Levels, c: int, r: int) -> None:
+    """Level (``c``, ``r``): empty the cache, warm up, measure, save, judge the evidence."""
+    lv.current = (c, r)
+    flush_note = _empty_cache(lv, c, r)
+    lv.meta["in_progress"] = [c, r]  # survives a hard kill: resume then knows this level's prompts were sent
+    write_meta(lv.run_dir, lv.meta)
+    _warm_up(lv, c, r)
+    measured = _run_measured(lv, c, r)
+    row, req = _save_level(lv, c, r, measured, flush_note)
+    _judge_level(lv, c, r, measured.result, row, req)
+
+
+def _empty_cache(lv: _Levels, c: int, r: int) -> str | None:
+    """Empty the server's prompt cache before a level, so that no level reads an earlier level's
+    prompts (slots erased, or the dialect's flush routes tried, with ``flush_cache``); what the
+    level row says about it (None: not flushed). A failure is recorded and warned about."""
+    flush_note = failure = None
+    if lv.erase_slots:  # every slot emptied before the level's warm-up
+        how, why = erase_llamacpp_slots(lv.info.base_url)
+        if how is None:
+            failure = f"{lv.dialect.label}'s slot erase worked before the first level but not now: {why}"
+        flush_note = how or f"failed: {failure}"
+    elif lv.cfg.flush_cache and not lv.dialect.erase_slots:
+        flushed = try_flush_prefix_cache(lv.info.base_url, routes=lv.dialect.flush_routes)
+        lv.meta["prefix_cache_flush"] = flush_note = flushed.describe
+        if flushed.failure and not flushed.route:
+            failure = flushed.failure
+    if failure:
+        lv.meta.setdefault("prefix_cache_flush_failed", []).append({"level": [c, r], "why": failure})
+        lv.warn(f"C={c} repeat {r}: the prefix-cache flush failed ({failure}), so this level may "
+                "read prompts an earlier level left in the server's cache (a warm cache: shorter TTFT)")
+    return flush_note
+
+
+def _warm_up(lv: _Levels, c: int, r: int) -> None:
+    """The level's warm-up requests (excluded from its figures); a stop interrupts, and a warm-up
+    that failed entirely is evidence the server may be gone."""
+    n_warm = lv.cfg.warmups_for(c)
+    if not n_warm:
+        return
+    first = WARMUP_INDEX_BASE + lv.offsets[(c, r)]
+    warm = lv.warm_workload.bodies(lv.info.flavour, range(first, first + n_warm), model=lv.info.model,
+                                   temperature=lv.cfg.temperature,
+                                   output_tokens=min(WARMUP_OUTPUT_TOKENS, lv.workload.output_tokens),
+                                   extra=lv.options)
+    wres = lv.gen.run_level(warm, min(c, n_warm), stop=lv.stop)
+    if wres.stopped or (lv.stop is not None and lv.stop.is_set()):
+        raise KeyboardInterrupt
+    lv.evidence.add(wres.records)
+    if wres.records and all(rec.error for rec in wres.records):
+        lv.evidence.check(f"C={c}", f"every warm-up request failed (first: {wres.records[0].error})")
+
+
+def _run_measured(lv: _Levels, c: int, r: int) -> _Measured:
+    """The level's measured requests, ``c`` in flight, with the server's counters read before and
+    after and its gauges polled during; a stop interrupts."""
+    poller, cpu_meter = lv.poller, lv.cpu_meter
+    n = lv.cfg.requests_for(c)
+    start = lv.offsets[(c, r)]
+    bodies = lv.workload.bodies(lv.info.flavour, range(start, start + n), model=lv.info.model,
+                                temperature=lv.cfg.temperature, extra=lv.options)
+    before = poller.snapshot() if poller else {}
+    if poller:
+        poller.start()
+    started = provenance.utc_now()
+    cpu_start = cpu_meter.read() if cpu_meter else None
+    bar: _Progress | None = None
+    try:
+        bar = _Progress(lv.progress, n, f"C={c} r{r}", lv.workload.output_tokens)
+        result = lv.gen.run_level(bodies, c, stop=lv.stop, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+        samples = poller.stop() if poller else []
+    # the level's own window: the parsing below happens while the server is idle
+    cpu_figures = cpu_meter.level_figures(cpu_start) if cpu_meter and cpu_start else {}
+    if result.stopped:
+        raise KeyboardInterrupt
+    after = poller.snapshot() if poller else {}
+    return _Measured(result, samples, before, after, started, cpu_figures)
+
+
+def _save_level(lv: _Levels, c: int, r: int, measured: _Measured,
+                flush_note: str | None) -> tuple[pd.Series, pd.DataFrame]:
+    """Summarise the level and append it to the run's files (from then on an exit no longer
+    touches it); warn about its requests and counts, and log its line. Returns (level row, request rows)."""
+    result = measured.result
+    count_tokens(result.records, lv.counter)
+    level, req, srv = summarise_level(
+        result, cfg=lv.cfg, run_id=lv.meta["run_id"], concurrency=c, repeat=r, prompt_offset=lv.offsets[(c, r)],
+        requested_tokens=lv.workload.output_tokens, server=lv.info.server, samples=measured.samples,
+        before=measured.before, after=measured.after, started_utc=measured.started_utc, workload=lv.workload)
+    if flush_note is not None:
+        level["prefix_cache_flush"] = flush_note
+    for key, value in measured.cpu_figures.items():
+        level[key] = value
+    append_level(lv.run_dir, level, req, srv if lv.poller else None)
+    lv.current = None  # saved: an interrupt from here on does not touch this level
+    lv.meta.pop("in_progress", None)
+    for w in result.warnings:
+        lv.warn(f"C={c} repeat {r}: {w}")
+    _warn_counts(level.iloc[0], req, c, r, lv.meta.get("preflight_token_source"), lv.warn, lv.meta)
+    write_meta(lv.run_dir, lv.meta)
+    row = level.iloc[0]
+    # the CPU share, and a simulator's lag where it fell behind its schedule
+    lv.log(_level_line(row).replace(" — saved", level_suffix(row) + _schedule_suffix(row) + " — saved"))
+    return row, req
+
+
+def _judge_level(lv: _Levels, c: int, r: int, result: LevelResult, row: pd.Series, req: pd.DataFrame) -> None:
+    """Add the saved level's requests to the evidence; a level that failed entirely or is damaged
+    stops the sweep when the server no longer answers its health check, else it is kept with a warning."""
+    lv.evidence.add(result.records)
+    damage = damaged_levels(live_levels(lv.run_dir)).get((c, r))
+    trouble = None
+    if row["n_ok"] == 0:
+        first_error = req["error"].dropna().iloc[0] if req["error"].notna().any() else "no tokens"
+        trouble = f"every request failed (first: {first_error})"
+    elif damage:
+        trouble = damage
+    lv.evidence.check(f"C={c} (saved, measured again on resume)", trouble, level=(c, r))
+    if trouble:
+        lv.warn(f"C={c} repeat {r}: {trouble}, but the server still answers its health check; the level is kept")
+
+
+def _record_exit(lv: _Levels, exc: BaseException) -> None:
+    """On any exit from the levels, meta.json says why (interrupted or failed), how many levels are
+    finished and which level it cut short; an interrupt becomes :class:`SweepInterrupted`."""
+    meta = lv.meta
+    meta["complete"] = False
+    interrupted = isinstance(exc, KeyboardInterrupt)
+    n_done = len(finished_levels(lv.run_dir))
+    meta["interrupted" if interrupted else "failed"] = {
+        "utc": provenance.utc_now(), "levels_finished": n_done,
+        "level": list(lv.current) if lv.current else getattr(exc, "level", None),
+        "reason": "interrupted (Ctrl-C or stop)" if interrupted else f"{type(exc).__name__}: {exc}",
+    }
+    write_meta(lv.run_dir, meta)
+    if interrupted:
+        _close_bars()
+        raise SweepInterrupted(lv.run_dir, n_done) from None
+    lv.log(f"failed: {n_done} finished level(s) are saved in {lv.run_dir}; continue with resume={str(lv.run_dir)!r}")
 
 
 def _schedule_suffix(row: pd.Series) -> str:

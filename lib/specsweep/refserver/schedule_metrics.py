@@ -4,7 +4,7 @@ The reference server simulates an engine in real time on a CPU (``engine.py``): 
 scheduled to end at an absolute time and its chunks are written then. On a machine too busy to keep
 up, steps wake late (their tokens reach the client late) and, more than ``resync_s`` behind, the
 clock is reset (the simulated server then ran slower than its profile). A sweep reads these
-counters before and after each level (``probe.COUNTERS``, ``sim_*``) to tell such a level apart:
+counters before and after each level (``servers.SIM_COUNTERS``, ``sim_*``) to tell such a level apart:
 
 - ``specsweep_refserver_steps_total``: engine steps run;
 - ``specsweep_refserver_step_seconds_total``: their scheduled lengths, summed (seconds);

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-__all__ = ["FLAVOURS", "PATHS", "Flavour", "build_body", "check_flavour", "spec_request_options"]
+__all__ = ["FLAVOURS", "PATHS", "Flavour", "build_body", "check_flavour"]
 
 Flavour = Literal["sglang", "openai-completions", "openai-chat"]
 
@@ -96,21 +96,6 @@ def build_body(
     if extra:
         body.update(extra)
     return body
-
-
-def spec_request_options(server: str, flavour: Flavour) -> dict[str, Any]:
-    """Top-level body keys that ask ``server`` for per-request speculation figures, where it takes them.
-
-    SGLang's OpenAI routes send ``sglext.spec_tokens_details`` only when the body asks with
-    ``return_spec_tokens_details: true`` (0.5.23 ``entrypoints/openai/protocol.py``); SGLang's
-    OpenAI request models ignore unknown top-level keys, so an older SGLang is not disturbed.
-    Nothing elsewhere: SGLang's ``/generate`` always puts the figures in ``meta_info``, vLLM needs a
-    server flag (``--per-request-spec-decode-metrics``), not a request field, llama.cpp always sends
-    ``timings``, and a generic OpenAI-compatible server may reject a field it does not know.
-    """
-    if server == "sglang" and flavour in ("openai-completions", "openai-chat"):
-        return {"return_spec_tokens_details": True}
-    return {}
 
 
 def _is_token_ids(prompt: object) -> bool:

@@ -189,7 +189,7 @@ class Workload:
         under ``output_length="natural"`` no ``ignore_eos`` (``output_tokens`` is the maximum).
 
         ``output_tokens`` overrides the workload's length (warm-up and preflight requests).
-        ``extra``: more top-level keys (``servers.flavours.build_body``), e.g. ``servers.flavours.spec_request_options``.
+        ``extra``: more top-level keys (``servers.flavours.build_body``), e.g. ``servers.Dialect.spec_request_options``.
         """
         return [build_body(flavour, self.prompt(i, flavour), output_tokens or self.max_tokens(i),
                            temperature=temperature, model=model, ignore_eos=self.ignore_eos, extra=extra)
