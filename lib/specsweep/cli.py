@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specsweep import __version__
+from specsweep.errors import InputError
 from specsweep.paths import SWEEP_NOTEBOOK
 from specsweep.runtime import configure_process
 
@@ -34,7 +35,7 @@ PROG = "specsweep"
 OK, FAILED, BAD_INPUT = 0, 1, 2
 
 
-class BadInput(ValueError):
+class BadInput(InputError, ValueError):
     """Input the command cannot use; the message says which and what to do."""
 
 

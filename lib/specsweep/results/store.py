@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specsweep.errors import InputError, RunError
 from specsweep.results.redact import redact, redact_frame
 from specsweep.results.study_record import study_arm_order
 
@@ -77,7 +78,7 @@ SERVER_METRICS_REQUIRED: dict[str, str] = {
 }
 
 
-class SchemaError(ValueError):
+class SchemaError(InputError, ValueError):
     """A result-set file is missing, malformed, or does not match the schema."""
 
 
@@ -794,7 +795,7 @@ def finished_levels(run_dir: Path) -> set[tuple[int, int]]:
     return {(int(c), int(r)) for c, r in frame[["concurrency", "repeat"]].itertuples(index=False)}
 
 
-class RunLocked(RuntimeError):
+class RunLocked(RunError, RuntimeError):
     """Another sweep holds the run folder's lock; the message says who."""
 
 

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import httpx
 import psutil
 
+from specsweep.errors import RunError
 from specsweep.measure.tls import verify_for
 from specsweep.notebooks.execute import execute_notebook
 from specsweep.notebooks.kernel import SWEEP_PRELOAD
@@ -81,7 +82,7 @@ class Redactor:
 # ----------------------------------------------------------------------------------- the server
 
 
-class ServerError(RuntimeError):
+class ServerError(RunError, RuntimeError):
     """A ``serve`` arm's server failed to start or died; ``log_tail`` holds its last lines."""
 
     def __init__(self, message: str, log_tail: str = "") -> None:

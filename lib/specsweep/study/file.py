@@ -73,6 +73,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specsweep.decide import Profile
+from specsweep.errors import InputError
 from specsweep.measure.config import ARM_PATTERN, SERVER_OUTPUT_TOKENS, SweepConfig
 
 #: sweep-notebook parameters the study sets per arm (not allowed in the shared ``sweep`` section)
@@ -100,7 +101,7 @@ SECRET_NAME = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDE
 Scalar = str | int | float | bool
 
 
-class StudyError(ValueError):
+class StudyError(InputError, ValueError):
     """The study file is invalid; the message names the file, the key, the line and the fix."""
 
 
