@@ -63,3 +63,26 @@ def test_input_errors_exit_2_and_everything_else_exits_1() -> None:
     assert exit_status(RunError("failed")) == 1
     assert exit_status(KeyboardInterrupt()) == 1  # Ctrl-C: the command ran and did not finish
     assert exit_status(ValueError("not ours")) == 1
+
+
+def test_the_sweep_notebooks_bad_input_names_are_input_errors() -> None:
+    """The console script knows the notebook's errors by name only; each specsweep one it calls bad input is an InputError."""
+    from specsweep.cli import BAD_INPUT_ERRORS
+
+    ours = {cls.__name__: cls for cls, _, _ in TREE}
+    named = [name for name in BAD_INPUT_ERRORS if name in ours]
+    assert sorted(named) == ["ConfigError", "DatasetError", "SchemaError"]
+    assert all(issubclass(ours[name], InputError) for name in named)
+
+
+@pytest.mark.parametrize(("error", "status"), [(SchemaError("no meta.json"), 2), (RunLocked("held by pid 1"), 1)])
+def test_publish_maps_the_tree_to_its_exit_status(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                                 error: SpecsweepError, status: int) -> None:
+    from specsweep import publish
+
+    def fail(pubs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(publish, "decision_tables", fail)
+    assert publish.main(["--decisions"]) == status
+    assert capsys.readouterr().err.strip() == f"python -m specsweep.publish: {error}"

@@ -64,6 +64,7 @@ from typing import Any, Literal
 import pandas as pd
 
 from specsweep.analyze.agreement import output_agreement
+from specsweep.errors import FAILED, OK, SpecsweepError, exit_status
 from specsweep.report import build_report
 
 # what a report says about a study lives in study_page (a report's kernel loads only that); re-exported here
@@ -428,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         study = load_study(args.study, allow_large_grid=args.allow_large_grid)
         result = run_study(study, out_dir=args.out_dir, report_dir=args.report_dir, resume=args.resume,
                            dry_run=args.dry_run, report=not args.no_report, backend=args.backend, fresh=args.fresh)
-    except StudyError as exc:
+    except SpecsweepError as exc:  # a bad study file is an InputError (2); a server or run error (1)
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0 if result.ok or args.dry_run else 1
+        return exit_status(exc)
+    return OK if result.ok or args.dry_run else FAILED
