@@ -40,6 +40,7 @@ from specsweep.decide import decisions
 from specsweep.errors import RunError, SpecsweepError, exit_status
 from specsweep.paths import REPO_ROOT
 from specsweep.report import build_report
+from specsweep.results.study_record import STUDY_FILE
 from specsweep.study.file import load_study
 from specsweep.study.runner import run_study
 
@@ -97,7 +98,7 @@ def measure_studies(pubs: Sequence[Published], *, skip_sweeps: bool = False, at_
         raise ValueError(f"at_once={at_once}: at least one study must be measured at a time")
     def one(pub: Published) -> None:
         study, runs = _runs_dir(pub)
-        run_study(study, out_dir=runs, fresh=not skip_sweeps, resume=skip_sweeps and (runs / "study.json").is_file(),
+        run_study(study, out_dir=runs, fresh=not skip_sweeps, resume=skip_sweeps and (runs / STUDY_FILE).is_file(),
                   report=False, log=lambda line: print(f"{pub.name}: {line}", flush=True))
 
     studies = [p for p in pubs if p.study]
@@ -114,9 +115,9 @@ def publish_study(pub: Published, out_dir: Path) -> Path:
     merged and reported as ``<out_dir>/<study name>.html``. Raises :class:`~specsweep.errors.RunError`
     naming the study file when no report could be built (no complete baseline)."""
     study, runs = _runs_dir(pub)
-    result = run_study(study, out_dir=runs, report_dir=out_dir, resume=(runs / "study.json").is_file())
+    result = run_study(study, out_dir=runs, report_dir=out_dir, resume=(runs / STUDY_FILE).is_file())
     if result.report is None:
-        raise RunError(f"{pub.study}: no report (the baseline arm has no complete run; see {runs / 'study.json'})")
+        raise RunError(f"{pub.study}: no report (the baseline arm has no complete run; see {runs / STUDY_FILE})")
     return result.report
 
 

@@ -23,9 +23,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -37,6 +36,7 @@ from specsweep.notebooks.execute import execute_notebook
 from specsweep.notebooks.kernel import SWEEP_PRELOAD
 from specsweep.paths import SWEEP_NOTEBOOK
 from specsweep.results import provenance
+from specsweep.results.study_record import ArmOutcome
 from specsweep.study import guard as serverguard
 from specsweep.study.file import SECRET_NAME, Arm, Study, endpoint_of, free_port, secret_argv_values
 
@@ -397,24 +397,6 @@ def clear_leftover(pid_file: Path, log: Callable[[str], None] = print) -> None:
 
 
 # -------------------------------------------------------------------------------------- one arm
-
-
-@dataclass
-class ArmOutcome:
-    """What happened to one (arm, repeat): ``complete``, ``skipped`` (already complete) or ``failed``."""
-
-    arm: str
-    repeat: int
-    position: int
-    status: Literal["complete", "skipped", "failed"]
-    run_dir: str | None = None
-    started_utc: str | None = None
-    finished_utc: str | None = None
-    error: str | None = None
-    log_tail: str | None = None
-    server_log: str | None = None
-    notebook: str | None = None
-    resumed: bool = False
 
 
 def arm_dir(out_dir: Path, arm: str, repeat: int) -> Path:

@@ -32,8 +32,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from specsweep.results.study_record import ArmOutcome
 from specsweep.study import guard as serverguard
-from specsweep.study.arm import ArmOutcome, arm_dir, complete_run, run_arm
+from specsweep.study.arm import arm_dir, complete_run, run_arm
 from specsweep.study.file import Arm, Study
 
 #: seconds the runner waits for interrupted workers to stop their servers before killing them

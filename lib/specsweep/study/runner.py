@@ -57,7 +57,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -71,12 +71,19 @@ from specsweep.report import build_report
 from specsweep.report.study_page import cap_markdown, run_order, study_markdown  # noqa: F401
 from specsweep.results import provenance
 from specsweep.results.store import (
-    atomic_write_bytes,
     exclusive_lock,
     holder_text,
     load_result_set,
     write_frame,
     write_meta,
+)
+from specsweep.results.study_record import (
+    STUDY_FILE,
+    ArmOutcome,
+    PlannedSweep,
+    StudyRecord,
+    read_study_record,
+    write_study_record,
 )
 
 # the per-arm machinery lives in study_arm (shared with the Ray and parallel backends); re-exported here
@@ -85,7 +92,6 @@ from specsweep.study.arm import (  # noqa: F401
     PID_FILE,
     RUNS,
     SWEEP_NOTEBOOK,
-    ArmOutcome,
     Redactor,
     ServerError,
     ServerProcess,
@@ -128,12 +134,15 @@ class StudyResult:
         return pd.DataFrame(rows)
 
 
-def _write_status(path: Path, study: Study, outcomes: list[ArmOutcome], **extra: Any) -> None:
-    doc = {"study": study.name, "title": study.title, "file": str(study.path) if study.path else None,
-           "baseline": study.baseline, "repeats": study.spec.repeats,
-           "plan": [{"position": i, "repeat": r, "arm": a.name} for i, (r, a) in enumerate(study.plan(), 1)],
-           "fingerprint": study.fingerprint(), "outcomes": [asdict(o) for o in outcomes], **extra}
-    atomic_write_bytes(path, (json.dumps(doc, indent=2) + "\n").encode())
+def _write_status(out: Path, study: Study, outcomes: list[ArmOutcome], *, missing_arms: list[str] | None = None,
+                  interrupted: str | None = None) -> None:
+    """Rewrite ``<out>/study.json``: the plan, ``outcomes`` so far, the fingerprint a resume must match."""
+    record = StudyRecord(study=study.name, title=study.title, file=str(study.path) if study.path else None,
+                         baseline=study.baseline, repeats=study.spec.repeats,
+                         plan=[PlannedSweep(i, r, a.name) for i, (r, a) in enumerate(study.plan(), 1)],
+                         fingerprint=study.fingerprint(), outcomes=list(outcomes), missing_arms=missing_arms,
+                         interrupted=interrupted)
+    write_study_record(out, record)
 
 
 def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] = ()) -> Path | None:
@@ -292,12 +301,12 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
     if dry_run:
         log(study.dry_run(out, reports))
         return result
-    status = out / "study.json"
+    status = out / STUDY_FILE
     if fresh and status.exists():
         if resume:
             raise StudyError("fresh and resume contradict each other: fresh starts over, resume continues")
-        old = json.loads(status.read_text())
-        for name in {o["arm"] for o in old.get("outcomes", [])} | {RUNS}:
+        old = read_study_record(out)
+        for name in {o.arm for o in (old.outcomes if old is not None else [])} | {RUNS}:
             if (out / name).is_dir():
                 shutil.rmtree(out / name)
         status.unlink()
@@ -307,7 +316,11 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
         raise StudyError(f"{out} already holds a study (study.json); pass --resume (resume=True) to continue it, "
                          "or choose another --out-dir")
     if status.exists():
-        problems = study.resume_conflicts(json.loads(status.read_text()).get("fingerprint", {}))
+        old = read_study_record(out)
+        if old is None:
+            raise StudyError(f"{status}: cannot be read as a study record (not a JSON object); delete it or choose "
+                             "another --out-dir")
+        problems = study.resume_conflicts(old.fingerprint)
         if problems:
             raise StudyError(f"{status}: cannot resume with {study.path or 'this study'}: {'; '.join(problems)}. "
                              "Restore the study file, rename the changed arm(s), or choose another --out-dir")
@@ -317,7 +330,7 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
         + (f" (up to {study.spec.parallel} at once)" if study.spec.parallel > 1 and backend == "local" else ""))
     def done(outcome: ArmOutcome) -> None:
         result.outcomes.append(outcome)
-        _write_status(status, study, sorted(result.outcomes, key=lambda o: o.position))
+        _write_status(out, study, sorted(result.outcomes, key=lambda o: o.position))
 
     try:
         if backend == "ray":
@@ -333,7 +346,7 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
                 log(f"[{i}/{len(plan)}] arm {arm.name}, repeat {repeat}")
                 done(run_arm(study, arm, repeat, out, position=i, resume=resume, log=log))
     except KeyboardInterrupt:
-        _write_status(status, study, sorted(result.outcomes, key=lambda o: o.position),
+        _write_status(out, study, sorted(result.outcomes, key=lambda o: o.position),
                       interrupted=provenance.utc_now())
         log(f"interrupted: finished arms are kept; continue with --resume (out_dir {out})")
         raise
@@ -346,7 +359,7 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
             assert merged is not None
             result.result_sets.append(merged)
     failed = [o for o in result.outcomes if o.status == "failed"]
-    _write_status(status, study, result.outcomes, missing_arms=result.missing)
+    _write_status(out, study, result.outcomes, missing_arms=result.missing)
     if result.result_sets:
         result.agreement = output_agreement([load_result_set(p) for p in result.result_sets], study.baseline)
         result.agreement.to_csv(out / "agreement.csv", index=False)
