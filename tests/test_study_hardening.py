@@ -36,8 +36,8 @@ from specsweep.study.file import (
     load_study,
     parse_study,
 )
+from specsweep.study.pid_file import PID_FILE
 from specsweep.study.runner import (
-    PID_FILE,
     Redactor,
     ServerError,
     ServerProcess,
@@ -393,7 +393,8 @@ def test_a_server_taken_for_gone_before_ready_never_leaves_the_runner_waiting_on
         deadline = time.monotonic() + 30
         while server.server_pid is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        sleeper = server.record()["server"]
+        sleeper = server.record().server
+        assert sleeper is not None
         monkeypatch.setattr(study_arm, "GUARD_EXIT_S", 0.5)
         monkeypatch.setattr(serverguard, "same_process", lambda entry: False)
         with pytest.raises(ServerError, match=rf"the server this study started \(pid {sleeper['pid']} \(python.*\) no "

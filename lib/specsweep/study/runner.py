@@ -89,7 +89,6 @@ from specsweep.results.study_record import (
 # the per-arm machinery lives in study_arm (shared with the Ray and parallel backends); re-exported here
 from specsweep.study.arm import (  # noqa: F401
     LOG_TAIL_LINES,
-    PID_FILE,
     RUNS,
     SWEEP_NOTEBOOK,
     Redactor,
@@ -102,6 +101,7 @@ from specsweep.study.arm import (  # noqa: F401
     run_arm,
 )
 from specsweep.study.file import DEFAULT_MAX_ARMS, HARD_MAX_ARMS, ORDER_TEXT, Arm, Study, StudyError, load_study
+from specsweep.study.pid_file import PID_FILE
 
 Backend = Literal["local", "ray"]
 
