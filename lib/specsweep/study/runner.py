@@ -301,6 +301,21 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
     if dry_run:
         log(study.dry_run(out, reports))
         return result
+    _prepare_out_dir(study, out, fresh=fresh, resume=resume, log=log)
+    _measure_plan(study, result, backend=backend, resume=resume, log=log)
+    _merge_arms(study, result, log=log)
+    if report:
+        _report_study(study, result, reports, log=log)
+    log(_study_summary(result))
+    for line in failure_summary(result):
+        log(line)
+    return result
+
+
+def _prepare_out_dir(study: Study, out: Path, *, fresh: bool, resume: bool, log: Callable[[str], None]) -> None:
+    """Make ``out`` ready for ``study``: with ``fresh``, delete the study a previous run left there;
+    refuse a folder that holds a study unless ``resume``, and a resume the recorded study's
+    fingerprint does not allow (:class:`StudyError`, saying what to do)."""
     status = out / STUDY_FILE
     if fresh and status.exists():
         if resume:
@@ -325,9 +340,17 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
             raise StudyError(f"{status}: cannot resume with {study.path or 'this study'}: {'; '.join(problems)}. "
                              "Restore the study file, rename the changed arm(s), or choose another --out-dir")
     out.mkdir(parents=True, exist_ok=True)
-    plan = study.plan()
+
+
+def _measure_plan(study: Study, result: StudyResult, *, backend: Backend, resume: bool,
+                 log: Callable[[str], None]) -> None:
+    """Run every (repeat, arm) of the plan with ``backend`` (serially here, ``parallel`` worker
+    processes, or Ray tasks), adding each outcome to ``result`` and to ``study.json`` as it comes;
+    after Ctrl-C, ``study.json`` says when, and the interrupt propagates."""
+    out, plan = result.out_dir, study.plan()
     log(f"study {study.name}: {len(study.arms)} arm(s) × {study.spec.repeats} repeat(s) = {len(plan)} sweep(s) → {out}"
         + (f" (up to {study.spec.parallel} at once)" if study.spec.parallel > 1 and backend == "local" else ""))
+
     def done(outcome: ArmOutcome) -> None:
         result.outcomes.append(outcome)
         _write_status(out, study, sorted(result.outcomes, key=lambda o: o.position))
@@ -351,6 +374,13 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
         log(f"interrupted: finished arms are kept; continue with --resume (out_dir {out})")
         raise
     result.outcomes.sort(key=lambda o: o.position)
+
+
+def _merge_arms(study: Study, result: StudyResult, *, log: Callable[[str], None]) -> None:
+    """Merge each arm with a complete run into ``<out_dir>/<arm>/`` (:func:`assemble_arm`), name
+    the others in ``result.missing`` and ``study.json``, and write the output agreement with the
+    baseline to ``agreement.csv`` (a warning per flagged level)."""
+    out = result.out_dir
     result.missing = [a.name for a in study.arms
                       if all(complete_run(out, a.name, r) is None for r in study.run_indices(a))]
     for arm in study.arms:
@@ -358,7 +388,6 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
             merged = assemble_arm(study, arm, out, result.missing)
             assert merged is not None
             result.result_sets.append(merged)
-    failed = [o for o in result.outcomes if o.status == "failed"]
     _write_status(out, study, result.outcomes, missing_arms=result.missing)
     if result.result_sets:
         result.agreement = output_agreement([load_result_set(p) for p in result.result_sets], study.baseline)
@@ -366,34 +395,43 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
         for row in result.agreement[result.agreement["flagged"]].itertuples():
             log(f"⚠ arm {row.arm}, C={row.concurrency}: {row.identical} of {row.pairs} outputs identical to the "
                 "baseline at temperature 0 (see agreement.csv)")
-    if report:
-        ran = [a.name for a in study.arms if a.name not in result.missing]
-        if study.baseline in result.missing:
-            log(f"no report: the baseline arm {study.baseline!r} has no complete run")
-        elif len(ran) < 2:
-            log(f"no report: only the baseline arm {study.baseline!r} has a complete run, and a report compares it "
-                "with at least one other arm")
-        else:
-            title = study.title
-            if result.missing:
-                shown = os.path.relpath(status) if status.resolve().is_relative_to(Path.cwd()) else status
-                title += f" — missing arm(s): {', '.join(result.missing)} (no complete run; see {shown})"
-            log(f"building the report {study.name} from {len(result.result_sets)} arm(s)"
-                + (f" ({', '.join(ran)}; without {', '.join(result.missing)})" if result.missing else ""))
-            try:
-                result.report = build_report(result.result_sets, study.name, baseline=study.baseline, title=title,
-                                             profiles=[p.model_dump() for p in study.spec.profiles]
-                                             if study.spec.profiles is not None else None,
-                                             out_dir=reports)
-                log(f"wrote {result.report}")
-            except Exception as exc:  # noqa: BLE001 - the measured data are kept; say why the page is missing
-                log(f"no report: building it from {', '.join(ran)} failed: {_first_line(exc)} (the result sets are "
-                    f"kept in {out}; rebuild with python -m specsweep.report --result-set DIR ... once fixed)")
-    log(f"study {study.name}: {len(plan) - len(failed)} of {len(plan)} sweep(s) complete"
-        + (f"; failed: {', '.join(f'{o.arm} r{o.repeat}' for o in failed)}" if failed else ""))
-    for line in failure_summary(result):
-        log(line)
-    return result
+
+
+def _report_study(study: Study, result: StudyResult, reports: Path, *, log: Callable[[str], None]) -> None:
+    """Build ``<reports>/<name>.html`` from the merged arms into ``result.report``, its title naming
+    any missing arm; log why there is none when the baseline or every other arm lacks a complete
+    run, or the build fails (the measured data are kept either way)."""
+    ran = [a.name for a in study.arms if a.name not in result.missing]
+    if study.baseline in result.missing:
+        log(f"no report: the baseline arm {study.baseline!r} has no complete run")
+        return
+    if len(ran) < 2:
+        log(f"no report: only the baseline arm {study.baseline!r} has a complete run, and a report compares it "
+            "with at least one other arm")
+        return
+    title = study.title
+    if result.missing:
+        status = result.out_dir / STUDY_FILE
+        shown = os.path.relpath(status) if status.resolve().is_relative_to(Path.cwd()) else status
+        title += f" — missing arm(s): {', '.join(result.missing)} (no complete run; see {shown})"
+    log(f"building the report {study.name} from {len(result.result_sets)} arm(s)"
+        + (f" ({', '.join(ran)}; without {', '.join(result.missing)})" if result.missing else ""))
+    profiles = [p.model_dump() for p in study.spec.profiles] if study.spec.profiles is not None else None
+    try:
+        result.report = build_report(result.result_sets, study.name, baseline=study.baseline, title=title,
+                                     profiles=profiles, out_dir=reports)
+        log(f"wrote {result.report}")
+    except Exception as exc:  # noqa: BLE001 - the measured data are kept; say why the page is missing
+        log(f"no report: building it from {', '.join(ran)} failed: {_first_line(exc)} (the result sets are "
+            f"kept in {result.out_dir}; rebuild with python -m specsweep.report --result-set DIR ... once fixed)")
+
+
+def _study_summary(result: StudyResult) -> str:
+    """The study's closing line: how many of its sweeps completed, and which failed."""
+    planned = len(result.study.plan())
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    return (f"study {result.study.name}: {planned - len(failed)} of {planned} sweep(s) complete"
+            + (f"; failed: {', '.join(f'{o.arm} r{o.repeat}' for o in failed)}" if failed else ""))
 
 
 def _first_line(exc: BaseException) -> str:
