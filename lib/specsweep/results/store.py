@@ -345,22 +345,46 @@ def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
     meta = read_meta(path)
     levels = _read_frame(path, "levels", LEVEL_REQUIRED, optional=False)
     assert levels is not None
-    requests = _read_frame(path, "requests", REQUEST_REQUIRED, optional=True)
-    server_metrics = _read_frame(path, "server_metrics", SERVER_METRICS_REQUIRED, optional=True)
-    superseded_levels, superseded_requests = None, None
-    if "superseded" in levels.columns:
-        levels, superseded_levels = _split_superseded(levels)
-    if requests is not None and "superseded" in requests.columns:
-        requests, superseded_requests = _split_superseded(requests)
-    if levels.empty and meta.get("complete", True):
+    rs = ResultSet(path=path, meta=meta, levels=levels,
+                   requests=_read_frame(path, "requests", REQUEST_REQUIRED, optional=True),
+                   server_metrics=_read_frame(path, "server_metrics", SERVER_METRICS_REQUIRED, optional=True))
+    _set_aside_superseded(rs)
+    _check_rows(rs)
+    rs.notes += _drop_impossible_values(rs)
+    rs.notes += level_notes(rs.levels)
+    if rs.superseded_levels is not None and len(rs.superseded_levels):
+        rs.notes.append(f"{rs.levels.attrs['source']}: {len(rs.superseded_levels)} superseded level row(s) "
+                        "(re-measured on resume) left out; they are in ResultSet.superseded_levels")
+    rs.notes += _drop_unfinished_levels(rs)
+    if rs.requests is None and not meta.get("level_only", False):
+        raise SchemaError(
+            f"{path / 'requests.parquet'}: missing; a measured run stores one row per request "
+            f"(set level_only: true in meta.json for published level-only data)"
+        )
+    return rs
+
+
+def _set_aside_superseded(rs: ResultSet) -> None:
+    """Move the rows of levels measured again on resume to ``superseded_levels``/``superseded_requests``."""
+    if "superseded" in rs.levels.columns:
+        rs.levels, rs.superseded_levels = _split_superseded(rs.levels)
+    if rs.requests is not None and "superseded" in rs.requests.columns:
+        rs.requests, rs.superseded_requests = _split_superseded(rs.requests)
+
+
+def _check_rows(rs: ResultSet) -> None:
+    """Refuse levels and requests that cannot be this result set's: no level of a complete run,
+    rows of another arm than ``meta.json``'s, a level (concurrency, repeat) twice."""
+    levels = rs.levels
+    if levels.empty and rs.meta.get("complete", True):
         raise SchemaError(f"{levels.attrs['source']}: has no rows, but meta.json says the run is complete")
-    for frame in (levels, requests):
+    for frame in (levels, rs.requests):
         if frame is None:
             continue
         arms = set(frame["arm"].astype(str))
-        if arms - {meta["arm"]}:
+        if arms - {rs.meta["arm"]}:
             raise SchemaError(
-                f"{frame.attrs['source']}: arm(s) {sorted(arms)} do not match meta.json arm '{meta['arm']}'"
+                f"{frame.attrs['source']}: arm(s) {sorted(arms)} do not match meta.json arm '{rs.meta['arm']}'"
             )
     dupes = levels.duplicated(["concurrency", "repeat"])
     if dupes.any():
@@ -368,35 +392,33 @@ def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
         raise SchemaError(
             f"{levels.attrs['source']}: duplicate level (concurrency={row['concurrency']}, repeat={row['repeat']})"
         )
-    notes: list[str] = []
-    levels, requests, notes = validate_values(levels, requests)
-    if levels.empty and meta.get("complete", True):
-        raise SchemaError(f"{levels.attrs['source']}: no level row holds possible values; {notes[0] if notes else ''}")
-    notes += level_notes(levels)
-    if superseded_levels is not None and len(superseded_levels):
-        notes.append(f"{levels.attrs['source']}: {len(superseded_levels)} superseded level row(s) (re-measured on "
-                     "resume) left out; they are in ResultSet.superseded_levels")
-    finished = levels[["concurrency", "repeat"]].drop_duplicates()
-    for name, frame in (("requests", requests), ("server_metrics", server_metrics)):
+
+
+def _drop_impossible_values(rs: ResultSet) -> list[str]:
+    """Drop level and request rows no measurement can have (:func:`validate_values`); the notes.
+    A complete run left with no level is refused."""
+    rs.levels, rs.requests, notes = validate_values(rs.levels, rs.requests)
+    if rs.levels.empty and rs.meta.get("complete", True):
+        raise SchemaError(f"{rs.levels.attrs['source']}: no level row holds possible values; {notes[0] if notes else ''}")
+    return notes
+
+
+def _drop_unfinished_levels(rs: ResultSet) -> list[str]:
+    """Leave out request and server-metric rows of levels with no level row: a level interrupted
+    between its writes did not finish, so they don't count. The notes say how many went."""
+    finished = rs.levels[["concurrency", "repeat"]].drop_duplicates()
+    notes = []
+    for name in ("requests", "server_metrics"):
+        frame = getattr(rs, name)
         if frame is None or frame.empty:
             continue
         keep = frame.merge(finished, on=["concurrency", "repeat"], how="left", indicator=True)["_merge"].eq("both")
         if not keep.all():
-            # rows of a level interrupted between its writes: the level did not finish, so they don't count
             notes.append(f"{frame.attrs['source']}: {int((~keep).sum())} row(s) of unfinished levels left out")
             kept = frame[keep.to_numpy()].reset_index(drop=True)
             kept.attrs = frame.attrs
-            if name == "requests":
-                requests = kept
-            else:
-                server_metrics = kept
-    if requests is None and not meta.get("level_only", False):
-        raise SchemaError(
-            f"{path / 'requests.parquet'}: missing; a measured run stores one row per request "
-            f"(set level_only: true in meta.json for published level-only data)"
-        )
-    return ResultSet(path=path, meta=meta, levels=levels, requests=requests, server_metrics=server_metrics, notes=notes,
-                     superseded_levels=superseded_levels, superseded_requests=superseded_requests)
+            setattr(rs, name, kept)
+    return notes
 
 
 def _split_superseded(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
