@@ -80,11 +80,10 @@ def _runs_dir(pub: Published) -> tuple[Any, Path]:
 
 
 #: studies measured at the same time by default: one. Each study already runs its own ``parallel``
-#: sweeps, and the simulated servers share the CPU with their clients; on a 2-core VM the two demo
-#: studies at once (12 sweeps) put the simulator 1.8-2.7 ms behind its schedule at 16-128 requests
-#: (median; ``sim_step_lag_mean_ms``), which hid the category demo's latency losses at 4-16 and
-#: changed its decision, where the category study alone kept 0.1-1.8 ms and the committed decision
-#: (README, ninth pass)
+#: sweeps, and the simulated servers share the CPU with their clients: on a small machine the two
+#: demo studies at once put the simulator behind its schedule (``sim_step_lag_mean_ms``), enough to
+#: hide the category demo's latency losses and change its decision (bench/parallel_arms.py measures
+#: such contention)
 STUDIES_AT_ONCE: int = 1
 
 

@@ -1,6 +1,6 @@
 """Result sets on disk: write them atomically, read and validate them into tidy frames.
 
-A result set is a folder (DESIGN §4)::
+A result set is a folder (docs/method.md, "A result set")::
 
     <run_dir>/meta.json              what was measured, against what, how, by which tool, when
     <run_dir>/levels.parquet         one row per (concurrency, repeat): per-level metrics
@@ -597,8 +597,8 @@ def _arrow_schema(frame: pd.DataFrame, arrays: dict[str, pa.DataType]) -> pa.Sch
     extension dtypes) is typed from none of its rows, all such columns in one call; an ``object``
     column is inferred from its values one column at a time, as pyarrow infers them, so that only
     one column's Arrow copy is held at once (a level's text and digest columns hold tens of MB).
-    Converting every column whole to learn its type cost about 20 ms per level file written, and
-    a sweep writes several per level."""
+    Converting every column whole just to learn its type would cost time at every level file
+    written, and a sweep writes several per level."""
     typed = [c for c, dtype in frame.dtypes.items() if c not in arrays and dtype != object]  # noqa: E721 - a numpy dtype, not a type
     known = dict(zip(typed, pa.Schema.from_pandas(frame[typed].iloc[:0], preserve_index=False))) if typed else {}
     fields = [pa.field(c, pa.list_(arrays[c])) if c in arrays else known[c] if c in known

@@ -50,7 +50,7 @@ LOG_TAIL_LINES = 40
 #: ``user:password@`` right after a URL's ``scheme://``. Looked for from the ``://`` back (a lookbehind
 #: of one word character), not with ``(\w+://)`` in front: that form tried every start inside a run
 #: of word characters and backtracked over the rest of it, so its time grew with the square of the
-#: run (16,000 hex digits: 0.77 s; a 600 kB run in a notebook's output or a log: about 20 min). The
+#: run, and a long run of hex digits in a notebook's output or a log stalled the redaction. The
 #: matches, and so the text written, are the same.
 _URL_CREDENTIALS = re.compile(r"(?<=\w://)[^/\s:@]+:[^/\s@]+@")
 
@@ -320,7 +320,8 @@ class ServerProcess:
 _GUARD_BOOT = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
                "from specsweep.study.guard import main; sys.exit(main())")
 #: seconds, beyond ``stop_grace_s``, that the runner waits for the guard to exit once it should
-#: (its server stopped or gone: the guard then kills what the server left, within about 6 s)
+#: (its server stopped or gone: the guard then kills what the server left, which its own bounds
+#: hold to one second after SIGTERM plus ``guard.VANISH_S``)
 GUARD_EXIT_S = 15.0
 
 

@@ -1,7 +1,7 @@
 """The study file: a YAML description of every arm of a study, validated; errors name key and line.
 
 A study measures several server configurations (*arms*) with one shared workload and turns them
-into one report (DESIGN §10). Example (``data/studies/demo.yaml`` is a complete one)::
+into one report (docs/studies.md). Example (``data/studies/demo.yaml`` is a complete one)::
 
     title: "MTP vs baseline"          # report title
     notes: "Why this workload, ..."   # optional: shown on the report's study section (Markdown)

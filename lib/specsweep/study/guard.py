@@ -51,9 +51,9 @@ from specsweep.study.pid_file import GuardEnd, PidRecord, read_pid_file, write_p
 
 #: seconds between checks that the runner and the server still run (two cheap system calls)
 POLL_S = 0.1
-#: seconds between recordings of the server's process tree in the pid file (a scan of every process:
-#: about 25 ms of CPU on a loaded 2-core machine). Orphans are adopted by the guard (subreaper), so
-#: the tree is complete again at stop whatever this interval missed.
+#: seconds between recordings of the server's process tree in the pid file (a scan of every process,
+#: which takes CPU from the server being measured, so it is rare). Orphans are adopted by the guard
+#: (subreaper), so the tree is complete again at stop whatever this interval missed.
 TREE_S = 2.0
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
