@@ -7,8 +7,8 @@ only because of the time. The study re-measures the baseline at both levels at t
 sentinel); the comparison must measure the drift from it, correct for it and find no
 difference, and the page must say so and how large the drift was. The same runs without the
 sentinel's rows are what the study would have measured without one: there the drift reads as a
-loss, and the caveat must name that risk. (One study serves both: it runs in real time, about
-90 s of this file's 93 s on a 2-core machine, against 138 s for two studies.)
+loss, and the caveat must name that risk. (One study serves both: it runs in real time, and most
+of this file's time is that study's.)
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hardening round 3 (issue 17), the data path: counts checked for plausibility, a failing cache
+"""Hardening of the data path: counts checked for plausibility, a failing cache
 flush told from a missing one, a server that changes how it counts after the preflight, impossible
 values in result sets, prompt files that escape validation. Real reference servers on 127.0.0.1,
 with the data faults of ``specsweep.refserver.faults.DataFaults``."""

@@ -205,8 +205,8 @@ def test_redactor_hides_secret_values_and_url_credentials() -> None:
 def test_url_credentials_are_hidden_in_time_linear_in_the_text() -> None:
     """The URL-credentials pattern is looked for from each ``://``: a long run of word characters (a
     notebook output's hex digests or base64 image, a log's) costs one pass, where the old pattern
-    backtracked over the rest of the run from every start in it (16,000 hex digits took 0.77 s, so
-    this 400,000-character run would take minutes); matches are the old pattern's."""
+    backtracked over the rest of the run from every start in it (time growing with the square of
+    the run: this 400,000-character run would stall the test); matches are the old pattern's."""
     import re
 
     old = re.compile(r"(\w+://)[^/\s:@]+:[^/\s@]+@")
@@ -458,8 +458,8 @@ def test_output_agreement_flags_a_server_that_changes_outputs(tmp_path: Path, re
 
 def _start_ray(ray: Any) -> None:
     """A local Ray node for the test (2 CPUs, 2 fake GPUs), started again once if it timed out:
-    Ray waits a fixed 30 s for its raylet to register, which a 2-core machine running the rest of
-    the suite beside it has exceeded ("The current node timed out during startup")."""
+    Ray waits a fixed time for its raylet to register, which a small machine running the rest of
+    the suite beside it can exceed ("The current node timed out during startup")."""
     kwargs = dict(num_cpus=2, resources={"fake_gpu": 2}, include_dashboard=False, log_to_driver=False)
     try:
         ray.init(**kwargs)

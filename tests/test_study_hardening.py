@@ -1,5 +1,5 @@
-"""Study runner hardening (issue 17 items 1, 6, 7, 8, 12; issue 18 item 2g): the runner never
-measures a server it did not start, and bad study files get a named error.
+"""Study runner hardening: the runner never measures a server it did not start, leaves no server
+behind however it ends, and bad study files get a named error.
 
 Every server here is a real process on 127.0.0.1: the reference server, wrapped by a small
 Python script that also starts a grandchild in a session of its own whose parent exits at once
@@ -36,8 +36,8 @@ from specsweep.study.file import (
     load_study,
     parse_study,
 )
+from specsweep.study.pid_file import PID_FILE
 from specsweep.study.runner import (
-    PID_FILE,
     Redactor,
     ServerError,
     ServerProcess,
@@ -120,7 +120,7 @@ def _wrapper(tmp_path: Path) -> Path:
     return script
 
 
-# ------------------------------------------------------------------ item 1: no orphan, ever
+# ------------------------------------------------------------------------- no orphan, ever
 
 
 @pytest.mark.slow
@@ -393,7 +393,8 @@ def test_a_server_taken_for_gone_before_ready_never_leaves_the_runner_waiting_on
         deadline = time.monotonic() + 30
         while server.server_pid is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        sleeper = server.record()["server"]
+        sleeper = server.record().server
+        assert sleeper is not None
         monkeypatch.setattr(study_arm, "GUARD_EXIT_S", 0.5)
         monkeypatch.setattr(serverguard, "same_process", lambda entry: False)
         with pytest.raises(ServerError, match=rf"the server this study started \(pid {sleeper['pid']} \(python.*\) no "
@@ -418,7 +419,7 @@ def test_a_pid_file_from_another_host_refuses_the_arm_naming_the_pid(tmp_path: P
     assert (folder / PID_FILE).exists()
 
 
-# ------------------------------------------------------------------------- issue 18 2(g): ports
+# ------------------------------------------------------------------------------------- ports
 
 
 def _free_pair_below_the_ephemeral_range() -> int:
@@ -470,7 +471,7 @@ def test_port_range_confines_the_port_placeholder(tmp_path: Path) -> None:
         parse_study(yaml.safe_dump(doc, sort_keys=False), "s.yaml")
 
 
-# --------------------------------------------------------------------------- item 6: locking
+# ----------------------------------------------------------------------------------- locking
 
 
 def test_a_second_runner_on_the_same_folder_is_refused_naming_the_first(tmp_path: Path) -> None:
@@ -487,7 +488,7 @@ def test_a_second_runner_on_the_same_folder_is_refused_naming_the_first(tmp_path
     assert [o.status for o in result.outcomes] == ["failed"] and (out / "study.json").is_file()
 
 
-# ------------------------------------------------------------------------- item 7: grid limit
+# -------------------------------------------------------------------------------- grid limit
 
 
 def _grid_study(a: int, b: int, **top: object) -> str:
@@ -522,7 +523,7 @@ def test_the_cli_takes_allow_large_grid(tmp_path: Path, capsys: pytest.CaptureFi
     assert main([str(path), "--dry-run", "--allow-large-grid"]) == 0
 
 
-# ---------------------------------------------------------------------- item 8: bad study files
+# --------------------------------------------------------------------------- bad study files
 
 
 GOOD = "title: T\nbaseline: baseline\narms:\n  - name: baseline\n    endpoint: http://127.0.0.1:1\n"
@@ -551,7 +552,7 @@ def test_bad_study_files_name_the_file_and_line_and_never_escape_as_tracebacks(
     assert re.search(expected, err) and "Traceback" not in err
 
 
-# ------------------------------------------------------------- item 12: Ctrl-C under papermill
+# -------------------------------------------------------------------- Ctrl-C under papermill
 
 
 @pytest.mark.slow

@@ -9,6 +9,8 @@
 
 Exit status: 0 done; 1 the command ran and failed (a sweep or a report that did not finish);
 2 bad input (an unknown option, a bad value, a file that cannot be read), with a message naming it.
+An error a command raises is mapped by :func:`specsweep.errors.exit_status` (its tree: an
+``InputError`` is 2, anything else 1).
 ``specsweep sweep --help`` lists the notebook's parameters, their types and units, from its
 ``parameters`` cell (as ``papermill --help-notebook`` does). Every subcommand takes ``--help``.
 """
@@ -27,14 +29,14 @@ from pathlib import Path
 from typing import Any
 
 from specsweep import __version__
+from specsweep.errors import BAD_INPUT, OK, InputError, RunError, SpecsweepError, exit_status
 from specsweep.paths import SWEEP_NOTEBOOK
 from specsweep.runtime import configure_process
 
 PROG = "specsweep"
-OK, FAILED, BAD_INPUT = 0, 1, 2
 
 
-class BadInput(ValueError):
+class BadInput(InputError, ValueError):
     """Input the command cannot use; the message says which and what to do."""
 
 
@@ -124,7 +126,9 @@ def _add_sweep(sub: Any) -> None:
     p.set_defaults(func=_run_sweep)
 
 
-#: errors the sweep notebook raises for parameters or files it cannot use (exit status 2)
+#: errors the sweep notebook raises for parameters or files it cannot use (exit status 2): the
+#: specsweep ones are :class:`~specsweep.errors.InputError` classes, named here because only the
+#: name crosses the kernel boundary
 BAD_INPUT_ERRORS: frozenset[str] = frozenset({"ConfigError", "DatasetError", "SchemaError", "ValidationError"})
 
 
@@ -146,9 +150,8 @@ def _run_sweep(args: argparse.Namespace) -> int:
         execute_notebook(SWEEP_NOTEBOOK, target, values, cwd=Path.cwd(), log_output=args.log_output,
                          save_each_cell=True, preload=SWEEP_PRELOAD)
     except PapermillExecutionError as exc:
-        print(f"{PROG} sweep: {exc.ename}: {exc.evalue} (the executed notebook is {target})", file=sys.stderr)
         bad = exc.ename in BAD_INPUT_ERRORS or (exc.ename == "ValueError" and str(exc.evalue).startswith("parameter '"))
-        return BAD_INPUT if bad else FAILED
+        raise (InputError if bad else RunError)(f"{exc.ename}: {exc.evalue} (the executed notebook is {target})") from None
     print(f"{PROG} sweep: done; the executed notebook is {target}")
     return OK
 
@@ -174,15 +177,12 @@ def _add_report(sub: Any) -> None:
 
 def _run_report(args: argparse.Namespace) -> int:
     from specsweep import report
-    from specsweep.results.store import SchemaError, load_result_sets
+    from specsweep.results.store import load_result_sets
 
     dirs = list(args.result_sets) + list(args.more)
     if not dirs:
         raise BadInput("name at least one result-set or study folder, e.g. specsweep report data/runs/imported --name x")
-    try:
-        sets = load_result_sets(dirs)
-    except SchemaError as exc:
-        raise BadInput(str(exc)) from None
+    sets = load_result_sets(dirs)  # a folder that cannot be read: SchemaError, an InputError
     if args.baseline not in {rs.arm for rs in sets}:
         raise BadInput(f"--baseline {args.baseline!r} is not among the arms ({', '.join(rs.arm for rs in sets)}); "
                        "pass --baseline ARM")
@@ -243,15 +243,12 @@ def _positive(text: str) -> int:
 
 
 def _run_import(args: argparse.Namespace) -> int:
-    from specsweep.importers import BadInput as ImportBadInput
     from specsweep.importers import import_files
 
-    try:
-        path = import_files(args.tool, args.files, args.arm, args.out, label=args.label,
-                            output_tokens=args.output_tokens, input_tokens=args.input_tokens,
-                            select=args.select, force=args.force)
-    except ImportBadInput as exc:
-        raise BadInput(str(exc)) from None
+    # files the tool's reader cannot use raise importers' BadInput, an InputError
+    path = import_files(args.tool, args.files, args.arm, args.out, label=args.label,
+                        output_tokens=args.output_tokens, input_tokens=args.input_tokens,
+                        select=args.select, force=args.force)
     print(f"wrote {path}")
     return OK
 
@@ -326,12 +323,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return BAD_INPUT
     try:
         return args.func(args)
-    except BadInput as exc:
-        print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
-        return BAD_INPUT
-    except KeyboardInterrupt:
-        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
-        return FAILED
+    except (SpecsweepError, KeyboardInterrupt) as exc:
+        print(f"{PROG} {args.command}: {exc if isinstance(exc, SpecsweepError) else 'interrupted'}", file=sys.stderr)
+        return exit_status(exc)
 
 
 def entry() -> None:

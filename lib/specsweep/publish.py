@@ -37,8 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from specsweep.decide import decisions
+from specsweep.errors import RunError, SpecsweepError, exit_status
 from specsweep.paths import REPO_ROOT
 from specsweep.report import build_report
+from specsweep.results.study_record import STUDY_FILE
 from specsweep.study.file import load_study
 from specsweep.study.runner import run_study
 
@@ -78,11 +80,10 @@ def _runs_dir(pub: Published) -> tuple[Any, Path]:
 
 
 #: studies measured at the same time by default: one. Each study already runs its own ``parallel``
-#: sweeps, and the simulated servers share the CPU with their clients; on a 2-core VM the two demo
-#: studies at once (12 sweeps) put the simulator 1.8-2.7 ms behind its schedule at 16-128 requests
-#: (median; ``sim_step_lag_mean_ms``), which hid the category demo's latency losses at 4-16 and
-#: changed its decision, where the category study alone kept 0.1-1.8 ms and the committed decision
-#: (README, ninth pass)
+#: sweeps, and the simulated servers share the CPU with their clients: on a small machine the two
+#: demo studies at once put the simulator behind its schedule (``sim_step_lag_mean_ms``), enough to
+#: hide the category demo's latency losses and change its decision (bench/parallel_arms.py measures
+#: such contention)
 STUDIES_AT_ONCE: int = 1
 
 
@@ -96,7 +97,7 @@ def measure_studies(pubs: Sequence[Published], *, skip_sweeps: bool = False, at_
         raise ValueError(f"at_once={at_once}: at least one study must be measured at a time")
     def one(pub: Published) -> None:
         study, runs = _runs_dir(pub)
-        run_study(study, out_dir=runs, fresh=not skip_sweeps, resume=skip_sweeps and (runs / "study.json").is_file(),
+        run_study(study, out_dir=runs, fresh=not skip_sweeps, resume=skip_sweeps and (runs / STUDY_FILE).is_file(),
                   report=False, log=lambda line: print(f"{pub.name}: {line}", flush=True))
 
     studies = [p for p in pubs if p.study]
@@ -110,12 +111,12 @@ def measure_studies(pubs: Sequence[Published], *, skip_sweeps: bool = False, at_
 def publish_study(pub: Published, out_dir: Path) -> Path:
     """Build the report of ``pub.study`` from its measured run (:func:`measure_studies`): the
     study is resumed, so complete arms are not measured again (a failed one is retried), then
-    merged and reported as ``<out_dir>/<study name>.html``. Raises ``RuntimeError`` naming the
-    study file when no report could be built (no complete baseline)."""
+    merged and reported as ``<out_dir>/<study name>.html``. Raises :class:`~specsweep.errors.RunError`
+    naming the study file when no report could be built (no complete baseline)."""
     study, runs = _runs_dir(pub)
-    result = run_study(study, out_dir=runs, report_dir=out_dir, resume=(runs / "study.json").is_file())
+    result = run_study(study, out_dir=runs, report_dir=out_dir, resume=(runs / STUDY_FILE).is_file())
     if result.report is None:
-        raise RuntimeError(f"{pub.study}: no report (the baseline arm has no complete run; see {runs / 'study.json'})")
+        raise RunError(f"{pub.study}: no report (the baseline arm has no complete run; see {runs / STUDY_FILE})")
     return result.report
 
 
@@ -168,7 +169,7 @@ def record_decisions(path: Path, tables: dict[str, list[decisions.DecisionRow]])
     return diff
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _publish(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specsweep.publish", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="build only the named report(s)")
     parser.add_argument("--skip-sweeps", action="store_true", help="resume the last study run (complete arms are not measured again) instead of starting over")
@@ -216,6 +217,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         record_decisions(out_dir / DECISIONS_FILE, decision_tables([pub]))
     print(f"published {len(chosen)} report(s) in {time.perf_counter() - start:.0f} s", flush=True)
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m specsweep.publish``; exit status 0 done, 1 a study or report failed (or, with
+    ``--decisions``, a decision differs), 2 bad input (:func:`specsweep.errors.exit_status`)."""
+    try:
+        return _publish(argv)
+    except SpecsweepError as exc:
+        print(f"python -m specsweep.publish: {exc}", file=sys.stderr)
+        return exit_status(exc)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsweep.errors import InputError
 from specsweep.results.columns import METRICS, MetricInfo, metric_info
 from specsweep.results.store import ResultSet
 
@@ -100,11 +101,11 @@ WAIT_METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p
 ESTIMATED_WAIT: str = "e2e_mean_est_s"
 
 
-class WorkloadMismatchError(ValueError):
+class WorkloadMismatchError(InputError, ValueError):
     """Arms were measured with different workloads; comparing them would mislead."""
 
 
-class NoSharedLevelError(ValueError):
+class NoSharedLevelError(InputError, ValueError):
     """An arm and the baseline were measured at no common concurrency: nothing can be compared."""
 
 

@@ -44,6 +44,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specsweep.errors import InputError
+
 PROG = "python -m specsweep.engines.llamacpp"
 #: how to install what this launcher needs, named in every message about it
 INSTALL_ENGINE = "pip install 'specsweep[llamacpp]'   (or: pip install xllamacpp)"
@@ -67,7 +69,7 @@ PROPS_KEY = "specsweep_launch"
 EXIT_DEADLINE_S = 0.8
 
 
-class LaunchError(Exception):
+class LaunchError(InputError):
     """A setting or a missing install that stops the launch; the message says what to do."""
 
 

@@ -40,11 +40,12 @@ import numpy as np
 import pandas as pd
 
 from specsweep.analyze.metrics import level_metrics, requests_frame
+from specsweep.errors import InputError
 from specsweep.results.records import RequestRecord
 from specsweep.results.store import SCHEMA_VERSION, SchemaError, write_frame, write_meta
 
 
-class BadInput(ValueError):
+class BadInput(InputError, ValueError):
     """A result file cannot be imported; the message names the file (and line) and what to do."""
 
 

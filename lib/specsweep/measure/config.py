@@ -31,6 +31,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from specsweep.errors import InputError
+
 Api = Literal["auto", "sglang", "openai-completions", "openai-chat"]
 DEFAULT_CONCURRENCY = [1, 4, 16, 32, 64, 128]
 WARMUP_OUTPUT_TOKENS = 16
@@ -42,7 +44,7 @@ SERVER_OUTPUT_TOKENS = 1000
 ARM_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError, ValueError):
     """A sweep parameter is invalid; the message names it and says what to do."""
 
 

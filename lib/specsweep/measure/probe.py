@@ -38,13 +38,14 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from specsweep.errors import RunError
 from specsweep.measure.client import auth_headers
 from specsweep.measure.tls import verify_for
 from specsweep.servers import FLUSH_ROUTES, Dialect, Fetch, detect, dialect_of, owner
 from specsweep.servers.flavours import FLAVOURS, Flavour
 
 
-class ProbeError(RuntimeError):
+class ProbeError(RunError, RuntimeError):
     """The endpoint cannot be measured as configured; the message says what to do."""
 
 

@@ -49,6 +49,7 @@ from specsweep.analyze.metrics import (
     level_metrics,
     requests_frame,
 )
+from specsweep.errors import RunError
 from specsweep.measure.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
 from specsweep.measure.cpushare import CpuShare, level_suffix
 from specsweep.measure.loadgen import LevelResult, LoadGenerator
@@ -514,7 +515,7 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
     return warnings
 
 
-class SweepAborted(RuntimeError):
+class SweepAborted(RunError, RuntimeError):
     """The evidence says the server is gone (many failures in a row, or failures and a failed health check).
 
     ``level``: the saved (concurrency, repeat) the abort ended, if any; resume measures it again.

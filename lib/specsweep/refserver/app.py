@@ -52,6 +52,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from specsweep.errors import InputError
 from specsweep.refserver import __version__ as REFSERVER_VERSION
 from specsweep.refserver.faults import CountRewriter
 from specsweep.refserver.llamacpp_api import add_llamacpp_routes, llamacpp_error
@@ -98,7 +99,7 @@ _SAMPLING_KEYS = frozenset(SAMPLING_PARAM_KEYS)
 _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 
 
-class ApiError(Exception):
+class ApiError(InputError):
     """An error answered as a JSON body with ``status``."""
 
     def __init__(self, status: int, message: str, *, type_: str = "BadRequestError",

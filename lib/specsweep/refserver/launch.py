@@ -31,12 +31,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from specsweep.errors import RunError
 from specsweep.refserver import READY_PREFIX
 
 __all__ = ["READY_PREFIX", "RefServer", "RefServerError"]
 
 
-class RefServerError(RuntimeError):
+class RefServerError(RunError, RuntimeError):
     """The server did not start (its stderr is in the message and in ``.stderr``)."""
 
     def __init__(self, message: str, stderr: str = "", returncode: int | None = None) -> None:

@@ -25,6 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from specsweep.errors import InputError
+
 __all__ = [
     "Profile",
     "ProfileError",
@@ -34,7 +36,7 @@ __all__ = [
 ]
 
 
-class ProfileError(ValueError):
+class ProfileError(InputError, ValueError):
     """A profile could not be found, parsed, validated or overridden (message says which/why)."""
 
 

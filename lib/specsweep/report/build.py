@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specsweep.errors import exit_status
 from specsweep.notebooks.execute import execute_notebook
 from specsweep.notebooks.kernel import KERNEL_PRELOAD, EarlyKernel
 from specsweep.paths import REPO_ROOT, REPORT_NOTEBOOK
@@ -199,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             out_dir=args.out_dir)
     except (ValueError, FileNotFoundError) as exc:
         print(f"python -m specsweep.report: {exc}", file=sys.stderr)
-        return 1
+        return exit_status(exc)
     except Exception as exc:
         from papermill.exceptions import PapermillExecutionError
 

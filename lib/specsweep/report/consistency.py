@@ -37,6 +37,7 @@ from typing import Any
 
 from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison
 from specsweep.decide.claims import Claim, lower_is_better, pct
+from specsweep.errors import RunError
 
 #: flags each real server has for the settings specsweep advises (checked, not guessed: SGLang's
 #: server_args, vLLM's engine args, llama.cpp's server)
@@ -72,7 +73,7 @@ class Violation:
         return f"{self.rule}{where}: {self.detail} — in: {self.sentence[:240]}"
 
 
-class ConsistencyError(ValueError):
+class ConsistencyError(RunError, ValueError):
     """A report would contradict itself; the message lists every violation."""
 
     def __init__(self, violations: Sequence[Violation]):

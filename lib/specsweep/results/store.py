@@ -1,6 +1,6 @@
 """Result sets on disk: write them atomically, read and validate them into tidy frames.
 
-A result set is a folder (DESIGN §4)::
+A result set is a folder (docs/method.md, "A result set")::
 
     <run_dir>/meta.json              what was measured, against what, how, by which tool, when
     <run_dir>/levels.parquet         one row per (concurrency, repeat): per-level metrics
@@ -24,12 +24,11 @@ import io
 import itertools
 import json
 import os
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -37,6 +36,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specsweep.errors import InputError, RunError
+from specsweep.results.atomic import atomic_file, atomic_write_bytes
 from specsweep.results.redact import redact, redact_frame
 from specsweep.results.study_record import study_arm_order
 
@@ -77,7 +78,7 @@ SERVER_METRICS_REQUIRED: dict[str, str] = {
 }
 
 
-class SchemaError(ValueError):
+class SchemaError(InputError, ValueError):
     """A result-set file is missing, malformed, or does not match the schema."""
 
 
@@ -344,22 +345,46 @@ def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
     meta = read_meta(path)
     levels = _read_frame(path, "levels", LEVEL_REQUIRED, optional=False)
     assert levels is not None
-    requests = _read_frame(path, "requests", REQUEST_REQUIRED, optional=True)
-    server_metrics = _read_frame(path, "server_metrics", SERVER_METRICS_REQUIRED, optional=True)
-    superseded_levels, superseded_requests = None, None
-    if "superseded" in levels.columns:
-        levels, superseded_levels = _split_superseded(levels)
-    if requests is not None and "superseded" in requests.columns:
-        requests, superseded_requests = _split_superseded(requests)
-    if levels.empty and meta.get("complete", True):
+    rs = ResultSet(path=path, meta=meta, levels=levels,
+                   requests=_read_frame(path, "requests", REQUEST_REQUIRED, optional=True),
+                   server_metrics=_read_frame(path, "server_metrics", SERVER_METRICS_REQUIRED, optional=True))
+    _set_aside_superseded(rs)
+    _check_rows(rs)
+    rs.notes += _drop_impossible_values(rs)
+    rs.notes += level_notes(rs.levels)
+    if rs.superseded_levels is not None and len(rs.superseded_levels):
+        rs.notes.append(f"{rs.levels.attrs['source']}: {len(rs.superseded_levels)} superseded level row(s) "
+                        "(re-measured on resume) left out; they are in ResultSet.superseded_levels")
+    rs.notes += _drop_unfinished_levels(rs)
+    if rs.requests is None and not meta.get("level_only", False):
+        raise SchemaError(
+            f"{path / 'requests.parquet'}: missing; a measured run stores one row per request "
+            f"(set level_only: true in meta.json for published level-only data)"
+        )
+    return rs
+
+
+def _set_aside_superseded(rs: ResultSet) -> None:
+    """Move the rows of levels measured again on resume to ``superseded_levels``/``superseded_requests``."""
+    if "superseded" in rs.levels.columns:
+        rs.levels, rs.superseded_levels = _split_superseded(rs.levels)
+    if rs.requests is not None and "superseded" in rs.requests.columns:
+        rs.requests, rs.superseded_requests = _split_superseded(rs.requests)
+
+
+def _check_rows(rs: ResultSet) -> None:
+    """Refuse levels and requests that cannot be this result set's: no level of a complete run,
+    rows of another arm than ``meta.json``'s, a level (concurrency, repeat) twice."""
+    levels = rs.levels
+    if levels.empty and rs.meta.get("complete", True):
         raise SchemaError(f"{levels.attrs['source']}: has no rows, but meta.json says the run is complete")
-    for frame in (levels, requests):
+    for frame in (levels, rs.requests):
         if frame is None:
             continue
         arms = set(frame["arm"].astype(str))
-        if arms - {meta["arm"]}:
+        if arms - {rs.meta["arm"]}:
             raise SchemaError(
-                f"{frame.attrs['source']}: arm(s) {sorted(arms)} do not match meta.json arm '{meta['arm']}'"
+                f"{frame.attrs['source']}: arm(s) {sorted(arms)} do not match meta.json arm '{rs.meta['arm']}'"
             )
     dupes = levels.duplicated(["concurrency", "repeat"])
     if dupes.any():
@@ -367,35 +392,33 @@ def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
         raise SchemaError(
             f"{levels.attrs['source']}: duplicate level (concurrency={row['concurrency']}, repeat={row['repeat']})"
         )
-    notes: list[str] = []
-    levels, requests, notes = validate_values(levels, requests)
-    if levels.empty and meta.get("complete", True):
-        raise SchemaError(f"{levels.attrs['source']}: no level row holds possible values; {notes[0] if notes else ''}")
-    notes += level_notes(levels)
-    if superseded_levels is not None and len(superseded_levels):
-        notes.append(f"{levels.attrs['source']}: {len(superseded_levels)} superseded level row(s) (re-measured on "
-                     "resume) left out; they are in ResultSet.superseded_levels")
-    finished = levels[["concurrency", "repeat"]].drop_duplicates()
-    for name, frame in (("requests", requests), ("server_metrics", server_metrics)):
+
+
+def _drop_impossible_values(rs: ResultSet) -> list[str]:
+    """Drop level and request rows no measurement can have (:func:`validate_values`); the notes.
+    A complete run left with no level is refused."""
+    rs.levels, rs.requests, notes = validate_values(rs.levels, rs.requests)
+    if rs.levels.empty and rs.meta.get("complete", True):
+        raise SchemaError(f"{rs.levels.attrs['source']}: no level row holds possible values; {notes[0] if notes else ''}")
+    return notes
+
+
+def _drop_unfinished_levels(rs: ResultSet) -> list[str]:
+    """Leave out request and server-metric rows of levels with no level row: a level interrupted
+    between its writes did not finish, so they don't count. The notes say how many went."""
+    finished = rs.levels[["concurrency", "repeat"]].drop_duplicates()
+    notes = []
+    for name in ("requests", "server_metrics"):
+        frame = getattr(rs, name)
         if frame is None or frame.empty:
             continue
         keep = frame.merge(finished, on=["concurrency", "repeat"], how="left", indicator=True)["_merge"].eq("both")
         if not keep.all():
-            # rows of a level interrupted between its writes: the level did not finish, so they don't count
             notes.append(f"{frame.attrs['source']}: {int((~keep).sum())} row(s) of unfinished levels left out")
             kept = frame[keep.to_numpy()].reset_index(drop=True)
             kept.attrs = frame.attrs
-            if name == "requests":
-                requests = kept
-            else:
-                server_metrics = kept
-    if requests is None and not meta.get("level_only", False):
-        raise SchemaError(
-            f"{path / 'requests.parquet'}: missing; a measured run stores one row per request "
-            f"(set level_only: true in meta.json for published level-only data)"
-        )
-    return ResultSet(path=path, meta=meta, levels=levels, requests=requests, server_metrics=server_metrics, notes=notes,
-                     superseded_levels=superseded_levels, superseded_requests=superseded_requests)
+            setattr(rs, name, kept)
+    return notes
 
 
 def _split_superseded(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -525,44 +548,6 @@ def newest_per_arm(sets: Sequence[ResultSet]) -> list[ResultSet]:
 # --------------------------------------------------------------------------------------- writing
 
 
-def current_umask() -> int:
-    """The process's file-creation mask (read from /proc on Linux, else set and restored)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-@contextlib.contextmanager
-def atomic_file(target: Path) -> Iterator[BinaryIO]:
-    """A binary file open for writing that becomes ``target`` when the block ends without error
-    (fsync, then rename), so readers see the old file or the new one, never a torn one; on error
-    the partial file is deleted. The file follows the user's umask."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600; result files follow the umask
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_bytes(target: Path, data: bytes) -> None:
-    """Write ``data`` to ``target`` so readers see the old file or the new one, never a torn one."""
-    with atomic_file(target) as handle:
-        handle.write(data)
-
-
 def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
     """Validate and atomically write ``meta.json`` (with the API key's value masked, see ``redact``)."""
     try:
@@ -612,8 +597,8 @@ def _arrow_schema(frame: pd.DataFrame, arrays: dict[str, pa.DataType]) -> pa.Sch
     extension dtypes) is typed from none of its rows, all such columns in one call; an ``object``
     column is inferred from its values one column at a time, as pyarrow infers them, so that only
     one column's Arrow copy is held at once (a level's text and digest columns hold tens of MB).
-    Converting every column whole to learn its type cost about 20 ms per level file written, and
-    a sweep writes several per level."""
+    Converting every column whole just to learn its type would cost time at every level file
+    written, and a sweep writes several per level."""
     typed = [c for c, dtype in frame.dtypes.items() if c not in arrays and dtype != object]  # noqa: E721 - a numpy dtype, not a type
     known = dict(zip(typed, pa.Schema.from_pandas(frame[typed].iloc[:0], preserve_index=False))) if typed else {}
     fields = [pa.field(c, pa.list_(arrays[c])) if c in arrays else known[c] if c in known
@@ -794,7 +779,7 @@ def finished_levels(run_dir: Path) -> set[tuple[int, int]]:
     return {(int(c), int(r)) for c, r in frame[["concurrency", "repeat"]].itertuples(index=False)}
 
 
-class RunLocked(RuntimeError):
+class RunLocked(RunError, RuntimeError):
     """Another sweep holds the run folder's lock; the message says who."""
 
 

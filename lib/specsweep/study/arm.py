@@ -23,21 +23,23 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import psutil
 
+from specsweep.errors import RunError
 from specsweep.measure.tls import verify_for
 from specsweep.notebooks.execute import execute_notebook
 from specsweep.notebooks.kernel import SWEEP_PRELOAD
 from specsweep.paths import SWEEP_NOTEBOOK
 from specsweep.results import provenance
+from specsweep.results.study_record import ArmOutcome
 from specsweep.study import guard as serverguard
 from specsweep.study.file import SECRET_NAME, Arm, Study, endpoint_of, free_port, secret_argv_values
+from specsweep.study.pid_file import PID_FILE, GuardEnd, PidRecord, read_pid_file
 
 RUNS = "_runs"
 LOG_TAIL_LINES = 40
@@ -48,7 +50,7 @@ LOG_TAIL_LINES = 40
 #: ``user:password@`` right after a URL's ``scheme://``. Looked for from the ``://`` back (a lookbehind
 #: of one word character), not with ``(\w+://)`` in front: that form tried every start inside a run
 #: of word characters and backtracked over the rest of it, so its time grew with the square of the
-#: run (16,000 hex digits: 0.77 s; a 600 kB run in a notebook's output or a log: about 20 min). The
+#: run, and a long run of hex digits in a notebook's output or a log stalled the redaction. The
 #: matches, and so the text written, are the same.
 _URL_CREDENTIALS = re.compile(r"(?<=\w://)[^/\s:@]+:[^/\s@]+@")
 
@@ -81,7 +83,7 @@ class Redactor:
 # ----------------------------------------------------------------------------------- the server
 
 
-class ServerError(RuntimeError):
+class ServerError(RunError, RuntimeError):
     """A ``serve`` arm's server failed to start or died; ``log_tail`` holds its last lines."""
 
     def __init__(self, message: str, log_tail: str = "") -> None:
@@ -114,7 +116,7 @@ class ServerProcess:
         self.ready_url = self.spec.ready_url
         self.endpoint = self.spec.endpoint or endpoint_of(self.spec.ready_url)
         #: the pid file's ``final`` entry once the guard exited (server status, who stopped it, what remained)
-        self.final: dict[str, Any] | None = None
+        self.final: GuardEnd | None = None
 
     def _sub(self, text: str) -> str:
         return text.replace("{port}", str(self.port))
@@ -171,31 +173,31 @@ class ServerProcess:
         """The server's last lines (redacted)."""
         return "\n".join(self.tail)
 
-    def record(self) -> dict[str, Any]:
-        """The pid file as the guard last wrote it (empty before it did)."""
-        return serverguard.read_json(self.pid_file) or {}
+    def record(self) -> PidRecord:
+        """The pid file as the guard last wrote it (an empty record before it did)."""
+        return read_pid_file(self.pid_file) or PidRecord()
 
     @property
     def server_pid(self) -> int | None:
         """The server's own pid (the guard's child), once the guard recorded it."""
-        server = self.record().get("server")
-        return int(server["pid"]) if isinstance(server, dict) else None
+        server = self.record().server
+        return int(server["pid"]) if server is not None else None
 
     def alive(self) -> bool:
         """Whether the server this runner started still runs (the guard exits when it exits)."""
         if self.process is None or self.process.poll() is not None:
             return False
-        server = self.record().get("server")
-        return not isinstance(server, dict) or serverguard.same_process(server)
+        server = self.record().server
+        return server is None or serverguard.same_process(server)
 
     @property
     def returncode(self) -> int | None:
         """The server's exit status (negative: killed by that signal); None while it runs."""
         if self.process is None or self.process.poll() is None:
             return None
-        final = self.final or self.record().get("final") or {}
-        status = final.get("server_status")
-        return int(status) if status is not None else self.process.returncode
+        final = self.final or self.record().final
+        status = final.server_status if final is not None else None
+        return status if status is not None else self.process.returncode
 
     def _exited_error(self) -> ServerError:
         """The error for a server gone before it was ready. Its guard exits once it has cleaned up
@@ -206,7 +208,7 @@ class ServerProcess:
             try:
                 self.process.wait(timeout=bound_s)
             except subprocess.TimeoutExpired:
-                server = self.record().get("server") or {}
+                server = self.record().server or {}
                 self.stop()
                 return ServerError(f"arm {self.arm.name}: the server this study started "
                                    f"({serverguard.describe(server)}) no longer looked like the process it "
@@ -214,9 +216,9 @@ class ServerProcess:
                                    "later; the study stopped it (status "
                                    f"{self.returncode}) before it was ready ({self.ready_url})", self.log_tail())
         self._drain()
-        final = self.record().get("final") or {}
-        if final.get("error"):
-            return ServerError(f"arm {self.arm.name}: {final['error']} (check 'serve.argv' and 'serve.cwd')",
+        final = self.record().final
+        if final is not None and final.error:
+            return ServerError(f"arm {self.arm.name}: {final.error} (check 'serve.argv' and 'serve.cwd')",
                                self.log_tail())
         return ServerError(f"arm {self.arm.name}: the server exited with status {self.returncode} before it was "
                            f"ready ({self.ready_url})", self.log_tail())
@@ -288,7 +290,7 @@ class ServerProcess:
                 if left is not None:
                     serverguard.kill_leftovers(left, grace_s=1.0)
         self._drain()
-        self.final = self.record().get("final") or {}
+        self.final = self.record().final
         left = serverguard.leftovers(self.pid_file)
         if left is None or not left.alive:
             self.pid_file.unlink(missing_ok=True)
@@ -298,28 +300,28 @@ class ServerProcess:
         """Why the arm must count as failed after :meth:`stop` (None: a clean stop): the server
         exited before the study stopped it, or exited with a non-zero status when stopped (death
         by the SIGTERM the study sent, or by SIGKILL after ``stop_grace_s``, counts as a stop)."""
-        final = self.final or {}
+        final = self.final or GuardEnd()
         status = self.returncode
         if self.process is None:
             return None
-        if final.get("stopped_by") is None:
+        if final.stopped_by is None:
             return (f"the server exited by itself (status {status}) before the study stopped it: what was measured "
                     "may not have been this server")
-        if status in (0, -signal.SIGTERM) or (status == -signal.SIGKILL and final.get("killed_after_grace")):
+        if status in (0, -signal.SIGTERM) or (status == -signal.SIGKILL and final.killed_after_grace):
             return None
         return f"the server exited with status {status} when stopped (a server that stops cleanly exits 0)"
 
     def remained(self) -> list[dict[str, Any]]:
         """Processes of the server's tree that outlived its leader at stop (all killed unless said)."""
-        return list((self.final or {}).get("remained") or [])
+        return list(self.final.remained) if self.final is not None else []
 
 
 #: how the runner starts the guard: by file location, so it works from any ``serve.cwd``
 _GUARD_BOOT = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
                "from specsweep.study.guard import main; sys.exit(main())")
-PID_FILE = "server.pid.json"
 #: seconds, beyond ``stop_grace_s``, that the runner waits for the guard to exit once it should
-#: (its server stopped or gone: the guard then kills what the server left, within about 6 s)
+#: (its server stopped or gone: the guard then kills what the server left, which its own bounds
+#: hold to one second after SIGTERM plus ``guard.VANISH_S``)
 GUARD_EXIT_S = 15.0
 
 
@@ -375,12 +377,12 @@ def clear_leftover(pid_file: Path, log: Callable[[str], None] = print) -> None:
     if left is None:
         return
     if left.other_host:
-        server = left.doc.get("server") or {}
+        server = left.record.server or {}
         raise ServerError(f"{pid_file} was written by a runner on host {left.other_host} (server pid "
                           f"{server.get('pid', '?')}); this host cannot check that it is gone: stop it there, "
                           "then delete the file and resume")
-    runner = left.doc.get("runner")
-    if isinstance(runner, dict) and runner.get("pid") != os.getpid() and serverguard.same_process(runner) \
+    runner = left.record.runner
+    if runner is not None and runner.get("pid") != os.getpid() and serverguard.same_process(runner) \
             and any(e.get("pid") != runner.get("pid") for e in left.alive):
         raise ServerError(f"{pid_file}: its server is still run by another study runner "
                           f"({serverguard.describe(runner)}); wait for it or stop it, then resume")
@@ -396,24 +398,6 @@ def clear_leftover(pid_file: Path, log: Callable[[str], None] = print) -> None:
 
 
 # -------------------------------------------------------------------------------------- one arm
-
-
-@dataclass
-class ArmOutcome:
-    """What happened to one (arm, repeat): ``complete``, ``skipped`` (already complete) or ``failed``."""
-
-    arm: str
-    repeat: int
-    position: int
-    status: Literal["complete", "skipped", "failed"]
-    run_dir: str | None = None
-    started_utc: str | None = None
-    finished_utc: str | None = None
-    error: str | None = None
-    log_tail: str | None = None
-    server_log: str | None = None
-    notebook: str | None = None
-    resumed: bool = False
 
 
 def arm_dir(out_dir: Path, arm: str, repeat: int) -> Path:
@@ -539,9 +523,9 @@ def _stop_server(server: ServerProcess, outcome: ArmOutcome, log: Callable[[str]
     (a server that exited before the stop or with a non-zero status), None after a clean stop."""
     rc = server.stop()
     log(f"arm {outcome.arm}: server stopped (status {rc})")
-    final = server.final or {}
-    still = {x.get("pid") for x in final.get("still_alive") or []}
-    for e in final.get("outside_group") or []:
+    final = server.final or GuardEnd()
+    still = {x.get("pid") for x in final.still_alive}
+    for e in final.outside_group:
         log(f"arm {outcome.arm}: {serverguard.describe(e)} of the server's process tree ran outside its process group "
             "(a session of its own); " + ("it could not be killed: stop it by hand" if e.get("pid") in still
                                           else "stopped with the tree"))

@@ -1,7 +1,7 @@
 """The study file: a YAML description of every arm of a study, validated; errors name key and line.
 
 A study measures several server configurations (*arms*) with one shared workload and turns them
-into one report (DESIGN §10). Example (``data/studies/demo.yaml`` is a complete one)::
+into one report (docs/studies.md). Example (``data/studies/demo.yaml`` is a complete one)::
 
     title: "MTP vs baseline"          # report title
     notes: "Why this workload, ..."   # optional: shown on the report's study section (Markdown)
@@ -73,6 +73,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from specsweep.decide import Profile
+from specsweep.errors import InputError
 from specsweep.measure.config import ARM_PATTERN, SERVER_OUTPUT_TOKENS, SweepConfig
 
 #: sweep-notebook parameters the study sets per arm (not allowed in the shared ``sweep`` section)
@@ -100,7 +101,7 @@ SECRET_NAME = re.compile(r"(^|_)(API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDE
 Scalar = str | int | float | bool
 
 
-class StudyError(ValueError):
+class StudyError(InputError, ValueError):
     """The study file is invalid; the message names the file, the key, the line and the fix."""
 
 

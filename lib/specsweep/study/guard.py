@@ -24,19 +24,15 @@ The guard (its own session, so a signal to the runner's terminal group does not 
   ``remained`` in the pid file's ``final`` entry;
 - exits when the server exits (after killing what the server left behind), with its status.
 
-The pid file's ``final`` entry says how it ended: ``server_status`` (negative: killed by that
-signal), ``stopped_by`` (``runner``, ``runner gone`` or null when the server exited by itself),
-``killed_after_grace``, ``outside_group`` (processes of the tree in a session or group of their
-own, which a signal to the server's group misses: stopped with the tree), ``remained`` (processes
-of the tree still alive after the server's leader exited, all killed) and ``still_alive`` (what
-could not be killed). :func:`leftovers` and :func:`kill_leftovers` read a pid file a killed runner
-left behind. Linux gets every protection; elsewhere the guard still polls its parent.
+The pid file is a :class:`~specsweep.study.pid_file.PidRecord`; its ``final`` entry
+(:class:`~specsweep.study.pid_file.GuardEnd`) says how the server ended. :func:`leftovers` and
+:func:`kill_leftovers` read a pid file a killed runner left behind. Linux gets every protection;
+elsewhere the guard still polls its parent.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -51,12 +47,13 @@ from typing import Any
 import psutil
 
 from specsweep.measure.procstat import stat_fields
+from specsweep.study.pid_file import GuardEnd, PidRecord, read_pid_file, write_pid_file
 
 #: seconds between checks that the runner and the server still run (two cheap system calls)
 POLL_S = 0.1
-#: seconds between recordings of the server's process tree in the pid file (a scan of every process:
-#: about 25 ms of CPU on a loaded 2-core machine). Orphans are adopted by the guard (subreaper), so
-#: the tree is complete again at stop whatever this interval missed.
+#: seconds between recordings of the server's process tree in the pid file (a scan of every process,
+#: which takes CPU from the server being measured, so it is rare). Orphans are adopted by the guard
+#: (subreaper), so the tree is complete again at stop whatever this interval missed.
 TREE_S = 2.0
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -173,22 +170,6 @@ def describe(entry: dict[str, Any]) -> str:
     return f"pid {entry.get('pid')} ({entry.get('name', '?')})"
 
 
-def write_json(path: Path, doc: dict[str, Any]) -> None:
-    """Write ``doc`` to ``path`` atomically (a reader never sees half a file)."""
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The pid file's content; None when missing or unreadable."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        return doc if isinstance(doc, dict) else None
-    except (OSError, ValueError):
-        return None
-
-
 def signal_all(entries: Sequence[dict[str, Any]], sig: int) -> None:
     """Send ``sig`` to each entry that is still that same process."""
     for e in entries:
@@ -221,7 +202,7 @@ class _Guard:
         self.server_entry: dict[str, Any] | None = None
         self.tree: dict[int, dict[str, Any]] = {}
         self.stop_reason: str | None = None
-        self.doc: dict[str, Any] = {}
+        self.record = PidRecord()
 
     def runner_gone(self) -> bool:
         return os.getppid() != self.args.runner_pid
@@ -256,11 +237,11 @@ class _Guard:
         if changed:
             self.save()
 
-    def save(self, **extra: Any) -> None:
-        self.doc.update(tree=list(self.tree.values()), **extra)
-        write_json(self.pid_file, self.doc)
+    def save(self) -> None:
+        self.record.tree = list(self.tree.values())
+        write_pid_file(self.pid_file, self.record)
 
-    def stop_tree(self) -> dict[str, Any]:
+    def stop_tree(self) -> GuardEnd:
         """SIGTERM the server's group and tree, SIGKILL after the grace, kill what remains."""
         assert self.server is not None
         killed_after_grace = False
@@ -294,9 +275,9 @@ class _Guard:
         for e in remained:
             _say(f"{describe(e)} of the server's tree outlived the server; " + ("could not kill it" if e in still
                                                                                else "killed"))
-        return {"server_status": status, "stopped_by": self.stop_reason, "killed_after_grace": killed_after_grace,
-                "outside_group": outside, "remained": remained,
-                "still_alive": still + [e for e in outside if same_process(e) and e not in still]}
+        return GuardEnd(server_status=status, stopped_by=self.stop_reason, killed_after_grace=killed_after_grace,
+                        outside_group=outside, remained=remained,
+                        still_alive=still + [e for e in outside if same_process(e) and e not in still])
 
     def reap(self) -> None:
         while True:
@@ -313,21 +294,24 @@ class _Guard:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the runner, which stops us
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        self.doc = {"arm": args.arm, "host": socket.gethostname(), "runner": identity(args.runner_pid),
-                    "guard": identity(os.getpid()), "server": None, "tree": [], "final": None}
+        self.record = PidRecord(arm=args.arm, host=socket.gethostname(), runner=identity(args.runner_pid),
+                                guard=identity(os.getpid()))
         if self.runner_gone():  # the runner died before PR_SET_PDEATHSIG took effect
-            self.save(final={"error": "the runner was gone before the server started", "server_status": None})
+            self.record.final = GuardEnd(error="the runner was gone before the server started")
+            self.save()
             return 1
         try:
             self.server = subprocess.Popen(args.argv, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                            start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as exc:
             _say(f"could not start: {exc}")
-            self.save(final={"error": f"could not start {args.argv[0]!r}: {exc}", "server_status": None})
+            self.record.final = GuardEnd(error=f"could not start {args.argv[0]!r}: {exc}")
+            self.save()
             return 127
         self.server_entry = identity(self.server.pid) or {"pid": self.server.pid, "create_time": None}
         self.tree[self.server.pid] = self.server_entry
-        self.save(server=self.server_entry)
+        self.record.server = self.server_entry
+        self.save()
         next_refresh = 0.0
         while self.stop_reason is None and self.server.poll() is None:
             if self.runner_gone():
@@ -338,8 +322,10 @@ class _Guard:
                 next_refresh = time.monotonic() + TREE_S
             time.sleep(POLL_S)
         final = self.stop_tree()
-        self.save(final=final)
-        status = final["server_status"]
+        self.record.final = final
+        self.save()
+        status = final.server_status
+        assert status is not None  # the server was started and waited for
         return status if status >= 0 else 128 - status
 
 
@@ -373,36 +359,34 @@ class Leftover:
     """What a pid file from an earlier run says is still running (each verified by its start time)."""
 
     path: Path
-    doc: dict[str, Any]
+    record: PidRecord
     alive: list[dict[str, Any]]
     other_host: str | None = None
 
 
 def leftovers(pid_file: Path) -> Leftover | None:
     """The processes of ``pid_file`` that still run (guard, server, its tree); None if no pid file."""
-    doc = read_json(pid_file)
-    if doc is None:
-        return None if not pid_file.exists() else Leftover(pid_file, {}, [])
-    host = doc.get("host")
-    if host and host != socket.gethostname():
-        return Leftover(pid_file, doc, [], other_host=str(host))
-    entries = [e for e in [doc.get("guard"), doc.get("server"), *(doc.get("tree") or [])] if isinstance(e, dict)]
+    record = read_pid_file(pid_file)
+    if record is None:
+        return None if not pid_file.exists() else Leftover(pid_file, PidRecord(), [])
+    if record.host and record.host != socket.gethostname():
+        return Leftover(pid_file, record, [], other_host=record.host)
     seen: dict[int, dict[str, Any]] = {}
-    for e in entries:
+    for e in record.processes():
         if same_process(e):
             seen[int(e["pid"])] = e
-    return Leftover(pid_file, doc, list(seen.values()))
+    return Leftover(pid_file, record, list(seen.values()))
 
 
 def kill_leftovers(left: Leftover, grace_s: float = 5.0) -> list[dict[str, Any]]:
     """SIGTERM the leftover processes (and the server's group), SIGKILL after ``grace_s``; the ones
     that could not be killed (another user's process, say)."""
-    server = left.doc.get("server")
-    if isinstance(server, dict) and same_process(server):
+    server = left.record.server
+    if server is not None and same_process(server):
         _killpg(int(server["pid"]), signal.SIGTERM)
     signal_all(left.alive, signal.SIGTERM)
     alive = wait_gone(left.alive, grace_s)
-    if isinstance(server, dict) and same_process(server):
+    if server is not None and same_process(server):
         _killpg(int(server["pid"]), signal.SIGKILL)
     signal_all(alive, signal.SIGKILL)
     return wait_gone(alive, VANISH_S)

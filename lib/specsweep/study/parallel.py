@@ -32,8 +32,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from specsweep.results.study_record import ArmOutcome
 from specsweep.study import guard as serverguard
-from specsweep.study.arm import ArmOutcome, arm_dir, complete_run, run_arm
+from specsweep.study.arm import arm_dir, complete_run, run_arm
 from specsweep.study.file import Arm, Study
 
 #: seconds the runner waits for interrupted workers to stop their servers before killing them
@@ -92,75 +93,120 @@ def run_parallel(study: Study, out_dir: Path, *, workers: int, resume: bool, log
     """Run the study's plan with up to ``workers`` sweeps at once (see the module doc);
     ``on_outcome`` sees each outcome as it arrives; returns the outcomes in plan order."""
     out_dir = Path(out_dir).resolve()
-    ctx = _context()
     runner = serverguard.identity(os.getpid())
     if runner is None:  # cannot happen: this process runs
         raise RuntimeError("the study runner could not read its own process identity")
     outcomes: list[ArmOutcome] = []
+
+    def record(outcome: ArmOutcome) -> None:
+        outcomes.append(outcome)
+        on_outcome(outcome)
+
+    todo = _skip_complete(study, out_dir, resume=resume, log=log, on_outcome=record)
+    pool = _Workers(study, out_dir, size=workers, resume=resume, runner=runner, log=log)
+    try:
+        while todo or pool.running:
+            while todo and len(pool.running) < pool.size:
+                pool.start(*todo.pop(0))
+            for outcome in pool.finished(timeout_s=1.0):
+                record(outcome)
+    except BaseException:  # Ctrl-C (or a fault of the runner itself): the workers stop their servers first
+        _stop_workers(pool.running, log)
+        raise
+    return sorted(outcomes, key=lambda o: o.position)
+
+
+def _skip_complete(study: Study, out_dir: Path, *, resume: bool, log: Callable[[str], None],
+                   on_outcome: Callable[[ArmOutcome], None]) -> list[tuple[int, int, Arm]]:
+    """The (position, repeat, arm) of the plan to measure; with ``resume``, each one already
+    complete is left out and reported to ``on_outcome`` as ``skipped``."""
     todo: list[tuple[int, int, Arm]] = []
     for position, (repeat, arm) in enumerate(study.plan(), 1):
         if resume and (done := complete_run(out_dir, arm.name, repeat)) is not None:
             log(f"arm {arm.name} repeat {repeat}: already complete ({done}), not measured again")
-            outcomes.append(ArmOutcome(arm=arm.name, repeat=repeat, position=position, status="skipped",
-                                       run_dir=str(done)))
-            on_outcome(outcomes[-1])
+            on_outcome(ArmOutcome(arm=arm.name, repeat=repeat, position=position, status="skipped", run_dir=str(done)))
         else:
             todo.append((position, repeat, arm))
-    running: dict[multiprocessing.connection.Connection, tuple[Any, int, int, Arm]] = {}
+    return todo
 
-    def finish(conn: multiprocessing.connection.Connection) -> None:
-        """Read what a worker sent; once it is done (or gone), record its outcome."""
-        proc, position, repeat, arm = running[conn]
-        result: ArmOutcome | None = None
-        try:
-            while conn.poll():
-                kind, payload = conn.recv()
-                if kind == "log":
-                    log(payload)
-                elif kind == "done":
-                    result = ArmOutcome(**payload)
-                elif kind == "interrupted":
-                    result = ArmOutcome(arm=arm.name, repeat=repeat, position=position, status="failed",
-                                        error=f"arm {arm.name} repeat {repeat}: interrupted (SIGINT); the levels it "
-                                              "finished are kept (--resume continues them)")
-        except (EOFError, OSError):
-            pass
+
+#: a running worker: its process, and the (position, repeat, arm) it measures
+_Running = tuple[Any, int, int, Arm]
+
+
+class _Workers:
+    """The worker processes running now (at most ``size``), each with the pipe its log lines and
+    outcome come back on."""
+
+    def __init__(self, study: Study, out_dir: Path, *, size: int, resume: bool, runner: dict[str, Any],
+                 log: Callable[[str], None]) -> None:
+        self.study, self.out_dir, self.size, self.resume, self.runner, self.log = study, out_dir, size, resume, runner, log
+        self.ctx = _context()
+        self.running: dict[multiprocessing.connection.Connection, _Running] = {}
+
+    def start(self, position: int, repeat: int, arm: Arm) -> None:
+        """Start a worker measuring (arm, repeat)."""
+        receive, send = self.ctx.Pipe(duplex=False)
+        proc = self.ctx.Process(target=_worker, name=f"specsweep-{arm.name}-r{repeat}",
+                                args=(self.study, arm, repeat, str(self.out_dir), position, self.resume, send,
+                                      self.runner))
+        proc.start()
+        send.close()
+        self.running[receive] = (proc, position, repeat, arm)
+        self.log(f"[{position}/{len(self.study.plan())}] arm {arm.name}, repeat {repeat}: started in worker pid "
+                 f"{proc.pid} ({len(self.running)} of at most {self.size} at once)")
+
+    def finished(self, timeout_s: float) -> list[ArmOutcome]:
+        """Wait up to ``timeout_s`` for workers to send or exit; pass on their log lines, and return
+        the outcomes of those that are done (or gone)."""
+        ready = multiprocessing.connection.wait([*self.running, *(p.sentinel for p, *_ in self.running.values())],
+                                                timeout=timeout_s)
+        outcomes = []
+        for conn in [c for c in list(self.running) if c in ready or self.running[c][0].sentinel in ready]:
+            outcome = self._read(conn)
+            if outcome is not None:
+                outcomes.append(outcome)
+        return outcomes
+
+    def _read(self, conn: multiprocessing.connection.Connection) -> ArmOutcome | None:
+        """Read what a worker sent; once it is done (or gone), its outcome (None while it runs)."""
+        proc, position, repeat, arm = self.running[conn]
+        result = _receive(conn, self.log, arm, repeat, position)
         if result is None and proc.is_alive():
-            return
+            return None
         proc.join()
-        del running[conn]
+        del self.running[conn]
         conn.close()
         if result is None:
             result = ArmOutcome(arm=arm.name, repeat=repeat, position=position, status="failed",
                                 error=f"arm {arm.name} repeat {repeat}: its worker process exited with status "
                                       f"{proc.exitcode} before reporting; the levels it finished are kept in "
-                                      f"{arm_dir(out_dir, arm.name, repeat)} (--resume continues them)")
-        log(f"arm {arm.name} repeat {repeat}: {result.status}" + (f" — {result.error}" if result.error else ""))
-        outcomes.append(result)
-        on_outcome(result)
+                                      f"{arm_dir(self.out_dir, arm.name, repeat)} (--resume continues them)")
+        self.log(f"arm {arm.name} repeat {repeat}: {result.status}" + (f" — {result.error}" if result.error else ""))
+        return result
 
+
+def _receive(conn: multiprocessing.connection.Connection, log: Callable[[str], None], arm: Arm, repeat: int,
+             position: int) -> ArmOutcome | None:
+    """Pass on the log lines waiting on ``conn``; the outcome among them, if any."""
+    result: ArmOutcome | None = None
     try:
-        while todo or running:
-            while todo and len(running) < workers:
-                position, repeat, arm = todo.pop(0)
-                receive, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_worker, name=f"specsweep-{arm.name}-r{repeat}",
-                                   args=(study, arm, repeat, str(out_dir), position, resume, send, runner))
-                proc.start()
-                send.close()
-                running[receive] = (proc, position, repeat, arm)
-                log(f"[{position}/{len(study.plan())}] arm {arm.name}, repeat {repeat}: started in worker pid "
-                    f"{proc.pid} ({len(running)} of at most {workers} at once)")
-            ready = multiprocessing.connection.wait([*running, *(p.sentinel for p, *_ in running.values())], timeout=1.0)
-            for conn in [c for c in list(running) if c in ready or running[c][0].sentinel in ready]:
-                finish(conn)
-    except BaseException:  # Ctrl-C (or a fault of the runner itself): the workers stop their servers first
-        _stop_workers(running, log)
-        raise
-    return sorted(outcomes, key=lambda o: o.position)
+        while conn.poll():
+            kind, payload = conn.recv()
+            if kind == "log":
+                log(payload)
+            elif kind == "done":
+                result = ArmOutcome(**payload)
+            elif kind == "interrupted":
+                result = ArmOutcome(arm=arm.name, repeat=repeat, position=position, status="failed",
+                                    error=f"arm {arm.name} repeat {repeat}: interrupted (SIGINT); the levels it "
+                                          "finished are kept (--resume continues them)")
+    except (EOFError, OSError):
+        pass
+    return result
 
 
-def _stop_workers(running: dict[Any, tuple[Any, int, int, Arm]], log: Callable[[str], None]) -> None:
+def _stop_workers(running: dict[Any, _Running], log: Callable[[str], None]) -> None:
     """After Ctrl-C or a fault of the runner: let each worker stop its server (SIGINT, as the terminal sends), kill the slow ones."""
     for proc, *_ in running.values():
         if proc.is_alive():

@@ -26,7 +26,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specsweep.study.arm import ArmOutcome, arm_dir, complete_run, run_arm
+from specsweep.results.study_record import ArmOutcome
+from specsweep.study.arm import arm_dir, complete_run, run_arm
 from specsweep.study.file import Arm, Study, StudyError
 
 

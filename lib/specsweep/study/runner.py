@@ -57,34 +57,40 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
 
 from specsweep.analyze.agreement import output_agreement
+from specsweep.errors import FAILED, OK, SpecsweepError, exit_status
 from specsweep.report import build_report
 
 # what a report says about a study lives in study_page (a report's kernel loads only that); re-exported here
 from specsweep.report.study_page import cap_markdown, run_order, study_markdown  # noqa: F401
 from specsweep.results import provenance
 from specsweep.results.store import (
-    atomic_write_bytes,
     exclusive_lock,
     holder_text,
     load_result_set,
     write_frame,
     write_meta,
 )
+from specsweep.results.study_record import (
+    STUDY_FILE,
+    ArmOutcome,
+    PlannedSweep,
+    StudyRecord,
+    read_study_record,
+    write_study_record,
+)
 
 # the per-arm machinery lives in study_arm (shared with the Ray and parallel backends); re-exported here
 from specsweep.study.arm import (  # noqa: F401
     LOG_TAIL_LINES,
-    PID_FILE,
     RUNS,
     SWEEP_NOTEBOOK,
-    ArmOutcome,
     Redactor,
     ServerError,
     ServerProcess,
@@ -95,6 +101,7 @@ from specsweep.study.arm import (  # noqa: F401
     run_arm,
 )
 from specsweep.study.file import DEFAULT_MAX_ARMS, HARD_MAX_ARMS, ORDER_TEXT, Arm, Study, StudyError, load_study
+from specsweep.study.pid_file import PID_FILE
 
 Backend = Literal["local", "ray"]
 
@@ -127,12 +134,15 @@ class StudyResult:
         return pd.DataFrame(rows)
 
 
-def _write_status(path: Path, study: Study, outcomes: list[ArmOutcome], **extra: Any) -> None:
-    doc = {"study": study.name, "title": study.title, "file": str(study.path) if study.path else None,
-           "baseline": study.baseline, "repeats": study.spec.repeats,
-           "plan": [{"position": i, "repeat": r, "arm": a.name} for i, (r, a) in enumerate(study.plan(), 1)],
-           "fingerprint": study.fingerprint(), "outcomes": [asdict(o) for o in outcomes], **extra}
-    atomic_write_bytes(path, (json.dumps(doc, indent=2) + "\n").encode())
+def _write_status(out: Path, study: Study, outcomes: list[ArmOutcome], *, missing_arms: list[str] | None = None,
+                  interrupted: str | None = None) -> None:
+    """Rewrite ``<out>/study.json``: the plan, ``outcomes`` so far, the fingerprint a resume must match."""
+    record = StudyRecord(study=study.name, title=study.title, file=str(study.path) if study.path else None,
+                         baseline=study.baseline, repeats=study.spec.repeats,
+                         plan=[PlannedSweep(i, r, a.name) for i, (r, a) in enumerate(study.plan(), 1)],
+                         fingerprint=study.fingerprint(), outcomes=list(outcomes), missing_arms=missing_arms,
+                         interrupted=interrupted)
+    write_study_record(out, record)
 
 
 def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] = ()) -> Path | None:
@@ -291,12 +301,27 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
     if dry_run:
         log(study.dry_run(out, reports))
         return result
-    status = out / "study.json"
+    _prepare_out_dir(study, out, fresh=fresh, resume=resume, log=log)
+    _measure_plan(study, result, backend=backend, resume=resume, log=log)
+    _merge_arms(study, result, log=log)
+    if report:
+        _report_study(study, result, reports, log=log)
+    log(_study_summary(result))
+    for line in failure_summary(result):
+        log(line)
+    return result
+
+
+def _prepare_out_dir(study: Study, out: Path, *, fresh: bool, resume: bool, log: Callable[[str], None]) -> None:
+    """Make ``out`` ready for ``study``: with ``fresh``, delete the study a previous run left there;
+    refuse a folder that holds a study unless ``resume``, and a resume the recorded study's
+    fingerprint does not allow (:class:`StudyError`, saying what to do)."""
+    status = out / STUDY_FILE
     if fresh and status.exists():
         if resume:
             raise StudyError("fresh and resume contradict each other: fresh starts over, resume continues")
-        old = json.loads(status.read_text())
-        for name in {o["arm"] for o in old.get("outcomes", [])} | {RUNS}:
+        old = read_study_record(out)
+        for name in {o.arm for o in (old.outcomes if old is not None else [])} | {RUNS}:
             if (out / name).is_dir():
                 shutil.rmtree(out / name)
         status.unlink()
@@ -306,17 +331,29 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
         raise StudyError(f"{out} already holds a study (study.json); pass --resume (resume=True) to continue it, "
                          "or choose another --out-dir")
     if status.exists():
-        problems = study.resume_conflicts(json.loads(status.read_text()).get("fingerprint", {}))
+        old = read_study_record(out)
+        if old is None:
+            raise StudyError(f"{status}: cannot be read as a study record (not a JSON object); delete it or choose "
+                             "another --out-dir")
+        problems = study.resume_conflicts(old.fingerprint)
         if problems:
             raise StudyError(f"{status}: cannot resume with {study.path or 'this study'}: {'; '.join(problems)}. "
                              "Restore the study file, rename the changed arm(s), or choose another --out-dir")
     out.mkdir(parents=True, exist_ok=True)
-    plan = study.plan()
+
+
+def _measure_plan(study: Study, result: StudyResult, *, backend: Backend, resume: bool,
+                 log: Callable[[str], None]) -> None:
+    """Run every (repeat, arm) of the plan with ``backend`` (serially here, ``parallel`` worker
+    processes, or Ray tasks), adding each outcome to ``result`` and to ``study.json`` as it comes;
+    after Ctrl-C, ``study.json`` says when, and the interrupt propagates."""
+    out, plan = result.out_dir, study.plan()
     log(f"study {study.name}: {len(study.arms)} arm(s) × {study.spec.repeats} repeat(s) = {len(plan)} sweep(s) → {out}"
         + (f" (up to {study.spec.parallel} at once)" if study.spec.parallel > 1 and backend == "local" else ""))
+
     def done(outcome: ArmOutcome) -> None:
         result.outcomes.append(outcome)
-        _write_status(status, study, sorted(result.outcomes, key=lambda o: o.position))
+        _write_status(out, study, sorted(result.outcomes, key=lambda o: o.position))
 
     try:
         if backend == "ray":
@@ -332,11 +369,18 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
                 log(f"[{i}/{len(plan)}] arm {arm.name}, repeat {repeat}")
                 done(run_arm(study, arm, repeat, out, position=i, resume=resume, log=log))
     except KeyboardInterrupt:
-        _write_status(status, study, sorted(result.outcomes, key=lambda o: o.position),
+        _write_status(out, study, sorted(result.outcomes, key=lambda o: o.position),
                       interrupted=provenance.utc_now())
         log(f"interrupted: finished arms are kept; continue with --resume (out_dir {out})")
         raise
     result.outcomes.sort(key=lambda o: o.position)
+
+
+def _merge_arms(study: Study, result: StudyResult, *, log: Callable[[str], None]) -> None:
+    """Merge each arm with a complete run into ``<out_dir>/<arm>/`` (:func:`assemble_arm`), name
+    the others in ``result.missing`` and ``study.json``, and write the output agreement with the
+    baseline to ``agreement.csv`` (a warning per flagged level)."""
+    out = result.out_dir
     result.missing = [a.name for a in study.arms
                       if all(complete_run(out, a.name, r) is None for r in study.run_indices(a))]
     for arm in study.arms:
@@ -344,42 +388,50 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
             merged = assemble_arm(study, arm, out, result.missing)
             assert merged is not None
             result.result_sets.append(merged)
-    failed = [o for o in result.outcomes if o.status == "failed"]
-    _write_status(status, study, result.outcomes, missing_arms=result.missing)
+    _write_status(out, study, result.outcomes, missing_arms=result.missing)
     if result.result_sets:
         result.agreement = output_agreement([load_result_set(p) for p in result.result_sets], study.baseline)
         result.agreement.to_csv(out / "agreement.csv", index=False)
         for row in result.agreement[result.agreement["flagged"]].itertuples():
             log(f"⚠ arm {row.arm}, C={row.concurrency}: {row.identical} of {row.pairs} outputs identical to the "
                 "baseline at temperature 0 (see agreement.csv)")
-    if report:
-        ran = [a.name for a in study.arms if a.name not in result.missing]
-        if study.baseline in result.missing:
-            log(f"no report: the baseline arm {study.baseline!r} has no complete run")
-        elif len(ran) < 2:
-            log(f"no report: only the baseline arm {study.baseline!r} has a complete run, and a report compares it "
-                "with at least one other arm")
-        else:
-            title = study.title
-            if result.missing:
-                shown = os.path.relpath(status) if status.resolve().is_relative_to(Path.cwd()) else status
-                title += f" — missing arm(s): {', '.join(result.missing)} (no complete run; see {shown})"
-            log(f"building the report {study.name} from {len(result.result_sets)} arm(s)"
-                + (f" ({', '.join(ran)}; without {', '.join(result.missing)})" if result.missing else ""))
-            try:
-                result.report = build_report(result.result_sets, study.name, baseline=study.baseline, title=title,
-                                             profiles=[p.model_dump() for p in study.spec.profiles]
-                                             if study.spec.profiles is not None else None,
-                                             out_dir=reports)
-                log(f"wrote {result.report}")
-            except Exception as exc:  # noqa: BLE001 - the measured data are kept; say why the page is missing
-                log(f"no report: building it from {', '.join(ran)} failed: {_first_line(exc)} (the result sets are "
-                    f"kept in {out}; rebuild with python -m specsweep.report --result-set DIR ... once fixed)")
-    log(f"study {study.name}: {len(plan) - len(failed)} of {len(plan)} sweep(s) complete"
-        + (f"; failed: {', '.join(f'{o.arm} r{o.repeat}' for o in failed)}" if failed else ""))
-    for line in failure_summary(result):
-        log(line)
-    return result
+
+
+def _report_study(study: Study, result: StudyResult, reports: Path, *, log: Callable[[str], None]) -> None:
+    """Build ``<reports>/<name>.html`` from the merged arms into ``result.report``, its title naming
+    any missing arm; log why there is none when the baseline or every other arm lacks a complete
+    run, or the build fails (the measured data are kept either way)."""
+    ran = [a.name for a in study.arms if a.name not in result.missing]
+    if study.baseline in result.missing:
+        log(f"no report: the baseline arm {study.baseline!r} has no complete run")
+        return
+    if len(ran) < 2:
+        log(f"no report: only the baseline arm {study.baseline!r} has a complete run, and a report compares it "
+            "with at least one other arm")
+        return
+    title = study.title
+    if result.missing:
+        status = result.out_dir / STUDY_FILE
+        shown = os.path.relpath(status) if status.resolve().is_relative_to(Path.cwd()) else status
+        title += f" — missing arm(s): {', '.join(result.missing)} (no complete run; see {shown})"
+    log(f"building the report {study.name} from {len(result.result_sets)} arm(s)"
+        + (f" ({', '.join(ran)}; without {', '.join(result.missing)})" if result.missing else ""))
+    profiles = [p.model_dump() for p in study.spec.profiles] if study.spec.profiles is not None else None
+    try:
+        result.report = build_report(result.result_sets, study.name, baseline=study.baseline, title=title,
+                                     profiles=profiles, out_dir=reports)
+        log(f"wrote {result.report}")
+    except Exception as exc:  # noqa: BLE001 - the measured data are kept; say why the page is missing
+        log(f"no report: building it from {', '.join(ran)} failed: {_first_line(exc)} (the result sets are "
+            f"kept in {result.out_dir}; rebuild with python -m specsweep.report --result-set DIR ... once fixed)")
+
+
+def _study_summary(result: StudyResult) -> str:
+    """The study's closing line: how many of its sweeps completed, and which failed."""
+    planned = len(result.study.plan())
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    return (f"study {result.study.name}: {planned - len(failed)} of {planned} sweep(s) complete"
+            + (f"; failed: {', '.join(f'{o.arm} r{o.repeat}' for o in failed)}" if failed else ""))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -428,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         study = load_study(args.study, allow_large_grid=args.allow_large_grid)
         result = run_study(study, out_dir=args.out_dir, report_dir=args.report_dir, resume=args.resume,
                            dry_run=args.dry_run, report=not args.no_report, backend=args.backend, fresh=args.fresh)
-    except StudyError as exc:
+    except SpecsweepError as exc:  # a bad study file is an InputError (2); a server or run error (1)
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0 if result.ok or args.dry_run else 1
+        return exit_status(exc)
+    return OK if result.ok or args.dry_run else FAILED

@@ -52,6 +52,7 @@ from typing import Any
 
 import pandas as pd
 
+from specsweep.errors import InputError
 from specsweep.workloads.order import record_index
 
 __all__ = [
@@ -88,7 +89,7 @@ CHARS_PER_TOKEN = 4.0
 Prompt = str | list[int] | list[dict[str, Any]]
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError, ValueError):
     """A prompt set that cannot be read; the message names the file and line (or record/row)."""
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from specsweep.analyze.compare import Comparison, measured_requests
+from specsweep.errors import InputError
 from specsweep.results.store import ResultSet
 
 __all__ = ["ArmData", "ASSUMED_NOISE_PCT", "LEVEL_ONLY_ASSUMPTIONS", "WhatIfError", "gauge_limit", "observe", "queue_margin", "server_setting"]
@@ -56,7 +57,7 @@ LEVEL_ONLY_ASSUMPTIONS: tuple[str, ...] = (
 )
 
 
-class WhatIfError(ValueError):
+class WhatIfError(InputError, ValueError):
     """A what-if question cannot be asked of these data (names the parameter or arm and what to do)."""
 
 
