@@ -270,7 +270,7 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
         definitions.update(r.definitions)
         ids.update(r.definition_ids)
     versions = sorted({str(v) for _, v in tools if v})
-    files = [{"path": r.source.name, "sha256": file_digest(r.source), "bytes": r.source.stat().st_size} for r in runs]
+    files: list[dict[str, Any]] = [{"path": r.source.name, "sha256": file_digest(r.source), "bytes": r.source.stat().st_size} for r in runs]
     concurrency = sorted({int(c) for c in levels["concurrency"]})
     meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

@@ -99,7 +99,9 @@ def read(path: Path) -> ToolRun:
         if isinstance(obj.get("ttfts"), list):
             notes.append(f"{where}: per-request arrays (--output-details) carry no start times, so SGLang's level "
                          "figures were used and no per-request rows were kept")
-        info = obj.get("server_info") if isinstance(obj.get("server_info"), dict) else {}
+        info = obj.get("server_info")
+        if not isinstance(info, dict):
+            info = {}
         version = version or info.get("version")
         model = model or info.get("served_model_name") or info.get("model_path")
         workload.setdefault("kind", f"sglang:{obj.get('dataset_name') or 'unknown'}")
