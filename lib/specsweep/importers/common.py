@@ -163,6 +163,12 @@ def concurrency_of(value: Any, where: str, key: str) -> int:
     return int(value)
 
 
+def section(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """``obj[key]`` where it is a JSON object, else an empty one (absent, null or another type)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def ms(obj: dict[str, Any], key: str, where: str) -> float:
     """A millisecond figure as seconds (NaN when absent)."""
     return number(obj, key, where) / 1000.0
