@@ -533,7 +533,7 @@ def test_tapped_and_readany_paths_record_the_same_body(tapped: bool, monkeypatch
     which would pause a reader that never consumes them), in bursts: every byte arrives on both
     paths, each read has a time, and the tapped reader is aiohttp's own again afterwards."""
     if not tapped:
-        monkeypatch.setattr(C, "_tappable", lambda *a: False)
+        monkeypatch.setattr(C, "_tap_protocol", lambda *a: None)
     events = _cmpl_events(30_000)
     plan = [(0.01 if i % 5000 == 0 else 0.0, e) for i, e in enumerate(events)]
 

@@ -66,8 +66,8 @@ def _stand_in(spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
             raise AttributeError(name)
         return getattr(_real(), name)
 
-    module.is_valid_syntax = is_valid_syntax  # type: ignore[attr-defined]
-    module.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    # set in the namespace: typeshed's ModuleType lacks is_valid_syntax and has __getattr__ as a method
+    module.__dict__.update(is_valid_syntax=is_valid_syntax, __getattr__=__getattr__)
     return module
 
 
@@ -195,7 +195,8 @@ def _build_bundle() -> str:
     import vl_convert as vlc
     from altair.utils._importers import vl_version_for_vl_convert
 
-    return str(vlc.javascript_bundle(vl_version=vl_version_for_vl_convert()))
+    # the stub makes ``snippet`` required; the function defaults it (signature ``snippet=None``)
+    return str(vlc.javascript_bundle(vl_version=vl_version_for_vl_convert()))  # type: ignore[call-arg]
 
 
 def vega_bundle_cached(build: Callable[[], str] = _build_bundle) -> str:

@@ -164,6 +164,12 @@ def concurrency_of(value: Any, where: str, key: str) -> int:
     return int(value)
 
 
+def section(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """``obj[key]`` where it is a JSON object, else an empty one (absent, null or another type)."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def ms(obj: dict[str, Any], key: str, where: str) -> float:
     """A millisecond figure as seconds (NaN when absent)."""
     return number(obj, key, where) / 1000.0
@@ -271,7 +277,7 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
         definitions.update(r.definitions)
         ids.update(r.definition_ids)
     versions = sorted({str(v) for _, v in tools if v})
-    files = [{"path": r.source.name, "sha256": file_digest(r.source), "bytes": r.source.stat().st_size} for r in runs]
+    files: list[dict[str, Any]] = [{"path": r.source.name, "sha256": file_digest(r.source), "bytes": r.source.stat().st_size} for r in runs]
     concurrency = sorted({int(c) for c in levels["concurrency"]})
     meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,

@@ -26,7 +26,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specsweep.importers.common import BadInput, Level, ToolRun, concurrency_of, ms, number, read_json_objects
+from specsweep.importers.common import (
+    BadInput,
+    Level,
+    ToolRun,
+    concurrency_of,
+    ms,
+    number,
+    read_json_objects,
+    section,
+)
 
 TOOL = "sglang bench_serving"
 READER = "specsweep.importers.sglang (SGLang benchmark/serving.py at commit 00f9ec472ffef82714c0407b842ccb5bd254d130)"
@@ -99,7 +108,7 @@ def read(path: Path) -> ToolRun:
         if isinstance(obj.get("ttfts"), list):
             notes.append(f"{where}: per-request arrays (--output-details) carry no start times, so SGLang's level "
                          "figures were used and no per-request rows were kept")
-        info = obj.get("server_info") if isinstance(obj.get("server_info"), dict) else {}
+        info = section(obj, "server_info")
         version = version or info.get("version")
         model = model or info.get("served_model_name") or info.get("model_path")
         workload.setdefault("kind", f"sglang:{obj.get('dataset_name') or 'unknown'}")

@@ -114,8 +114,12 @@ def _level_requests(obj: dict[str, Any], where: str) -> list:
         if not isinstance(obj.get(key), list) or len(obj[key]) != n:
             raise BadInput(f"{where}: per-request field '{key}' is missing or has a different length than 'ttfts' "
                            f"({n}); the file was edited or truncated")
-    errors = obj.get("errors") if isinstance(obj.get("errors"), list) and len(obj["errors"]) == n else [""] * n
-    inputs = obj.get("input_lens") if isinstance(obj.get("input_lens"), list) else [None] * n
+    errors = obj.get("errors")
+    if not isinstance(errors, list) or len(errors) != n:
+        errors = [""] * n
+    inputs = obj.get("input_lens")
+    if not isinstance(inputs, list):
+        inputs = [None] * n
     records = []
     for i in range(n):
         err = errors[i] or None

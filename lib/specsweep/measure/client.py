@@ -50,6 +50,7 @@ import aiohttp
 import httpx
 import numpy as np
 import orjson
+from aiohttp.client_proto import ResponseHandler
 
 from specsweep.measure.sse import SSEEvent, decode_reads
 from specsweep.measure.token_accounting import MAX_COUNT, account_tokens, drop_implausible
@@ -495,13 +496,16 @@ class _SilenceWatch:
 _READANY = os.environ.get("SPECSWEEP_READ_PATH", "").strip().lower() == "readany"
 
 
-def _tappable(content: object, resp: aiohttp.ClientResponse) -> bool:
-    """Whether this response's body can be read through a tap: a plain aiohttp reader (not the
-    empty one of a bodiless response) on a live connection whose protocol exposes its read timeout,
-    unless ``SPECSWEEP_READ_PATH=readany``."""
+def _tap_protocol(content: object, resp: aiohttp.ClientResponse) -> ResponseHandler | None:
+    """The protocol of a response whose body can be read through a tap, else None: a tappable body is
+    a plain aiohttp reader (not the empty one of a bodiless response) on a live connection whose
+    protocol exposes its read timeout, unless ``SPECSWEEP_READ_PATH=readany``."""
     conn = resp.connection
-    return (not _READANY and content.__class__ is aiohttp.StreamReader and conn is not None and conn.protocol is not None
-            and hasattr(type(conn.protocol), "read_timeout"))
+    proto = conn.protocol if conn is not None else None
+    if (_READANY or content.__class__ is not aiohttp.StreamReader or proto is None
+            or not hasattr(type(proto), "read_timeout")):
+        return None
+    return proto
 
 
 async def _read_aiohttp(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn | None) -> None:
@@ -513,9 +517,9 @@ async def _read_aiohttp(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn 
     resp = stream._resp
     content = resp.content
     tap = _Tap(ex, spill)
-    if not _tappable(content, resp):
+    proto = _tap_protocol(content, resp)
+    if proto is None:
         return await _read_aiohttp_any(stream, tap)
-    proto = resp.connection.protocol  # type: ignore[union-attr]
     limit = proto.read_timeout
     watch: _SilenceWatch | None = None
     key = id(content)
@@ -547,7 +551,9 @@ async def _read_aiohttp(stream: _AiohttpStream, ex: RawExchange, spill: SpillFn 
         _TAPS.pop(key, None)
         if watch is not None:
             watch.cancel()
-        if content.__class__ is _TappedStreamReader:
+        # tested apart: an `if` on the class itself would narrow it and so refuse the base class back
+        tapped = content.__class__ is _TappedStreamReader
+        if tapped:
             content.__class__ = aiohttp.StreamReader
     stream._done = True
 
@@ -943,10 +949,10 @@ def _read_sglang(events: list[SSEEvent], ev_times: list[float], acc: _Events) ->
             acc.done = True
             break
         if i < fast_upto and len(data) > _SGLANG_FAST_BYTES:
-            meta = _sglang_meta(data)
-            if meta is not None:
-                c = meta.get("completion_tokens")
-                p = meta.get("prompt_tokens")
+            head = _sglang_meta(data)  # its meta_info alone, or None: parse it in full
+            if head is not None:
+                c = head.get("completion_tokens")
+                p = head.get("prompt_tokens")
                 if isinstance(p, int):
                     prompt_tokens = p
                 t_add(t)

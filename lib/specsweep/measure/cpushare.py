@@ -193,9 +193,11 @@ class CpuShare:
 
 def level_suffix(row: Any) -> str:
     """``", client CPU 0.8 % of the server's"`` for a level line, or "" without the figure."""
-    share = row.get("client_cpu_share_pct") if hasattr(row, "get") else None
+    raw = row.get("client_cpu_share_pct") if hasattr(row, "get") else None
+    if raw is None:
+        return ""
     try:
-        share = float(share)
+        share = float(raw)
     except (TypeError, ValueError):
         return ""
     return "" if math.isnan(share) else f", client CPU {share:.1f} % of the server's"

@@ -109,7 +109,9 @@ def vocab_of_models(body: Any) -> int | None:
     for entry in body.get("data") or []:
         if not isinstance(entry, dict):
             continue
-        meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+        meta = entry.get("meta")
+        if not isinstance(meta, dict):
+            meta = {}
         for value in (meta.get("n_vocab"), meta.get("vocab_size"), entry.get("vocab_size")):
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 return value

@@ -374,7 +374,8 @@ def _close_bars() -> None:
     """Close every progress bar still open (a Ctrl-C can land between a bar's creation and its
     ``finally``): one left to the interpreter's exit writes to a kernel stream already gone and
     prints a traceback under the resume hint."""
-    tqdm_cls = sys.modules.get("tqdm").tqdm if "tqdm" in sys.modules else None
+    tqdm_mod = sys.modules.get("tqdm")
+    tqdm_cls = tqdm_mod.tqdm if tqdm_mod is not None else None
     for bar in list(getattr(tqdm_cls, "_instances", ()) or ()):
         with contextlib.suppress(Exception):
             bar.close()
@@ -435,6 +436,7 @@ def _endpoint(cfg: SweepConfig, log: Callable[[str], None],
     log(f"starting the embedded reference server (simulated): profile {cfg.embedded_profile}, spec {spec}"
         + (f", args {' '.join(args)}" if args else ""))
     with RefServer(profile=cfg.embedded_profile, spec=spec, args=args, log_path=log_path) as server:
+        assert server.url is not None  # entering the server started it
         yield server.url, {"profile": cfg.embedded_profile, "spec": spec, "args": args}
 
 
@@ -495,9 +497,9 @@ def preflight(gen: LoadGenerator, info: ServerProbe, workload: Workload, cfg: Sw
     count_tokens([rec], counter)
     if seen is not None:
         seen["token_source"] = rec.token_source
-    why = implausible_count(rec, tokens)
-    if why:
-        warnings.append(f"The preflight request's count is impossible ({why}); every request with such a count "
+    bad_count = implausible_count(rec, tokens)
+    if bad_count:
+        warnings.append(f"The preflight request's count is impossible ({bad_count}); every request with such a count "
                         "is recorded as an error row, not measured.")
     if rec.token_source == "tokenize":
         warnings.append("The server reports no token counts (no usage / meta_info), so output tokens are counted "
@@ -671,21 +673,19 @@ def run_sweep(
     Every log line, warning and error message has the API key's value masked (``redact``).
     Ctrl-C (or ``stop``) raises :class:`SweepInterrupted`, which says how to resume.
     """
-    raw_log = log
-
-    def log(text: str) -> None:
-        raw_log(redact_text(text))
+    def masked_log(text: str) -> None:
+        log(redact_text(text))
 
     try:
-        return _run_sweep(params, progress=progress, stop=stop, log=log)
+        return _run_sweep(params, progress=progress, stop=stop, log=masked_log)
     except SweepInterrupted as exc:
-        log(str(exc))
+        masked_log(str(exc))
         _tell_terminal(exc)
         raise
     except KeyboardInterrupt:
-        exc = SweepInterrupted(None, 0)  # before any level: nothing new was saved
-        _tell_terminal(exc)
-        raise exc from None
+        interrupted = SweepInterrupted(None, 0)  # before any level: nothing new was saved
+        _tell_terminal(interrupted)
+        raise interrupted from None
     except BaseException as exc:
         redact_exception(exc)
         raise

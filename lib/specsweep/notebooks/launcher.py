@@ -47,7 +47,8 @@ def main() -> None:
     # kernel puts it back itself (InteractiveShellApp.init_path)
     if sys.path and (sys.path[0] == "" or Path(sys.path[0]) == Path.cwd()):
         del sys.path[0]
-    sys.modules.setdefault("debugpy", None)  # type: ignore[assignment]  # ImportError: no debugger
+    # a None entry makes `import debugpy` raise ImportError (no debugger); typeshed allows only modules
+    sys.modules.setdefault("debugpy", None)  # type: ignore[arg-type]
     gc.disable()  # start-up allocates and keeps: no collections until the first cell (module docstring)
     from specsweep.runtime import configure_process
 

@@ -80,7 +80,8 @@ def transformer(data: Any, max_rows: int | None = DEFAULT_MAX_ROWS) -> Any:
         values = records(data)
         if values is not None:
             return {"values": values}
-    return default_data_transformer(data, max_rows=max_rows)
+    # Altair annotates max_rows as int, yet its own disable_max_rows() passes None (no limit)
+    return default_data_transformer(data, max_rows=max_rows)  # type: ignore[arg-type]
 
 
 def enable() -> None:

@@ -39,7 +39,7 @@ import json
 import math
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import altair as alt
 import pandas as pd
@@ -47,6 +47,9 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison, pareto_frontier
 from specsweep.report import chartdata
 from specsweep.results.columns import metric_info
+
+if TYPE_CHECKING:  # the decision package is only a type here: importing charts does not load it
+    from specsweep.decide import Recommendation
 
 #: one-panel charts fill a 1400 px page; two side-by-side panels are PANEL_WIDTH each
 WIDTH, HEIGHT = 860, 300
@@ -144,7 +147,7 @@ class View:
         """The arm legend: below the chart, every shown arm's full name, long ones wrapped onto
         several lines; ``symbol="stroke"`` draws each entry as a line in its arm's dash."""
         long = {n: wrapped(n) for n in self.domain if len(n) > LEGEND_WRAP}
-        extra: dict[str, object] = {}
+        extra: dict[str, Any] = {}  # more Legend options, of several types
         if long:
             lookup = "{" + ", ".join(f"{_js_string(n)}: [{', '.join(map(_js_string, lines))}]"
                                      for n, lines in long.items()) + "}"
@@ -181,7 +184,7 @@ class View:
         quarter smaller per place in the domain (at least 40 %), so equal points nest, all visible."""
         return size * max(0.4, 1 - 0.25 * max(0, self.domain.index(name) - 1))
 
-    def arm_layers(self, data: pd.DataFrame, encode: Mapping[str, object], *, spec_only: bool = False,
+    def arm_layers(self, data: pd.DataFrame, encode: Mapping[str, Any], *, spec_only: bool = False,
                    point_size: float = 60, line: bool = True) -> list[alt.Chart]:
         """One line (in the arm's colour and dash) and one point layer per shown arm of ``data``,
         each arm moved by :meth:`offset`, its points sized by :meth:`point_size`; ``encode`` holds
@@ -339,7 +342,7 @@ def _metric_lines(v: View, metric: str, title: str | None, width: int | None, he
             alt.Tooltip(f"{metric}:Q", title=f"{info.label} ({info.unit})", format=",.1f"),
         ],
     )
-    return alt.layer(*v.arm_layers(data, encode),
+    return alt.LayerChart(layer=v.arm_layers(data, encode),
         width=width or WIDTH, height=height or HEIGHT, title=title or info.label
     )
 
@@ -526,7 +529,7 @@ def latency_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None,
         part = long[long["latency"] == which]
         if part.empty:
             continue
-        encode = dict(
+        encode: dict[str, Any] = dict(
             x=concurrency_x(comp),
             y=alt.Y("seconds:Q", title=f"{which} (s)"),
             tooltip=[alt.Tooltip("arm_name:N", title="arm"), alt.Tooltip("concurrency:Q"),
@@ -654,7 +657,7 @@ def pareto_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = None, 
             color=v.colour(legend=False), tooltip=tips)
         for align in ("left", "right", "center") if (data["label_align"] == align).any()
     ]
-    return alt.layer(line, *points, *labels,
+    return alt.LayerChart(layer=[line, *points, *labels],
         width=width, height=height, title="Throughput vs interactivity (labels: concurrency)")
 
 
@@ -701,7 +704,8 @@ def concurrency_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = N
                 .assign(text=lambda t: [f"cap {c}: {n}" for c, n in zip(t["cap"], t["arm_name"])]))
         lo, hi = (math.log2(d) for d in y_scale.domain)
         text["y_px"] = [height * (hi - math.log2(c)) / (hi - lo) for c in text["cap"]]
-        xs, placed = [], []
+        xs: list[float] = []
+        placed: list[tuple[float, float, float]] = []  # each label's left and right edge and its y (px)
         for y_px, label in zip(text["y_px"], text["text"]):
             x = 4.0
             for px0, px1, y0 in placed:
@@ -715,7 +719,7 @@ def concurrency_chart(comp: Comparison, *, arms: Arms = None, levels: Levels = N
                                                 color="#374151").encode(
             x=alt.X("x_px:Q", scale=None), y=alt.Y("cap:Q", scale=y_scale), text=alt.Text("text:N"),
             tooltip=[alt.Tooltip("text:N", title="max_running_requests")]))
-    return alt.layer(*layers, width=width, height=height, title="Requests served at once vs offered")
+    return alt.LayerChart(layer=layers, width=width, height=height, title="Requests served at once vs offered")
 
 
 def _optional_lines(comp: Comparison, metric: str, title: str, arms: Arms, levels: Levels, concurrency: Range,
@@ -946,9 +950,9 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
         for cat in sorted(frame["category"].unique()):
             part = frame[frame["category"] == cat]
             layers = [_zero_rule(), *_fit_layers(v, part, x, tips, titles[figure], 35, y_scale)]
-            cx = [m for m in marks.get(figure, []) if m["category"] == cat]
-            if cx:
-                layers.append(alt.Chart(_named(v, pd.DataFrame(cx))).mark_rule(
+            crossings = [m for m in marks.get(figure, []) if m["category"] == cat]
+            if crossings:
+                layers.append(alt.Chart(_named(v, pd.DataFrame(crossings))).mark_rule(
                     color="#dc2626", strokeDash=[5, 4], strokeWidth=1.5).encode(
                     x=alt.X("x:Q", scale=x_scale),
                     tooltip=[alt.Tooltip("arm_name:N", title="arm"), alt.Tooltip("category:N", title="category"),
@@ -973,7 +977,7 @@ STRIP_COLUMNS = ("profile", "arm", "concurrency", "outcome")
 STRIP_BAND = 30
 
 
-def verdict_strip_frame(comp: Comparison, recs: Sequence[object]) -> pd.DataFrame:
+def verdict_strip_frame(comp: Comparison, recs: Sequence[Recommendation]) -> pd.DataFrame:
     """The verdict strip's frame from :class:`~specsweep.decide.Recommendation` objects.
 
     One row per (profile, arm, concurrency) of each ``rec.levels`` (arms by their short name, in
@@ -1079,6 +1083,6 @@ def verdict_strip(strip: pd.DataFrame, *, width: int | None = None,
                             legend=alt.Legend(orient="bottom", labelLimit=0, symbolSize=120)),
             tooltip=[alt.Tooltip("profile:N"), alt.Tooltip("arm:N"),
                      alt.Tooltip("crossover:Q", title="crossover (concurrency)", format=".1f")]))
-    return alt.layer(*layers, resolve=alt.Resolve(legend=alt.LegendResolveMap(color="independent", shape="independent")),
+    return alt.LayerChart(layer=layers, resolve=alt.Resolve(legend=alt.LegendResolveMap(color="independent", shape="independent")),
         width=width or WIDTH, height=(band_height or STRIP_BAND) * len(bands),
         title="Verdict per concurrency level")

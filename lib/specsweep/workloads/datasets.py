@@ -249,7 +249,7 @@ def _parse_sharegpt(obj: Any, where: str, count: Callable[[str], int], category:
 def _parse_turns(obj: Any, where: str, count: Callable[[str], int], category: str | None) -> PromptRecord:
     if not isinstance(obj, dict):
         raise DatasetError(f"{where}: expected a question object with 'turns', got {type(obj).__name__}")
-    turns = obj.get("turns")
+    turns: object = obj.get("turns")
     if hasattr(turns, "tolist"):  # a numpy array from a parquet or datasets row
         turns = turns.tolist()
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):

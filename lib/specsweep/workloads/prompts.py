@@ -52,7 +52,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -258,11 +258,19 @@ def warmup_workload(workload: Workload) -> Workload:
     return random_text(length, workload.output_tokens, workload.seed)
 
 
+def _prompt_size(prompt: Prompt) -> int:
+    """A prompt's length: tokens for IDs, words for text or for a chat's message contents."""
+    if isinstance(prompt, str):
+        return len(prompt.split())
+    if prompt and isinstance(prompt[0], int):
+        return len(prompt)
+    chat = cast(list[dict[str, Any]], prompt)  # a list that does not start with an ID is a chat's messages
+    return sum(len(str(m.get("content", "")).split()) for m in chat)
+
+
 def _typical_length(workload: Workload) -> int:
     """Median prompt length of a prompt file, in tokens (IDs) or words (text), at least 1."""
-    sizes = [len(p) if isinstance(p, list) and p and isinstance(p[0], int) else
-             len(p.split()) if isinstance(p, str) else
-             sum(len(str(m.get("content", "")).split()) for m in p) for p in workload.prompts]  # type: ignore[union-attr]
+    sizes = [_prompt_size(p) for p in workload.prompts]
     return max(1, int(np.median(sizes))) if sizes else 16
 
 

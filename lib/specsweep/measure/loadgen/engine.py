@@ -68,6 +68,20 @@ class _Config:
 
 
 @dataclass(slots=True)
+class _Tally:
+    """One loop's running counts while a level runs: requests in flight now and at most, the sum
+    (seconds) and count of dispatch gaps, and the bytes held by finished unparsed responses and by
+    responses still streaming."""
+
+    inflight: int = 0
+    max: int = 0
+    gap_sum: float = 0.0
+    gap_n: int = 0
+    unparsed_bytes: int = 0
+    inflight_bytes: int = 0
+
+
+@dataclass(slots=True)
 class _EngineOut:
     """One loop's share of a level: ``results`` by body index (raw, spooled, or parsed when over
     1 MiB), the level's ``spool`` (None: nothing spilled), ``cpu_s`` (loop-thread CPU seconds),
@@ -187,7 +201,7 @@ async def _engine(
     results: dict[int, RawExchange | RequestRecord | _Spilled] = {}
     spool: _Spool | None = None
     unparsed: list[int] = []
-    state = {"inflight": 0, "max": 0, "gap_sum": 0.0, "gap_n": 0, "unparsed_bytes": 0, "inflight_bytes": 0}
+    state = _Tally()
     # long responses move to the spool while they stream, except SGLang's native cumulative-text
     # stream (its bytes grow with the square of its length: it is parsed as soon as it ends instead)
     spill_long = cfg.spill and flavour != "sglang"
@@ -205,19 +219,19 @@ async def _engine(
 
         def spill(ex: RawExchange, held: int) -> bool:
             nonlocal spool, counted
-            state["inflight_bytes"] += held - counted
+            state.inflight_bytes += held - counted
             counted = held
             if spool is None:
-                if state["inflight_bytes"] + state["unparsed_bytes"] <= budget:
+                if state.inflight_bytes + state.unparsed_bytes <= budget:
                     return False
                 spool = _Spool(cfg.spill_dir)
             spool.spill(ex)
-            state["inflight_bytes"] -= counted
+            state.inflight_bytes -= counted
             counted = 0
             return True
 
         def settle() -> None:
-            state["inflight_bytes"] -= counted
+            state.inflight_bytes -= counted
 
         return spill, settle
 
@@ -229,9 +243,9 @@ async def _engine(
             if i is None:
                 return
             active.add(i)
-            state["inflight"] += 1
-            if state["inflight"] > state["max"]:
-                state["max"] = state["inflight"]
+            state.inflight += 1
+            if state.inflight > state.max:
+                state.max = state.inflight
             req = prepared[i]
             prepared[i] = None  # a request is sent once
             if spill_long:
@@ -243,11 +257,11 @@ async def _engine(
                     settle()
             else:
                 raw = await send_streaming(client, req, timeout_s=timeout_s, read=read)  # type: ignore[arg-type]
-            state["inflight"] -= 1
+            state.inflight -= 1
             active.discard(i)
             if prev_end is not None:
-                state["gap_sum"] += raw.t_sent - prev_end
-                state["gap_n"] += 1
+                state.gap_sum += raw.t_sent - prev_end
+                state.gap_n += 1
             prev_end = raw.t_end
             if raw.spilled:  # part of it is in the spool already: the rest goes there too
                 results[i] = spool.put(raw)  # type: ignore[union-attr]
@@ -260,8 +274,8 @@ async def _engine(
                 continue
             results[i] = raw
             unparsed.append(i)
-            state["unparsed_bytes"] += nbytes
-            if state["unparsed_bytes"] + state["inflight_bytes"] > budget:  # bound memory: spill (or parse) what finished so far
+            state.unparsed_bytes += nbytes
+            if state.unparsed_bytes + state.inflight_bytes > budget:  # bound memory: spill (or parse) what finished so far
                 if cfg.spill and spool is None:
                     spool = _Spool(cfg.spill_dir)
                 for j in unparsed:
@@ -269,7 +283,7 @@ async def _engine(
                     if isinstance(r, RawExchange):
                         results[j] = spool.put(r) if spool is not None else parse_exchange(flavour, r)
                 unparsed.clear()
-                state["unparsed_bytes"] = 0
+                state.unparsed_bytes = 0
             on_done()
 
     lag: list[float] = []
@@ -296,6 +310,6 @@ async def _engine(
     for t in tasks:  # a bug in a slot must not pass silently
         if not t.cancelled() and t.exception() is not None:
             raise RuntimeError("loadgen slot failed") from t.exception()
-    return _EngineOut(results=results, spool=spool, cpu_s=cpu, lag=lag, max_in_flight=state["max"],
-                      gap_sum=state["gap_sum"], gap_n=state["gap_n"], cancelled=len(active),
+    return _EngineOut(results=results, spool=spool, cpu_s=cpu, lag=lag, max_in_flight=state.max,
+                      gap_sum=state.gap_sum, gap_n=state.gap_n, cancelled=len(active),
                       stopped=stopped)
