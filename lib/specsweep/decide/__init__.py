@@ -71,9 +71,7 @@ from specsweep.decide.profiles import (  # noqa: F401
     DEFAULT_PROFILES,
     SYNTHETIC_KINDS,
     Objective,
-    Outcome,
     Profile,
-    Verdict,
     parse_profile,
 )
 from specsweep.decide.result import (  # noqa: F401
@@ -104,4 +102,10 @@ from specsweep.decide.text import (  # noqa: F401
     _num,
     _pct,
     _range_pct,
+)
+from specsweep.decide.verdicts import (  # noqa: F401
+    DecisionKind,
+    Outcome,
+    Verdict,
+    decision_class,
 )

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Literal
 
+from specsweep.decide.verdicts import DecisionKind
+
 #: what a claim asserts
 ClaimKind = Literal[
     "gain",           # credibly better on ``metric`` at ``levels``
@@ -61,8 +63,8 @@ class Claim:
     sentence: str = ""
     #: the profile the claim belongs to ("" for page-wide claims)
     profile: str = ""
-    #: verdict claims: enable | enable up to X | enable from X | keep off | no measurable difference | not established
-    decision: str = ""
+    #: verdict claims: the decision class (its X, where it has one, is ``at``)
+    decision: DecisionKind | None = None
     #: a point that need not be a tested level (crossover, "up to"), concurrency
     at: float | None = None
     #: the tested levels bounding ``at`` (low, high)

@@ -11,7 +11,7 @@ from specsweep.analyze.compare import ESTIMATED_WAIT, Comparison, curve_crossove
 from specsweep.decide.claims import Claim
 from specsweep.decide.experiments import _where_uncertain
 from specsweep.decide.judge import _bands, _slo_checks, _verdict, judge_levels, wait_metrics
-from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile, Verdict, parse_profile
+from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile, parse_profile
 from specsweep.decide.result import Recommendation
 from specsweep.decide.sentences import (
     _cap_sentences,
@@ -28,6 +28,7 @@ from specsweep.decide.sentences import (
     wait_sentence,
 )
 from specsweep.decide.text import _DECIDING, _band_text, _pct
+from specsweep.decide.verdicts import DecisionKind, Verdict, decision_class
 from specsweep.markup import md_text
 
 
@@ -43,6 +44,11 @@ class Decision:
     from_c: float | None
     #: candidate arms not credibly different from ``arm`` for this profile (``arm`` is the simplest of them)
     tied_with: list[str] = field(default_factory=list)
+
+    @property
+    def decision(self) -> DecisionKind:
+        """The decision class the verdict comes to over ``arm``'s judged levels."""
+        return decision_class(self.verdict, self.judged)
 
 
 def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequence[str] | None = None) -> Decision:
@@ -75,14 +81,15 @@ def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequ
     gains = [i for i, o in enumerate(judged["outcome"]) if o == "gain"]
     losses = [i for i, o in enumerate(judged["outcome"]) if o == "loss"]
     cs = judged["concurrency"].tolist()
-    if verdict in ("enable_up_to", "enable_from"):
+    if verdict in (Verdict.ENABLE_UP_TO, Verdict.ENABLE_FROM):
         # the same fitted curve the crossover is drawn from, so the headline and the crossover agree
-        i, j = (max(gains), min(losses)) if verdict == "enable_up_to" else (max(losses), min(gains))
-        curve = comp.curve(arm, str(judged["decided_by"].iloc[j if verdict == "enable_up_to" else i]))
+        up = verdict == Verdict.ENABLE_UP_TO
+        i, j = (max(gains), min(losses)) if up else (max(losses), min(gains))
+        curve = comp.curve(arm, str(judged["decided_by"].iloc[j if up else i]))
         x = zero_between(curve, cs[i], cs[j]) if curve is not None else None
         if x is None:  # the deciding curve does not cross 0 between them: say only what was measured
-            x = float(cs[i] if verdict == "enable_up_to" else cs[j])
-        up_to, from_c = (x, None) if verdict == "enable_up_to" else (None, x)
+            x = float(cs[i] if up else cs[j])
+        up_to, from_c = (x, None) if up else (None, x)
     return Decision(verdict, arm, judged, per_arm, up_to, from_c, tied)
 
 
@@ -96,7 +103,8 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     if token_based and not candidates and comp.spec_arms:
         who = ", ".join(md_text(a) for a in refused)
         return Recommendation(
-            profile=profile, verdict="no_verdict", arm=None, up_to_concurrency=None, from_concurrency=None,
+            profile=profile, verdict=Verdict.NO_VERDICT, decision=DecisionKind.NOT_ESTABLISHED, arm=None,
+            up_to_concurrency=None, from_concurrency=None,
             headline=(f"No verdict: the token counts of {who} came from SSE chunks (the server reported none), so "
                       "aggregate throughput, per-user speed and acceptance cannot be trusted for this objective."),
             bands=[], reasons=[], caveats=[], next_experiments=[
@@ -105,7 +113,8 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     if not candidates and comp.controls and not (token_based and refused):
         who = ", ".join(md_text(a) for a in comp.controls)
         return Recommendation(
-            profile=profile, verdict="no_verdict", arm=None, up_to_concurrency=None, from_concurrency=None,
+            profile=profile, verdict=Verdict.NO_VERDICT, decision=DecisionKind.NOT_ESTABLISHED, arm=None,
+            up_to_concurrency=None, from_concurrency=None,
             headline=(f"No verdict: every arm besides the baseline is a control arm ({who}), configured like the "
                       "baseline; its difference from the baseline measures noise and drift, not a configuration."),
             bands=[], reasons=[], caveats=drift_sentences(comp), next_experiments=[
@@ -131,7 +140,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
                            fallback_metric=fallback, profile=profile.name)
     claims: list[Claim] = [head_claim]
     headline = head_claim.sentence
-    if verdict == "disable" and not losses:
+    if verdict == Verdict.DISABLE and not losses:
         deciding = "output_tok_s" if profile.objective == "throughput" else comp.user_metric
         headline = headline.rstrip(".") + _no_difference_size(comp, arm, deciding) + "."
     if profile.objective == "latency":
@@ -220,7 +229,8 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         experiments.append("Re-measure with specsweep's sweep to get per-request samples (TTFT, TPOT, end-to-end "
                            "percentiles) and the server's running-request and acceptance gauges per level.")
     return Recommendation(
-        profile=profile, verdict=verdict, arm=arm if verdict != "disable" else None,
+        profile=profile, verdict=verdict, decision=d.decision,
+        arm=arm if verdict != Verdict.DISABLE else None,
         up_to_concurrency=up_to, from_concurrency=from_c, headline=headline,
         bands=_bands(judged, arm, label), reasons=reasons, caveats=_caveats(comp, profile, [arm]),
         next_experiments=experiments,

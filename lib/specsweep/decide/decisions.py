@@ -35,9 +35,8 @@ from typing import Any
 from specsweep.analyze.compare import Comparison, compare
 from specsweep.decide import DEFAULT_PROFILES, decide, parse_profile, recommend
 from specsweep.decide.judge import _verdict
+from specsweep.decide.verdicts import DecisionKind, Verdict, decision_class
 from specsweep.results.store import load_result_sets
-
-CLASSES = ("enable", "enable up to X", "enable from X", "keep off", "no measurable difference", "not established")
 
 
 @dataclass(frozen=True)
@@ -47,31 +46,20 @@ class DecisionRow:
     ``arm`` by the judgement (same class, same outcome per level)."""
 
     profile: str
-    decision: str
+    decision: DecisionKind
     arm: str | None
     x: float | None = None
     bracket: tuple[int, int] | None = None
     tied: tuple[str, ...] = field(default_factory=tuple)
     outcomes: tuple[tuple[int, str], ...] = field(default_factory=tuple)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "decision", DecisionKind(self.decision))
+
     def text(self) -> str:
         """The decision in words, e.g. ``enable up to 49 (between 32 and 64)``."""
-        if self.x is None:
-            return self.decision
-        where = f" (between {self.bracket[0]} and {self.bracket[1]})" if self.bracket else ""
-        return self.decision.replace("X", f"{self.x:.0f}") + where
-
-
-def _class(verdict: str, outcomes: Sequence[str]) -> str:
-    if verdict == "enable":
-        return "enable"
-    if verdict == "enable_up_to":
-        return "enable up to X"
-    if verdict == "enable_from":
-        return "enable from X"
-    if verdict == "disable":
-        return "keep off" if "loss" in outcomes else "no measurable difference"
-    return "not established"
+        where = f" (between {self.bracket[0]} and {self.bracket[1]})" if self.bracket and self.x is not None else ""
+        return self.decision.words(self.x) + where
 
 
 def _bracket(levels: Sequence[int], x: float | None) -> tuple[int, int] | None:
@@ -86,14 +74,14 @@ def decision_row(comp: Comparison, profile: dict[str, Any]) -> DecisionRow:
     """The decision of one profile, as the report's recommendation makes it."""
     prof = parse_profile(profile)
     rec = recommend(comp, prof)
-    if rec.verdict == "no_verdict":
-        return DecisionRow(prof.name, "not established", None)
+    if rec.verdict == Verdict.NO_VERDICT:
+        return DecisionRow(prof.name, DecisionKind.NOT_ESTABLISHED, None)
     d = decide(comp, prof)
     outcomes = tuple((int(c), str(o)) for c, o in zip(d.judged["concurrency"], d.judged["outcome"]))
-    cls = _class(rec.verdict, [o for _, o in outcomes])
-    arm = d.arm if rec.verdict != "disable" else None
-    x = rec.up_to_concurrency if rec.verdict == "enable_up_to" else rec.from_concurrency
-    tied = tuple(a for a, j in d.per_arm.items() if a != d.arm and _class(_verdict(j)[0], list(j["outcome"])) == cls
+    cls = decision_class(rec.verdict, d.judged)
+    arm = d.arm if rec.verdict != Verdict.DISABLE else None
+    x = rec.decision_at
+    tied = tuple(a for a, j in d.per_arm.items() if a != d.arm and decision_class(_verdict(j)[0], j) == cls
                  and tuple(zip(j["concurrency"].astype(int), j["outcome"].astype(str))) == outcomes)
     return DecisionRow(prof.name, cls, arm, x, _bracket([c for c, _ in outcomes], x), tied, outcomes)
 

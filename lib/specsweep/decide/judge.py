@@ -8,9 +8,10 @@ from typing import Any
 import pandas as pd
 
 from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, records
-from specsweep.decide.profiles import Profile, Verdict
+from specsweep.decide.profiles import Profile
 from specsweep.decide.result import Band
 from specsweep.decide.text import _band_text, _fit, _range_pct
+from specsweep.decide.verdicts import Verdict
 
 
 def _sign(row: pd.Series | dict[str, Any] | None, min_effect: float) -> int:
@@ -251,21 +252,21 @@ def _verdict(judged: pd.DataFrame) -> tuple[Verdict, float | None, float | None]
     cs = judged["concurrency"].tolist()
     margins = judged["margin"].tolist()
     if not outs:
-        return "disable", None, None
+        return Verdict.DISABLE, None, None
     if "loss" not in outs:
-        return ("enable", None, None) if "gain" in outs else ("disable", None, None)
+        return (Verdict.ENABLE, None, None) if "gain" in outs else (Verdict.DISABLE, None, None)
     if "gain" not in outs:
-        return "disable", None, None
+        return Verdict.DISABLE, None, None
     gains = [i for i, o in enumerate(outs) if o == "gain"]
     losses = [i for i, o in enumerate(outs) if o == "loss"]
     if max(gains) < min(losses):
         # only neutral levels can lie between the last gain and the first loss: X is where the
         # deciding margin crosses zero just before that loss
-        return "enable_up_to", _crossing(cs, margins, min(losses) - 1), None
+        return Verdict.ENABLE_UP_TO, _crossing(cs, margins, min(losses) - 1), None
     if max(losses) < min(gains):
         j = min(gains)
-        return "enable_from", None, _crossing(cs, margins, j - 1)
-    return "mixed", None, None
+        return Verdict.ENABLE_FROM, None, _crossing(cs, margins, j - 1)
+    return Verdict.MIXED, None, None
 
 
 def _levels_of(judged: pd.DataFrame, outcome: str, rule: str | None = "any") -> list[int]:

@@ -1,4 +1,4 @@
-"""What a recommendation is: its verdict, bands of levels, reasons, caveats and next experiments."""
+"""What a recommendation is: its verdict and decision, bands of levels, reasons, caveats and next experiments."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from specsweep.decide.claims import Claim
-from specsweep.decide.profiles import Outcome, Profile, Verdict
+from specsweep.decide.profiles import Profile
 from specsweep.decide.text import _DECIDING, _pct
+from specsweep.decide.verdicts import DecisionKind, Outcome, Verdict
 from specsweep.markup import md_text
 
 
@@ -35,6 +36,8 @@ class Recommendation:
 
     profile: Profile
     verdict: Verdict
+    #: the decision class the verdict comes to (:func:`specsweep.decide.verdicts.decision_class`)
+    decision: DecisionKind
     arm: str | None
     up_to_concurrency: float | None
     from_concurrency: float | None
@@ -51,13 +54,14 @@ class Recommendation:
     claims: list[Claim] = field(default_factory=list)
 
     @property
-    def decision(self) -> str:
-        """The decision class: enable / enable up to X / enable from X / keep off / no measurable
-        difference / not established."""
-        verdict = [c for c in self.claims if c.kind == "verdict"]
-        if verdict:
-            return verdict[0].decision
-        return "not established" if self.verdict in ("no_verdict", "mixed") else self.verdict
+    def decision_at(self) -> float | None:
+        """The X of 'enable up to X' or 'enable from X' (concurrent requests); None for other decisions."""
+        return self.up_to_concurrency if self.up_to_concurrency is not None else self.from_concurrency
+
+    @property
+    def decision_words(self) -> str:
+        """The decision as the page prints it ('enable up to 37', 'keep off')."""
+        return self.decision.words(self.decision_at)
 
     @property
     def shown_metrics(self) -> set[str]:
@@ -81,7 +85,7 @@ class Recommendation:
         lines = [f"### {md_text(self.profile.name)}", "", f"**{self.headline}**", ""]
         if self.profile.description:
             lines += [f"*{md_text(self.profile.description)}*", ""]
-        if not self.levels.empty and self.arm is not None or (not self.levels.empty and self.verdict == "disable"):
+        if not self.levels.empty and self.arm is not None or (not self.levels.empty and self.verdict == Verdict.DISABLE):
             lv = self.levels[self.levels["arm"] == (self.arm or self.levels["arm"].iloc[0])]
             lines += ["| concurrency | outcome | decided by | deciding Δ [95% band] | aggregate Δ [95% band] | per-user Δ |",
                       "|---|---|---|---|---|---|"]

@@ -9,8 +9,9 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison, info, smallest_detectable_pct
 from specsweep.decide.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
 from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
-from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile, Verdict
+from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile
 from specsweep.decide.text import _DECIDING, WAIT_WORDS, _band_text, _levels_text, _num
+from specsweep.decide.verdicts import Verdict, decision_class
 from specsweep.markup import md_text
 
 
@@ -90,27 +91,6 @@ def _user_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
     return text, clauses
 
 
-#: the decision class a verdict is shown as on the first screen and in the summary
-DECISION_CLASSES: tuple[str, ...] = ("enable", "enable up to X", "enable from X", "keep off",
-                                     "no measurable difference", "not established")
-
-
-def decision_class(verdict: Verdict, judged: pd.DataFrame | None, up_to: float | None = None,
-                   from_c: float | None = None) -> str:
-    """The decision as an operator reads it: enable / enable up to X / enable from X / keep off /
-    no measurable difference / not established (X in concurrent requests, rounded)."""
-    has_loss = judged is not None and not judged.empty and (judged["outcome"] == "loss").any()
-    if verdict == "enable":
-        return "enable"
-    if verdict == "enable_up_to":
-        return f"enable up to {up_to:.0f}" if up_to is not None else "enable up to X"
-    if verdict == "enable_from":
-        return f"enable from {from_c:.0f}" if from_c is not None else "enable from X"
-    if verdict == "disable":
-        return "keep off" if has_loss else "no measurable difference"
-    return "not established"
-
-
 def deciding_metric(comp: Comparison, arm: str, judged: pd.DataFrame, i: int, fallback: str) -> str:
     """The metric that decided judged row ``i`` when it is a metric with delta rows, else ``fallback``
     (a rule such as an SLO decided: the SLO's metric is the caller's fallback)."""
@@ -151,22 +131,23 @@ def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame
     """
     gains, losses, flat = (_levels_of(judged, o) for o in ("gain", "loss", "neutral"))
     cs = [int(c) for c in judged["concurrency"]]
-    decision = decision_class(verdict, judged, up_to, from_c)
+    decision = decision_class(verdict, judged)
+    point = up_to if verdict == Verdict.ENABLE_UP_TO else from_c if verdict == Verdict.ENABLE_FROM else None
 
     def at(cs: list[int]) -> str:
         return ", ".join(map(str, cs))
 
     # the metric the decisive levels were decided by (the gains for enable, the losses for keep off)
-    key = "gain" if verdict == "enable" else "loss" if losses else "neutral"
+    key = "gain" if verdict == Verdict.ENABLE else "loss" if losses else "neutral"
     decisive = [deciding_metric(comp, arm, judged, i, fallback_metric) if comp is not None else fallback_metric
                 for i, o in enumerate(judged["outcome"]) if o == key]
     main_metric = max(dict.fromkeys(decisive), key=decisive.count) if decisive else fallback_metric
 
-    def claim(text: str, metric: str = main_metric, levels: Sequence[int] = (), **kw: object) -> Claim:
-        return Claim(kind="verdict", arm=arm, metric=metric, levels=tuple(levels or cs), sentence=text,
-                     credible=bool(gains or losses), profile=profile, decision=decision, **kw)  # type: ignore[arg-type]
+    def claim(text: str, metric: str = main_metric, bounds: tuple[int, int] | None = None) -> Claim:
+        return Claim(kind="verdict", arm=arm, metric=metric, levels=tuple(cs), sentence=text,
+                     credible=bool(gains or losses), profile=profile, decision=decision, at=point, bounds=bounds)
 
-    if verdict == "enable" and slo:
+    if verdict == Verdict.ENABLE and slo:
         kept = _levels_of(judged, "gain", "arm meets the SLOs, the baseline does not")
         both = [c for c in gains if c not in kept]
         parts = []
@@ -181,12 +162,12 @@ def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame
         if rest:
             parts.append(f"no measurable difference at {at(rest)}")
         return claim(f"Enable {label}: " + "; ".join(parts) + ".")
-    if verdict == "enable":
+    if verdict == Verdict.ENABLE:
         if not flat:
             return claim(f"Enable {label}: it wins on {criterion} at every tested concurrency in {span}.")
         return claim(f"Enable {label}: it wins on {criterion} at concurrency {at(gains)} and makes no measurable "
                      f"difference at {at(flat)}.")
-    if verdict == "disable":
+    if verdict == Verdict.DISABLE:
         if not losses:
             return claim(f"No measurable difference on {criterion} across concurrency {span}: keep speculation off "
                          "unless more data shows a gain.")
@@ -194,17 +175,17 @@ def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame
             return claim(f"Keep speculation off: it loses on {criterion} at every tested concurrency in {span}.")
         return claim(f"Keep speculation off: it loses on {criterion} at concurrency {at(losses)} and makes no "
                      f"measurable difference at {at(flat)}.")
-    if verdict in ("enable_up_to", "enable_from") and comp is not None:
-        x = float(up_to if verdict == "enable_up_to" else from_c)  # type: ignore[arg-type]
-        j = cs.index(min(losses)) if verdict == "enable_up_to" else cs.index(max(losses))
+    if point is not None and comp is not None:
+        x = float(point)
+        j = cs.index(min(losses)) if verdict == Verdict.ENABLE_UP_TO else cs.index(max(losses))
         metric = deciding_metric(comp, arm, judged, j, fallback_metric)
         where, bounds = _point_text(comp, arm, metric, cs, x)
-        if verdict == "enable_up_to":
+        if verdict == Verdict.ENABLE_UP_TO:
             text = (f"Enable {label} up to {where}; above that it loses on {criterion.split(' under')[0]} — keep it "
                     "off there (or route high-concurrency traffic to a pool without it).")
         else:
             text = f"Enable {label} from {where} up; below that it loses on {criterion}."
-        return claim(text, metric, at=x, bounds=bounds)
+        return claim(text, metric, bounds=bounds)
     return claim(f"Mixed: {label} wins on {criterion} at concurrency {at(gains)} and loses at {at(losses)}; "
                  "no single range is established — see the levels.")
 
