@@ -10,8 +10,29 @@ import pandas as pd
 from specsweep.decide.claims import Claim
 from specsweep.decide.profiles import Profile
 from specsweep.decide.text import _DECIDING, _pct
-from specsweep.decide.verdicts import DecisionKind, Outcome, Verdict
+from specsweep.decide.verdicts import DecisionKind, Outcome, Verdict, decision_class
 from specsweep.markup import md_text
+
+
+@dataclass
+class Decision:
+    """The judgement behind a recommendation, without its sentences: the verdict over the profile's
+    range for the arm chosen, every candidate's judged levels, and X (concurrent requests) of an
+    'enable up to / from X'."""
+
+    verdict: Verdict
+    arm: str
+    judged: pd.DataFrame
+    per_arm: dict[str, pd.DataFrame]
+    up_to: float | None
+    from_c: float | None
+    #: candidate arms not credibly different from ``arm`` for this profile (``arm`` is the simplest of them)
+    tied_with: list[str] = field(default_factory=list)
+
+    @property
+    def decision(self) -> DecisionKind:
+        """The decision class the verdict comes to over ``arm``'s judged levels."""
+        return decision_class(self.verdict, self.judged)
 
 
 @dataclass

@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, info, smallest_detectable_pct
+from specsweep.analyze.compare import ESTIMATED_WAIT, Comparison, info, smallest_detectable_pct
 from specsweep.decide.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
 from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
 from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile
+from specsweep.decide.result import Decision
 from specsweep.decide.text import _DECIDING, WAIT_WORDS, _band_text, _levels_text, _num
+from specsweep.decide.ties import tie_sentence
 from specsweep.decide.verdicts import Verdict, decision_class
 from specsweep.markup import md_text
 
@@ -123,71 +126,210 @@ def _point_text(comp: Comparison, arm: str, metric: str, cs: Sequence[int], x: f
 
 def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame, span: str,
               up_to: float | None, from_c: float | None, slo: str | None, *, comp: Comparison | None = None,
-              arm: str = "", fallback_metric: str = "output_tok_s", profile: str = "") -> Claim:
+              arm: str = "", fallback_metric: str = "output_tok_s", profile: str = "",
+              where: str = "every tested concurrency", noise_metric: str | None = None) -> Claim:
     """The verdict's headline as a claim: its decision class, the deciding metric, the levels it names.
 
+    ``criterion`` is what the profile judges on, without its SLO (``slo``: the SLOs' names, or None);
+    ``where`` names the levels of a verdict that holds at all of them; with ``noise_metric`` a 'no
+    measurable difference' says the smallest difference that metric's data could detect.
     "Up to / from about X" names the tested levels bounding X and shows the deciding metric's Δ
     with its band at both (X itself need not have been measured).
     """
-    gains, losses, flat = (_levels_of(judged, o) for o in ("gain", "loss", "neutral"))
+    gains, losses = _levels_of(judged, "gain"), _levels_of(judged, "loss")
     cs = [int(c) for c in judged["concurrency"]]
-    decision = decision_class(verdict, judged)
     point = up_to if verdict == Verdict.ENABLE_UP_TO else from_c if verdict == Verdict.ENABLE_FROM else None
+    full = criterion + (" under the SLO" if slo else "")
 
-    def at(cs: list[int]) -> str:
-        return ", ".join(map(str, cs))
+    def claim(text: str, metric: str | None = None, bounds: tuple[int, int] | None = None) -> Claim:
+        return Claim(kind="verdict", arm=arm, metric=metric or _headline_metric(comp, arm, verdict, judged, fallback_metric),
+                     levels=tuple(cs), sentence=text, credible=bool(gains or losses), profile=profile,
+                     decision=decision_class(verdict, judged), at=point, bounds=bounds)
 
-    # the metric the decisive levels were decided by (the gains for enable, the losses for keep off)
-    key = "gain" if verdict == Verdict.ENABLE else "loss" if losses else "neutral"
-    decisive = [deciding_metric(comp, arm, judged, i, fallback_metric) if comp is not None else fallback_metric
-                for i, o in enumerate(judged["outcome"]) if o == key]
-    main_metric = max(dict.fromkeys(decisive), key=decisive.count) if decisive else fallback_metric
-
-    def claim(text: str, metric: str = main_metric, bounds: tuple[int, int] | None = None) -> Claim:
-        return Claim(kind="verdict", arm=arm, metric=metric, levels=tuple(cs), sentence=text,
-                     credible=bool(gains or losses), profile=profile, decision=decision, at=point, bounds=bounds)
-
-    if verdict == Verdict.ENABLE and slo:
-        kept = _levels_of(judged, "gain", "arm meets the SLOs, the baseline does not")
-        both = [c for c in gains if c not in kept]
-        parts = []
-        if kept:
-            parts.append(f"it keeps the SLO ({slo}) where the baseline does not (concurrency {at(kept)})")
-        if both:
-            parts.append(f"it delivers more aggregate throughput where both keep it ({at(both)})")
-        neither = _levels_of(judged, "neutral", "both break an SLO")
-        if neither:
-            parts.append(f"neither arm keeps it at {at(neither)}")
-        rest = [c for c in flat if c not in neither]
-        if rest:
-            parts.append(f"no measurable difference at {at(rest)}")
-        return claim(f"Enable {label}: " + "; ".join(parts) + ".")
-    if verdict == Verdict.ENABLE:
-        if not flat:
-            return claim(f"Enable {label}: it wins on {criterion} at every tested concurrency in {span}.")
-        return claim(f"Enable {label}: it wins on {criterion} at concurrency {at(gains)} and makes no measurable "
-                     f"difference at {at(flat)}.")
-    if verdict == Verdict.DISABLE:
-        if not losses:
-            return claim(f"No measurable difference on {criterion} across concurrency {span}: keep speculation off "
-                         "unless more data shows a gain.")
-        if not flat:
-            return claim(f"Keep speculation off: it loses on {criterion} at every tested concurrency in {span}.")
-        return claim(f"Keep speculation off: it loses on {criterion} at concurrency {at(losses)} and makes no "
-                     f"measurable difference at {at(flat)}.")
     if point is not None and comp is not None:
-        x = float(point)
-        j = cs.index(min(losses)) if verdict == Verdict.ENABLE_UP_TO else cs.index(max(losses))
-        metric = deciding_metric(comp, arm, judged, j, fallback_metric)
-        where, bounds = _point_text(comp, arm, metric, cs, x)
+        metric = deciding_metric(comp, arm, judged, cs.index(min(losses) if verdict == Verdict.ENABLE_UP_TO
+                                                              else max(losses)), fallback_metric)
+        at, bounds = _point_text(comp, arm, metric, cs, point)
         if verdict == Verdict.ENABLE_UP_TO:
-            text = (f"Enable {label} up to {where}; above that it loses on {criterion.split(' under')[0]} — keep it "
-                    "off there (or route high-concurrency traffic to a pool without it).")
-        else:
-            text = f"Enable {label} from {where} up; below that it loses on {criterion}."
-        return claim(text, metric, bounds=bounds)
-    return claim(f"Mixed: {label} wins on {criterion} at concurrency {at(gains)} and loses at {at(losses)}; "
+            return claim(f"Enable {label} up to {at}; above that it loses on {criterion} — keep it off there (or "
+                         "route high-concurrency traffic to a pool without it).", metric, bounds)
+        return claim(f"Enable {label} from {at} up; below that it loses on {full}.", metric, bounds)
+    if verdict == Verdict.ENABLE and slo:
+        return claim(_slo_enable_text(label, slo, judged))
+    if verdict == Verdict.ENABLE:
+        return claim(_range_text(f"Enable {label}: it wins on {full}", gains, _levels_of(judged, "neutral"), where, span))
+    if verdict == Verdict.DISABLE and not losses:
+        size = _no_difference_size(comp, arm, noise_metric) if comp is not None and noise_metric else ""
+        return claim(f"No measurable difference on {full} across concurrency {span}: keep speculation off unless "
+                     f"more data shows a gain{size}.")
+    if verdict == Verdict.DISABLE:
+        return claim(_range_text(f"Keep speculation off: it loses on {full}", losses, _levels_of(judged, "neutral"),
+                                 where, span))
+    return claim(f"Mixed: {label} wins on {full} at concurrency {_at(gains)} and loses at {_at(losses)}; "
                  "no single range is established — see the levels.")
+
+
+def _at(cs: Sequence[int]) -> str:
+    return ", ".join(map(str, cs))
+
+
+def _headline_metric(comp: Comparison | None, arm: str, verdict: Verdict, judged: pd.DataFrame, fallback: str) -> str:
+    """The metric most of the decisive levels were decided by: the gains for enable, the losses for
+    keep off, the neutral levels for no measurable difference (``fallback`` without a comparison)."""
+    key = "gain" if verdict == Verdict.ENABLE else "loss" if (judged["outcome"] == "loss").any() else "neutral"
+    decisive = [deciding_metric(comp, arm, judged, i, fallback) if comp is not None else fallback
+                for i, o in enumerate(judged["outcome"]) if o == key]
+    return max(dict.fromkeys(decisive), key=decisive.count) if decisive else fallback
+
+
+def _range_text(head: str, decisive: Sequence[int], flat: Sequence[int], where: str, span: str) -> str:
+    """'<head> at every tested concurrency in 1–64.', or '<head> at concurrency 1, 4 and makes no
+    measurable difference at 16.' where some levels (``flat``) are neutral."""
+    if not flat:
+        return f"{head} at {where} in {span}."
+    return f"{head} at concurrency {_at(decisive)} and makes no measurable difference at {_at(flat)}."
+
+
+def _slo_enable_text(label: str, slo: str, judged: pd.DataFrame) -> str:
+    """The headline of 'enable' under an SLO: where only the arm keeps it, where both do, where neither."""
+    gains = _levels_of(judged, "gain")
+    kept = _levels_of(judged, "gain", "arm meets the SLOs, the baseline does not")
+    both = [c for c in gains if c not in kept]
+    neither = _levels_of(judged, "neutral", "both break an SLO")
+    rest = [c for c in _levels_of(judged, "neutral") if c not in neither]
+    parts = []
+    if kept:
+        parts.append(f"it keeps the SLO ({slo}) where the baseline does not (concurrency {_at(kept)})")
+    if both:
+        parts.append(f"it delivers more aggregate throughput where both keep it ({_at(both)})")
+    if neither:
+        parts.append(f"neither arm keeps it at {_at(neither)}")
+    if rest:
+        parts.append(f"no measurable difference at {_at(rest)}")
+    return f"Enable {label}: " + "; ".join(parts) + "."
+
+
+def criterion_text(comp: Comparison, profile: Profile, arm: str) -> str:
+    """What a profile judges on, as its headline says it (without its SLO)."""
+    if profile.objective == "throughput":
+        return "aggregate throughput"
+    if profile.objective == "balanced":
+        return f"per-user speed at no more than {profile.max_throughput_loss_pct:g}% aggregate loss"
+    waits = ("end-to-end time, a Little's-law estimate" if wait_metrics(comp, arm) == [ESTIMATED_WAIT]
+             else "TTFT, end-to-end time")
+    return f"what a user waits for ({waits}), weighed against per-user speed"
+
+
+def headline_sentences(comp: Comparison, profile: Profile, d: Decision, metric: str) -> tuple[str, list[Claim]]:
+    """The headline of a profile's recommendation and the claims it states: the verdict (``metric``: the
+    profile's deciding metric where no level names one), then what a user waits for (latency) or the
+    aggregate Δ, the levels only one arm measured, and a warning where each level ran once."""
+    label = md_text(d.arm)  # prose names arms by their short name; the label is given once, in Setup
+    cs = d.judged["concurrency"].tolist()
+    checks = _slo_checks(profile, comp)
+    one_side = [f"{', '.join(map(str, v))} ({'only ' + label if k == 'arm' else 'only the baseline'})"
+                for k, v in comp.unshared_levels(d.arm).items() if v]
+    head = _headline(d.verdict, label, criterion_text(comp, profile, d.arm), d.judged,
+                     f"{cs[0]}–{cs[-1]}" if len(cs) > 1 else f"{cs[0]}", d.up_to, d.from_c,
+                     " and ".join(c[0] for c in checks) if checks else None, comp=comp, arm=d.arm,
+                     fallback_metric=metric, profile=profile.name,
+                     where="every level both arms measured" if one_side else "every tested concurrency",
+                     noise_metric="output_tok_s" if profile.objective == "throughput" else comp.user_metric)
+    parts, claims = [head.sentence], [head]
+    if profile.objective == "latency":
+        note, note_claims = _wait_note(comp, d.arm, d.judged, profile.min_effect_pct, profile.name)
+        claims += note_claims
+        if note:
+            parts.append(wait_sentence(label, note))
+    else:
+        parts.append(aggregate_quote(comp, d.arm, [int(c) for c in cs]))
+    if one_side:
+        parts.append("Not compared at " + " and ".join(one_side) + ": measured on one arm only.")
+    if comp.single_run():
+        parts.append("One run per level: repeat each level (repeats=3) before relying on this.")
+    return " ".join(parts), claims
+
+
+def withheld_sentences(comp: Comparison, why: Literal["chunks", "controls"],
+                       refused: Sequence[str]) -> tuple[str, list[str], list[str]]:
+    """(headline, caveats, next experiments) of a profile no arm can be judged for: the token counts of
+    the ``refused`` arms came from SSE chunks (``chunks``), or every arm besides the baseline is a control."""
+    if why == "chunks":
+        who = ", ".join(md_text(a) for a in refused)
+        return ((f"No verdict: the token counts of {who} came from SSE chunks (the server reported none), so "
+                 "aggregate throughput, per-user speed and acceptance cannot be trusted for this objective."), [],
+                ["Re-measure with a server (or API flavour) that reports token counts (usage with "
+                 "continuous_usage_stats, or SGLang meta_info)."])
+    who = ", ".join(md_text(a) for a in comp.controls)
+    return ((f"No verdict: every arm besides the baseline is a control arm ({who}), configured like the "
+             "baseline; its difference from the baseline measures noise and drift, not a configuration."),
+            drift_sentences(comp), ["Add the configuration to compare as another arm of the study."])
+
+
+def reason_sentences(comp: Comparison, profile: Profile, d: Decision) -> tuple[list[str], list[Claim], Claim | None]:
+    """The reasons of a profile's recommendation in order, the claims they state, and the advice (a
+    configuration change to test) the cap sentences lead to, if any."""
+    arm, judged, label, effect = d.arm, d.judged, md_text(d.arm), profile.min_effect_pct
+    thr_text, thr_claims = _throughput_sentence(comp, arm, label, judged, effect, profile.name)
+    user_text, user_claims = _user_sentence(comp, arm, label, judged, effect, profile.name)
+    reasons = [r for r in (thr_text, user_text) if r]
+    reasons += objective_reasons(comp, profile, arm, judged) + failed_level_reasons(label, judged)
+    reasons += _slo_sentences(comp, profile, arm, label, judged)
+    cap_claims, advice = _cap_sentences(comp, arm, label, judged, effect, profile.name)
+    reasons += [c.sentence for c in cap_claims]
+    if d.tied_with:
+        reasons.append(tie_sentence(comp, arm, d.tied_with, d.verdict))
+    others = [a for a in d.per_arm if a != arm and a not in d.tied_with]
+    if others:
+        reasons.append("Other arms scored lower for this profile: " + ", ".join(
+            f"{md_text(a)} (mean deciding delta {pct(d.per_arm[a]['margin'].mean())})" for a in others) + ".")
+    return reasons, thr_claims + user_claims + cap_claims, advice
+
+
+def objective_reasons(comp: Comparison, profile: Profile, arm: str, judged: pd.DataFrame) -> list[str]:
+    """What the profile's objective weighs, and for a latency profile what it costs in capacity."""
+    if profile.objective == "latency":
+        return _latency_reasons(comp, arm, judged, profile.min_effect_pct)
+    if profile.objective == "throughput" and _slo_checks(profile, comp):
+        return ["Under an SLO, what counts is the aggregate throughput a configuration delivers while it "
+                "keeps the SLO; a level where only one arm keeps it goes to that arm if the difference in the "
+                "SLO's metric is credible."]
+    if profile.objective == "throughput":
+        return ["For batch or offline work, aggregate throughput (tokens per GPU-second) is what counts; "
+                "per-request speed does not."]
+    return [f"Balanced: per-user speed should improve while aggregate throughput drops by at most "
+            f"{profile.max_throughput_loss_pct:g}%."]
+
+
+def _latency_reasons(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: float) -> list[str]:
+    """How a latency profile judges a level, how the wait is estimated without percentiles, and the
+    capacity the arm costs where its aggregate throughput is lowest."""
+    waits = wait_metrics(comp, arm)
+    names = ", ".join(_deciding_word(comp, m) for m in waits)
+    out = [f"Latency-sensitive use is judged on the whole wait — {names} — and on per-user speed: a level "
+           "is lost where any wait is credibly longer (for TTFT: by more than the minimum effect as a share "
+           "of the baseline's end-to-end time), won where per-user speed (or a wait) is credibly better and "
+           "no wait's fitted increase outweighs the per-user gain. The table names the metric that decided "
+           "each level."]
+    if waits == [ESTIMATED_WAIT]:
+        out.append("These data have no latency percentiles, so the wait is estimated by Little's law (see the "
+                   "glossary): mean request time = concurrency × output tokens ÷ aggregate tok/s. It is an "
+                   "estimate, and at the same concurrency it moves exactly inversely to aggregate throughput.")
+    worst = judged[(judged["aggregate_delta_pct"] < -min_effect) & (judged["aggregate_delta_pct"] > -100)]
+    if len(worst):
+        r = worst.loc[worst["aggregate_delta_pct"].idxmin()]
+        need = 1.0 / (1.0 + r["aggregate_delta_pct"] / 100.0)
+        out.append(f"The price is capacity: at concurrency {int(r['concurrency'])} the same hardware delivers "
+                   f"{-r['aggregate_delta_pct']:.0f}% less aggregate throughput, so serving the same token rate there "
+                   f"would need about {need:.1f}× the servers.")
+    return out
+
+
+def failed_level_reasons(label: str, judged: pd.DataFrame) -> list[str]:
+    """One sentence per level the arm lost by a rule: no successful requests, no per-user figure, more failures."""
+    failed = judged[judged["rule"].isin(["no successful requests", "no per-user figure"])
+                    | judged["rule"].fillna("").str.startswith("fails more requests")]
+    return [f"At concurrency {row.concurrency} {label} counts as a loss: {row.rule}." for row in failed.itertuples()]
 
 
 #: a running-request figure below this share of the cap counts as "well below" it (estimate and gauge alike)

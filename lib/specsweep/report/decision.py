@@ -38,6 +38,8 @@ class DecisionRow:
     tested: str
     #: the deciding metric and its measured Δ with the 95 % band, where it decides
     deciding: str
+    #: the deciding metric's name ('' where no one metric decides)
+    deciding_metric: str
     #: how many of the judged levels are credible (the page-wide part, :func:`stability`, is said once under the table)
     stability: str
     #: arms not credibly different from ``arm`` for this profile (``arm`` is the simplest of them)
@@ -89,36 +91,40 @@ def _verdict_claim(rec: Recommendation) -> Claim | None:
     return next((c for c in rec.claims if c.kind == "verdict"), None)
 
 
-def _deciding(comp: Comparison, rec: Recommendation) -> str:
-    """The deciding metric's measured Δ and band where it decides: at the levels bounding X, or at the
-    decisive level nearest to 0 (the weakest gain or loss), or the largest Δ when nothing is credible."""
+def _deciding(comp: Comparison, rec: Recommendation) -> tuple[str, str]:
+    """(the deciding metric's name, its measured Δ and band where it decides): at the levels bounding X,
+    or at the decisive level nearest to 0 (the weakest gain or loss), or the largest Δ when nothing is
+    credible; ('', '—') or ('', 'see the levels') where no one metric decides."""
     claim = _verdict_claim(rec)
     if claim is None or rec.levels.empty:
-        return "—"
-    arm = claim.arm
+        return "", "—"
     word = _DECIDING.get(claim.metric, claim.metric)
-    rows = comp.delta_rows(arm, claim.metric)
-    if claim.bounds is not None and claim.bounds[0] != claim.bounds[1]:
-        lo, hi = claim.bounds
-        return f"{word}: {_band_text(rows.get(lo))} at {lo} → {_band_text(rows.get(hi))} at {hi}"
-    lv = rec.levels[rec.levels["arm"] == arm]
+    rows = comp.delta_rows(claim.arm, claim.metric)
+    lv = rec.levels[rec.levels["arm"] == claim.arm]
     want = rec.decision.decisive_outcome
-    if want is None and claim.bounds is not None:  # X at a tested level
-        c = claim.bounds[0]
-        return f"{word}: {_band_text(rows.get(c))} at {c}"
+    if claim.bounds is not None and (claim.bounds[0] != claim.bounds[1] or want is None):
+        lo, hi = claim.bounds
+        if lo == hi:  # X at a tested level
+            return word, f"{word}: {_band_text(rows.get(lo))} at {lo}"
+        return word, f"{word}: {_band_text(rows.get(lo))} at {lo} → {_band_text(rows.get(hi))} at {hi}"
     if want is not None:
-        decisive = lv[lv["outcome"] == want]
-        if decisive.empty:
-            return "—"
-        r = decisive.loc[decisive["deciding_band"].index[
-            decisive["margin"].abs().to_numpy().argmin()]]
-        weakest = "weakest gain" if want == "gain" else "smallest loss"
-        return f"{_DECIDING.get(r['deciding_metric'], r['deciding_metric'])}: {r['deciding_band']} at {int(r['concurrency'])} ({weakest})"
+        return _weakest(lv, want)
     if rec.decision == DecisionKind.NO_DIFFERENCE and rows:
         c = max((c for c in rows if c in set(lv["concurrency"])), key=lambda c: abs(float(rows[c]["delta_pct"])), default=None)
         if c is not None:
-            return f"{word}: {_band_text(rows[c])} at {c} (largest Δ, not credible)"
-    return "see the levels"
+            return word, f"{word}: {_band_text(rows[c])} at {c} (largest Δ, not credible)"
+    return "", "see the levels"
+
+
+def _weakest(levels: pd.DataFrame, want: str) -> tuple[str, str]:
+    """(metric name, its Δ and band) at the decisive level (outcome ``want``) nearest to 0."""
+    decisive = levels[levels["outcome"] == want]
+    if decisive.empty:
+        return "", "—"
+    r = decisive.loc[decisive["deciding_band"].index[decisive["margin"].abs().to_numpy().argmin()]]
+    word = _DECIDING.get(r["deciding_metric"], r["deciding_metric"])
+    weakest = "weakest gain" if want == "gain" else "smallest loss"
+    return word, f"{word}: {r['deciding_band']} at {int(r['concurrency'])} ({weakest})"
 
 
 def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[DecisionRow]:
@@ -140,8 +146,9 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Deci
             enable_at = "—"
         credible = int((lv["outcome"] != "neutral").sum()) if not lv.empty else 0
         levels_note = f"{credible} of {len(cs)} levels credible" if cs else "no levels judged"
+        word, deciding = _deciding(comp, rec)
         out.append(DecisionRow(profile=rec.profile.name, kind=kind, x=rec.decision_at, arm=rec.arm if rec.arm else (claim.arm if claim else None),
-                               enable_at=enable_at, tested=tested, deciding=_deciding(comp, rec),
+                               enable_at=enable_at, tested=tested, deciding=deciding, deciding_metric=word,
                                stability=levels_note, tied_with=tuple(getattr(rec, "tied_with", ()) or ())))
     return out
 
@@ -224,8 +231,7 @@ def verdict_prose(comp: Comparison, recs: Sequence[Recommendation]) -> str:
         lines.append(text + ".")
     groups: dict[tuple[str, str, str], list[DecisionRow]] = {}
     for r in decision_rows(comp, recs):
-        metric = r.deciding.split(":")[0] if ":" in r.deciding else ""
-        groups.setdefault((r.decision, r.arm or "", metric), []).append(r)
+        groups.setdefault((r.decision, r.arm or "", r.deciding_metric), []).append(r)
     for (decision, arm, metric), rows in groups.items():
         who = join_and([md_text(r.profile) for r in rows])
         what = rows[0].kind.words(rows[0].x, arm=md_text(arm), about=True) if arm else decision
