@@ -41,6 +41,8 @@ Everything is re-exported here, so callers keep using ``recommend.<name>``.
 """
 from __future__ import annotations
 
+from specsweep.decide.caps import _cap_sentences, _server_gauge_sentences  # noqa: F401
+from specsweep.decide.caveats import caveat_sentences, drift_sentences  # noqa: F401
 from specsweep.decide.decision import (  # noqa: F401
     Decision,
     decide,
@@ -79,18 +81,14 @@ from specsweep.decide.result import (  # noqa: F401
     Recommendation,
 )
 from specsweep.decide.sentences import (  # noqa: F401
-    _cap_sentences,
-    _caveats,
     _deciding_word,
     _headline,
     _no_difference_size,
-    _server_gauge_sentences,
     _slo_sentences,
     _throughput_sentence,
     _user_sentence,
     _wait_note,
     aggregate_quote,
-    drift_sentences,
     wait_sentence,
 )
 from specsweep.decide.text import (  # noqa: F401

@@ -283,7 +283,7 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
             "latency_wrong_sign", "latency_disagrees"] + [f"false_claim:{nm}" for nm in names]
     counts = dict.fromkeys(keys, 0)
     truth = true_wait_longer(case)
-    from specsweep.decide import drift_sentences
+    from specsweep.decide.caveats import drift_sentences
 
     for _ in range(n):
         comp = compare(draw_study(case, rng), n_boot=0)

@@ -1,4 +1,9 @@
-"""The sentences behind a verdict: headline, throughput and per-user, caps, SLOs, drift, caveats."""
+"""The sentences of a recommendation, rendered from its decision and claims: the headline, the reasons
+(throughput, per-user speed, the objective, SLOs, ties) and the waits a latency verdict weighs.
+
+Each sentence is written once, complete; a claim (:mod:`specsweep.decide.claims`) carries the one it
+states. The caps' sentences are in :mod:`specsweep.decide.caps`, the caveats in :mod:`specsweep.decide.caveats`.
+"""
 from __future__ import annotations
 
 import math
@@ -8,9 +13,11 @@ from typing import Literal
 import pandas as pd
 
 from specsweep.analyze.compare import ESTIMATED_WAIT, Comparison, info, smallest_detectable_pct
+from specsweep.decide.caps import _cap_sentences
+from specsweep.decide.caveats import drift_sentences
 from specsweep.decide.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
 from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
-from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile
+from specsweep.decide.profiles import Profile
 from specsweep.decide.result import Decision
 from specsweep.decide.text import _DECIDING, WAIT_WORDS, _band_text, _levels_text, _num
 from specsweep.decide.ties import tie_sentence
@@ -332,181 +339,6 @@ def failed_level_reasons(label: str, judged: pd.DataFrame) -> list[str]:
     return [f"At concurrency {row.concurrency} {label} counts as a loss: {row.rule}." for row in failed.itertuples()]
 
 
-#: a running-request figure below this share of the cap counts as "well below" it (estimate and gauge alike)
-WELL_BELOW_CAP: float = 0.75
-
-
-def server_kind(meta_server: dict) -> str:
-    """'refserver' for specsweep's simulated reference server, else the server's name ('sglang', 'vllm',
-    'llama.cpp'…; 'sglang' when unnamed, as the seed's tables)."""
-    if meta_server.get("simulated"):
-        return "refserver"
-    return str(meta_server.get("name") or "sglang")
-
-
-def cap_argv(kind: str, n: int) -> tuple[str, ...]:
-    """The server arguments that set the running-request cap to ``n`` on a server ``kind``."""
-    flag = {"vllm": "--max-num-seqs", "llama.cpp": "--parallel", "llamacpp": "--parallel"}.get(kind, "--max-running-requests")
-    return (flag, str(n))
-
-
-def memory_argv(kind: str, fraction: float) -> tuple[str, ...]:
-    """The server arguments that give the speculative server ``fraction`` of GPU memory for weights and KV.
-
-    The embedded reference server takes it as a profile override (its own argparse has no
-    ``--mem-fraction-static``); SGLang as ``--mem-fraction-static``; vLLM as ``--gpu-memory-utilization``.
-    """
-    if kind == "refserver":
-        return ("--set", f"speculative.mem_fraction_static={fraction:.2f}")
-    if kind == "vllm":
-        return ("--gpu-memory-utilization", f"{fraction:.2f}")
-    return ("--mem-fraction-static", f"{fraction:.2f}")
-
-
-def _argv_text(argv: Sequence[str]) -> str:
-    return "`" + " ".join(argv) + "`"
-
-
-def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
-                   min_effect: float, profile: str = "") -> tuple[list[Claim], Claim | None]:
-    """Claims about the arm's running-request cap (each with its sentence), and the advice that would test it."""
-    cap = comp.caps.get(arm)
-    base_cap = comp.caps.get(comp.baseline)
-    losses = judged.loc[judged["aggregate_delta_pct"] < -min_effect, "concurrency"].tolist()
-    max_c = int(comp.levels["concurrency"].max())
-    if cap is None or cap >= max_c or not losses:
-        return [], None
-    above = [int(c) for c in losses if c > cap]
-    if not above:
-        return [], None
-    meta_server = comp.metas[arm].get("server") or {}
-    kind_of_server = server_kind(meta_server)
-    agg = comp.delta_rows(arm, "output_tok_s")
-    out: list[Claim] = [Claim(
-        kind="cap", arm=arm, metric="output_tok_s", levels=tuple(above),
-        values=tuple(float(agg[c]["delta_pct"]) for c in above if c in agg), credible=True, profile=profile,
-        extra={"cap": cap}, sentence=(
-            f"The {label} server ran with max_running_requests = {cap}"
-            + (f" (the baseline's was {base_cap})" if base_cap else " (the baseline set none)")
-            + f", below the {max_c} concurrent requests tested; "
-            + ("every level where its aggregate throughput is lower" if len(above) == len(losses) else "the levels where it is lowest")
-            + f" ({', '.join(map(str, above))}) " + ("lies" if len(above) == len(losses) else "lie")
-            + " above that cap, so the cap is the leading hypothesis for the lower throughput there: "
-            "requests beyond it queue instead of joining the batch."))]
-    lv = comp.arm_levels(arm)
-    measured = lv["decoding_concurrency"] if "decoding_concurrency" in lv and lv["decoding_concurrency"].notna().any() else None
-    col = "decoding_concurrency" if measured is not None else "concurrency_estimate"
-    kind = "measured decoding concurrency" if measured is not None else "estimated effective concurrency"
-    how = "Σ decode time ÷ window" if measured is not None else "aggregate ÷ per-request tok/s"
-    high = lv[lv["concurrency"] >= min(above)]
-    est = high[col].dropna() if col in high else pd.Series(dtype=float)
-    plateau = float(est.median()) if len(est) else math.nan
-    about = (f"{est.min():.0f}" if round(est.min()) == round(est.max()) else f"{est.min():.0f}–{est.max():.0f}") if len(est) else "?"
-    memory_bound = False
-    if not math.isnan(plateau) and plateau < WELL_BELOW_CAP * cap:
-        vals = ", ".join(f"{v:.1f} at {int(c)}" for c, v in zip(lv["concurrency"], lv[col]) if c >= min(above) or v >= 0.75 * plateau)
-        out.append(Claim(kind="cap", arm=arm, metric=col, levels=tuple(int(c) for c in high["concurrency"]),
-                         values=tuple(float(v) for v in high[col]), profile=profile,
-                         extra={"cap": cap, "estimate": plateau, "below": True}, sentence=(
-            f"But the {kind} of {label} ({how}) levels off at about {about} ({vals}), well below the cap of {cap}: "
-            "fewer requests were being served at once than the cap allows, so the cap cannot be the whole story.")))
-        others = []
-        if meta_server.get("mem_fraction_static") is not None:
-            others.append(f"a smaller KV cache (mem_fraction_static {meta_server['mem_fraction_static']:g}"
-                          + (f", draft model {meta_server['draft_memory_gb_per_rank']:g} GB per rank" if meta_server.get("draft_memory_gb_per_rank") else "")
-                          + ") that admits fewer requests")
-        else:
-            others.append("KV-cache or state memory that admits fewer requests than the cap")
-        others.append("the extra draft and verify compute per step once the GPU is saturated")
-        if any("not published" in v for v in (comp.metas[arm].get("metric_definitions") or {}).values()):
-            others.append("the unknown definition of the published per-request metric, which moves this estimate")
-        out.append(Claim(kind="cap", arm=arm, profile=profile, sentence="Other candidates: " + "; ".join(others) + "."))
-        gauge, memory_bound = _server_gauge_sentences(lv, above, cap, label, estimate_below=True, arm=arm, profile=profile)
-        out.extend(gauge)
-        base_lv = comp.arm_levels(comp.baseline)
-        bvals = base_lv[base_lv["concurrency"].isin(above)][col].dropna() if col in base_lv else pd.Series(dtype=float)
-        if len(bvals):
-            out.append(Claim(kind="cap", arm=comp.baseline, metric=col, profile=profile, sentence=(
-                f"For comparison, the baseline reaches {', '.join(f'{v:.0f}' for v in bvals)} at "
-                f"{', '.join(map(str, base_lv[base_lv['concurrency'].isin(above)]['concurrency']))}.")))
-        expect = (f"the {kind} (about {about}) is well below {cap}, so if throughput at "
-                  f"{', '.join(map(str, above))} stays near today's, the cap is not the cause and the limit lies elsewhere")
-        if memory_bound:
-            mf = meta_server.get("mem_fraction_static")
-            target = min(0.95, round(float(mf) + 0.05, 2)) if mf else 0.9
-            argv = memory_argv(kind_of_server, target)
-            return out, Claim(kind="advice", arm=arm, profile=profile, argv=argv, server=kind_of_server, sentence=(
-                f"The cap did not bind — the server's gauges show a full KV pool below it — so give {label} "
-                f"more KV memory rather than a higher cap: re-run it with {_argv_text(argv)}"
-                + (f" (now {mf:g})" if mf else "") + " or a smaller draft configuration, and watch "
-                "the token-usage and running-requests gauges."))
-    else:
-        if not math.isnan(plateau):
-            out.append(Claim(kind="cap", arm=arm, metric=col, levels=tuple(int(c) for c in high["concurrency"]),
-                             values=tuple(float(v) for v in high[col]), profile=profile,
-                             extra={"cap": cap, "estimate": plateau, "below": False}, sentence=(
-                f"The {kind} of {label} ({how}) sits near the cap at those levels (about {about} of {cap}), "
-                "consistent with the cap binding.")))
-        out.extend(_server_gauge_sentences(lv, above, cap, label, estimate_below=False if not math.isnan(plateau) else None,
-                                           arm=arm, profile=profile)[0])
-        expect = "if the cap binds, aggregate throughput above it should rise"
-    argv = cap_argv(kind_of_server, max_c)
-    return out, Claim(kind="advice", arm=arm, profile=profile, argv=argv, server=kind_of_server, levels=tuple(above),
-                      sentence=(f"Re-run {label} with {_argv_text(argv)} to test whether the cap causes the lower "
-                                f"throughput: {expect}. Watch the running and queued request gauges and KV usage "
-                                "during the run."))
-
-
-def _server_gauge_sentences(lv: pd.DataFrame, above: list[int], cap: int, label: str, *,
-                            estimate_below: bool | None = None, arm: str = "",
-                            profile: str = "") -> tuple[list[Claim], bool]:
-    """What the server's own gauges said at the levels above the cap (measured runs only), and
-    whether they show admission limited by memory (running below the cap with a full pool).
-
-    The gauge is said to agree with the estimate only where both put the running requests on the
-    same side of :data:`WELL_BELOW_CAP` × cap; where they differ the sentence says the gauge
-    disagrees and which to believe (the gauge counts what ran; the estimate is a ratio).
-    """
-    out: list[Claim] = []
-    below_cap = full = False
-    high = lv[lv["concurrency"].isin(above)]
-    where = ", ".join(map(str, above))
-    if "server_running_max" in high and high["server_running_max"].notna().any():
-        most = int(high["server_running_max"].max())
-        below_cap = most < cap
-        gauge_low = most < WELL_BELOW_CAP * cap
-        agrees = None if estimate_below is None else gauge_low == estimate_below
-        what = (f"{label} never ran more than {most} requests at once at {where} (running-requests gauge, polled "
-                f"during the levels), " + ("well below" if gauge_low else "below" if below_cap else "at") + f" its cap of {cap}"
-                if below_cap else
-                f"{label} ran up to its cap of {cap} requests at once at {where} (running-requests gauge, polled "
-                "during the levels)")
-        if agrees is None:
-            text = f"The server's own gauge: {what}."
-        elif agrees:
-            text = f"The server's own gauge agrees: {what}."
-        else:
-            text = (f"The server's own gauge disagrees with that estimate: {what}. The gauge counts the requests "
-                    "that ran; the estimate is a ratio of speeds, so trust the gauge"
-                    + (": the cap did bind." if not gauge_low else "."))
-        out.append(Claim(kind="gauge", arm=arm, metric="server_running_max", levels=tuple(above), values=(float(most),),
-                         agrees=agrees, profile=profile, sentence=text,
-                         extra={"gauge_max": most, "cap": cap, "estimate_below": estimate_below}))
-    if "server_kv_usage_max" in high and high["server_kv_usage_max"].notna().any():
-        usage = float(high["server_kv_usage_max"].max())
-        if usage >= 0.9:
-            full = True
-            text = (f"Its KV/token pool was {usage:.0%} full there: memory, not the cap, limited admission."
-                    if below_cap else
-                    f"Its KV/token pool was also {usage:.0%} full there, so lifting the cap alone would soon "
-                    "run into memory.")
-        else:
-            text = f"Its KV/token pool peaked at {usage:.0%} there, so memory did not limit admission."
-        out.append(Claim(kind="gauge", arm=arm, metric="server_kv_usage_max", levels=tuple(above),
-                         values=(usage * 100,), profile=profile, sentence=text))
-    return out, below_cap and full
-
-
 def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, judged: pd.DataFrame) -> list[str]:
     checks = _slo_checks(profile, comp)
     if not checks:
@@ -535,102 +367,6 @@ def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, jud
         out.append(f"So {label} carries {s[1] / b[1]:.2f}× the SLO-compliant throughput of the baseline"
                    + (f" as measured — but at {_levels_text(noisy)} which side of the SLO line a level falls is "
                       "within noise, so this ratio is not established." if noisy else "."))
-    return out
-
-
-def drift_sentences(comp: Comparison) -> list[str]:
-    """What the data say about drift and noise between arms: the sentinel's drift estimate, the
-    control arms' deviation, or (neither, and no interleaved repeats) the risk and how to remove it."""
-    out = []
-    d = comp.drift
-    if d is not None:
-        where = ", ".join(f"{md_text(a)} at {', '.join(str(c) for c in g['concurrency'])}"
-                          for a, g in d.pairs.groupby("arm"))
-        if d.corrected:
-            pct, se = d.total_pct("output_tok_s")
-            minutes = d.span_s / 60
-            what = (f"a drift of {pct:+.1f}% ± {se:.1f}% in aggregate throughput over the study's {minutes:.0f} minutes"
-                    if d.credible() else f"no measurable drift in aggregate throughput ({pct:+.1f}% ± {se:.1f}% over "
-                    f"{minutes:.0f} minutes)")
-            out.append(f"Sentinel runs ({where}, measured again at the end) show {what}; every run was corrected for "
-                       "it, linearly in time, and each band widened by what that correction leaves uncertain.")
-        else:
-            worst = float(d.pairs["delta_pct"].abs().max())
-            out.append(f"Sentinel runs ({where}, measured again at the end) differ from the earlier runs by up to "
-                       f"{worst:.1f}% in aggregate throughput; without timestamps the runs cannot be corrected, so "
-                       "every band is at least that wide.")
-    for a, dev in comp.control_deviation("output_tok_s").items():
-        out.append(f"Control arm {md_text(a)} is configured like the baseline: it differs from it "
-                   f"by up to {dev:.1f}% in aggregate throughput from noise and drift alone. It is never a candidate, "
-                   "every other arm's band is at least as wide as its deviation, and a difference it shows too is "
-                   "not established.")
-    study = comp.metas.get(comp.baseline, {}).get("study") or {}
-    interleaved = isinstance(study, dict) and int(study.get("repeats") or 1) >= 2
-    if d is None and not comp.controls and not interleaved:
-        out.append("The arms were measured one after the other with no sentinel run and no control arm: a slow drift "
-                   "of the machine between them (heat, a noisy neighbour, a growing cache) would read as a difference "
-                   "between the arms. To measure it, re-measure the baseline at one or two levels at the end (a "
-                   "study's sentinel setting) or add a control arm configured like the baseline (control: true); to "
-                   "cancel it, interleave the arms (order: abba, or repeats ≥ 2).")
-    return out
-
-
-def _caveats(comp: Comparison, profile: Profile, arms: Sequence[str]) -> list[str]:
-    out: list[str] = drift_sentences(comp)
-    if comp.single_run():
-        noises = [c.noise for (a, m), c in comp.curves.items() if m == "output_tok_s" and a in arms]
-        if comp.assumed_noise_pct and any(n.startswith("the levels' scatter") for n in noises):
-            out.append(f"One run per level: run-to-run noise cannot be measured, and the levels scatter about a "
-                       f"smooth curve more than the assumed {comp.assumed_noise_pct:g}% per run would explain, so "
-                       "that larger scatter is used (see Definitions) and the bands are wider for it. Ask for 3 runs "
-                       "per level (repeats=3) to measure the noise.")
-        elif comp.assumed_noise_pct:
-            checked = any("too few to check" in n for n in noises)
-            out.append(f"One run per level: run-to-run noise cannot be measured, so {comp.assumed_noise_pct:g}% per "
-                       "run is assumed (for per-request statistics, at least that or the spread of each run's "
-                       "requests)" + ("; with so few levels the data cannot check it against their own scatter" if
-                                      checked else "") + ". Were the real noise larger, the bands would be too narrow. "
-                       "Ask for 3 runs per level (repeats=3) to measure it.")
-        else:
-            out.append("One run per level: run-to-run noise cannot be measured, so it is estimated from the residuals "
-                       "of the fitted curve (and, for per-request statistics, from each run's requests, which cannot "
-                       "see run-to-run variation). Ask for 3 runs per level (repeats=3) to measure it.")
-    unclear: dict[tuple[str, str], list[str]] = {}
-    for a in comp.arms:
-        for col, text in (comp.metas[a].get("metric_definitions") or {}).items():
-            if "not published" in text or "unknown" in text:
-                unclear.setdefault((col, text), []).append(a)
-    for (col, text), who in unclear.items():
-        whose = "all arms" if len(who) == len(comp.arms) else "arm " + ", ".join(f"'{a}'" for a in who)
-        name = info(col).label[0].lower() + info(col).label[1:]
-        out.append(f"The definition of {name} was not fully published for {whose} (see Definitions), so compare "
-                   "it with other tools' figures with care.")
-    kind = comp.workload.get("kind")
-    if kind in SYNTHETIC_KINDS:
-        out.append(f"Prompts were synthetic token IDs ('{kind}') with a fixed output length. Speculative acceptance on such "
-                   "prompts is not representative of real traffic — it is often inflated, because degenerate, repetitive "
-                   "continuations are easy to draft — so gains on real prompts can be smaller.")
-    for a in arms:
-        m = comp.metas[a]
-        seen = (m.get("server") or {}).get("observed_accept_length")
-        if seen:
-            out.append(f"Arm '{a}': the only acceptance-length figure is {seen:.2f}, from a smoke test outside the sweep, not per level.")
-    if any((comp.metas[a].get("server") or {}).get("simulated") for a in comp.arms):
-        out.append("Measured against specsweep's simulated reference server, not a real GPU server: the numbers show the "
-                   "method and the model's behaviour, not any hardware's.")
-    lv = comp.levels
-    if "error_rate" in lv and (lv["error_rate"].fillna(0) > 0).any():
-        bad = lv[lv["error_rate"].fillna(0) > 0]
-        out.append("Some requests failed (" + ", ".join(f"{r.arm} at {int(r.concurrency)}: {r.error_rate:.1%}" for r in bad.itertuples()) + "); throughput counts successful requests only.")
-    if "short_outputs" in lv and (lv["short_outputs"].fillna(0) > 0).any():
-        bad = lv[lv["short_outputs"].fillna(0) > 0]
-        out.append("The server returned fewer tokens than requested (ignore_eos not honoured) for some requests ("
-                   + ", ".join(f"{r.arm} at {int(r.concurrency)}: {int(r.short_outputs)}" for r in bad.itertuples()) + ").")
-    if "ttft_p99_s" not in lv or lv["ttft_p99_s"].isna().all():
-        out.append("No latency percentiles (TTFT, end-to-end) are in the data: the wait is a Little's-law estimate from "
-                   "aggregate throughput, so latency verdicts rest on per-request speed and that estimate.")
-    if "client_cpu_cores" in lv and (lv["client_cpu_cores"].fillna(0) > 0.7).any():
-        out.append("The benchmark client used more than 0.7 of a core at some levels; its timestamps may lag there.")
     return out
 
 
