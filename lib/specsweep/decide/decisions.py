@@ -21,6 +21,10 @@ bracket) is reported beside the differences (``bracket=True`` counts it as one).
 table of a comparison; ``--against FILE.json`` also compares it with a saved table (exit 1 on a
 difference). :mod:`specsweep.publish` writes the published reports' table to
 ``reports/decisions.json`` and checks a fresh run against it with ``--decisions``.
+
+That file holds ``{report name: [DecisionRow, ...]}``; :func:`read_decisions` and
+:func:`write_decisions` are its only reader and writer, and :class:`DecisionRow` holds the defaults
+for fields an older file lacks.
 """
 from __future__ import annotations
 
@@ -28,33 +32,38 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from pydantic import TypeAdapter
+from pydantic.dataclasses import dataclass
 
 from specsweep.analyze.compare import Comparison, compare
 from specsweep.decide import DEFAULT_PROFILES, decide, parse_profile, recommend
 from specsweep.decide.judge import _verdict
-from specsweep.decide.verdicts import DecisionKind, Verdict, decision_class
+from specsweep.decide.verdicts import DecisionKind, Outcome, Verdict, decision_class
 from specsweep.results.store import load_result_sets
+
+#: the decision tables' file in a reports folder
+DECISIONS_FILE = "decisions.json"
 
 
 @dataclass(frozen=True)
 class DecisionRow:
-    """One profile's decision. ``x``: the crossover (concurrent requests) of ``enable up to/from X``,
-    ``bracket``: the tested levels it lies between; ``tied``: candidate arms indistinguishable from
-    ``arm`` by the judgement (same class, same outcome per level)."""
+    """One profile's decision, a row of ``decisions.json`` (validated: ``decision`` is a
+    :class:`DecisionKind`, lists become tuples). ``x``: the crossover (concurrent requests) of
+    ``enable up to/from X``, ``bracket``: the tested levels it lies between; ``tied``: candidate arms
+    indistinguishable from ``arm`` by the judgement (same class, same outcome per level);
+    ``outcomes``: (concurrency, outcome) per judged level."""
 
     profile: str
     decision: DecisionKind
-    arm: str | None
+    arm: str | None = None
     x: float | None = None
     bracket: tuple[int, int] | None = None
     tied: tuple[str, ...] = field(default_factory=tuple)
-    outcomes: tuple[tuple[int, str], ...] = field(default_factory=tuple)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "decision", DecisionKind(self.decision))
+    outcomes: tuple[tuple[int, Outcome], ...] = field(default_factory=tuple)
 
     def text(self) -> str:
         """The decision in words, e.g. ``enable up to 49 (between 32 and 64)``."""
@@ -77,7 +86,8 @@ def decision_row(comp: Comparison, profile: dict[str, Any]) -> DecisionRow:
     if rec.verdict == Verdict.NO_VERDICT:
         return DecisionRow(prof.name, DecisionKind.NOT_ESTABLISHED, None)
     d = decide(comp, prof)
-    outcomes = tuple((int(c), str(o)) for c, o in zip(d.judged["concurrency"], d.judged["outcome"]))
+    outcomes = cast(tuple[tuple[int, Outcome], ...],
+                    tuple((int(c), str(o)) for c, o in zip(d.judged["concurrency"], d.judged["outcome"])))
     cls = decision_class(rec.verdict, d.judged)
     arm = d.arm if rec.verdict != Verdict.DISABLE else None
     x = rec.decision_at
@@ -122,14 +132,30 @@ def differences(a: dict[str, list[DecisionRow]], b: dict[str, list[DecisionRow]]
     return out
 
 
+_ROWS: TypeAdapter[list[DecisionRow]] = TypeAdapter(list[DecisionRow])
+
+
 def to_json(rows: Sequence[DecisionRow]) -> list[dict[str, Any]]:
+    """A table as JSON-ready data (decisions as their words, tuples as lists once dumped)."""
     return [asdict(r) for r in rows]
 
 
 def from_json(data: Sequence[dict[str, Any]]) -> list[DecisionRow]:
-    return [DecisionRow(profile=d["profile"], decision=d["decision"], arm=d.get("arm"), x=d.get("x"),
-                        bracket=tuple(d["bracket"]) if d.get("bracket") else None, tied=tuple(d.get("tied") or ()),
-                        outcomes=tuple(tuple(o) for o in d.get("outcomes") or ())) for d in data]
+    """A table from JSON data, validated; raises ``pydantic.ValidationError`` naming the bad field."""
+    return _ROWS.validate_python(data)
+
+
+def read_decisions(path: Path) -> dict[str, list[DecisionRow]]:
+    """The decision tables saved in ``path`` by report name (empty when there is no such file)."""
+    if not path.is_file():
+        return {}
+    return {k: from_json(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+
+
+def write_decisions(path: Path, tables: dict[str, list[DecisionRow]]) -> None:
+    """Write decision tables by report name to ``path`` (one-space indents, a final newline)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({k: to_json(v) for k, v in tables.items()}, indent=1) + "\n", encoding="utf-8")
 
 
 def markdown_table(tables: dict[str, list[DecisionRow]]) -> str:
@@ -154,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tables = {args.name: table_of(args.result_sets, args.baseline)}
     print(json.dumps({k: to_json(v) for k, v in tables.items()}, indent=2) if args.json else markdown_table(tables))
     if args.against:
-        saved = {k: from_json(v) for k, v in json.loads(Path(args.against).read_text()).items() if k == args.name}
+        saved = {k: v for k, v in read_decisions(Path(args.against)).items() if k == args.name}
         diff = differences(saved, tables)
         print("\n".join(["different decisions:", *diff]) if diff else "same decisions as " + args.against)
         return 1 if diff else 0
