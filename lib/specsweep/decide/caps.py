@@ -78,7 +78,7 @@ def _estimate(lv: pd.DataFrame, above: Sequence[int]) -> _Estimate:
                      float(est.median()) if len(est) else math.nan, about)
 
 
-def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
+def cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
                    min_effect: float, profile: str = "") -> tuple[list[Claim], Claim | None]:
     """Claims about the arm's running-request cap (each with its sentence), and the advice that would test it."""
     cap = comp.caps.get(arm)

@@ -87,7 +87,7 @@ class Claim:
         return [flip * v > 0 for v in self.values]
 
 
-def _half_up(x: float, places: int) -> Decimal:
+def half_up(x: float, places: int) -> Decimal:
     """``x`` rounded half away from zero (12.5 → 13, not Python's 12), from its shortest repr."""
     q = Decimal(1).scaleb(-places)
     return Decimal(repr(float(x))).quantize(q, rounding=ROUND_HALF_UP)
@@ -97,7 +97,7 @@ def pct(x: float) -> str:
     """A Δ% as the page writes it: '+13%' from 9.5 % up (halves away from zero), '+4.2%' below."""
     if math.isnan(x):
         return "n/a"
-    d = _half_up(x, 0) if abs(x) >= 9.5 else _half_up(x, 1)
+    d = half_up(x, 0) if abs(x) >= 9.5 else half_up(x, 1)
     sign = "-" if d < 0 else "+"  # a figure that rounds to zero keeps the sign of its side
     if d == 0:
         sign = "-" if x < 0 else "+"

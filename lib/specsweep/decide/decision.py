@@ -18,7 +18,7 @@ from specsweep.decide.judge import _bands, _slo_checks, _verdict, judge_levels, 
 from specsweep.decide.profiles import Profile, parse_profile
 from specsweep.decide.result import Decision, Recommendation
 from specsweep.decide.sentences import headline_sentences, reason_sentences, withheld_sentences
-from specsweep.decide.text import _band_text
+from specsweep.decide.text import band_text
 from specsweep.decide.ties import resolve_tie
 from specsweep.decide.verdicts import DecisionKind, Verdict
 from specsweep.markup import md_text
@@ -162,6 +162,6 @@ def _with_deciding_band(comp: Comparison, levels: pd.DataFrame, fallback: str, s
         m = (r.decided_by if comp.delta_rows(r.arm, r.decided_by) else
              slo_metric if "SLO" in rule else fallback)
         metrics.append(m)
-        bands.append(_band_text(comp.delta_rows(r.arm, m).get(int(r.concurrency))))
+        bands.append(band_text(comp.delta_rows(r.arm, m).get(int(r.concurrency))))
     out["deciding_metric"], out["deciding_band"] = metrics, bands
     return out

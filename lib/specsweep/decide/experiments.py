@@ -10,7 +10,7 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison, curve_crossovers
 from specsweep.decide.claims import Claim
 from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile
-from specsweep.decide.text import _DECIDING
+from specsweep.decide.text import deciding_word
 
 
 def _candidate_levels(tested: Sequence[int], lo: float, hi: float) -> list[int]:
@@ -64,7 +64,7 @@ def _crossover_experiments(comp: Comparison, arm: str, judged: pd.DataFrame, met
     metric (``metric``: aggregate throughput for a throughput profile, the wait for a latency one),
     or, with no credible level at all, where that metric's fitted delta is least certain."""
     out = []
-    word = _DECIDING.get(metric, metric)
+    word = deciding_word(metric)
     curve = comp.curve(arm, metric)
     crossings = curve_crossovers(curve) if curve is not None else []
     for r in crossings:

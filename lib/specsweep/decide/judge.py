@@ -10,7 +10,7 @@ import pandas as pd
 from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, records
 from specsweep.decide.profiles import Profile
 from specsweep.decide.result import Band
-from specsweep.decide.text import _band_text, _fit, _range_pct
+from specsweep.decide.text import _fit, _range_pct, band_text
 from specsweep.decide.verdicts import Verdict
 
 
@@ -219,7 +219,7 @@ def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
             "arm": arm, "concurrency": c,
             "aggregate_delta_pct": da, "user_delta_pct": du,
             "aggregate_fit_pct": fa, "user_fit_pct": fu,
-            "aggregate_band": _band_text(agg[c]),
+            "aggregate_band": band_text(agg[c]),
             "ttft_p99_delta_pct": float(ttft[c]["delta_pct"]) if c in ttft else math.nan,
             "arm_meets_slo": arm_ok, "baseline_meets_slo": base_ok, "rule": rule,
             "decided_by": decided if rule is None else rule,

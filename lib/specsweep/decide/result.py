@@ -9,7 +9,7 @@ import pandas as pd
 
 from specsweep.decide.claims import Claim
 from specsweep.decide.profiles import Profile
-from specsweep.decide.text import _DECIDING, _pct
+from specsweep.decide.text import _pct, deciding_word
 from specsweep.decide.verdicts import DecisionKind, Outcome, Verdict, decision_class
 from specsweep.markup import md_text
 
@@ -111,7 +111,7 @@ class Recommendation:
             lines += ["| concurrency | outcome | decided by | deciding Δ [95% band] | aggregate Δ [95% band] | per-user Δ |",
                       "|---|---|---|---|---|---|"]
             for r in lv.itertuples():
-                decided = r.decided_by if isinstance(r.rule, str) else _DECIDING.get(r.decided_by, r.decided_by)
+                decided = r.decided_by if isinstance(r.rule, str) else deciding_word(r.decided_by)
                 deciding = getattr(r, "deciding_band", "n/a")
                 lines.append(f"| {r.concurrency} | {r.outcome} | {decided} | {deciding} | {r.aggregate_band} | "
                              f"{_pct(r.user_delta_pct) if not math.isnan(r.user_delta_pct) else 'n/a'} |")

@@ -13,13 +13,13 @@ from typing import Literal
 import pandas as pd
 
 from specsweep.analyze.compare import ESTIMATED_WAIT, Comparison, info, smallest_detectable_pct
-from specsweep.decide.caps import _cap_sentences
+from specsweep.decide.caps import cap_sentences
 from specsweep.decide.caveats import drift_sentences
 from specsweep.decide.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
 from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
 from specsweep.decide.profiles import Profile
 from specsweep.decide.result import Decision
-from specsweep.decide.text import _DECIDING, WAIT_WORDS, _band_text, _levels_text, _num
+from specsweep.decide.text import WAIT_WORDS, _levels_text, _num, band_text, deciding_word
 from specsweep.decide.ties import tie_sentence
 from specsweep.decide.verdicts import Verdict, decision_class
 from specsweep.markup import md_text
@@ -119,14 +119,14 @@ def _point_text(comp: Comparison, arm: str, metric: str, cs: Sequence[int], x: f
     """'about 37 concurrent requests, between the tested 32 and 64 (aggregate throughput: +11% […] at 32,
     -32% […] at 64)', or '32 concurrent requests (tested; …)' when ``x`` is a tested level."""
     rows = comp.delta_rows(arm, metric)
-    word = _DECIDING.get(metric, metric)
+    word = deciding_word(metric)
     if round(x) in cs:  # X rounds to a tested level: say what was measured there
         c = int(round(x))
         exact = abs(x - c) < 1e-9
         return (f"{'' if exact else 'about '}{c} concurrent requests (measured there: {word} "
-                f"{_band_text(rows.get(c))})", (c, c))
+                f"{band_text(rows.get(c))})", (c, c))
     lo, hi = _bounds(cs, x)
-    at = [f"{_band_text(rows.get(c))} at {c}" for c in (lo, hi) if c in rows]
+    at = [f"{band_text(rows.get(c))} at {c}" for c in (lo, hi) if c in rows]
     return (f"about {x:.0f} concurrent requests, between the tested {lo} and {hi} ({word}: {', '.join(at)})",
             (lo, hi))
 
@@ -282,7 +282,7 @@ def reason_sentences(comp: Comparison, profile: Profile, d: Decision) -> tuple[l
     reasons = [r for r in (thr_text, user_text) if r]
     reasons += objective_reasons(comp, profile, arm, judged) + failed_level_reasons(label, judged)
     reasons += _slo_sentences(comp, profile, arm, label, judged)
-    cap_claims, advice = _cap_sentences(comp, arm, label, judged, effect, profile.name)
+    cap_claims, advice = cap_sentences(comp, arm, label, judged, effect, profile.name)
     reasons += [c.sentence for c in cap_claims]
     if d.tied_with:
         reasons.append(tie_sentence(comp, arm, d.tied_with, d.verdict))
@@ -312,7 +312,7 @@ def _latency_reasons(comp: Comparison, arm: str, judged: pd.DataFrame, min_effec
     """How a latency profile judges a level, how the wait is estimated without percentiles, and the
     capacity the arm costs where its aggregate throughput is lowest."""
     waits = wait_metrics(comp, arm)
-    names = ", ".join(_deciding_word(comp, m) for m in waits)
+    names = ", ".join(deciding_word(m) for m in waits)
     out = [f"Latency-sensitive use is judged on the whole wait — {names} — and on per-user speed: a level "
            "is lost where any wait is credibly longer (for TTFT: by more than the minimum effect as a share "
            "of the baseline's end-to-end time), won where per-user speed (or a wait) is credibly better and "
@@ -368,11 +368,6 @@ def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, jud
                    + (f" as measured — but at {_levels_text(noisy)} which side of the SLO line a level falls is "
                       "within noise, so this ratio is not established." if noisy else "."))
     return out
-
-
-def _deciding_word(comp: Comparison, metric: str) -> str:
-    """A short name for the metric that decided a level."""
-    return _DECIDING.get(metric, metric)
 
 
 #: a wait that looks longer but not credibly so (the verb phrase after "each request")
@@ -463,7 +458,7 @@ def aggregate_quote(comp: Comparison, arm: str, levels: Sequence[int] | None = N
     hi = max(cs, key=lambda c: rows[c]["delta_pct"])
     lo = min(cs, key=lambda c: rows[c]["delta_pct"])
     picks = [hi] if hi == lo else [hi, lo]
-    return ("Aggregate Δ: " + "; ".join(f"{_band_text(rows[c])} at {c}" for c in picks)
+    return ("Aggregate Δ: " + "; ".join(f"{band_text(rows[c])} at {c}" for c in picks)
             + " (95% simultaneous band of the fitted curve in brackets).")
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
 from specsweep.decide.claims import Claim, join_and, pct
-from specsweep.decide.text import _DECIDING, _band_text
+from specsweep.decide.text import band_text, deciding_word
 from specsweep.decide.verdicts import DecisionKind
 from specsweep.markup import markdown_html, md_text
 
@@ -98,21 +98,21 @@ def _deciding(comp: Comparison, rec: Recommendation) -> tuple[str, str]:
     claim = _verdict_claim(rec)
     if claim is None or rec.levels.empty:
         return "", "—"
-    word = _DECIDING.get(claim.metric, claim.metric)
+    word = deciding_word(claim.metric)
     rows = comp.delta_rows(claim.arm, claim.metric)
     lv = rec.levels[rec.levels["arm"] == claim.arm]
     want = rec.decision.decisive_outcome
     if claim.bounds is not None and (claim.bounds[0] != claim.bounds[1] or want is None):
         lo, hi = claim.bounds
         if lo == hi:  # X at a tested level
-            return word, f"{word}: {_band_text(rows.get(lo))} at {lo}"
-        return word, f"{word}: {_band_text(rows.get(lo))} at {lo} → {_band_text(rows.get(hi))} at {hi}"
+            return word, f"{word}: {band_text(rows.get(lo))} at {lo}"
+        return word, f"{word}: {band_text(rows.get(lo))} at {lo} → {band_text(rows.get(hi))} at {hi}"
     if want is not None:
         return _weakest(lv, want)
     if rec.decision == DecisionKind.NO_DIFFERENCE and rows:
         c = max((c for c in rows if c in set(lv["concurrency"])), key=lambda c: abs(float(rows[c]["delta_pct"])), default=None)
         if c is not None:
-            return word, f"{word}: {_band_text(rows[c])} at {c} (largest Δ, not credible)"
+            return word, f"{word}: {band_text(rows[c])} at {c} (largest Δ, not credible)"
     return "", "see the levels"
 
 
@@ -122,7 +122,7 @@ def _weakest(levels: pd.DataFrame, want: str) -> tuple[str, str]:
     if decisive.empty:
         return "", "—"
     r = decisive.loc[decisive["deciding_band"].index[decisive["margin"].abs().to_numpy().argmin()]]
-    word = _DECIDING.get(r["deciding_metric"], r["deciding_metric"])
+    word = deciding_word(r["deciding_metric"])
     weakest = "weakest gain" if want == "gain" else "smallest loss"
     return word, f"{word}: {r['deciding_band']} at {int(r['concurrency'])} ({weakest})"
 
