@@ -14,10 +14,10 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison, zero_between
 from specsweep.decide.caveats import caveat_sentences
 from specsweep.decide.experiments import next_experiments
-from specsweep.decide.judge import _bands, _slo_checks, _verdict, judge_levels, wait_metrics
+from specsweep.decide.judge import _slo_checks, _verdict, judge_levels, wait_metrics
 from specsweep.decide.profiles import Profile, parse_profile
 from specsweep.decide.result import Decision, Recommendation
-from specsweep.decide.sentences import headline_sentences, reason_sentences, withheld_sentences
+from specsweep.decide.sentences import band_sentences, headline_sentences, reason_sentences, withheld_sentences
 from specsweep.decide.text import band_text
 from specsweep.decide.ties import resolve_tie
 from specsweep.decide.verdicts import DecisionKind, Verdict
@@ -97,7 +97,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     return Recommendation(
         profile=profile, verdict=d.verdict, decision=d.decision, arm=None if d.verdict == Verdict.DISABLE else d.arm,
         up_to_concurrency=d.up_to, from_concurrency=d.from_c, headline=headline,
-        bands=_bands(d.judged, d.arm, md_text(d.arm)), reasons=reasons, caveats=caveat_sentences(comp, [d.arm]),
+        bands=band_sentences(d.judged, d.arm, md_text(d.arm)), reasons=reasons, caveats=caveat_sentences(comp, [d.arm]),
         next_experiments=experiments,
         levels=_with_deciding_band(comp, levels, metric, checks[0][1] if checks else metric),
         claims=head_claims + reason_claims + experiment_claims, tied_with=list(d.tied_with),

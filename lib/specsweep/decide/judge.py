@@ -9,8 +9,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, records
 from specsweep.decide.profiles import Profile
-from specsweep.decide.result import Band
-from specsweep.decide.text import _fit, _range_pct, band_text
+from specsweep.decide.text import _fit, band_text
 from specsweep.decide.verdicts import Verdict
 
 
@@ -227,24 +226,6 @@ def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
             "outcome": {1: "gain", -1: "loss", 0: "neutral"}[outcome],
         })
     return pd.DataFrame(rows)
-
-
-def _bands(judged: pd.DataFrame, arm: str, label: str) -> list[Band]:
-    key = judged["outcome"] + "|" + judged["rule"].fillna("")
-    bands: list[Band] = []
-    for _, grp in judged.groupby((key != key.shift()).cumsum()):
-        cs = grp["concurrency"].tolist()
-        ag = (grp["aggregate_delta_pct"].min(), grp["aggregate_delta_pct"].max())
-        us = (grp["user_delta_pct"].min(), grp["user_delta_pct"].max())
-        outcome = grp["outcome"].iloc[0]
-        rule = grp["rule"].iloc[0] if isinstance(grp["rule"].iloc[0], str) else None
-        span = f"{cs[0]}" if len(cs) == 1 else f"{cs[0]}–{cs[-1]}"
-        word = {"gain": "pays off", "loss": "costs", "neutral": "makes no measurable difference"}[outcome]
-        because = f" ({rule})" if rule else ""
-        bands.append(Band(arm, cs[0], cs[-1], outcome, ag, us,
-                          f"At concurrency {span}, {label} {word}{because}: aggregate {_range_pct(ag)}, "
-                          f"per-user {_range_pct(us)}.", rule))
-    return bands
 
 
 def _verdict(judged: pd.DataFrame) -> tuple[Verdict, float | None, float | None]:

@@ -80,11 +80,6 @@ class Recommendation:
         return self.up_to_concurrency if self.up_to_concurrency is not None else self.from_concurrency
 
     @property
-    def decision_words(self) -> str:
-        """The decision as the page prints it ('enable up to 37', 'keep off')."""
-        return self.decision.words(self.decision_at)
-
-    @property
     def shown_metrics(self) -> set[str]:
         """Metrics whose Δ the recommendation's table shows beside the verdict."""
         if self.levels.empty:

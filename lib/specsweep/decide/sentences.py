@@ -18,8 +18,8 @@ from specsweep.decide.caveats import drift_sentences
 from specsweep.decide.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
 from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
 from specsweep.decide.profiles import Profile
-from specsweep.decide.result import Decision
-from specsweep.decide.text import WAIT_WORDS, _levels_text, _num, band_text, deciding_word
+from specsweep.decide.result import Band, Decision
+from specsweep.decide.text import WAIT_WORDS, _levels_text, _num, _range_pct, band_text, deciding_word
 from specsweep.decide.ties import tie_sentence
 from specsweep.decide.verdicts import Verdict, decision_class
 from specsweep.markup import md_text
@@ -337,6 +337,25 @@ def failed_level_reasons(label: str, judged: pd.DataFrame) -> list[str]:
     failed = judged[judged["rule"].isin(["no successful requests", "no per-user figure"])
                     | judged["rule"].fillna("").str.startswith("fails more requests")]
     return [f"At concurrency {row.concurrency} {label} counts as a loss: {row.rule}." for row in failed.itertuples()]
+
+
+def band_sentences(judged: pd.DataFrame, arm: str, label: str) -> list[Band]:
+    """Runs of consecutive judged levels with the same outcome (and rule), each with its sentence."""
+    key = judged["outcome"] + "|" + judged["rule"].fillna("")
+    bands: list[Band] = []
+    for _, grp in judged.groupby((key != key.shift()).cumsum()):
+        cs = grp["concurrency"].tolist()
+        ag = (grp["aggregate_delta_pct"].min(), grp["aggregate_delta_pct"].max())
+        us = (grp["user_delta_pct"].min(), grp["user_delta_pct"].max())
+        outcome = grp["outcome"].iloc[0]
+        rule = grp["rule"].iloc[0] if isinstance(grp["rule"].iloc[0], str) else None
+        span = f"{cs[0]}" if len(cs) == 1 else f"{cs[0]}–{cs[-1]}"
+        word = {"gain": "pays off", "loss": "costs", "neutral": "makes no measurable difference"}[outcome]
+        because = f" ({rule})" if rule else ""
+        bands.append(Band(arm, cs[0], cs[-1], outcome, ag, us,
+                          f"At concurrency {span}, {label} {word}{because}: aggregate {_range_pct(ag)}, "
+                          f"per-user {_range_pct(us)}.", rule))
+    return bands
 
 
 def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, judged: pd.DataFrame) -> list[str]:
