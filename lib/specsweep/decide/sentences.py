@@ -438,25 +438,25 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
     um = comp.user_metric
     head = ""
     if faster:
-        c = delta_claim("gain", arm, um, faster, credible=True, profile=profile)
-        claims.append(with_sentence(c, "is faster once running (" + ", ".join(
-            f"{value_text(c, i)} per-user at {lv}" for i, lv in enumerate(c.levels)) + ")"))
+        claim = delta_claim("gain", arm, um, faster, credible=True, profile=profile)
+        claims.append(with_sentence(claim, "is faster once running (" + ", ".join(
+            f"{value_text(claim, i)} per-user at {lv}" for i, lv in enumerate(claim.levels)) + ")"))
         head = claims[-1].sentence
     if unsure:
-        c = delta_claim("no-difference", arm, um, unsure, credible=False, profile=profile)
+        claim = delta_claim("no-difference", arm, um, unsure, credible=False, profile=profile)
         text = ("not credibly faster at " if faster else "is not credibly faster once running at ") + join_and(
-            [str(x) for x in c.levels]) + " (" + ", ".join(f"{pct(v)} per-user" for v in c.values) + ", within noise)"
-        claims.append(with_sentence(c, text))
+            [str(x) for x in claim.levels]) + " (" + ", ".join(f"{pct(v)} per-user" for v in claim.values) + ", within noise)"
+        claims.append(with_sentence(claim, text))
         head = f"{head}, {text}" if head else text
     parts = []
     for m in waits:
         if m in sure_waits:
-            c = delta_claim("loss", arm, m, sure_waits[m], credible=True, profile=profile)
-            claims.append(with_sentence(c, f"{WAIT_WORDS[m]}: {_at_list(c)}"))
+            claim = delta_claim("loss", arm, m, sure_waits[m], credible=True, profile=profile)
+            claims.append(with_sentence(claim, f"{WAIT_WORDS[m]}: {_at_list(claim)}"))
             parts.append(claims[-1].sentence)
         if m in maybe_waits:
-            c = delta_claim("no-difference", arm, m, maybe_waits[m], credible=False, profile=profile)
-            claims.append(with_sentence(c, f"{WAIT_MAYBE[m]}: {_at_list(c)} (within noise)"))
+            claim = delta_claim("no-difference", arm, m, maybe_waits[m], credible=False, profile=profile)
+            claims.append(with_sentence(claim, f"{WAIT_MAYBE[m]}: {_at_list(claim)} (within noise)"))
             parts.append(claims[-1].sentence)
     note = (f"{head}, but it " if head else "") + "; ".join(parts)
     return note, claims

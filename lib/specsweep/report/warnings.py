@@ -215,7 +215,7 @@ def _recorded(comp: Comparison, min_effect: float) -> list[PageWarning]:
                                    f"{md_text(body)}", changes, effect, "timestamps"))
             continue
         if _CORES.search(first):
-            per_level = [(c, x) for a, c, _, _ in items if (x := _level_lag_ms(comp, [(a, c)])) is not None]
+            per_level = [(c, ms) for a, c, _, _ in items if (ms := _level_lag_ms(comp, [(a, c)])) is not None]
             if per_level:
                 changes, effect, _ = _weighed_lag(comp, per_level, min_effect, "its event-loop lag p99")
             else:
