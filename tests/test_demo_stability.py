@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from specsweep.decide import decisions
-from specsweep.publish import Published, measure_studies, read_decisions, record_decisions
+from specsweep.decide.decisions import read_decisions
+from specsweep.publish import Published, measure_studies, record_decisions
 from specsweep.refserver.model import simulate_closed_loop
 from specsweep.refserver.profiles import load_profile
 

@@ -11,7 +11,8 @@ import pytest
 import expected
 from helpers import SEED, write_level_only, write_measured
 from specsweep.analyze.compare import compare
-from specsweep.decide import DEFAULT_PROFILES, _sign, parse_profile, recommend
+from specsweep.decide import DEFAULT_PROFILES, parse_profile, recommend
+from specsweep.decide.judge import _sign
 from specsweep.markup import markdown_html
 from specsweep.results.store import load_result_sets
 from test_compare import BASE, cross8, scaled, study
@@ -392,7 +393,7 @@ def test_a_tiny_or_uncertain_delta_is_not_a_gain() -> None:
 
 def test_a_few_milliseconds_more_before_a_long_answer_do_not_lose_a_level() -> None:
     """TTFT counts by the extra seconds as a share of the baseline's end-to-end time (demo at C=1: +4.7% of 0.11 s)."""
-    from specsweep.decide import _latency_outcome
+    from specsweep.decide.judge import _latency_outcome
 
     def row(base: float, arm: float, lo: float, hi: float) -> dict:
         d = (arm / base - 1) * 100
@@ -408,3 +409,13 @@ def test_a_few_milliseconds_more_before_a_long_answer_do_not_lose_a_level() -> N
     rows["ttft_p99_s"] = row(2.0, 2.6, 20.0, 40.0)
     rows["e2e_p99_s"] = row(2.55, 2.6, -1.0, 5.0)
     assert _latency_outcome(rows, "user_tok_s_mean", waits, 2.0, True)[:2] == (-1, "ttft_p99_s")
+
+
+def test_the_decide_package_exports_public_names_only() -> None:
+    """The package's face: ``__all__`` lists public names only, each defined there, and nothing private
+    is re-exported (a private helper is imported from the module that defines it)."""
+    import specsweep.decide as package
+
+    assert package.__all__ and all(not n.startswith("_") for n in package.__all__)
+    assert all(hasattr(package, n) for n in package.__all__)
+    assert [n for n in vars(package) if n.startswith("_") and not n.startswith("__")] == []

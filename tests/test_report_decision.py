@@ -52,7 +52,7 @@ def test_decision_classes(tmp_path: Path, case: str, ratio, decision: str) -> No
 def test_gains_and_losses_interleaved_or_no_verdict_are_not_established() -> None:
     import pandas as pd
 
-    from specsweep.decide.sentences import decision_class
+    from specsweep.decide.verdicts import decision_class
 
     judged = pd.DataFrame({"concurrency": [1, 4, 16, 64], "outcome": ["gain", "loss", "gain", "loss"]})
     assert decision_class("mixed", judged) == "not established"

@@ -11,7 +11,8 @@ import pytest
 from helpers import write_level_only, write_measured
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, recommend
-from specsweep.decide.sentences import DECISION_CLASSES, _headline, decision_class, wait_sentence
+from specsweep.decide.sentences import _headline, wait_sentence
+from specsweep.decide.verdicts import DecisionKind, decision_class
 from specsweep.report.consistency import check_page, grammar_errors
 from specsweep.report.verdict import verdict_markdown
 from specsweep.results.store import load_result_sets
@@ -105,8 +106,8 @@ def test_headline_templates_for_every_verdict(shape: str) -> None:
         claim = _headline(verdict, shape, "aggregate throughput", judged, "1–64", up_to, from_c, None)  # type: ignore[arg-type]
         assert shape in claim.sentence or claim.sentence.startswith(("Keep", "No measurable")), claim.sentence
         assert not grammar_errors(claim.sentence), claim.sentence
-        assert claim.decision == decision_class(verdict, judged, up_to, from_c)  # type: ignore[arg-type]
-        assert claim.decision.replace(" 8", " X") in DECISION_CLASSES
+        assert claim.decision == decision_class(verdict, judged)
+        assert claim.decision.words(claim.at).replace(" 8", " X") in tuple(DecisionKind)
     for note in ("is faster once running (+30% per-user at 8), but it takes longer end to end (e2e p99): +12% at 16",
                  "looks faster once running (+3.0% per-user at 8; within noise), but it waits longer for its first token"):
         assert not grammar_errors(wait_sentence(shape, note))

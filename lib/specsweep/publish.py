@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -37,14 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from specsweep.decide import decisions
+from specsweep.decide.decisions import DECISIONS_FILE, read_decisions, write_decisions
 from specsweep.errors import RunError, SpecsweepError, exit_status
 from specsweep.paths import REPO_ROOT
 from specsweep.report import build_report
 from specsweep.results.study_record import STUDY_FILE
 from specsweep.study.file import load_study
 from specsweep.study.runner import run_study
-
-DECISIONS_FILE = "decisions.json"
 
 
 @dataclass(frozen=True)
@@ -139,13 +137,6 @@ def decision_tables(pubs: Sequence[Published]) -> dict[str, list[decisions.Decis
     return out
 
 
-def read_decisions(path: Path) -> dict[str, list[decisions.DecisionRow]]:
-    """A saved decisions file (empty when there is none)."""
-    if not path.is_file():
-        return {}
-    return {k: decisions.from_json(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
-
-
 def record_decisions(path: Path, tables: dict[str, list[decisions.DecisionRow]]) -> list[str]:
     """Compare ``tables`` with the saved file, print the table and every difference, then save them
     into it (other reports' entries kept); returns the differences."""
@@ -163,9 +154,7 @@ def record_decisions(path: Path, tables: dict[str, list[decisions.DecisionRow]])
              if d not in diff]
     if moved:
         print("  (crossover moved to other tested levels, same decision: " + "; ".join(moved) + ")", flush=True)
-    merged = {**{k: decisions.to_json(v) for k, v in saved.items()}, **{k: decisions.to_json(v) for k, v in tables.items()}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(merged, indent=1) + "\n", encoding="utf-8")
+    write_decisions(path, {**saved, **tables})
     return diff
 
 

@@ -34,74 +34,25 @@ The verdict follows the outcomes over the profile's range: all gains (or neutral
 losses or neutral → disable; gains then losses → enable up to X, where X is where the deciding
 metric's fitted curve crosses 0 between the last gain and the first loss (the last gain when it
 does not cross there); losses then gains → enable from X; anything else → mixed, level by level.
+The decision an operator reads (:class:`DecisionKind`) follows from the verdict: disable is "keep
+off" where a level was lost and "no measurable difference" where none was; mixed and no verdict are
+"not established" (:mod:`specsweep.decide.verdicts`).
 
-The package's modules, one job each:
-``profiles``, ``text``, ``result``, ``judge``, ``sentences``, ``experiments``, ``decision``.
-Everything is re-exported here, so callers keep using ``recommend.<name>``.
+The package's modules, one job each: ``verdicts`` (the decision's words), ``profiles``, ``text``,
+``claims``, ``result``, ``judge``, ``ties``, ``decision`` (deciding, then the recommendation), the
+prose rendered from its claims (``sentences``, ``caps``, ``caveats``, ``experiments``), ``decisions``
+(the decision table and ``decisions.json``) and ``draws`` (how often the rules decide right on
+simulated pairs). The public names are listed below; anything else is imported from its module.
 """
 from __future__ import annotations
 
-from specsweep.decide.decision import (  # noqa: F401
-    Decision,
-    decide,
-    recommend,
-)
-from specsweep.decide.experiments import (  # noqa: F401
-    _candidate_levels,
-    _where_uncertain,
-)
-from specsweep.decide.judge import (  # noqa: F401
-    _ROWS,
-    _bands,
-    _crossing,
-    _latency_outcome,
-    _level_rows,
-    _level_value,
-    _levels_of,
-    _lookup,
-    _meets,
-    _sign,
-    _slo_checks,
-    _verdict,
-    _wait_size,
-    judge_levels,
-    wait_metrics,
-)
-from specsweep.decide.profiles import (  # noqa: F401
-    DEFAULT_PROFILES,
-    SYNTHETIC_KINDS,
-    Objective,
-    Outcome,
-    Profile,
-    Verdict,
-    parse_profile,
-)
-from specsweep.decide.result import (  # noqa: F401
-    Band,
-    Recommendation,
-)
-from specsweep.decide.sentences import (  # noqa: F401
-    _cap_sentences,
-    _caveats,
-    _deciding_word,
-    _headline,
-    _no_difference_size,
-    _server_gauge_sentences,
-    _slo_sentences,
-    _throughput_sentence,
-    _user_sentence,
-    _wait_note,
-    aggregate_quote,
-    drift_sentences,
-    wait_sentence,
-)
-from specsweep.decide.text import (  # noqa: F401
-    _DECIDING,
-    WAIT_WORDS,
-    _band_text,
-    _fit,
-    _levels_text,
-    _num,
-    _pct,
-    _range_pct,
-)
+from specsweep.decide.decision import decide, recommend
+from specsweep.decide.profiles import DEFAULT_PROFILES, SYNTHETIC_KINDS, Objective, Profile, parse_profile
+from specsweep.decide.result import Band, Decision, Recommendation
+from specsweep.decide.sentences import aggregate_quote
+from specsweep.decide.verdicts import DecisionKind, Outcome, Verdict, decision_class
+
+__all__ = [
+    "DEFAULT_PROFILES", "SYNTHETIC_KINDS", "Band", "Decision", "DecisionKind", "Objective", "Outcome", "Profile",
+    "Recommendation", "Verdict", "aggregate_quote", "decide", "decision_class", "parse_profile", "recommend",
+]

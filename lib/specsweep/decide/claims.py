@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Literal
 
+from specsweep.decide.verdicts import DecisionKind
+
 #: what a claim asserts
 ClaimKind = Literal[
     "gain",           # credibly better on ``metric`` at ``levels``
@@ -61,8 +63,8 @@ class Claim:
     sentence: str = ""
     #: the profile the claim belongs to ("" for page-wide claims)
     profile: str = ""
-    #: verdict claims: enable | enable up to X | enable from X | keep off | no measurable difference | not established
-    decision: str = ""
+    #: verdict claims: the decision class (its X, where it has one, is ``at``)
+    decision: DecisionKind | None = None
     #: a point that need not be a tested level (crossover, "up to"), concurrency
     at: float | None = None
     #: the tested levels bounding ``at`` (low, high)
@@ -85,7 +87,7 @@ class Claim:
         return [flip * v > 0 for v in self.values]
 
 
-def _half_up(x: float, places: int) -> Decimal:
+def half_up(x: float, places: int) -> Decimal:
     """``x`` rounded half away from zero (12.5 → 13, not Python's 12), from its shortest repr."""
     q = Decimal(1).scaleb(-places)
     return Decimal(repr(float(x))).quantize(q, rounding=ROUND_HALF_UP)
@@ -95,7 +97,7 @@ def pct(x: float) -> str:
     """A Δ% as the page writes it: '+13%' from 9.5 % up (halves away from zero), '+4.2%' below."""
     if math.isnan(x):
         return "n/a"
-    d = _half_up(x, 0) if abs(x) >= 9.5 else _half_up(x, 1)
+    d = half_up(x, 0) if abs(x) >= 9.5 else half_up(x, 1)
     sign = "-" if d < 0 else "+"  # a figure that rounds to zero keeps the sign of its side
     if d == 0:
         sign = "-" if x < 0 else "+"

@@ -21,6 +21,10 @@ bracket) is reported beside the differences (``bracket=True`` counts it as one).
 table of a comparison; ``--against FILE.json`` also compares it with a saved table (exit 1 on a
 difference). :mod:`specsweep.publish` writes the published reports' table to
 ``reports/decisions.json`` and checks a fresh run against it with ``--decisions``.
+
+That file holds ``{report name: [DecisionRow, ...]}``; :func:`read_decisions` and
+:func:`write_decisions` are its only reader and writer, and :class:`DecisionRow` holds the defaults
+for fields an older file lacks.
 """
 from __future__ import annotations
 
@@ -28,50 +32,43 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from pydantic import TypeAdapter
+from pydantic.dataclasses import dataclass
 
 from specsweep.analyze.compare import Comparison, compare
 from specsweep.decide import DEFAULT_PROFILES, decide, parse_profile, recommend
 from specsweep.decide.judge import _verdict
+from specsweep.decide.verdicts import DecisionKind, Outcome, Verdict, decision_class
 from specsweep.results.store import load_result_sets
 
-CLASSES = ("enable", "enable up to X", "enable from X", "keep off", "no measurable difference", "not established")
+#: the decision tables' file in a reports folder
+DECISIONS_FILE = "decisions.json"
 
 
 @dataclass(frozen=True)
 class DecisionRow:
-    """One profile's decision. ``x``: the crossover (concurrent requests) of ``enable up to/from X``,
-    ``bracket``: the tested levels it lies between; ``tied``: candidate arms indistinguishable from
-    ``arm`` by the judgement (same class, same outcome per level)."""
+    """One profile's decision, a row of ``decisions.json`` (validated: ``decision`` is a
+    :class:`DecisionKind`, lists become tuples). ``x``: the crossover (concurrent requests) of
+    ``enable up to/from X``, ``bracket``: the tested levels it lies between; ``tied``: candidate arms
+    indistinguishable from ``arm`` by the judgement (same class, same outcome per level);
+    ``outcomes``: (concurrency, outcome) per judged level."""
 
     profile: str
-    decision: str
-    arm: str | None
+    decision: DecisionKind
+    arm: str | None = None
     x: float | None = None
     bracket: tuple[int, int] | None = None
     tied: tuple[str, ...] = field(default_factory=tuple)
-    outcomes: tuple[tuple[int, str], ...] = field(default_factory=tuple)
+    outcomes: tuple[tuple[int, Outcome], ...] = field(default_factory=tuple)
 
     def text(self) -> str:
         """The decision in words, e.g. ``enable up to 49 (between 32 and 64)``."""
-        if self.x is None:
-            return self.decision
-        where = f" (between {self.bracket[0]} and {self.bracket[1]})" if self.bracket else ""
-        return self.decision.replace("X", f"{self.x:.0f}") + where
-
-
-def _class(verdict: str, outcomes: Sequence[str]) -> str:
-    if verdict == "enable":
-        return "enable"
-    if verdict == "enable_up_to":
-        return "enable up to X"
-    if verdict == "enable_from":
-        return "enable from X"
-    if verdict == "disable":
-        return "keep off" if "loss" in outcomes else "no measurable difference"
-    return "not established"
+        where = f" (between {self.bracket[0]} and {self.bracket[1]})" if self.bracket and self.x is not None else ""
+        return self.decision.words(self.x) + where
 
 
 def _bracket(levels: Sequence[int], x: float | None) -> tuple[int, int] | None:
@@ -86,14 +83,15 @@ def decision_row(comp: Comparison, profile: dict[str, Any]) -> DecisionRow:
     """The decision of one profile, as the report's recommendation makes it."""
     prof = parse_profile(profile)
     rec = recommend(comp, prof)
-    if rec.verdict == "no_verdict":
-        return DecisionRow(prof.name, "not established", None)
+    if rec.verdict == Verdict.NO_VERDICT:
+        return DecisionRow(prof.name, DecisionKind.NOT_ESTABLISHED, None)
     d = decide(comp, prof)
-    outcomes = tuple((int(c), str(o)) for c, o in zip(d.judged["concurrency"], d.judged["outcome"]))
-    cls = _class(rec.verdict, [o for _, o in outcomes])
-    arm = d.arm if rec.verdict != "disable" else None
-    x = rec.up_to_concurrency if rec.verdict == "enable_up_to" else rec.from_concurrency
-    tied = tuple(a for a, j in d.per_arm.items() if a != d.arm and _class(_verdict(j)[0], list(j["outcome"])) == cls
+    outcomes = cast(tuple[tuple[int, Outcome], ...],
+                    tuple((int(c), str(o)) for c, o in zip(d.judged["concurrency"], d.judged["outcome"])))
+    cls = decision_class(rec.verdict, d.judged)
+    arm = d.arm if rec.verdict != Verdict.DISABLE else None
+    x = rec.decision_at
+    tied = tuple(a for a, j in d.per_arm.items() if a != d.arm and decision_class(_verdict(j)[0], j) == cls
                  and tuple(zip(j["concurrency"].astype(int), j["outcome"].astype(str))) == outcomes)
     return DecisionRow(prof.name, cls, arm, x, _bracket([c for c, _ in outcomes], x), tied, outcomes)
 
@@ -134,14 +132,30 @@ def differences(a: dict[str, list[DecisionRow]], b: dict[str, list[DecisionRow]]
     return out
 
 
+_ROWS: TypeAdapter[list[DecisionRow]] = TypeAdapter(list[DecisionRow])
+
+
 def to_json(rows: Sequence[DecisionRow]) -> list[dict[str, Any]]:
+    """A table as JSON-ready data (decisions as their words, tuples as lists once dumped)."""
     return [asdict(r) for r in rows]
 
 
 def from_json(data: Sequence[dict[str, Any]]) -> list[DecisionRow]:
-    return [DecisionRow(profile=d["profile"], decision=d["decision"], arm=d.get("arm"), x=d.get("x"),
-                        bracket=tuple(d["bracket"]) if d.get("bracket") else None, tied=tuple(d.get("tied") or ()),
-                        outcomes=tuple(tuple(o) for o in d.get("outcomes") or ())) for d in data]
+    """A table from JSON data, validated; raises ``pydantic.ValidationError`` naming the bad field."""
+    return _ROWS.validate_python(data)
+
+
+def read_decisions(path: Path) -> dict[str, list[DecisionRow]]:
+    """The decision tables saved in ``path`` by report name (empty when there is no such file)."""
+    if not path.is_file():
+        return {}
+    return {k: from_json(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+
+
+def write_decisions(path: Path, tables: dict[str, list[DecisionRow]]) -> None:
+    """Write decision tables by report name to ``path`` (one-space indents, a final newline)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({k: to_json(v) for k, v in tables.items()}, indent=1) + "\n", encoding="utf-8")
 
 
 def markdown_table(tables: dict[str, list[DecisionRow]]) -> str:
@@ -166,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tables = {args.name: table_of(args.result_sets, args.baseline)}
     print(json.dumps({k: to_json(v) for k, v in tables.items()}, indent=2) if args.json else markdown_table(tables))
     if args.against:
-        saved = {k: from_json(v) for k, v in json.loads(Path(args.against).read_text()).items() if k == args.name}
+        saved = {k: v for k, v in read_decisions(Path(args.against)).items() if k == args.name}
         diff = differences(saved, tables)
         print("\n".join(["different decisions:", *diff]) if diff else "same decisions as " + args.against)
         return 1 if diff else 0

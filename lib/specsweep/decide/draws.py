@@ -26,6 +26,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, decide, parse_profile
+from specsweep.decide.verdicts import DecisionKind, Verdict
 from specsweep.results.store import ResultSet
 
 LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -114,15 +115,15 @@ def verdict_rates(case: str, form: str, n: int = 500, seed: int = 0) -> dict[str
     for _ in range(n):
         comp = compare(draw_pair(case, form, rng), n_boot=0)
         recs = [(parse_profile(p), decide(comp, p)) for p in DEFAULT_PROFILES]
-        flat = [d.verdict == "disable" and not (d.judged["outcome"] == "loss").any() for _, d in recs]
+        flat = [d.decision == DecisionKind.NO_DIFFERENCE for _, d in recs]
         counts["no_difference"] += all(flat)
         cx = comp.crossover("spec", "output_tok_s")
         counts["any_crossover"] += len(cx) > 0
-        counts["enable"] += all(d.verdict == "enable" for _, d in recs)
+        counts["enable"] += all(d.verdict == Verdict.ENABLE for _, d in recs)
         thr = next(d for p, d in recs if p.objective == "throughput" and not p.min_user_tok_s)
-        counts["throughput_enable"] += thr.verdict == "enable"
+        counts["throughput_enable"] += thr.verdict == Verdict.ENABLE
         counts["crossover_4_16"] += (len(cx) == 1 and 4 <= cx.iloc[0].crossover_concurrency <= 16
-                                     and thr.verdict == "enable_up_to" and 4 <= (thr.up_to or 0) <= 16)
+                                     and thr.verdict == Verdict.ENABLE_UP_TO and 4 <= (thr.up_to or 0) <= 16)
     return {k: v / n for k, v in counts.items()}
 
 
@@ -282,12 +283,12 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
             "latency_wrong_sign", "latency_disagrees"] + [f"false_claim:{nm}" for nm in names]
     counts = dict.fromkeys(keys, 0)
     truth = true_wait_longer(case)
-    from specsweep.decide import drift_sentences
+    from specsweep.decide.caveats import drift_sentences
 
     for _ in range(n):
         comp = compare(draw_study(case, rng), n_boot=0)
         decs = [(parse_profile(p), decide(comp, p)) for p in DEFAULT_PROFILES]
-        flat = [d.verdict == "disable" and not (d.judged["outcome"] == "loss").any() for _, d in decs]
+        flat = [d.decision == DecisionKind.NO_DIFFERENCE for _, d in decs]
         counts["no_difference"] += all(flat)
         for (p, _), f in zip(decs, flat):
             counts[f"false_claim:{p.name}"] += not f
@@ -297,11 +298,11 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
         counts["control_chosen"] += any(d.arm in comp.controls for _, d in decs)
         thr = next(d for p, d in decs if p.objective == "throughput" and not p.min_user_tok_s)
         lat = next(d for p, d in decs if p.objective == "latency")
-        counts["throughput_enable"] += thr.verdict == "enable"
+        counts["throughput_enable"] += thr.verdict == Verdict.ENABLE
         wrong = any((o == "gain" and truth[int(c)] > 0) or (o == "loss" and truth[int(c)] < 0)
                     for c, o in zip(lat.judged["concurrency"], lat.judged["outcome"]))
         counts["latency_wrong_sign"] += wrong
-        both = lat.verdict == thr.verdict == "enable_up_to"
+        both = lat.verdict == thr.verdict == Verdict.ENABLE_UP_TO
         counts["latency_disagrees"] += both and abs(math.log2((lat.up_to or 1) / (thr.up_to or 1))) > 1e-6
         counts["drift_caveat"] += any("no sentinel run" in c for c in drift_sentences(comp))
     return {k: v / n for k, v in counts.items()}

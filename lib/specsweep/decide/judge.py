@@ -8,9 +8,9 @@ from typing import Any
 import pandas as pd
 
 from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, records
-from specsweep.decide.profiles import Profile, Verdict
-from specsweep.decide.result import Band
-from specsweep.decide.text import _band_text, _fit, _range_pct
+from specsweep.decide.profiles import Profile
+from specsweep.decide.text import _fit, band_text
+from specsweep.decide.verdicts import Verdict
 
 
 def _sign(row: pd.Series | dict[str, Any] | None, min_effect: float) -> int:
@@ -218,7 +218,7 @@ def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
             "arm": arm, "concurrency": c,
             "aggregate_delta_pct": da, "user_delta_pct": du,
             "aggregate_fit_pct": fa, "user_fit_pct": fu,
-            "aggregate_band": _band_text(agg[c]),
+            "aggregate_band": band_text(agg[c]),
             "ttft_p99_delta_pct": float(ttft[c]["delta_pct"]) if c in ttft else math.nan,
             "arm_meets_slo": arm_ok, "baseline_meets_slo": base_ok, "rule": rule,
             "decided_by": decided if rule is None else rule,
@@ -228,44 +228,26 @@ def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _bands(judged: pd.DataFrame, arm: str, label: str) -> list[Band]:
-    key = judged["outcome"] + "|" + judged["rule"].fillna("")
-    bands: list[Band] = []
-    for _, grp in judged.groupby((key != key.shift()).cumsum()):
-        cs = grp["concurrency"].tolist()
-        ag = (grp["aggregate_delta_pct"].min(), grp["aggregate_delta_pct"].max())
-        us = (grp["user_delta_pct"].min(), grp["user_delta_pct"].max())
-        outcome = grp["outcome"].iloc[0]
-        rule = grp["rule"].iloc[0] if isinstance(grp["rule"].iloc[0], str) else None
-        span = f"{cs[0]}" if len(cs) == 1 else f"{cs[0]}–{cs[-1]}"
-        word = {"gain": "pays off", "loss": "costs", "neutral": "makes no measurable difference"}[outcome]
-        because = f" ({rule})" if rule else ""
-        bands.append(Band(arm, cs[0], cs[-1], outcome, ag, us,
-                          f"At concurrency {span}, {label} {word}{because}: aggregate {_range_pct(ag)}, "
-                          f"per-user {_range_pct(us)}.", rule))
-    return bands
-
-
 def _verdict(judged: pd.DataFrame) -> tuple[Verdict, float | None, float | None]:
     outs = judged["outcome"].tolist()
     cs = judged["concurrency"].tolist()
     margins = judged["margin"].tolist()
     if not outs:
-        return "disable", None, None
+        return Verdict.DISABLE, None, None
     if "loss" not in outs:
-        return ("enable", None, None) if "gain" in outs else ("disable", None, None)
+        return (Verdict.ENABLE, None, None) if "gain" in outs else (Verdict.DISABLE, None, None)
     if "gain" not in outs:
-        return "disable", None, None
+        return Verdict.DISABLE, None, None
     gains = [i for i, o in enumerate(outs) if o == "gain"]
     losses = [i for i, o in enumerate(outs) if o == "loss"]
     if max(gains) < min(losses):
         # only neutral levels can lie between the last gain and the first loss: X is where the
         # deciding margin crosses zero just before that loss
-        return "enable_up_to", _crossing(cs, margins, min(losses) - 1), None
+        return Verdict.ENABLE_UP_TO, _crossing(cs, margins, min(losses) - 1), None
     if max(losses) < min(gains):
         j = min(gains)
-        return "enable_from", None, _crossing(cs, margins, j - 1)
-    return "mixed", None, None
+        return Verdict.ENABLE_FROM, None, _crossing(cs, margins, j - 1)
+    return Verdict.MIXED, None, None
 
 
 def _levels_of(judged: pd.DataFrame, outcome: str, rule: str | None = "any") -> list[int]:

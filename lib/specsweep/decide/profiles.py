@@ -8,12 +8,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 Objective = Literal["latency", "throughput", "balanced"]
 
 
-Outcome = Literal["gain", "loss", "neutral"]
-
-
-Verdict = Literal["enable", "disable", "enable_up_to", "enable_from", "mixed", "no_verdict"]
-
-
 SYNTHETIC_KINDS = {"random-ids", "fixed-ids", "random-text"}
 
 

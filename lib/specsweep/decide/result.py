@@ -1,4 +1,4 @@
-"""What a recommendation is: its verdict, bands of levels, reasons, caveats and next experiments."""
+"""What a recommendation is: its verdict and decision, bands of levels, reasons, caveats and next experiments."""
 from __future__ import annotations
 
 import math
@@ -8,9 +8,31 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from specsweep.decide.claims import Claim
-from specsweep.decide.profiles import Outcome, Profile, Verdict
-from specsweep.decide.text import _DECIDING, _pct
+from specsweep.decide.profiles import Profile
+from specsweep.decide.text import _pct, deciding_word
+from specsweep.decide.verdicts import DecisionKind, Outcome, Verdict, decision_class
 from specsweep.markup import md_text
+
+
+@dataclass
+class Decision:
+    """The judgement behind a recommendation, without its sentences: the verdict over the profile's
+    range for the arm chosen, every candidate's judged levels, and X (concurrent requests) of an
+    'enable up to / from X'."""
+
+    verdict: Verdict
+    arm: str
+    judged: pd.DataFrame
+    per_arm: dict[str, pd.DataFrame]
+    up_to: float | None
+    from_c: float | None
+    #: candidate arms not credibly different from ``arm`` for this profile (``arm`` is the simplest of them)
+    tied_with: list[str] = field(default_factory=list)
+
+    @property
+    def decision(self) -> DecisionKind:
+        """The decision class the verdict comes to over ``arm``'s judged levels."""
+        return decision_class(self.verdict, self.judged)
 
 
 @dataclass
@@ -35,6 +57,8 @@ class Recommendation:
 
     profile: Profile
     verdict: Verdict
+    #: the decision class the verdict comes to (:func:`specsweep.decide.verdicts.decision_class`)
+    decision: DecisionKind
     arm: str | None
     up_to_concurrency: float | None
     from_concurrency: float | None
@@ -51,13 +75,9 @@ class Recommendation:
     claims: list[Claim] = field(default_factory=list)
 
     @property
-    def decision(self) -> str:
-        """The decision class: enable / enable up to X / enable from X / keep off / no measurable
-        difference / not established."""
-        verdict = [c for c in self.claims if c.kind == "verdict"]
-        if verdict:
-            return verdict[0].decision
-        return "not established" if self.verdict in ("no_verdict", "mixed") else self.verdict
+    def decision_at(self) -> float | None:
+        """The X of 'enable up to X' or 'enable from X' (concurrent requests); None for other decisions."""
+        return self.up_to_concurrency if self.up_to_concurrency is not None else self.from_concurrency
 
     @property
     def shown_metrics(self) -> set[str]:
@@ -81,12 +101,12 @@ class Recommendation:
         lines = [f"### {md_text(self.profile.name)}", "", f"**{self.headline}**", ""]
         if self.profile.description:
             lines += [f"*{md_text(self.profile.description)}*", ""]
-        if not self.levels.empty and self.arm is not None or (not self.levels.empty and self.verdict == "disable"):
+        if not self.levels.empty and self.arm is not None or (not self.levels.empty and self.verdict == Verdict.DISABLE):
             lv = self.levels[self.levels["arm"] == (self.arm or self.levels["arm"].iloc[0])]
             lines += ["| concurrency | outcome | decided by | deciding Δ [95% band] | aggregate Δ [95% band] | per-user Δ |",
                       "|---|---|---|---|---|---|"]
             for r in lv.itertuples():
-                decided = r.decided_by if isinstance(r.rule, str) else _DECIDING.get(r.decided_by, r.decided_by)
+                decided = r.decided_by if isinstance(r.rule, str) else deciding_word(r.decided_by)
                 deciding = getattr(r, "deciding_band", "n/a")
                 lines.append(f"| {r.concurrency} | {r.outcome} | {decided} | {deciding} | {r.aggregate_band} | "
                              f"{_pct(r.user_delta_pct) if not math.isnan(r.user_delta_pct) else 'n/a'} |")

@@ -1,16 +1,27 @@
-"""The sentences behind a verdict: headline, throughput and per-user, caps, SLOs, drift, caveats."""
+"""The sentences of a recommendation, rendered from its decision and claims: the headline, the reasons
+(throughput, per-user speed, the objective, SLOs, ties) and the waits a latency verdict weighs.
+
+Each sentence is written once, complete; a claim (:mod:`specsweep.decide.claims`) carries the one it
+states. The caps' sentences are in :mod:`specsweep.decide.caps`, the caveats in :mod:`specsweep.decide.caveats`.
+"""
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, info, smallest_detectable_pct
+from specsweep.analyze.compare import ESTIMATED_WAIT, Comparison, info, smallest_detectable_pct
+from specsweep.decide.caps import cap_sentences
+from specsweep.decide.caveats import drift_sentences
 from specsweep.decide.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
 from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
-from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile, Verdict
-from specsweep.decide.text import _DECIDING, WAIT_WORDS, _band_text, _levels_text, _num
+from specsweep.decide.profiles import Profile
+from specsweep.decide.result import Band, Decision
+from specsweep.decide.text import WAIT_WORDS, _levels_text, _num, _range_pct, band_text, deciding_word
+from specsweep.decide.ties import tie_sentence
+from specsweep.decide.verdicts import Verdict, decision_class
 from specsweep.markup import md_text
 
 
@@ -90,27 +101,6 @@ def _user_sentence(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
     return text, clauses
 
 
-#: the decision class a verdict is shown as on the first screen and in the summary
-DECISION_CLASSES: tuple[str, ...] = ("enable", "enable up to X", "enable from X", "keep off",
-                                     "no measurable difference", "not established")
-
-
-def decision_class(verdict: Verdict, judged: pd.DataFrame | None, up_to: float | None = None,
-                   from_c: float | None = None) -> str:
-    """The decision as an operator reads it: enable / enable up to X / enable from X / keep off /
-    no measurable difference / not established (X in concurrent requests, rounded)."""
-    has_loss = judged is not None and not judged.empty and (judged["outcome"] == "loss").any()
-    if verdict == "enable":
-        return "enable"
-    if verdict == "enable_up_to":
-        return f"enable up to {up_to:.0f}" if up_to is not None else "enable up to X"
-    if verdict == "enable_from":
-        return f"enable from {from_c:.0f}" if from_c is not None else "enable from X"
-    if verdict == "disable":
-        return "keep off" if has_loss else "no measurable difference"
-    return "not established"
-
-
 def deciding_metric(comp: Comparison, arm: str, judged: pd.DataFrame, i: int, fallback: str) -> str:
     """The metric that decided judged row ``i`` when it is a metric with delta rows, else ``fallback``
     (a rule such as an SLO decided: the SLO's metric is the caller's fallback)."""
@@ -129,259 +119,243 @@ def _point_text(comp: Comparison, arm: str, metric: str, cs: Sequence[int], x: f
     """'about 37 concurrent requests, between the tested 32 and 64 (aggregate throughput: +11% […] at 32,
     -32% […] at 64)', or '32 concurrent requests (tested; …)' when ``x`` is a tested level."""
     rows = comp.delta_rows(arm, metric)
-    word = _DECIDING.get(metric, metric)
+    word = deciding_word(metric)
     if round(x) in cs:  # X rounds to a tested level: say what was measured there
         c = int(round(x))
         exact = abs(x - c) < 1e-9
         return (f"{'' if exact else 'about '}{c} concurrent requests (measured there: {word} "
-                f"{_band_text(rows.get(c))})", (c, c))
+                f"{band_text(rows.get(c))})", (c, c))
     lo, hi = _bounds(cs, x)
-    at = [f"{_band_text(rows.get(c))} at {c}" for c in (lo, hi) if c in rows]
+    at = [f"{band_text(rows.get(c))} at {c}" for c in (lo, hi) if c in rows]
     return (f"about {x:.0f} concurrent requests, between the tested {lo} and {hi} ({word}: {', '.join(at)})",
             (lo, hi))
 
 
 def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame, span: str,
               up_to: float | None, from_c: float | None, slo: str | None, *, comp: Comparison | None = None,
-              arm: str = "", fallback_metric: str = "output_tok_s", profile: str = "") -> Claim:
+              arm: str = "", fallback_metric: str = "output_tok_s", profile: str = "",
+              where: str = "every tested concurrency", noise_metric: str | None = None) -> Claim:
     """The verdict's headline as a claim: its decision class, the deciding metric, the levels it names.
 
+    ``criterion`` is what the profile judges on, without its SLO (``slo``: the SLOs' names, or None);
+    ``where`` names the levels of a verdict that holds at all of them; with ``noise_metric`` a 'no
+    measurable difference' says the smallest difference that metric's data could detect.
     "Up to / from about X" names the tested levels bounding X and shows the deciding metric's Δ
     with its band at both (X itself need not have been measured).
     """
-    gains, losses, flat = (_levels_of(judged, o) for o in ("gain", "loss", "neutral"))
+    gains, losses = _levels_of(judged, "gain"), _levels_of(judged, "loss")
     cs = [int(c) for c in judged["concurrency"]]
-    decision = decision_class(verdict, judged, up_to, from_c)
+    point = up_to if verdict == Verdict.ENABLE_UP_TO else from_c if verdict == Verdict.ENABLE_FROM else None
+    full = criterion + (" under the SLO" if slo else "")
 
-    def at(cs: list[int]) -> str:
-        return ", ".join(map(str, cs))
+    def claim(text: str, metric: str | None = None, bounds: tuple[int, int] | None = None) -> Claim:
+        return Claim(kind="verdict", arm=arm, metric=metric or _headline_metric(comp, arm, verdict, judged, fallback_metric),
+                     levels=tuple(cs), sentence=text, credible=bool(gains or losses), profile=profile,
+                     decision=decision_class(verdict, judged), at=point, bounds=bounds)
 
-    # the metric the decisive levels were decided by (the gains for enable, the losses for keep off)
-    key = "gain" if verdict == "enable" else "loss" if losses else "neutral"
-    decisive = [deciding_metric(comp, arm, judged, i, fallback_metric) if comp is not None else fallback_metric
-                for i, o in enumerate(judged["outcome"]) if o == key]
-    main_metric = max(dict.fromkeys(decisive), key=decisive.count) if decisive else fallback_metric
-
-    def claim(text: str, metric: str = main_metric, levels: Sequence[int] = (), **kw: object) -> Claim:
-        return Claim(kind="verdict", arm=arm, metric=metric, levels=tuple(levels or cs), sentence=text,
-                     credible=bool(gains or losses), profile=profile, decision=decision, **kw)  # type: ignore[arg-type]
-
-    if verdict == "enable" and slo:
-        kept = _levels_of(judged, "gain", "arm meets the SLOs, the baseline does not")
-        both = [c for c in gains if c not in kept]
-        parts = []
-        if kept:
-            parts.append(f"it keeps the SLO ({slo}) where the baseline does not (concurrency {at(kept)})")
-        if both:
-            parts.append(f"it delivers more aggregate throughput where both keep it ({at(both)})")
-        neither = _levels_of(judged, "neutral", "both break an SLO")
-        if neither:
-            parts.append(f"neither arm keeps it at {at(neither)}")
-        rest = [c for c in flat if c not in neither]
-        if rest:
-            parts.append(f"no measurable difference at {at(rest)}")
-        return claim(f"Enable {label}: " + "; ".join(parts) + ".")
-    if verdict == "enable":
-        if not flat:
-            return claim(f"Enable {label}: it wins on {criterion} at every tested concurrency in {span}.")
-        return claim(f"Enable {label}: it wins on {criterion} at concurrency {at(gains)} and makes no measurable "
-                     f"difference at {at(flat)}.")
-    if verdict == "disable":
-        if not losses:
-            return claim(f"No measurable difference on {criterion} across concurrency {span}: keep speculation off "
-                         "unless more data shows a gain.")
-        if not flat:
-            return claim(f"Keep speculation off: it loses on {criterion} at every tested concurrency in {span}.")
-        return claim(f"Keep speculation off: it loses on {criterion} at concurrency {at(losses)} and makes no "
-                     f"measurable difference at {at(flat)}.")
-    if verdict in ("enable_up_to", "enable_from") and comp is not None:
-        x = float(up_to if verdict == "enable_up_to" else from_c)  # type: ignore[arg-type]
-        j = cs.index(min(losses)) if verdict == "enable_up_to" else cs.index(max(losses))
-        metric = deciding_metric(comp, arm, judged, j, fallback_metric)
-        where, bounds = _point_text(comp, arm, metric, cs, x)
-        if verdict == "enable_up_to":
-            text = (f"Enable {label} up to {where}; above that it loses on {criterion.split(' under')[0]} — keep it "
-                    "off there (or route high-concurrency traffic to a pool without it).")
-        else:
-            text = f"Enable {label} from {where} up; below that it loses on {criterion}."
-        return claim(text, metric, at=x, bounds=bounds)
-    return claim(f"Mixed: {label} wins on {criterion} at concurrency {at(gains)} and loses at {at(losses)}; "
+    if point is not None and comp is not None:
+        metric = deciding_metric(comp, arm, judged, cs.index(min(losses) if verdict == Verdict.ENABLE_UP_TO
+                                                              else max(losses)), fallback_metric)
+        at, bounds = _point_text(comp, arm, metric, cs, point)
+        if verdict == Verdict.ENABLE_UP_TO:
+            return claim(f"Enable {label} up to {at}; above that it loses on {criterion} — keep it off there (or "
+                         "route high-concurrency traffic to a pool without it).", metric, bounds)
+        return claim(f"Enable {label} from {at} up; below that it loses on {full}.", metric, bounds)
+    if verdict == Verdict.ENABLE and slo:
+        return claim(_slo_enable_text(label, slo, judged))
+    if verdict == Verdict.ENABLE:
+        return claim(_range_text(f"Enable {label}: it wins on {full}", gains, _levels_of(judged, "neutral"), where, span))
+    if verdict == Verdict.DISABLE and not losses:
+        size = _no_difference_size(comp, arm, noise_metric) if comp is not None and noise_metric else ""
+        return claim(f"No measurable difference on {full} across concurrency {span}: keep speculation off unless "
+                     f"more data shows a gain{size}.")
+    if verdict == Verdict.DISABLE:
+        return claim(_range_text(f"Keep speculation off: it loses on {full}", losses, _levels_of(judged, "neutral"),
+                                 where, span))
+    return claim(f"Mixed: {label} wins on {full} at concurrency {_at(gains)} and loses at {_at(losses)}; "
                  "no single range is established — see the levels.")
 
 
-#: a running-request figure below this share of the cap counts as "well below" it (estimate and gauge alike)
-WELL_BELOW_CAP: float = 0.75
+def _at(cs: Sequence[int]) -> str:
+    return ", ".join(map(str, cs))
 
 
-def server_kind(meta_server: dict) -> str:
-    """'refserver' for specsweep's simulated reference server, else the server's name ('sglang', 'vllm',
-    'llama.cpp'…; 'sglang' when unnamed, as the seed's tables)."""
-    if meta_server.get("simulated"):
-        return "refserver"
-    return str(meta_server.get("name") or "sglang")
+def _headline_metric(comp: Comparison | None, arm: str, verdict: Verdict, judged: pd.DataFrame, fallback: str) -> str:
+    """The metric most of the decisive levels were decided by: the gains for enable, the losses for
+    keep off, the neutral levels for no measurable difference (``fallback`` without a comparison)."""
+    key = "gain" if verdict == Verdict.ENABLE else "loss" if (judged["outcome"] == "loss").any() else "neutral"
+    decisive = [deciding_metric(comp, arm, judged, i, fallback) if comp is not None else fallback
+                for i, o in enumerate(judged["outcome"]) if o == key]
+    return max(dict.fromkeys(decisive), key=decisive.count) if decisive else fallback
 
 
-def cap_argv(kind: str, n: int) -> tuple[str, ...]:
-    """The server arguments that set the running-request cap to ``n`` on a server ``kind``."""
-    flag = {"vllm": "--max-num-seqs", "llama.cpp": "--parallel", "llamacpp": "--parallel"}.get(kind, "--max-running-requests")
-    return (flag, str(n))
+def _range_text(head: str, decisive: Sequence[int], flat: Sequence[int], where: str, span: str) -> str:
+    """'<head> at every tested concurrency in 1–64.', or '<head> at concurrency 1, 4 and makes no
+    measurable difference at 16.' where some levels (``flat``) are neutral."""
+    if not flat:
+        return f"{head} at {where} in {span}."
+    return f"{head} at concurrency {_at(decisive)} and makes no measurable difference at {_at(flat)}."
 
 
-def memory_argv(kind: str, fraction: float) -> tuple[str, ...]:
-    """The server arguments that give the speculative server ``fraction`` of GPU memory for weights and KV.
+def _slo_enable_text(label: str, slo: str, judged: pd.DataFrame) -> str:
+    """The headline of 'enable' under an SLO: where only the arm keeps it, where both do, where neither."""
+    gains = _levels_of(judged, "gain")
+    kept = _levels_of(judged, "gain", "arm meets the SLOs, the baseline does not")
+    both = [c for c in gains if c not in kept]
+    neither = _levels_of(judged, "neutral", "both break an SLO")
+    rest = [c for c in _levels_of(judged, "neutral") if c not in neither]
+    parts = []
+    if kept:
+        parts.append(f"it keeps the SLO ({slo}) where the baseline does not (concurrency {_at(kept)})")
+    if both:
+        parts.append(f"it delivers more aggregate throughput where both keep it ({_at(both)})")
+    if neither:
+        parts.append(f"neither arm keeps it at {_at(neither)}")
+    if rest:
+        parts.append(f"no measurable difference at {_at(rest)}")
+    return f"Enable {label}: " + "; ".join(parts) + "."
 
-    The embedded reference server takes it as a profile override (its own argparse has no
-    ``--mem-fraction-static``); SGLang as ``--mem-fraction-static``; vLLM as ``--gpu-memory-utilization``.
-    """
-    if kind == "refserver":
-        return ("--set", f"speculative.mem_fraction_static={fraction:.2f}")
-    if kind == "vllm":
-        return ("--gpu-memory-utilization", f"{fraction:.2f}")
-    return ("--mem-fraction-static", f"{fraction:.2f}")
+
+def criterion_text(comp: Comparison, profile: Profile, arm: str) -> str:
+    """What a profile judges on, as its headline says it (without its SLO)."""
+    if profile.objective == "throughput":
+        return "aggregate throughput"
+    if profile.objective == "balanced":
+        return f"per-user speed at no more than {profile.max_throughput_loss_pct:g}% aggregate loss"
+    waits = ("end-to-end time, a Little's-law estimate" if wait_metrics(comp, arm) == [ESTIMATED_WAIT]
+             else "TTFT, end-to-end time")
+    return f"what a user waits for ({waits}), weighed against per-user speed"
 
 
-def _argv_text(argv: Sequence[str]) -> str:
-    return "`" + " ".join(argv) + "`"
-
-
-def _cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
-                   min_effect: float, profile: str = "") -> tuple[list[Claim], Claim | None]:
-    """Claims about the arm's running-request cap (each with its sentence), and the advice that would test it."""
-    cap = comp.caps.get(arm)
-    base_cap = comp.caps.get(comp.baseline)
-    losses = judged.loc[judged["aggregate_delta_pct"] < -min_effect, "concurrency"].tolist()
-    max_c = int(comp.levels["concurrency"].max())
-    if cap is None or cap >= max_c or not losses:
-        return [], None
-    above = [int(c) for c in losses if c > cap]
-    if not above:
-        return [], None
-    meta_server = comp.metas[arm].get("server") or {}
-    kind_of_server = server_kind(meta_server)
-    agg = comp.delta_rows(arm, "output_tok_s")
-    out: list[Claim] = [Claim(
-        kind="cap", arm=arm, metric="output_tok_s", levels=tuple(above),
-        values=tuple(float(agg[c]["delta_pct"]) for c in above if c in agg), credible=True, profile=profile,
-        extra={"cap": cap}, sentence=(
-            f"The {label} server ran with max_running_requests = {cap}"
-            + (f" (the baseline's was {base_cap})" if base_cap else " (the baseline set none)")
-            + f", below the {max_c} concurrent requests tested; "
-            + ("every level where its aggregate throughput is lower" if len(above) == len(losses) else "the levels where it is lowest")
-            + f" ({', '.join(map(str, above))}) " + ("lies" if len(above) == len(losses) else "lie")
-            + " above that cap, so the cap is the leading hypothesis for the lower throughput there: "
-            "requests beyond it queue instead of joining the batch."))]
-    lv = comp.arm_levels(arm)
-    measured = lv["decoding_concurrency"] if "decoding_concurrency" in lv and lv["decoding_concurrency"].notna().any() else None
-    col = "decoding_concurrency" if measured is not None else "concurrency_estimate"
-    kind = "measured decoding concurrency" if measured is not None else "estimated effective concurrency"
-    how = "Σ decode time ÷ window" if measured is not None else "aggregate ÷ per-request tok/s"
-    high = lv[lv["concurrency"] >= min(above)]
-    est = high[col].dropna() if col in high else pd.Series(dtype=float)
-    plateau = float(est.median()) if len(est) else math.nan
-    about = (f"{est.min():.0f}" if round(est.min()) == round(est.max()) else f"{est.min():.0f}–{est.max():.0f}") if len(est) else "?"
-    memory_bound = False
-    if not math.isnan(plateau) and plateau < WELL_BELOW_CAP * cap:
-        vals = ", ".join(f"{v:.1f} at {int(c)}" for c, v in zip(lv["concurrency"], lv[col]) if c >= min(above) or v >= 0.75 * plateau)
-        out.append(Claim(kind="cap", arm=arm, metric=col, levels=tuple(int(c) for c in high["concurrency"]),
-                         values=tuple(float(v) for v in high[col]), profile=profile,
-                         extra={"cap": cap, "estimate": plateau, "below": True}, sentence=(
-            f"But the {kind} of {label} ({how}) levels off at about {about} ({vals}), well below the cap of {cap}: "
-            "fewer requests were being served at once than the cap allows, so the cap cannot be the whole story.")))
-        others = []
-        if meta_server.get("mem_fraction_static") is not None:
-            others.append(f"a smaller KV cache (mem_fraction_static {meta_server['mem_fraction_static']:g}"
-                          + (f", draft model {meta_server['draft_memory_gb_per_rank']:g} GB per rank" if meta_server.get("draft_memory_gb_per_rank") else "")
-                          + ") that admits fewer requests")
-        else:
-            others.append("KV-cache or state memory that admits fewer requests than the cap")
-        others.append("the extra draft and verify compute per step once the GPU is saturated")
-        if any("not published" in v for v in (comp.metas[arm].get("metric_definitions") or {}).values()):
-            others.append("the unknown definition of the published per-request metric, which moves this estimate")
-        out.append(Claim(kind="cap", arm=arm, profile=profile, sentence="Other candidates: " + "; ".join(others) + "."))
-        gauge, memory_bound = _server_gauge_sentences(lv, above, cap, label, estimate_below=True, arm=arm, profile=profile)
-        out.extend(gauge)
-        base_lv = comp.arm_levels(comp.baseline)
-        bvals = base_lv[base_lv["concurrency"].isin(above)][col].dropna() if col in base_lv else pd.Series(dtype=float)
-        if len(bvals):
-            out.append(Claim(kind="cap", arm=comp.baseline, metric=col, profile=profile, sentence=(
-                f"For comparison, the baseline reaches {', '.join(f'{v:.0f}' for v in bvals)} at "
-                f"{', '.join(map(str, base_lv[base_lv['concurrency'].isin(above)]['concurrency']))}.")))
-        expect = (f"the {kind} (about {about}) is well below {cap}, so if throughput at "
-                  f"{', '.join(map(str, above))} stays near today's, the cap is not the cause and the limit lies elsewhere")
-        if memory_bound:
-            mf = meta_server.get("mem_fraction_static")
-            target = min(0.95, round(float(mf) + 0.05, 2)) if mf else 0.9
-            argv = memory_argv(kind_of_server, target)
-            return out, Claim(kind="advice", arm=arm, profile=profile, argv=argv, server=kind_of_server, sentence=(
-                f"The cap did not bind — the server's gauges show a full KV pool below it — so give {label} "
-                f"more KV memory rather than a higher cap: re-run it with {_argv_text(argv)}"
-                + (f" (now {mf:g})" if mf else "") + " or a smaller draft configuration, and watch "
-                "the token-usage and running-requests gauges."))
+def headline_sentences(comp: Comparison, profile: Profile, d: Decision, metric: str) -> tuple[str, list[Claim]]:
+    """The headline of a profile's recommendation and the claims it states: the verdict (``metric``: the
+    profile's deciding metric where no level names one), then what a user waits for (latency) or the
+    aggregate Δ, the levels only one arm measured, and a warning where each level ran once."""
+    label = md_text(d.arm)  # prose names arms by their short name; the label is given once, in Setup
+    cs = d.judged["concurrency"].tolist()
+    checks = _slo_checks(profile, comp)
+    one_side = [f"{', '.join(map(str, v))} ({'only ' + label if k == 'arm' else 'only the baseline'})"
+                for k, v in comp.unshared_levels(d.arm).items() if v]
+    head = _headline(d.verdict, label, criterion_text(comp, profile, d.arm), d.judged,
+                     f"{cs[0]}–{cs[-1]}" if len(cs) > 1 else f"{cs[0]}", d.up_to, d.from_c,
+                     " and ".join(c[0] for c in checks) if checks else None, comp=comp, arm=d.arm,
+                     fallback_metric=metric, profile=profile.name,
+                     where="every level both arms measured" if one_side else "every tested concurrency",
+                     noise_metric="output_tok_s" if profile.objective == "throughput" else comp.user_metric)
+    parts, claims = [head.sentence], [head]
+    if profile.objective == "latency":
+        note, note_claims = _wait_note(comp, d.arm, d.judged, profile.min_effect_pct, profile.name)
+        claims += note_claims
+        if note:
+            parts.append(wait_sentence(label, note))
     else:
-        if not math.isnan(plateau):
-            out.append(Claim(kind="cap", arm=arm, metric=col, levels=tuple(int(c) for c in high["concurrency"]),
-                             values=tuple(float(v) for v in high[col]), profile=profile,
-                             extra={"cap": cap, "estimate": plateau, "below": False}, sentence=(
-                f"The {kind} of {label} ({how}) sits near the cap at those levels (about {about} of {cap}), "
-                "consistent with the cap binding.")))
-        out.extend(_server_gauge_sentences(lv, above, cap, label, estimate_below=False if not math.isnan(plateau) else None,
-                                           arm=arm, profile=profile)[0])
-        expect = "if the cap binds, aggregate throughput above it should rise"
-    argv = cap_argv(kind_of_server, max_c)
-    return out, Claim(kind="advice", arm=arm, profile=profile, argv=argv, server=kind_of_server, levels=tuple(above),
-                      sentence=(f"Re-run {label} with {_argv_text(argv)} to test whether the cap causes the lower "
-                                f"throughput: {expect}. Watch the running and queued request gauges and KV usage "
-                                "during the run."))
+        parts.append(aggregate_quote(comp, d.arm, [int(c) for c in cs]))
+    if one_side:
+        parts.append("Not compared at " + " and ".join(one_side) + ": measured on one arm only.")
+    if comp.single_run():
+        parts.append("One run per level: repeat each level (repeats=3) before relying on this.")
+    return " ".join(parts), claims
 
 
-def _server_gauge_sentences(lv: pd.DataFrame, above: list[int], cap: int, label: str, *,
-                            estimate_below: bool | None = None, arm: str = "",
-                            profile: str = "") -> tuple[list[Claim], bool]:
-    """What the server's own gauges said at the levels above the cap (measured runs only), and
-    whether they show admission limited by memory (running below the cap with a full pool).
+def withheld_sentences(comp: Comparison, why: Literal["chunks", "controls"],
+                       refused: Sequence[str]) -> tuple[str, list[str], list[str]]:
+    """(headline, caveats, next experiments) of a profile no arm can be judged for: the token counts of
+    the ``refused`` arms came from SSE chunks (``chunks``), or every arm besides the baseline is a control."""
+    if why == "chunks":
+        who = ", ".join(md_text(a) for a in refused)
+        return ((f"No verdict: the token counts of {who} came from SSE chunks (the server reported none), so "
+                 "aggregate throughput, per-user speed and acceptance cannot be trusted for this objective."), [],
+                ["Re-measure with a server (or API flavour) that reports token counts (usage with "
+                 "continuous_usage_stats, or SGLang meta_info)."])
+    who = ", ".join(md_text(a) for a in comp.controls)
+    return ((f"No verdict: every arm besides the baseline is a control arm ({who}), configured like the "
+             "baseline; its difference from the baseline measures noise and drift, not a configuration."),
+            drift_sentences(comp), ["Add the configuration to compare as another arm of the study."])
 
-    The gauge is said to agree with the estimate only where both put the running requests on the
-    same side of :data:`WELL_BELOW_CAP` × cap; where they differ the sentence says the gauge
-    disagrees and which to believe (the gauge counts what ran; the estimate is a ratio).
-    """
-    out: list[Claim] = []
-    below_cap = full = False
-    high = lv[lv["concurrency"].isin(above)]
-    where = ", ".join(map(str, above))
-    if "server_running_max" in high and high["server_running_max"].notna().any():
-        most = int(high["server_running_max"].max())
-        below_cap = most < cap
-        gauge_low = most < WELL_BELOW_CAP * cap
-        agrees = None if estimate_below is None else gauge_low == estimate_below
-        what = (f"{label} never ran more than {most} requests at once at {where} (running-requests gauge, polled "
-                f"during the levels), " + ("well below" if gauge_low else "below" if below_cap else "at") + f" its cap of {cap}"
-                if below_cap else
-                f"{label} ran up to its cap of {cap} requests at once at {where} (running-requests gauge, polled "
-                "during the levels)")
-        if agrees is None:
-            text = f"The server's own gauge: {what}."
-        elif agrees:
-            text = f"The server's own gauge agrees: {what}."
-        else:
-            text = (f"The server's own gauge disagrees with that estimate: {what}. The gauge counts the requests "
-                    "that ran; the estimate is a ratio of speeds, so trust the gauge"
-                    + (": the cap did bind." if not gauge_low else "."))
-        out.append(Claim(kind="gauge", arm=arm, metric="server_running_max", levels=tuple(above), values=(float(most),),
-                         agrees=agrees, profile=profile, sentence=text,
-                         extra={"gauge_max": most, "cap": cap, "estimate_below": estimate_below}))
-    if "server_kv_usage_max" in high and high["server_kv_usage_max"].notna().any():
-        usage = float(high["server_kv_usage_max"].max())
-        if usage >= 0.9:
-            full = True
-            text = (f"Its KV/token pool was {usage:.0%} full there: memory, not the cap, limited admission."
-                    if below_cap else
-                    f"Its KV/token pool was also {usage:.0%} full there, so lifting the cap alone would soon "
-                    "run into memory.")
-        else:
-            text = f"Its KV/token pool peaked at {usage:.0%} there, so memory did not limit admission."
-        out.append(Claim(kind="gauge", arm=arm, metric="server_kv_usage_max", levels=tuple(above),
-                         values=(usage * 100,), profile=profile, sentence=text))
-    return out, below_cap and full
+
+def reason_sentences(comp: Comparison, profile: Profile, d: Decision) -> tuple[list[str], list[Claim], Claim | None]:
+    """The reasons of a profile's recommendation in order, the claims they state, and the advice (a
+    configuration change to test) the cap sentences lead to, if any."""
+    arm, judged, label, effect = d.arm, d.judged, md_text(d.arm), profile.min_effect_pct
+    thr_text, thr_claims = _throughput_sentence(comp, arm, label, judged, effect, profile.name)
+    user_text, user_claims = _user_sentence(comp, arm, label, judged, effect, profile.name)
+    reasons = [r for r in (thr_text, user_text) if r]
+    reasons += objective_reasons(comp, profile, arm, judged) + failed_level_reasons(label, judged)
+    reasons += _slo_sentences(comp, profile, arm, label, judged)
+    cap_claims, advice = cap_sentences(comp, arm, label, judged, effect, profile.name)
+    reasons += [c.sentence for c in cap_claims]
+    if d.tied_with:
+        reasons.append(tie_sentence(comp, arm, d.tied_with, d.verdict))
+    others = [a for a in d.per_arm if a != arm and a not in d.tied_with]
+    if others:
+        reasons.append("Other arms scored lower for this profile: " + ", ".join(
+            f"{md_text(a)} (mean deciding delta {pct(d.per_arm[a]['margin'].mean())})" for a in others) + ".")
+    return reasons, thr_claims + user_claims + cap_claims, advice
+
+
+def objective_reasons(comp: Comparison, profile: Profile, arm: str, judged: pd.DataFrame) -> list[str]:
+    """What the profile's objective weighs, and for a latency profile what it costs in capacity."""
+    if profile.objective == "latency":
+        return _latency_reasons(comp, arm, judged, profile.min_effect_pct)
+    if profile.objective == "throughput" and _slo_checks(profile, comp):
+        return ["Under an SLO, what counts is the aggregate throughput a configuration delivers while it "
+                "keeps the SLO; a level where only one arm keeps it goes to that arm if the difference in the "
+                "SLO's metric is credible."]
+    if profile.objective == "throughput":
+        return ["For batch or offline work, aggregate throughput (tokens per GPU-second) is what counts; "
+                "per-request speed does not."]
+    return [f"Balanced: per-user speed should improve while aggregate throughput drops by at most "
+            f"{profile.max_throughput_loss_pct:g}%."]
+
+
+def _latency_reasons(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: float) -> list[str]:
+    """How a latency profile judges a level, how the wait is estimated without percentiles, and the
+    capacity the arm costs where its aggregate throughput is lowest."""
+    waits = wait_metrics(comp, arm)
+    names = ", ".join(deciding_word(m) for m in waits)
+    out = [f"Latency-sensitive use is judged on the whole wait — {names} — and on per-user speed: a level "
+           "is lost where any wait is credibly longer (for TTFT: by more than the minimum effect as a share "
+           "of the baseline's end-to-end time), won where per-user speed (or a wait) is credibly better and "
+           "no wait's fitted increase outweighs the per-user gain. The table names the metric that decided "
+           "each level."]
+    if waits == [ESTIMATED_WAIT]:
+        out.append("These data have no latency percentiles, so the wait is estimated by Little's law (see the "
+                   "glossary): mean request time = concurrency × output tokens ÷ aggregate tok/s. It is an "
+                   "estimate, and at the same concurrency it moves exactly inversely to aggregate throughput.")
+    worst = judged[(judged["aggregate_delta_pct"] < -min_effect) & (judged["aggregate_delta_pct"] > -100)]
+    if len(worst):
+        r = worst.loc[worst["aggregate_delta_pct"].idxmin()]
+        need = 1.0 / (1.0 + r["aggregate_delta_pct"] / 100.0)
+        out.append(f"The price is capacity: at concurrency {int(r['concurrency'])} the same hardware delivers "
+                   f"{-r['aggregate_delta_pct']:.0f}% less aggregate throughput, so serving the same token rate there "
+                   f"would need about {need:.1f}× the servers.")
+    return out
+
+
+def failed_level_reasons(label: str, judged: pd.DataFrame) -> list[str]:
+    """One sentence per level the arm lost by a rule: no successful requests, no per-user figure, more failures."""
+    failed = judged[judged["rule"].isin(["no successful requests", "no per-user figure"])
+                    | judged["rule"].fillna("").str.startswith("fails more requests")]
+    return [f"At concurrency {row.concurrency} {label} counts as a loss: {row.rule}." for row in failed.itertuples()]
+
+
+def band_sentences(judged: pd.DataFrame, arm: str, label: str) -> list[Band]:
+    """Runs of consecutive judged levels with the same outcome (and rule), each with its sentence."""
+    key = judged["outcome"] + "|" + judged["rule"].fillna("")
+    bands: list[Band] = []
+    for _, grp in judged.groupby((key != key.shift()).cumsum()):
+        cs = grp["concurrency"].tolist()
+        ag = (grp["aggregate_delta_pct"].min(), grp["aggregate_delta_pct"].max())
+        us = (grp["user_delta_pct"].min(), grp["user_delta_pct"].max())
+        outcome = grp["outcome"].iloc[0]
+        rule = grp["rule"].iloc[0] if isinstance(grp["rule"].iloc[0], str) else None
+        span = f"{cs[0]}" if len(cs) == 1 else f"{cs[0]}–{cs[-1]}"
+        word = {"gain": "pays off", "loss": "costs", "neutral": "makes no measurable difference"}[outcome]
+        because = f" ({rule})" if rule else ""
+        bands.append(Band(arm, cs[0], cs[-1], outcome, ag, us,
+                          f"At concurrency {span}, {label} {word}{because}: aggregate {_range_pct(ag)}, "
+                          f"per-user {_range_pct(us)}.", rule))
+    return bands
 
 
 def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, judged: pd.DataFrame) -> list[str]:
@@ -413,107 +387,6 @@ def _slo_sentences(comp: Comparison, profile: Profile, arm: str, label: str, jud
                    + (f" as measured — but at {_levels_text(noisy)} which side of the SLO line a level falls is "
                       "within noise, so this ratio is not established." if noisy else "."))
     return out
-
-
-def drift_sentences(comp: Comparison) -> list[str]:
-    """What the data say about drift and noise between arms: the sentinel's drift estimate, the
-    control arms' deviation, or (neither, and no interleaved repeats) the risk and how to remove it."""
-    out = []
-    d = comp.drift
-    if d is not None:
-        where = ", ".join(f"{md_text(a)} at {', '.join(str(c) for c in g['concurrency'])}"
-                          for a, g in d.pairs.groupby("arm"))
-        if d.corrected:
-            pct, se = d.total_pct("output_tok_s")
-            minutes = d.span_s / 60
-            what = (f"a drift of {pct:+.1f}% ± {se:.1f}% in aggregate throughput over the study's {minutes:.0f} minutes"
-                    if d.credible() else f"no measurable drift in aggregate throughput ({pct:+.1f}% ± {se:.1f}% over "
-                    f"{minutes:.0f} minutes)")
-            out.append(f"Sentinel runs ({where}, measured again at the end) show {what}; every run was corrected for "
-                       "it, linearly in time, and each band widened by what that correction leaves uncertain.")
-        else:
-            worst = float(d.pairs["delta_pct"].abs().max())
-            out.append(f"Sentinel runs ({where}, measured again at the end) differ from the earlier runs by up to "
-                       f"{worst:.1f}% in aggregate throughput; without timestamps the runs cannot be corrected, so "
-                       "every band is at least that wide.")
-    for a, dev in comp.control_deviation("output_tok_s").items():
-        out.append(f"Control arm {md_text(a)} is configured like the baseline: it differs from it "
-                   f"by up to {dev:.1f}% in aggregate throughput from noise and drift alone. It is never a candidate, "
-                   "every other arm's band is at least as wide as its deviation, and a difference it shows too is "
-                   "not established.")
-    study = comp.metas.get(comp.baseline, {}).get("study") or {}
-    interleaved = isinstance(study, dict) and int(study.get("repeats") or 1) >= 2
-    if d is None and not comp.controls and not interleaved:
-        out.append("The arms were measured one after the other with no sentinel run and no control arm: a slow drift "
-                   "of the machine between them (heat, a noisy neighbour, a growing cache) would read as a difference "
-                   "between the arms. To measure it, re-measure the baseline at one or two levels at the end (a "
-                   "study's sentinel setting) or add a control arm configured like the baseline (control: true); to "
-                   "cancel it, interleave the arms (order: abba, or repeats ≥ 2).")
-    return out
-
-
-def _caveats(comp: Comparison, profile: Profile, arms: Sequence[str]) -> list[str]:
-    out: list[str] = drift_sentences(comp)
-    if comp.single_run():
-        noises = [c.noise for (a, m), c in comp.curves.items() if m == "output_tok_s" and a in arms]
-        if comp.assumed_noise_pct and any(n.startswith("the levels' scatter") for n in noises):
-            out.append(f"One run per level: run-to-run noise cannot be measured, and the levels scatter about a "
-                       f"smooth curve more than the assumed {comp.assumed_noise_pct:g}% per run would explain, so "
-                       "that larger scatter is used (see Definitions) and the bands are wider for it. Ask for 3 runs "
-                       "per level (repeats=3) to measure the noise.")
-        elif comp.assumed_noise_pct:
-            checked = any("too few to check" in n for n in noises)
-            out.append(f"One run per level: run-to-run noise cannot be measured, so {comp.assumed_noise_pct:g}% per "
-                       "run is assumed (for per-request statistics, at least that or the spread of each run's "
-                       "requests)" + ("; with so few levels the data cannot check it against their own scatter" if
-                                      checked else "") + ". Were the real noise larger, the bands would be too narrow. "
-                       "Ask for 3 runs per level (repeats=3) to measure it.")
-        else:
-            out.append("One run per level: run-to-run noise cannot be measured, so it is estimated from the residuals "
-                       "of the fitted curve (and, for per-request statistics, from each run's requests, which cannot "
-                       "see run-to-run variation). Ask for 3 runs per level (repeats=3) to measure it.")
-    unclear: dict[tuple[str, str], list[str]] = {}
-    for a in comp.arms:
-        for col, text in (comp.metas[a].get("metric_definitions") or {}).items():
-            if "not published" in text or "unknown" in text:
-                unclear.setdefault((col, text), []).append(a)
-    for (col, text), who in unclear.items():
-        whose = "all arms" if len(who) == len(comp.arms) else "arm " + ", ".join(f"'{a}'" for a in who)
-        name = info(col).label[0].lower() + info(col).label[1:]
-        out.append(f"The definition of {name} was not fully published for {whose} (see Definitions), so compare "
-                   "it with other tools' figures with care.")
-    kind = comp.workload.get("kind")
-    if kind in SYNTHETIC_KINDS:
-        out.append(f"Prompts were synthetic token IDs ('{kind}') with a fixed output length. Speculative acceptance on such "
-                   "prompts is not representative of real traffic — it is often inflated, because degenerate, repetitive "
-                   "continuations are easy to draft — so gains on real prompts can be smaller.")
-    for a in arms:
-        m = comp.metas[a]
-        seen = (m.get("server") or {}).get("observed_accept_length")
-        if seen:
-            out.append(f"Arm '{a}': the only acceptance-length figure is {seen:.2f}, from a smoke test outside the sweep, not per level.")
-    if any((comp.metas[a].get("server") or {}).get("simulated") for a in comp.arms):
-        out.append("Measured against specsweep's simulated reference server, not a real GPU server: the numbers show the "
-                   "method and the model's behaviour, not any hardware's.")
-    lv = comp.levels
-    if "error_rate" in lv and (lv["error_rate"].fillna(0) > 0).any():
-        bad = lv[lv["error_rate"].fillna(0) > 0]
-        out.append("Some requests failed (" + ", ".join(f"{r.arm} at {int(r.concurrency)}: {r.error_rate:.1%}" for r in bad.itertuples()) + "); throughput counts successful requests only.")
-    if "short_outputs" in lv and (lv["short_outputs"].fillna(0) > 0).any():
-        bad = lv[lv["short_outputs"].fillna(0) > 0]
-        out.append("The server returned fewer tokens than requested (ignore_eos not honoured) for some requests ("
-                   + ", ".join(f"{r.arm} at {int(r.concurrency)}: {int(r.short_outputs)}" for r in bad.itertuples()) + ").")
-    if "ttft_p99_s" not in lv or lv["ttft_p99_s"].isna().all():
-        out.append("No latency percentiles (TTFT, end-to-end) are in the data: the wait is a Little's-law estimate from "
-                   "aggregate throughput, so latency verdicts rest on per-request speed and that estimate.")
-    if "client_cpu_cores" in lv and (lv["client_cpu_cores"].fillna(0) > 0.7).any():
-        out.append("The benchmark client used more than 0.7 of a core at some levels; its timestamps may lag there.")
-    return out
-
-
-def _deciding_word(comp: Comparison, metric: str) -> str:
-    """A short name for the metric that decided a level."""
-    return _DECIDING.get(metric, metric)
 
 
 #: a wait that looks longer but not credibly so (the verb phrase after "each request")
@@ -565,25 +438,25 @@ def _wait_note(comp: Comparison, arm: str, judged: pd.DataFrame, min_effect: flo
     um = comp.user_metric
     head = ""
     if faster:
-        c = delta_claim("gain", arm, um, faster, credible=True, profile=profile)
-        claims.append(with_sentence(c, "is faster once running (" + ", ".join(
-            f"{value_text(c, i)} per-user at {lv}" for i, lv in enumerate(c.levels)) + ")"))
+        claim = delta_claim("gain", arm, um, faster, credible=True, profile=profile)
+        claims.append(with_sentence(claim, "is faster once running (" + ", ".join(
+            f"{value_text(claim, i)} per-user at {lv}" for i, lv in enumerate(claim.levels)) + ")"))
         head = claims[-1].sentence
     if unsure:
-        c = delta_claim("no-difference", arm, um, unsure, credible=False, profile=profile)
+        claim = delta_claim("no-difference", arm, um, unsure, credible=False, profile=profile)
         text = ("not credibly faster at " if faster else "is not credibly faster once running at ") + join_and(
-            [str(x) for x in c.levels]) + " (" + ", ".join(f"{pct(v)} per-user" for v in c.values) + ", within noise)"
-        claims.append(with_sentence(c, text))
+            [str(x) for x in claim.levels]) + " (" + ", ".join(f"{pct(v)} per-user" for v in claim.values) + ", within noise)"
+        claims.append(with_sentence(claim, text))
         head = f"{head}, {text}" if head else text
     parts = []
     for m in waits:
         if m in sure_waits:
-            c = delta_claim("loss", arm, m, sure_waits[m], credible=True, profile=profile)
-            claims.append(with_sentence(c, f"{WAIT_WORDS[m]}: {_at_list(c)}"))
+            claim = delta_claim("loss", arm, m, sure_waits[m], credible=True, profile=profile)
+            claims.append(with_sentence(claim, f"{WAIT_WORDS[m]}: {_at_list(claim)}"))
             parts.append(claims[-1].sentence)
         if m in maybe_waits:
-            c = delta_claim("no-difference", arm, m, maybe_waits[m], credible=False, profile=profile)
-            claims.append(with_sentence(c, f"{WAIT_MAYBE[m]}: {_at_list(c)} (within noise)"))
+            claim = delta_claim("no-difference", arm, m, maybe_waits[m], credible=False, profile=profile)
+            claims.append(with_sentence(claim, f"{WAIT_MAYBE[m]}: {_at_list(claim)} (within noise)"))
             parts.append(claims[-1].sentence)
     note = (f"{head}, but it " if head else "") + "; ".join(parts)
     return note, claims
@@ -604,7 +477,7 @@ def aggregate_quote(comp: Comparison, arm: str, levels: Sequence[int] | None = N
     hi = max(cs, key=lambda c: rows[c]["delta_pct"])
     lo = min(cs, key=lambda c: rows[c]["delta_pct"])
     picks = [hi] if hi == lo else [hi, lo]
-    return ("Aggregate Δ: " + "; ".join(f"{_band_text(rows[c])} at {c}" for c in picks)
+    return ("Aggregate Δ: " + "; ".join(f"{band_text(rows[c])} at {c}" for c in picks)
             + " (95% simultaneous band of the fitted curve in brackets).")
 
 

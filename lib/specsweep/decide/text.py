@@ -50,13 +50,19 @@ _DECIDING: dict[str, str] = {
 }
 
 
+def deciding_word(metric: str) -> str:
+    """The short name a page gives a metric that decides a level ('aggregate throughput', 'TTFT p99');
+    the column name for any other."""
+    return _DECIDING.get(metric, metric)
+
+
 def _fit(row: pd.Series | dict[str, Any] | None) -> float:
     if row is None:
         return math.nan
     return float(row["fit_delta_pct"]) if not pd.isna(row["fit_delta_pct"]) else float(row["delta_pct"])
 
 
-def _band_text(row: pd.Series | dict[str, Any] | None) -> str:
+def band_text(row: pd.Series | dict[str, Any] | None) -> str:
     """'+12% [+3%, +21%]' for a delta row with a band, '+12% (no interval)' without."""
     if row is None:
         return "n/a"

@@ -26,6 +26,7 @@ import numpy as np
 from specsweep.analyze.compare import Comparison, DeltaCurve, fit_metric
 from specsweep.decide.judge import _slo_checks, wait_metrics
 from specsweep.decide.profiles import Profile
+from specsweep.decide.verdicts import Verdict
 from specsweep.markup import md_text
 
 #: server settings (meta.json ``server``) compared where an arm does not say how it was configured
@@ -156,13 +157,13 @@ def resolve_tie(comp: Comparison, profile: Profile, best: str, candidates: Seque
     return chosen, [a for a in group if a != chosen]
 
 
-def tie_sentence(comp: Comparison, arm: str, tied: Sequence[str], verdict: str | None = None) -> str:
+def tie_sentence(comp: Comparison, arm: str, tied: Sequence[str], verdict: Verdict | None = None) -> str:
     """One sentence saying which arms are tied with the recommended one and why it is the one named
     (``verdict`` 'disable': the simpler one is the one judged, not recommended)."""
     def name(a: str) -> str:
         return md_text(a)
 
-    chosen = "is the one judged" if verdict in ("disable", "no_verdict") else "is recommended"
+    chosen = "is the one judged" if verdict in (Verdict.DISABLE, Verdict.NO_VERDICT) else "is recommended"
 
     n = len(changed_settings(comp, arm))
     counts = {t: len(changed_settings(comp, t)) for t in tied}

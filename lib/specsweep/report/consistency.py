@@ -112,85 +112,112 @@ def _tested(comp: Comparison, arm: str) -> set[int]:
     return {int(c) for c in comp.levels.loc[comp.levels["arm"] == arm, "concurrency"]}
 
 
+#: a rule broken by one claim: (rule, detail)
+Breach = tuple[str, str]
+
+
 def check_claim(comp: Comparison, claim: Claim, *, well_below: float = 0.75) -> list[Violation]:
     """The rules that one claim can break on its own (see the module docstring)."""
-    out: list[Violation] = []
-
-    def bad(rule: str, detail: str) -> None:
-        out.append(Violation(rule, claim.profile, claim.sentence, detail))
-
-    s = claim.sentence
-    for g in grammar_errors(s):
-        bad("grammar", g)
+    found: list[Breach] = [("grammar", g) for g in grammar_errors(claim.sentence)]
     if claim.kind in ("gain", "loss") and claim.values:
-        want = claim.kind == "gain"
-        wrong = [c for c, ok in zip(claim.levels, claim.improved()) if ok != want]
-        if wrong:
-            bad("sign", f"a {claim.kind} on {claim.metric} whose measured Δ points the other way at {wrong}")
-        flip = -1.0 if lower_is_better(claim.metric) else 1.0
-        signs = [flip * v > 0 for v in _signed_numbers(s) if v != 0]
-        if any(x != want for x in signs):
-            bad("sign", f"a {claim.kind} sentence quoting a figure of the opposite sign")
-        if not claim.credible:
-            bad("credibility", f"a {claim.kind} claim not marked credible")
-        if "within noise" in s:
-            bad("credibility", f"a {claim.kind} sentence that says 'within noise'")
-        if claim.arm in comp.arms and claim.metric:
-            expect = 1 if want else -1
-            notcred = [c for c in claim.levels if _credible_direction(comp, claim.arm, claim.metric, c) != expect]
-            if notcred:
-                bad("credibility", f"{claim.kind} at {notcred} where {claim.metric}'s band does not exclude 0 that way")
-        for v in claim.values:
-            if pct(v) not in s and s.count("%") and claim.kind in ("gain", "loss") and " to " not in s:
-                bad("sign", f"the sentence does not show the claim's figure {pct(v)}")
-                break
+        found += _directed_breaches(comp, claim)
     if claim.kind == "no-difference" and not claim.credible:
-        m = _GAIN_WORDS.search(s)
+        m = _GAIN_WORDS.search(claim.sentence)
         if m:
-            bad("credibility", f"a difference within noise said as '{m.group(0)}'")
+            found.append(("credibility", f"a difference within noise said as '{m.group(0)}'"))
     if claim.kind == "gauge":
-        says_agree = bool(re.search(r"\bagrees\b", s))
-        says_disagree = bool(re.search(r"\b(disagrees|contradicts)\b", s))
-        gauge, cap, est = (claim.extra.get(k) for k in ("gauge_max", "cap", "estimate_below"))
-        if (says_agree or says_disagree) and (gauge is None or cap is None or est is None):
-            bad("agreement", "says the gauge agrees or disagrees with no estimate to compare it with")
-        elif gauge is not None and cap is not None and est is not None:
-            agree = (float(gauge) < well_below * float(cap)) == bool(est)
-            if says_agree and not agree:
-                bad("agreement", f"says 'agrees' but the gauge ({gauge} of cap {cap}) and the estimate "
-                                 f"({'well below' if est else 'near'} the cap) disagree")
-            if says_disagree and agree:
-                bad("agreement", "says 'disagrees' but the gauge and the estimate agree")
-            if not says_agree and not says_disagree:
-                bad("agreement", "a gauge compared with an estimate says neither 'agrees' nor 'disagrees'")
+        found += _gauge_breaches(claim, well_below)
     if claim.arm in comp.arms and claim.levels:
-        tested = _tested(comp, claim.arm)
-        if claim.kind == "experiment":
-            seen = sorted(set(claim.levels) & _tested(comp, comp.baseline) & tested)
-            if seen:
-                bad("levels", f"asks to measure {seen}, already measured")
-        elif claim.kind not in ("gauge", "advice"):
-            missing = sorted(set(claim.levels) - tested)
-            if missing:
-                bad("levels", f"names level(s) {missing} that {claim.arm} did not test")
+        found += _level_breaches(comp, claim)
     if claim.at is not None and claim.arm in comp.arms:
-        tested = _tested(comp, claim.arm) & _tested(comp, comp.baseline)
-        if round(claim.at) not in tested:  # "about 8" where 8 was tested names a measured level
-            if claim.bounds is None:
-                bad("levels", f"names {claim.at:.0f}, not a tested level, without the tested levels bounding it")
-            else:
-                lo, hi = claim.bounds
-                if lo not in tested or hi not in tested or not lo <= claim.at <= hi:
-                    bad("levels", f"bounds {lo}–{hi} of {claim.at:.1f} are not tested levels around it")
-                elif not re.search(rf"\b{lo}\b.*\b{hi}\b", s):
-                    bad("levels", f"does not name the tested levels {lo} and {hi} bounding {claim.at:.0f}")
+        found += _point_breaches(comp, claim)
     if claim.kind == "advice":
-        err = advice_error(claim.server, claim.argv, (comp.metas.get(claim.arm, {}).get("server") or {}).get("profile"))
-        if err:
-            bad("advice", err)
-        elif claim.argv and " ".join(claim.argv) not in s:
-            bad("advice", f"the sentence does not show the arguments {' '.join(claim.argv)}")
+        found += _advice_breaches(comp, claim)
+    return [Violation(rule, claim.profile, claim.sentence, detail) for rule, detail in found]
+
+
+def _directed_breaches(comp: Comparison, claim: Claim) -> list[Breach]:
+    """A gain's or loss's sign (its values and the figures its sentence quotes) and credibility."""
+    out: list[Breach] = []
+    s, want = claim.sentence, claim.kind == "gain"
+    wrong = [c for c, ok in zip(claim.levels, claim.improved()) if ok != want]
+    if wrong:
+        out.append(("sign", f"a {claim.kind} on {claim.metric} whose measured Δ points the other way at {wrong}"))
+    flip = -1.0 if lower_is_better(claim.metric) else 1.0
+    if any((flip * v > 0) != want for v in _signed_numbers(s) if v != 0):
+        out.append(("sign", f"a {claim.kind} sentence quoting a figure of the opposite sign"))
+    if not claim.credible:
+        out.append(("credibility", f"a {claim.kind} claim not marked credible"))
+    if "within noise" in s:
+        out.append(("credibility", f"a {claim.kind} sentence that says 'within noise'"))
+    if claim.arm in comp.arms and claim.metric:
+        expect = 1 if want else -1
+        notcred = [c for c in claim.levels if _credible_direction(comp, claim.arm, claim.metric, c) != expect]
+        if notcred:
+            out.append(("credibility", f"{claim.kind} at {notcred} where {claim.metric}'s band does not exclude 0 that way"))
+    missing = next((v for v in claim.values if pct(v) not in s), None)
+    if missing is not None and s.count("%") and " to " not in s:
+        out.append(("sign", f"the sentence does not show the claim's figure {pct(missing)}"))
     return out
+
+
+def _gauge_breaches(claim: Claim, well_below: float) -> list[Breach]:
+    """A gauge says 'agrees' or 'disagrees' with the estimate before it only as the numbers do."""
+    s = claim.sentence
+    says_agree = bool(re.search(r"\bagrees\b", s))
+    says_disagree = bool(re.search(r"\b(disagrees|contradicts)\b", s))
+    gauge, cap, est = (claim.extra.get(k) for k in ("gauge_max", "cap", "estimate_below"))
+    if gauge is None or cap is None or est is None:
+        return [("agreement", "says the gauge agrees or disagrees with no estimate to compare it with")] \
+            if says_agree or says_disagree else []
+    agree = (float(gauge) < well_below * float(cap)) == bool(est)
+    out: list[Breach] = []
+    if says_agree and not agree:
+        out.append(("agreement", f"says 'agrees' but the gauge ({gauge} of cap {cap}) and the estimate "
+                                 f"({'well below' if est else 'near'} the cap) disagree"))
+    if says_disagree and agree:
+        out.append(("agreement", "says 'disagrees' but the gauge and the estimate agree"))
+    if not says_agree and not says_disagree:
+        out.append(("agreement", "a gauge compared with an estimate says neither 'agrees' nor 'disagrees'"))
+    return out
+
+
+def _level_breaches(comp: Comparison, claim: Claim) -> list[Breach]:
+    """Every level a claim names was tested for its arm; an experiment's levels were not."""
+    tested = _tested(comp, claim.arm)
+    if claim.kind == "experiment":
+        seen = sorted(set(claim.levels) & _tested(comp, comp.baseline) & tested)
+        return [("levels", f"asks to measure {seen}, already measured")] if seen else []
+    if claim.kind in ("gauge", "advice"):
+        return []
+    missing = sorted(set(claim.levels) - tested)
+    return [("levels", f"names level(s) {missing} that {claim.arm} did not test")] if missing else []
+
+
+def _point_breaches(comp: Comparison, claim: Claim) -> list[Breach]:
+    """A point that was not tested ('up to about 37', a crossover) names the tested levels bounding it."""
+    assert claim.at is not None
+    tested = _tested(comp, claim.arm) & _tested(comp, comp.baseline)
+    if round(claim.at) in tested:  # "about 8" where 8 was tested names a measured level
+        return []
+    if claim.bounds is None:
+        return [("levels", f"names {claim.at:.0f}, not a tested level, without the tested levels bounding it")]
+    lo, hi = claim.bounds
+    if lo not in tested or hi not in tested or not lo <= claim.at <= hi:
+        return [("levels", f"bounds {lo}–{hi} of {claim.at:.1f} are not tested levels around it")]
+    if not re.search(rf"\b{lo}\b.*\b{hi}\b", claim.sentence):
+        return [("levels", f"does not name the tested levels {lo} and {hi} bounding {claim.at:.0f}")]
+    return []
+
+
+def _advice_breaches(comp: Comparison, claim: Claim) -> list[Breach]:
+    """Advised server arguments run on that server, and the sentence shows them."""
+    err = advice_error(claim.server, claim.argv, (comp.metas.get(claim.arm, {}).get("server") or {}).get("profile"))
+    if err:
+        return [("advice", err)]
+    if claim.argv and " ".join(claim.argv) not in claim.sentence:
+        return [("advice", f"the sentence does not show the arguments {' '.join(claim.argv)}")]
+    return []
 
 
 def advice_error(server: str, argv: Sequence[str], profile: str | None = None) -> str | None:

@@ -16,7 +16,8 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
 from specsweep.decide.claims import Claim, join_and, pct
-from specsweep.decide.text import _DECIDING, _band_text
+from specsweep.decide.text import band_text, deciding_word
+from specsweep.decide.verdicts import DecisionKind
 from specsweep.markup import markdown_html, md_text
 
 
@@ -25,8 +26,10 @@ class DecisionRow:
     """One profile's decision as the first screen shows it (strings are plain text, not yet escaped)."""
 
     profile: str
-    #: enable / enable up to X / enable from X / keep off / no measurable difference / not established
-    decision: str
+    #: the decision class
+    kind: DecisionKind
+    #: the X of 'enable up to / from X' (concurrent requests), None for the other decisions
+    x: float | None
     #: the arm the decision is about (short name), None when no arm is recommended
     arm: str | None
     #: where to enable it (concurrency), '—' when nowhere
@@ -35,10 +38,17 @@ class DecisionRow:
     tested: str
     #: the deciding metric and its measured Δ with the 95 % band, where it decides
     deciding: str
+    #: the deciding metric's name ('' where no one metric decides)
+    deciding_metric: str
     #: how many of the judged levels are credible (the page-wide part, :func:`stability`, is said once under the table)
     stability: str
     #: arms not credibly different from ``arm`` for this profile (``arm`` is the simplest of them)
     tied_with: tuple[str, ...] = ()
+
+    @property
+    def decision(self) -> str:
+        """The decision as the page prints it ('enable up to 37', 'keep off')."""
+        return self.kind.words(self.x)
 
     def arm_text(self) -> str:
         """The arm cell: its short name, and the arms it is tied with (plain text)."""
@@ -81,36 +91,40 @@ def _verdict_claim(rec: Recommendation) -> Claim | None:
     return next((c for c in rec.claims if c.kind == "verdict"), None)
 
 
-def _deciding(comp: Comparison, rec: Recommendation) -> str:
-    """The deciding metric's measured Δ and band where it decides: at the levels bounding X, or at the
-    decisive level nearest to 0 (the weakest gain or loss), or the largest Δ when nothing is credible."""
+def _deciding(comp: Comparison, rec: Recommendation) -> tuple[str, str]:
+    """(the deciding metric's name, its measured Δ and band where it decides): at the levels bounding X,
+    or at the decisive level nearest to 0 (the weakest gain or loss), or the largest Δ when nothing is
+    credible; ('', '—') or ('', 'see the levels') where no one metric decides."""
     claim = _verdict_claim(rec)
     if claim is None or rec.levels.empty:
-        return "—"
-    arm = claim.arm
-    word = _DECIDING.get(claim.metric, claim.metric)
-    rows = comp.delta_rows(arm, claim.metric)
-    if claim.bounds is not None and claim.bounds[0] != claim.bounds[1]:
+        return "", "—"
+    word = deciding_word(claim.metric)
+    rows = comp.delta_rows(claim.arm, claim.metric)
+    lv = rec.levels[rec.levels["arm"] == claim.arm]
+    want = rec.decision.decisive_outcome
+    if claim.bounds is not None and (claim.bounds[0] != claim.bounds[1] or want is None):
         lo, hi = claim.bounds
-        return f"{word}: {_band_text(rows.get(lo))} at {lo} → {_band_text(rows.get(hi))} at {hi}"
-    lv = rec.levels[rec.levels["arm"] == arm]
-    want = {"enable": "gain", "keep off": "loss"}.get(claim.decision)
-    if want is None and claim.bounds is not None:  # X at a tested level
-        c = claim.bounds[0]
-        return f"{word}: {_band_text(rows.get(c))} at {c}"
+        if lo == hi:  # X at a tested level
+            return word, f"{word}: {band_text(rows.get(lo))} at {lo}"
+        return word, f"{word}: {band_text(rows.get(lo))} at {lo} → {band_text(rows.get(hi))} at {hi}"
     if want is not None:
-        decisive = lv[lv["outcome"] == want]
-        if decisive.empty:
-            return "—"
-        r = decisive.loc[decisive["deciding_band"].index[
-            decisive["margin"].abs().to_numpy().argmin()]]
-        weakest = "weakest gain" if want == "gain" else "smallest loss"
-        return f"{_DECIDING.get(r['deciding_metric'], r['deciding_metric'])}: {r['deciding_band']} at {int(r['concurrency'])} ({weakest})"
-    if claim.decision == "no measurable difference" and rows:
+        return _weakest(lv, want)
+    if rec.decision == DecisionKind.NO_DIFFERENCE and rows:
         c = max((c for c in rows if c in set(lv["concurrency"])), key=lambda c: abs(float(rows[c]["delta_pct"])), default=None)
         if c is not None:
-            return f"{word}: {_band_text(rows[c])} at {c} (largest Δ, not credible)"
-    return "see the levels"
+            return word, f"{word}: {band_text(rows[c])} at {c} (largest Δ, not credible)"
+    return "", "see the levels"
+
+
+def _weakest(levels: pd.DataFrame, want: str) -> tuple[str, str]:
+    """(metric name, its Δ and band) at the decisive level (outcome ``want``) nearest to 0."""
+    decisive = levels[levels["outcome"] == want]
+    if decisive.empty:
+        return "", "—"
+    r = decisive.loc[decisive["deciding_band"].index[decisive["margin"].abs().to_numpy().argmin()]]
+    word = deciding_word(r["deciding_metric"])
+    weakest = "weakest gain" if want == "gain" else "smallest loss"
+    return word, f"{word}: {r['deciding_band']} at {int(r['concurrency'])} ({weakest})"
 
 
 def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[DecisionRow]:
@@ -118,22 +132,23 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Deci
     out = []
     for rec in recs:
         claim = _verdict_claim(rec)
-        decision = rec.decision
+        kind = rec.decision
         lv = rec.levels[rec.levels["arm"] == (rec.arm or (claim.arm if claim else None))] if not rec.levels.empty else rec.levels
         cs = [int(c) for c in lv["concurrency"]] if not lv.empty else []
         tested = (f"{cs[0]}–{cs[-1]}" if len(cs) > 1 else str(cs[0])) if cs else "—"
-        if decision == "enable":
+        if kind == DecisionKind.ENABLE:
             enable_at = tested
-        elif decision.startswith("enable up to") and rec.up_to_concurrency is not None:
+        elif kind == DecisionKind.ENABLE_UP_TO and rec.up_to_concurrency is not None:
             enable_at = f"{cs[0]} to about {rec.up_to_concurrency:.0f}"
-        elif decision.startswith("enable from") and rec.from_concurrency is not None:
+        elif kind == DecisionKind.ENABLE_FROM and rec.from_concurrency is not None:
             enable_at = f"about {rec.from_concurrency:.0f} to {cs[-1]}"
         else:
             enable_at = "—"
         credible = int((lv["outcome"] != "neutral").sum()) if not lv.empty else 0
         levels_note = f"{credible} of {len(cs)} levels credible" if cs else "no levels judged"
-        out.append(DecisionRow(profile=rec.profile.name, decision=decision, arm=rec.arm if rec.arm else (claim.arm if claim else None),
-                               enable_at=enable_at, tested=tested, deciding=_deciding(comp, rec),
+        word, deciding = _deciding(comp, rec)
+        out.append(DecisionRow(profile=rec.profile.name, kind=kind, x=rec.decision_at, arm=rec.arm if rec.arm else (claim.arm if claim else None),
+                               enable_at=enable_at, tested=tested, deciding=deciding, deciding_metric=word,
                                stability=levels_note, tied_with=tuple(getattr(rec, "tied_with", ()) or ())))
     return out
 
@@ -214,15 +229,11 @@ def verdict_prose(comp: Comparison, recs: Sequence[Recommendation]) -> str:
         if cross and cross.bounds:
             text += f"; the fitted curve crosses 0 near {cross.at:.0f}, between the tested {cross.bounds[0]} and {cross.bounds[1]}"
         lines.append(text + ".")
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    groups: dict[tuple[str, str, str], list[DecisionRow]] = {}
     for r in decision_rows(comp, recs):
-        metric = r.deciding.split(":")[0] if ":" in r.deciding else ""
-        groups.setdefault((r.decision, r.arm or "", metric), []).append(r.profile)
-    for (decision, arm, metric), names in groups.items():
-        who = join_and([md_text(n) for n in names])
-        what = decision
-        if arm and decision.startswith("enable"):
-            what = decision.replace("enable", f"enable {md_text(arm)}", 1).replace(" up to ", " up to about ").replace(
-                " from ", " from about ")
+        groups.setdefault((r.decision, r.arm or "", r.deciding_metric), []).append(r)
+    for (decision, arm, metric), rows in groups.items():
+        who = join_and([md_text(r.profile) for r in rows])
+        what = rows[0].kind.words(rows[0].x, arm=md_text(arm), about=True) if arm else decision
         lines.append(f"{who}: **{what}**" + (f" (decided by {md_text(metric)})" if metric else "") + ".")
     return "\n\n".join(lines)

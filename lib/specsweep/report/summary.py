@@ -16,8 +16,8 @@ from typing import Any
 
 from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
-from specsweep.decide.claims import _half_up
-from specsweep.decide.text import _band_text
+from specsweep.decide.claims import half_up
+from specsweep.decide.text import band_text
 from specsweep.markup import md_text
 from specsweep.report.decision import decision_markdown, verdict_prose
 
@@ -33,7 +33,7 @@ def _server_name(meta: dict[str, Any]) -> str:
 
 def _tok_s(x: float) -> str:
     """A throughput in whole tok/s with thousands separators, halves away from zero (400.5 → 401)."""
-    return f"{int(_half_up(float(x), 0)):,}"
+    return f"{int(half_up(float(x), 0)):,}"
 
 
 def key_numbers_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
@@ -49,7 +49,7 @@ def key_numbers_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> st
         base = next((r["baseline_value"] for r in rows if r is not None), None)
         cells = [str(c), _tok_s(base) if base is not None else "—"]
         cells += [_tok_s(r["arm_value"]) if r is not None else "—" for r in rows]
-        cells += [md_text(_band_text(r)) if r is not None else "—" for r in rows]
+        cells += [md_text(band_text(r)) if r is not None else "—" for r in rows]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

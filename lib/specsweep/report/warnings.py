@@ -94,12 +94,12 @@ def shortest_wait(comp: Comparison, concurrency: int | None = None) -> tuple[flo
     return None
 
 
-def _weighed_lag(comp: Comparison, lags: Sequence[tuple[int | None, float]], min_effect: float
-                 ) -> tuple[bool, str, float]:
+def _weighed_lag(comp: Comparison, lags: Sequence[tuple[int | None, float]], min_effect: float,
+                 name: str = "") -> tuple[bool, str, float]:
     """(changes the verdict, effect, the lag it names in ms) of late timestamps: ``lags`` (concurrency,
     ms) each weighed against the shortest median wait measured at its own level (a late chunk delays
     the waits of the level it belongs to), else (no level, or none measured there) at any level; the
-    largest share decides."""
+    largest share decides. ``name`` says what the lag is ('its event-loop lag p99': '… (2.0 ms)')."""
     weighed = []
     for c, lag_ms in lags:
         here = shortest_wait(comp, c) if c is not None else None
@@ -109,22 +109,28 @@ def _weighed_lag(comp: Comparison, lags: Sequence[tuple[int | None, float]], min
     if not weighed:
         lag_ms = max((x for _, x in lags if math.isfinite(x)), default=0.0)
         return False, (f"Does not change the verdict: no measured wait is judged on these data, and aggregate "
-                       f"throughput does not depend on timestamps ({lag_ms:.1f} ms)."), lag_ms
+                       f"throughput does not depend on timestamps ({_lag_text(lag_ms, name)})."), lag_ms
     share, c, lag_ms, wait = max(weighed, key=lambda w: w[0])
+    lag = _lag_text(lag_ms, name)
     if c is None:
         if share > min_effect:
-            return True, (f"Can change the verdict: {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, more than the "
+            return True, (f"Can change the verdict: {lag} is {share:.1f}% of {wait[1]}, more than the "
                           f"{min_effect:g}% minimum effect, so the latency figures may be off by a deciding "
                           "amount."), lag_ms
-        return False, (f"Does not change the verdict: {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, below the "
+        return False, (f"Does not change the verdict: {lag} is {share:.1f}% of {wait[1]}, below the "
                        f"{min_effect:g}% minimum effect; aggregate throughput does not depend on timestamps."), lag_ms
     if share > min_effect:
-        return True, (f"Can change the verdict: at concurrency {c}, {lag_ms:.1f} ms is {share:.1f}% of {wait[1]}, "
+        return True, (f"Can change the verdict: at concurrency {c}, {lag} is {share:.1f}% of {wait[1]}, "
                       f"more than the {min_effect:g}% minimum effect, so the latency figures there may be off by a "
                       "deciding amount."), lag_ms
-    return False, (f"Does not change the verdict: the largest share is at concurrency {c}, where {lag_ms:.1f} ms is "
+    return False, (f"Does not change the verdict: the largest share is at concurrency {c}, where {lag} is "
                    f"{share:.1f}% of {wait[1]}, below the {min_effect:g}% minimum effect; aggregate throughput does "
                    "not depend on timestamps."), lag_ms
+
+
+def _lag_text(lag_ms: float, name: str) -> str:
+    """'2.0 ms', or with a name 'its event-loop lag p99 (2.0 ms)'."""
+    return f"{name} ({lag_ms:.1f} ms)" if name else f"{lag_ms:.1f} ms"
 
 
 def _run_levels(comp: Comparison) -> pd.DataFrame:
@@ -209,10 +215,9 @@ def _recorded(comp: Comparison, min_effect: float) -> list[PageWarning]:
                                    f"{md_text(body)}", changes, effect, "timestamps"))
             continue
         if _CORES.search(first):
-            per_level = [(c, x) for a, c, _, _ in items if (x := _level_lag_ms(comp, [(a, c)])) is not None]
+            per_level = [(c, ms) for a, c, _, _ in items if (ms := _level_lag_ms(comp, [(a, c)])) is not None]
             if per_level:
-                changes, effect, lag = _weighed_lag(comp, per_level, min_effect)
-                effect = effect.replace(f"{lag:.1f} ms", f"its event-loop lag p99 ({lag:.1f} ms)", 1)
+                changes, effect, _ = _weighed_lag(comp, per_level, min_effect, "its event-loop lag p99")
             else:
                 changes, effect = True, ("Can change the verdict: a busy client stamps chunks late, and these data "
                                          "record no event-loop lag to bound by how much.")

@@ -1,0 +1,131 @@
+"""What a recommendation cannot rule out: drift between arms, the noise of single runs, metrics not
+fully defined, the workload and server, and what the data lack or got wrong (each a sentence).
+
+Inputs: a comparison and the arms a recommendation judged; nothing here depends on the profile.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specsweep.analyze.compare import Comparison, info
+from specsweep.decide.profiles import SYNTHETIC_KINDS
+from specsweep.markup import md_text
+
+
+def drift_sentences(comp: Comparison) -> list[str]:
+    """What the data say about drift and noise between arms: the sentinel's drift estimate, the
+    control arms' deviation, or (neither, and no interleaved repeats) the risk and how to remove it."""
+    out = []
+    d = comp.drift
+    if d is not None:
+        where = ", ".join(f"{md_text(a)} at {', '.join(str(c) for c in g['concurrency'])}"
+                          for a, g in d.pairs.groupby("arm"))
+        if d.corrected:
+            pct, se = d.total_pct("output_tok_s")
+            minutes = d.span_s / 60
+            what = (f"a drift of {pct:+.1f}% ± {se:.1f}% in aggregate throughput over the study's {minutes:.0f} minutes"
+                    if d.credible() else f"no measurable drift in aggregate throughput ({pct:+.1f}% ± {se:.1f}% over "
+                    f"{minutes:.0f} minutes)")
+            out.append(f"Sentinel runs ({where}, measured again at the end) show {what}; every run was corrected for "
+                       "it, linearly in time, and each band widened by what that correction leaves uncertain.")
+        else:
+            worst = float(d.pairs["delta_pct"].abs().max())
+            out.append(f"Sentinel runs ({where}, measured again at the end) differ from the earlier runs by up to "
+                       f"{worst:.1f}% in aggregate throughput; without timestamps the runs cannot be corrected, so "
+                       "every band is at least that wide.")
+    for a, dev in comp.control_deviation("output_tok_s").items():
+        out.append(f"Control arm {md_text(a)} is configured like the baseline: it differs from it "
+                   f"by up to {dev:.1f}% in aggregate throughput from noise and drift alone. It is never a candidate, "
+                   "every other arm's band is at least as wide as its deviation, and a difference it shows too is "
+                   "not established.")
+    study = comp.metas.get(comp.baseline, {}).get("study") or {}
+    interleaved = isinstance(study, dict) and int(study.get("repeats") or 1) >= 2
+    if d is None and not comp.controls and not interleaved:
+        out.append("The arms were measured one after the other with no sentinel run and no control arm: a slow drift "
+                   "of the machine between them (heat, a noisy neighbour, a growing cache) would read as a difference "
+                   "between the arms. To measure it, re-measure the baseline at one or two levels at the end (a "
+                   "study's sentinel setting) or add a control arm configured like the baseline (control: true); to "
+                   "cancel it, interleave the arms (order: abba, or repeats ≥ 2).")
+    return out
+
+
+def caveat_sentences(comp: Comparison, arms: Sequence[str]) -> list[str]:
+    """The caveats of a recommendation judging ``arms``: drift, the noise of single runs, metrics not
+    fully defined, the workload and server, and what the data lack or got wrong."""
+    return (drift_sentences(comp) + _noise_caveats(comp, arms) + _definition_caveats(comp)
+            + _setup_caveats(comp, arms) + _data_caveats(comp))
+
+
+def _noise_caveats(comp: Comparison, arms: Sequence[str]) -> list[str]:
+    """With one run per level: where the noise figure comes from, and how to measure it."""
+    if not comp.single_run():
+        return []
+    noises = [c.noise for (a, m), c in comp.curves.items() if m == "output_tok_s" and a in arms]
+    if comp.assumed_noise_pct and any(n.startswith("the levels' scatter") for n in noises):
+        return [f"One run per level: run-to-run noise cannot be measured, and the levels scatter about a "
+                f"smooth curve more than the assumed {comp.assumed_noise_pct:g}% per run would explain, so "
+                "that larger scatter is used (see Definitions) and the bands are wider for it. Ask for 3 runs "
+                "per level (repeats=3) to measure the noise."]
+    if comp.assumed_noise_pct:
+        checked = any("too few to check" in n for n in noises)
+        return [f"One run per level: run-to-run noise cannot be measured, so {comp.assumed_noise_pct:g}% per "
+                "run is assumed (for per-request statistics, at least that or the spread of each run's "
+                "requests)" + ("; with so few levels the data cannot check it against their own scatter" if
+                               checked else "") + ". Were the real noise larger, the bands would be too narrow. "
+                "Ask for 3 runs per level (repeats=3) to measure it."]
+    return ["One run per level: run-to-run noise cannot be measured, so it is estimated from the residuals "
+            "of the fitted curve (and, for per-request statistics, from each run's requests, which cannot "
+            "see run-to-run variation). Ask for 3 runs per level (repeats=3) to measure it."]
+
+
+def _definition_caveats(comp: Comparison) -> list[str]:
+    """One caveat per metric whose definition an arm's source did not fully publish."""
+    unclear: dict[tuple[str, str], list[str]] = {}
+    for a in comp.arms:
+        for col, text in (comp.metas[a].get("metric_definitions") or {}).items():
+            if "not published" in text or "unknown" in text:
+                unclear.setdefault((col, text), []).append(a)
+    out = []
+    for (col, _), who in unclear.items():
+        whose = "all arms" if len(who) == len(comp.arms) else "arm " + ", ".join(f"'{a}'" for a in who)
+        name = info(col).label[0].lower() + info(col).label[1:]
+        out.append(f"The definition of {name} was not fully published for {whose} (see Definitions), so compare "
+                   "it with other tools' figures with care.")
+    return out
+
+
+def _setup_caveats(comp: Comparison, arms: Sequence[str]) -> list[str]:
+    """Synthetic prompts, an acceptance length from outside the sweep, a simulated server."""
+    out = []
+    kind = comp.workload.get("kind")
+    if kind in SYNTHETIC_KINDS:
+        out.append(f"Prompts were synthetic token IDs ('{kind}') with a fixed output length. Speculative acceptance on such "
+                   "prompts is not representative of real traffic — it is often inflated, because degenerate, repetitive "
+                   "continuations are easy to draft — so gains on real prompts can be smaller.")
+    for a in arms:
+        seen = (comp.metas[a].get("server") or {}).get("observed_accept_length")
+        if seen:
+            out.append(f"Arm '{a}': the only acceptance-length figure is {seen:.2f}, from a smoke test outside the sweep, not per level.")
+    if any((comp.metas[a].get("server") or {}).get("simulated") for a in comp.arms):
+        out.append("Measured against specsweep's simulated reference server, not a real GPU server: the numbers show the "
+                   "method and the model's behaviour, not any hardware's.")
+    return out
+
+
+def _data_caveats(comp: Comparison) -> list[str]:
+    """Failed requests, outputs shorter than asked, no latency percentiles, a busy client."""
+    out = []
+    lv = comp.levels
+    if "error_rate" in lv and (lv["error_rate"].fillna(0) > 0).any():
+        bad = lv[lv["error_rate"].fillna(0) > 0]
+        out.append("Some requests failed (" + ", ".join(f"{r.arm} at {int(r.concurrency)}: {r.error_rate:.1%}" for r in bad.itertuples()) + "); throughput counts successful requests only.")
+    if "short_outputs" in lv and (lv["short_outputs"].fillna(0) > 0).any():
+        bad = lv[lv["short_outputs"].fillna(0) > 0]
+        out.append("The server returned fewer tokens than requested (ignore_eos not honoured) for some requests ("
+                   + ", ".join(f"{r.arm} at {int(r.concurrency)}: {int(r.short_outputs)}" for r in bad.itertuples()) + ").")
+    if "ttft_p99_s" not in lv or lv["ttft_p99_s"].isna().all():
+        out.append("No latency percentiles (TTFT, end-to-end) are in the data: the wait is a Little's-law estimate from "
+                   "aggregate throughput, so latency verdicts rest on per-request speed and that estimate.")
+    if "client_cpu_cores" in lv and (lv["client_cpu_cores"].fillna(0) > 0.7).any():
+        out.append("The benchmark client used more than 0.7 of a core at some levels; its timestamps may lag there.")
+    return out
