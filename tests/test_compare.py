@@ -16,10 +16,9 @@ from specsweep.analyze.compare import (
     WorkloadMismatchError,
     compare,
     curve_crossovers,
-    fit_delta_curve,
     pareto_frontier,
-    smallest_detectable_pct,
 )
+from specsweep.analyze.curves import fit_delta_curve, smallest_detectable_pct
 from specsweep.results.store import load_result_sets
 
 pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("chart_defaults")]  # charts as the notebooks draw them
@@ -304,7 +303,7 @@ def test_crossover_roots_match_a_reference_root_finder_on_many_curves() -> None:
     scipy's brentq on the same bracket is the reference, over random curves of both kinds."""
     from scipy.optimize import brentq
 
-    from specsweep.analyze.compare import fit_delta_curve, zero_between
+    from specsweep.analyze.compare import zero_between
 
     rng = np.random.default_rng(1)
     kinds, n, worst = set(), 0, 0.0
@@ -327,7 +326,7 @@ def test_crossover_roots_match_a_reference_root_finder_on_many_curves() -> None:
             i = int(idx[0])
             ref = brentq(lambda x: cur.predict(2 ** x)[0], xs[i], xs[i + 1], xtol=1e-13)  # noqa: B023 - used at once
             worst = max(worst, abs(math.log2(z) - ref))
-            kinds.add(cur._poly is not None)
+            kinds.add(cur.poly is not None)
             n += 1
     assert n > 60 and kinds == {True, False}
     assert worst < 1e-9

@@ -43,6 +43,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsweep.analyze.curves import (
+    MAX_DEGREE,
+    DeltaCurve,
+    design_matrix,
+    fit_delta_curve,
+    fit_shared,
+    widen,
+    wls,
+)
 from specsweep.results.columns import METRICS, MetricInfo, metric_info
 from specsweep.results.store import ResultSet
 
@@ -292,10 +301,6 @@ def _stat(samples: np.ndarray, stat: str) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- the delta curve
 
-#: family-wise error rate of every band and credible call (two-sided)
-ALPHA: float = 0.05
-#: highest polynomial degree tried for a delta curve
-MAX_DEGREE: int = 3
 #: a level's per-request statistic needs at least this many requests per arm to be bootstrapped
 MIN_REQUESTS: int = 3
 #: smallest bootstrap variance of ln(statistic) used (a level whose requests agree exactly is not infinitely precise)
@@ -312,189 +317,11 @@ DERIVED: dict[str, MetricInfo] = {
         "concurrency × output tokens per request ÷ aggregate tok/s: the mean time from sending a request to its "
         "last token, queueing included, estimated by Little's law for a closed loop (level-only data)"),
 }
-DEGREE_NAMES = {0: "constant", 1: "linear", 2: "quadratic", 3: "cubic"}
-#: the model of a curve that is no polynomial: the level values themselves
-LEVEL_MODEL: str = "level values joined by straight lines"
-#: curve families from the simplest to the most flexible (the level values: as flexible as the data)
-MODEL_RANK: dict[str, int] = {**{name: d for d, name in DEGREE_NAMES.items()}, LEVEL_MODEL: MAX_DEGREE + 1}
 
 
 def info(metric: str) -> MetricInfo:
     """Label, unit, direction and definition of a metric, derived ones included."""
     return DERIVED.get(metric) or metric_info(metric)
-
-
-@dataclass
-class DeltaCurve:
-    """The fitted delta curve of one arm and metric (log scale: y = ln(arm / baseline)).
-
-    ``fitted`` and ``half_width`` are per tested level; ``half_width`` is the half-width of the 95 %
-    simultaneous band. ``noise`` says where the noise estimate came from.
-    """
-
-    concurrency: np.ndarray
-    observed: np.ndarray
-    fitted: np.ndarray
-    se: np.ndarray
-    half_width: np.ndarray
-    crit: float
-    df: float
-    noise: str
-    model: str
-    #: (design row function, coefficients, covariance) of a polynomial; None for level values
-    _poly: tuple[float, float, np.ndarray, np.ndarray] | None = None
-    _var: np.ndarray | None = None
-    #: how many curves share the 5 % error budget with this one (the metrics a verdict reads)
-    family: int = 1
-    #: what the ``family`` curves are, as :meth:`method` names them
-    family_label: str = "verdict metrics"
-    #: what widened the band beyond the fit's own (drift correction, a control arm)
-    widened: list[str] = field(default_factory=list)
-
-    @property
-    def credible(self) -> np.ndarray:
-        """+1 where the band lies above 0, −1 below, 0 where it spans 0."""
-        return np.where(self.fitted - self.half_width > 0, 1, np.where(self.fitted + self.half_width < 0, -1, 0))
-
-    def predict(self, concurrency: float) -> tuple[float, float]:
-        """Fitted ln-ratio and its standard error at any concurrency within the tested range."""
-        x = math.log2(concurrency)
-        xs = np.log2(self.concurrency.astype(float))
-        if self._poly is not None:
-            x0, sc, beta, cov = self._poly
-            row = ((x - x0) / sc) ** np.arange(len(beta))
-            return float(row @ beta), float(math.sqrt(max(row @ cov @ row, 0.0)))
-        i = int(np.clip(np.searchsorted(xs, x) - 1, 0, len(xs) - 2)) if len(xs) > 1 else 0
-        if len(xs) == 1:
-            return float(self.fitted[0]), float(self.se[0])
-        t = (x - xs[i]) / (xs[i + 1] - xs[i])
-        var = self._var if self._var is not None else self.se ** 2
-        value = (1 - t) * self.fitted[i] + t * self.fitted[i + 1]
-        return float(value), float(math.sqrt((1 - t) ** 2 * var[i] + t ** 2 * var[i + 1]))
-
-    def fitted_at(self, concurrency: np.ndarray) -> np.ndarray:
-        """The fitted ln-ratio at many concurrencies at once (what :meth:`predict` gives point by point)."""
-        x = np.log2(np.asarray(concurrency, float))
-        if self._poly is not None:
-            x0, sc, beta, _ = self._poly
-            return ((x[:, None] - x0) / sc) ** np.arange(len(beta)) @ beta
-        if len(self.concurrency) == 1:
-            return np.full(x.shape, float(self.fitted[0]))
-        xs = np.log2(self.concurrency.astype(float))
-        i = np.clip(np.searchsorted(xs, x) - 1, 0, len(xs) - 2)
-        t = (x - xs[i]) / (xs[i + 1] - xs[i])
-        return (1 - t) * self.fitted[i] + t * self.fitted[i + 1]
-
-    def method(self) -> str:
-        """One line naming the model, the noise source and the band."""
-        k = len(self.concurrency)
-        over = f"{k} levels × {self.family} {self.family_label}" if self.family > 1 else f"{k} levels"
-        extra = "".join(f"; widened by {w}" for w in self.widened)
-        return (f"{self.model} fit on log2(concurrency), noise from {self.noise}; 95% simultaneous band "
-                f"(Bonferroni over {over}){extra}")
-
-
-def _design(x: np.ndarray, degree: int, x0: float, sc: float) -> np.ndarray:
-    z = (x - x0) / sc
-    return np.vstack([z ** j for j in range(degree + 1)]).T
-
-
-def _wls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Weighted least squares: coefficients, their unscaled covariance, weighted residual SS."""
-    cov = np.linalg.pinv(X.T @ (X * w[:, None]))
-    beta = cov @ (X.T @ (w * y))
-    r = y - X @ beta
-    return beta, cov, float((w * r * r).sum())
-
-
-def fit_delta_curve(
-    concurrency: Sequence[float], y: Sequence[float], v: Sequence[float] | None = None,
-    noise_var: float | None = None, noise_df: float = 0.0, noise: str = "residuals", alpha: float = ALPHA,
-    family: int = 1, force_model: str | None = None,
-) -> DeltaCurve | None:
-    """Fit the delta curve y = ln(arm / baseline) against x = log2(concurrency).
-
-    ``v``: per-level variance factors (Var(y_i) = σ² v_i; 1/n_arm + 1/n_baseline with repeats,
-    the bootstrap variance with ``noise_var`` = 1 and ``noise_df`` = inf). With an independent
-    noise estimate (``noise_var`` with ``noise_df`` ≥ 2) the lowest polynomial degree (0..3) whose
-    lack-of-fit F-test passes at ``alpha`` is used, else the level values themselves; without one,
-    backward elimination from degree min(3, k − 3) with the residual variance as noise. None when
-    there are fewer than 3 levels and no independent noise estimate. The band is simultaneous over the
-    k levels of ``family`` curves: each level's two-sided test runs at ``alpha`` / (k × family).
-
-    ``force_model`` (one of :data:`MODEL_RANK`): use that curve family instead of choosing one, so arms
-    compared on one page share it (:func:`shared_models`); a degree the levels cannot carry (more than
-    k − 2 with a noise estimate, k − 3 without) falls back to the level values, resp. the highest they carry.
-    """
-    from scipy import special  # not scipy.stats: the same functions, 1 s less to import
-
-    c = np.asarray(concurrency, float)
-    y = np.asarray(y, float)
-    k = len(y)
-    v = np.ones(k) if v is None else np.asarray(v, float)
-    w = 1.0 / v
-    x = np.log2(c)
-    x0, sc = float(x.mean()), float(x.std()) or 1.0
-    independent = noise_var is not None and noise_df >= 2 and k >= 1
-    if not independent and k < 3:
-        return None
-    poly: tuple[float, float, np.ndarray, np.ndarray] | None = None
-    if independent:
-        s2, df = float(noise_var), float(noise_df)
-        model = LEVEL_MODEL
-        forced = MODEL_RANK.get(force_model) if force_model is not None else None
-        for d in range(0, min(MAX_DEGREE, k - 2) + 1):
-            if forced is not None and d != forced:
-                continue
-            X = _design(x, d, x0, sc)
-            beta, cov, rss = _wls(X, y, w)
-            f = (rss / (k - d - 1)) / s2 if s2 > 0 else math.inf
-            # F(d1, ∞) is χ²(d1) / d1 (scipy's F gives NaN for an infinite denominator)
-            p_fit = special.fdtrc(k - d - 1, df, f) if math.isfinite(df) else special.chdtrc(k - d - 1, f * (k - d - 1))
-            if p_fit >= alpha or forced is not None:
-                poly, model = (x0, sc, beta, cov * s2), DEGREE_NAMES[d]
-                break
-    else:
-        d = min(MAX_DEGREE, k - 3)
-        scale = float((w * y * y).sum()) or 1.0
-        for low in range(d + 1):  # noise-free data (hand-made sets): the lowest degree that fits exactly
-            if _wls(_design(x, low, x0, sc), y, w)[2] <= 1e-20 * scale:
-                d = low
-                break
-        if force_model is not None:
-            d = min(MODEL_RANK[force_model], k - 3)
-        while True:
-            X = _design(x, d, x0, sc)
-            beta, cov, rss = _wls(X, y, w)
-            df = float(k - d - 1)
-            s2 = rss / df
-            if d == 0 or s2 <= 0 or force_model is not None:
-                break
-            t = beta[-1] / math.sqrt(s2 * cov[-1, -1])
-            if 2 * special.stdtr(df, -abs(t)) < alpha:
-                break
-            d -= 1
-        poly, model = (x0, sc, beta, cov * s2), DEGREE_NAMES[d]
-        noise = "the residuals of the fitted curve (no repeats)"
-    if poly is not None:
-        X = _design(x, len(poly[2]) - 1, x0, sc)
-        fitted = X @ poly[2]
-        se = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", X, poly[3], X), 0.0))
-        var = None
-    else:
-        fitted, var = y.copy(), s2 * v
-        se = np.sqrt(var)
-    q = 1 - alpha / (2 * k * family)
-    crit = float(special.stdtrit(df, q)) if math.isfinite(df) else float(special.ndtri(q))
-    return DeltaCurve(c, y, fitted, se, crit * se, crit, df, noise, model, poly, var, family)
-
-
-def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8) -> float:
-    """The smallest |delta| (in %) the band would call credible with ``power`` at the best-measured level."""
-    from scipy import special  # not scipy.stats: the same functions, 1 s less to import
-
-    z = float(special.ndtri(power))
-    return (math.exp((curve.crit + z) * float(curve.se.min())) - 1.0) * 100.0
 
 
 def zero_between(curve: DeltaCurve, c1: float, c2: float) -> float | None:
@@ -526,8 +353,8 @@ def _root_in(curve: DeltaCurve, a: float, b: float) -> float:
     def value(x: float) -> float:
         return float(curve.fitted_at(np.array([2.0 ** x]))[0])
 
-    if curve._poly is not None:
-        x0, sc, beta, _ = curve._poly
+    if curve.poly is not None:
+        x0, sc, beta, _ = curve.poly
         roots = np.polynomial.polynomial.polyroots(np.asarray(beta, float))
         real = roots[np.abs(roots.imag) <= 1e-9 * np.maximum(1.0, np.abs(roots.real))].real * sc + x0
         inside = np.sort(real[(real >= a - 1e-12) & (real <= b + 1e-12)])
@@ -866,19 +693,6 @@ def _correct_drift(lv: pd.DataFrame, drift: Drift, t0: float) -> pd.DataFrame:
     return lv
 
 
-def _widen(curve: DeltaCurve, extra_se: np.ndarray | None, floor: np.ndarray | None, why: str) -> None:
-    """Widen a curve's band in place: its standard errors by ``extra_se`` (in quadrature, a shared
-    error such as a drift correction's), its half-width to at least ``floor`` (a control arm's deviation)."""
-    if extra_se is not None:
-        curve.se = np.sqrt(curve.se ** 2 + extra_se ** 2)
-        if curve._var is not None:
-            curve._var = curve._var + extra_se ** 2
-        curve.half_width = curve.crit * curve.se
-    if floor is not None:
-        curve.half_width = np.maximum(curve.half_width, floor)
-    curve.widened.append(why)
-
-
 def fit_metric(
     metric: str, cs: list[int], raw_a: pd.DataFrame, raw_b: pd.DataFrame,
     req_a: pd.DataFrame | None, req_b: pd.DataFrame | None, n_boot: int, rng: np.random.Generator, family: int = 1,
@@ -986,7 +800,7 @@ def residual_scatter(cs: Sequence[float], ys: Sequence[float]) -> tuple[float, i
         return None
     x = np.log2(np.asarray(cs, float))
     x0, sc = float(x.mean()), float(x.std()) or 1.0
-    _, _, rss = _wls(_design(x, MAX_DEGREE, x0, sc), np.asarray(ys, float), np.ones(k))
+    _, _, rss = wls(design_matrix(x, MAX_DEGREE, x0, sc), np.asarray(ys, float), np.ones(k))
     df = k - MAX_DEGREE - 1
     return rss / df, df
 
@@ -1028,7 +842,7 @@ def _level_variance(cs: Sequence[int], per_level: Sequence[tuple[float, int]], p
     z = np.log([p[1] for p in pts]) - (special.digamma(d / 2) - np.log(d / 2))
     w = 1.0 / special.zeta(2.0, d / 2)  # trigamma: special.polygamma(1, x) is 1.0 * 1.0 * zeta(2, x)
     X = np.vstack([np.ones_like(x), x]).T
-    beta, _, _ = _wls(X, z, w)
+    beta, _, _ = wls(X, z, w)
     trend = np.exp(beta[0] + beta[1] * np.log2(np.asarray(cs, float)))
     return [max(pooled, float(t)) for t in trend], float(df - 2)
 
@@ -1134,7 +948,7 @@ def compare(
         return fit_metric(metric, cs, raw_levels[arm], raw_levels[baseline], requests[arm], requests[baseline],
                           n_boot, r, family, assumed_noise_pct, force_model=model)
 
-    first = _fit_shared(arms[1:], metrics, levels_of, fit, rng)
+    first = fit_shared(arms[1:], metrics, levels_of, fit, rng)
     for arm in sorted(arms[1:], key=lambda a: a not in controls):  # controls first: they widen the others
         arm_rows = rows_of[arm]
         for metric in metrics:
@@ -1155,7 +969,7 @@ def compare(
             elif curve is not None and control_dev.get(metric):
                 dev = control_dev[metric]
                 floor = np.array([dev.get(int(c), dev[-1]) for c in curve.concurrency])
-                _widen(curve, None, floor, "the control arm's deviation from the baseline (" +
+                widen(curve, None, floor, "the control arm's deviation from the baseline (" +
                        ", ".join(by_arm[a].label for a in controls) + ")")
             if curve is not None:
                 curves[(arm, metric)] = curve
@@ -1232,41 +1046,6 @@ def compare(
     return comp
 
 
-def shared_models(curves: dict[tuple[str, str], DeltaCurve]) -> dict[str, str]:
-    """{metric: the curve family every arm's curve of that metric is fitted with}: the most flexible
-    family any arm's own fit chose (:data:`MODEL_RANK`), so no arm is fitted more smoothly than its
-    data allow and equal measurements get equal fits, whichever arm they belong to."""
-    out: dict[str, str] = {}
-    for (_, metric), curve in curves.items():
-        if curve is not None and MODEL_RANK.get(curve.model, -1) > MODEL_RANK.get(out.get(metric, ""), -1):
-            out[metric] = curve.model
-    return out
-
-
-def _fit_shared(arms: Sequence[str], metrics: Sequence[str], levels_of: Any, fit: Any,
-                rng: np.random.Generator) -> dict[tuple[str, str], DeltaCurve | None]:
-    """Every (arm, metric) delta curve fitted with the curve family shared by all arms (:func:`shared_models`).
-
-    Each curve is fitted once freely, then, where its family is not the shared one, again with the
-    shared family from the same random state (the same bootstrap draws, so only the family differs).
-    """
-    curves: dict[tuple[str, str], DeltaCurve | None] = {}
-    states: dict[tuple[str, str], dict[str, Any]] = {}
-    for arm in arms:
-        for metric in metrics:
-            cs = levels_of(arm, metric)
-            if cs:
-                states[(arm, metric)] = rng.bit_generator.state
-                curves[(arm, metric)] = fit(arm, metric, cs, rng, None)
-    models = shared_models({k: c for k, c in curves.items() if c is not None})
-    for (arm, metric), curve in curves.items():
-        if curve is not None and curve.model != models.get(metric, curve.model):
-            again = np.random.default_rng()
-            again.bit_generator.state = states[(arm, metric)]
-            curves[(arm, metric)] = fit(arm, metric, levels_of(arm, metric), again, models[metric])
-    return curves
-
-
 def _pooled_run_var(raw: dict[str, pd.DataFrame], metric: str) -> float:
     """Pooled within-level variance of ln(metric) over every arm's repeats (0 without repeats)."""
     ss, df = 0.0, 0
@@ -1290,11 +1069,11 @@ def _widen_for_drift(curve: DeltaCurve, drift: Drift, metric: str, times: dict[s
         lag = np.array([times[arm].get(int(c), math.nan) - times[baseline].get(int(c), math.nan)
                         for c in curve.concurrency])
         extra = np.nan_to_num(np.abs(lag) * drift.rate_se_per_s[metric], nan=0.0)
-        _widen(curve, extra, None, "the uncertainty of the drift correction (sentinel runs)")
+        widen(curve, extra, None, "the uncertainty of the drift correction (sentinel runs)")
     elif not drift.corrected and not drift.pairs.empty:
         worst = float(np.nanmax(np.abs(np.log1p(drift.pairs["delta_pct"].to_numpy(float) / 100))))
         if math.isfinite(worst):
-            _widen(curve, None, np.full(len(curve.concurrency), worst),
+            widen(curve, None, np.full(len(curve.concurrency), worst),
                    "the largest drift the sentinel runs showed (no timestamps to correct for it)")
 
 

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, info, smallest_detectable_pct
+from specsweep.analyze.compare import Comparison, info
+from specsweep.analyze.curves import smallest_detectable_pct
 from specsweep.decide.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
 from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
 from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile, Verdict

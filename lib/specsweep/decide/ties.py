@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from specsweep.analyze.compare import Comparison, DeltaCurve, fit_metric
+from specsweep.analyze.compare import Comparison, fit_metric
+from specsweep.analyze.curves import DeltaCurve
 from specsweep.decide.judge import _slo_checks, wait_metrics
 from specsweep.decide.profiles import Profile
 from specsweep.markup import md_text

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, DeltaCurve
+from specsweep.analyze.compare import Comparison
+from specsweep.analyze.curves import DeltaCurve
 from specsweep.markup import md_text
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 from specsweep.results.columns import metric_info
