@@ -15,9 +15,9 @@ from specsweep.analyze.compare import (
     NoSharedLevelError,
     WorkloadMismatchError,
     compare,
-    curve_crossovers,
     pareto_frontier,
 )
+from specsweep.analyze.crossover import curve_crossovers
 from specsweep.analyze.curves import fit_delta_curve, smallest_detectable_pct
 from specsweep.results.store import load_result_sets
 
@@ -303,7 +303,7 @@ def test_crossover_roots_match_a_reference_root_finder_on_many_curves() -> None:
     scipy's brentq on the same bracket is the reference, over random curves of both kinds."""
     from scipy.optimize import brentq
 
-    from specsweep.analyze.compare import zero_between
+    from specsweep.analyze.crossover import zero_between
 
     rng = np.random.default_rng(1)
     kinds, n, worst = set(), 0, 0.0

@@ -7,7 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from specsweep.analyze.compare import ESTIMATED_WAIT, Comparison, curve_crossovers, zero_between
+from specsweep.analyze.compare import ESTIMATED_WAIT, Comparison
+from specsweep.analyze.crossover import curve_crossovers, zero_between
 from specsweep.decide.claims import Claim
 from specsweep.decide.experiments import _where_uncertain
 from specsweep.decide.judge import _bands, _slo_checks, _verdict, judge_levels, wait_metrics

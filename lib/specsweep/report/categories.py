@@ -165,7 +165,7 @@ def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
 def category_crossovers(comp: Comparison, sets: Sequence[Any],
                         curves: dict[tuple[str, str, str], CategoryFit] | None = None) -> pd.DataFrame:
     """One row per spec arm, category and figure: where the category's fitted delta curve
-    credibly crosses 0, by the whole-run rule (:func:`specsweep.analyze.compare.curve_crossovers`: credibly
+    credibly crosses 0, by the whole-run rule (:func:`specsweep.analyze.crossover.curve_crossovers`: credibly
     positive at one level and credibly negative at a later one, or the reverse, with no credible
     level between; placed at the curve's zero on log2(concurrency)).
 
@@ -176,7 +176,7 @@ def category_crossovers(comp: Comparison, sets: Sequence[Any],
     ``fit_min_pct`` / ``fit_max_pct``: the fitted Δ% range over the levels (%). ``curves``:
     :func:`category_curves` already computed for these sets.
     """
-    from specsweep.analyze.compare import curve_crossovers
+    from specsweep.analyze.crossover import curve_crossovers
 
     fits = category_curves(comp, sets) if curves is None else curves
     columns = ["arm", "category", "figure", "n_levels", "levels", "status", "n_crossovers", "c_low", "c_high",

@@ -899,7 +899,7 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
     ``curves`` is :func:`specsweep.report.category_curves` ((arm, category, figure) →
     ``CategoryFit``). None when no category has a curve. ``width``/``height`` size each panel.
     """
-    from specsweep.analyze.compare import curve_crossovers  # noqa: PLC0415
+    from specsweep.analyze.crossover import curve_crossovers  # noqa: PLC0415
 
     v = _view(comp, arms, None, None, colours)
     shown = set(v.comp.spec_arms)
