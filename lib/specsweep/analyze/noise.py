@@ -13,8 +13,10 @@ confident than the data — an assumption only ever widens to a larger measured 
 """
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -60,6 +62,50 @@ def _bootstrap_log_var(samples: np.ndarray, stat: str, n_boot: int, rng: np.rand
     return float(np.log(boots).var(ddof=1)) if (boots > 0).all() else math.nan
 
 
+@dataclass
+class LevelLogs:
+    """One metric's log ratios at the levels where both arms have positive values (ln of each value)."""
+
+    #: the levels kept
+    cs: list[int]
+    #: per level: mean ln(arm value) − mean ln(baseline value)
+    ys: list[float]
+    #: per level: the variance factor 1/n_arm + 1/n_baseline (runs)
+    vs: list[float]
+    #: pooled within-level sum of squares of ln(value) over both arms, and its degrees of freedom
+    ss: float
+    df: int
+    #: per level: (sum of squares, degrees of freedom) of ln(value)
+    per_level: list[tuple[float, int]]
+    #: per level: (runs of the arm, runs of the baseline)
+    counts: list[tuple[int, int]]
+
+
+def level_logs(metric: str, cs: Sequence[int], raw_a: pd.DataFrame, raw_b: pd.DataFrame) -> LevelLogs | None:
+    """The log ratios of ``metric`` at the levels ``cs`` (see :class:`LevelLogs`); None where no level has any."""
+    logs = LevelLogs([], [], [], 0.0, 0, [], [])
+    ca, va = raw_a["concurrency"].to_numpy(), pd.to_numeric(raw_a[metric], errors="coerce").to_numpy(float)
+    cb, vb = raw_b["concurrency"].to_numpy(), pd.to_numeric(raw_b[metric], errors="coerce").to_numpy(float)
+    for c in cs:
+        a, b = va[(ca == c) & ~np.isnan(va)], vb[(cb == c) & ~np.isnan(vb)]
+        if not len(a) or not len(b) or (a <= 0).any() or (b <= 0).any():
+            continue  # a level with no positive value (e.g. nothing succeeded) has no log ratio
+        logs.cs.append(c)
+        la, lb = np.log(a), np.log(b)
+        logs.ys.append(la.mean() - lb.mean())
+        logs.vs.append(1 / len(a) + 1 / len(b))
+        ss_c = float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
+        logs.ss += ss_c
+        logs.df += len(a) - 1 + len(b) - 1
+        logs.per_level.append((ss_c, len(a) - 1 + len(b) - 1))
+        logs.counts.append((len(a), len(b)))
+    return logs if logs.cs else None
+
+
+#: :func:`~specsweep.analyze.curves.fit_delta_curve` with the curve family settings of one fit
+FitCurve = Callable[..., DeltaCurve | None]
+
+
 def fit_metric(
     metric: str, cs: list[int], raw_a: pd.DataFrame, raw_b: pd.DataFrame,
     req_a: pd.DataFrame | None, req_b: pd.DataFrame | None, n_boot: int, rng: np.random.Generator, family: int = 1,
@@ -76,78 +122,88 @@ def fit_metric(
     falls back to the residuals of the fitted curve (few degrees of freedom: wide bands).
     ``force_model``: the curve family to use (see :func:`fit_delta_curve`).
     """
-    floor = 2 * math.log1p(assumed_noise_pct / 100) ** 2 if assumed_noise_pct else None
     if metric not in raw_a or metric not in raw_b:
         return None
-    ys, vs, ss, df = [], [], 0.0, 0
-    counts = []
-    per_level: list[tuple[float, int]] = []  # (sum of squares, degrees of freedom) of ln(value) per level
-    ca, va = raw_a["concurrency"].to_numpy(), pd.to_numeric(raw_a[metric], errors="coerce").to_numpy(float)
-    cb, vb = raw_b["concurrency"].to_numpy(), pd.to_numeric(raw_b[metric], errors="coerce").to_numpy(float)
-    kept = []
-    for c in cs:
-        a, b = va[(ca == c) & ~np.isnan(va)], vb[(cb == c) & ~np.isnan(vb)]
-        if not len(a) or not len(b) or (a <= 0).any() or (b <= 0).any():
-            continue  # a level with no positive value (e.g. nothing succeeded) has no log ratio
-        kept.append(c)
-        la, lb = np.log(a), np.log(b)
-        ys.append(la.mean() - lb.mean())
-        vs.append(1 / len(a) + 1 / len(b))
-        ss_c = float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
-        ss += ss_c
-        df += len(a) - 1 + len(b) - 1
-        per_level.append((ss_c, len(a) - 1 + len(b) - 1))
-        counts.append((len(a), len(b)))
-    cs = kept
-    if not cs:
+    logs = level_logs(metric, cs, raw_a, raw_b)
+    if logs is None:
         return None
-    if df >= 2:
-        runs = sorted({f"{n_a} vs {n_b}" for n_a, n_b in counts})
-        level_var = level_variance(cs, per_level, ss / df, df)
-        if level_var is not None:
-            var_c, df_c = level_var
-            return fit_delta_curve(cs, ys, [v * s for v, s in zip(vs, var_c)], 1.0, df_c, family=family, force_model=force_model,
-                                   noise=f"repeats ({', '.join(runs)} runs per level), the variance modelled per "
-                                         "level as the larger of the pooled figure and a log-linear trend in "
-                                         "log2(concurrency)")
-        return fit_delta_curve(cs, ys, vs, ss / df, df, noise=f"repeats ({', '.join(runs)} runs per level)",
-                               family=family, force_model=force_model)
-    if metric in REQUEST_STATS and req_a is not None and req_b is not None:
-        col, stat = REQUEST_STATS[metric]
-        boot = []
-        for c in cs:
-            if n_boot < 2:
-                boot.append(math.nan)
-                continue
-            va = _bootstrap_log_var(req_a.loc[req_a["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
-            vb = _bootstrap_log_var(req_b.loc[req_b["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
-            boot.append(va + vb)
-        if all(np.isfinite(boot)):
-            if floor is None:
-                boot = [max(b, MIN_BOOT_VAR) for b in boot]
-                return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family, force_model=force_model,
-                                       noise="a bootstrap over each level's requests (one run: within-run noise only)")
-            scatter = _with_assumption(residual_scatter(cs, ys), floor)
-            if scatter is not None and scatter[0] > max(boot) and scatter[0] > floor:
-                s2, sdf = scatter
-                return fit_delta_curve(cs, ys, [max(b, s2) / s2 for b in boot], s2, sdf, family=family, force_model=force_model,
-                                       noise=_scatter_text(s2, sdf, assumed_noise_pct))
-            boot = [max(b, floor) for b in boot]
-            return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family, force_model=force_model,
-                                   noise=f"a bootstrap over each level's requests (one run: within-run noise), at "
-                                         f"least the assumed run-to-run noise of {assumed_noise_pct:g}% per run")
+    fit: FitCurve = functools.partial(fit_delta_curve, family=family, force_model=force_model)
+    if logs.df >= 2:
+        return _fit_on_repeats(logs, fit)
+    floor = 2 * math.log1p(assumed_noise_pct / 100) ** 2 if assumed_noise_pct else None
+    boot = _bootstrap_variances(metric, logs.cs, req_a, req_b, n_boot, rng)
+    if boot is not None:
+        return _fit_on_bootstrap(logs, boot, floor, assumed_noise_pct, fit)
     if floor is not None:
-        scatter = _with_assumption(residual_scatter(cs, ys), floor)
-        if scatter is not None and scatter[0] > floor:
-            s2, sdf = scatter
-            return fit_delta_curve(cs, ys, [2.0] * len(cs), s2 / 2, sdf, family=family, force_model=force_model,
-                                   noise=_scatter_text(s2, sdf, assumed_noise_pct))
-        checked = ("; the levels' scatter about a cubic is within it" if scatter is not None else
-                   f"; {len(cs)} levels are too few to check it against their scatter (needs {MAX_DEGREE + 4})")
-        return fit_delta_curve(cs, ys, [2.0] * len(cs), floor / 2, math.inf, family=family, force_model=force_model,
-                               noise=f"an assumed run-to-run noise of {assumed_noise_pct:g}% per run (one run per "
-                                     f"level: not measured; repeats would measure it{checked})")
-    return fit_delta_curve(cs, ys, family=family, force_model=force_model)
+        return _fit_on_assumption(logs, floor, assumed_noise_pct, fit)
+    return fit(logs.cs, logs.ys)
+
+
+def _fit_on_repeats(logs: LevelLogs, fit: FitCurve) -> DeltaCurve | None:
+    """Repeats measured the noise: each level's own variance where a trend can be fitted, else the pooled one."""
+    runs = sorted({f"{n_a} vs {n_b}" for n_a, n_b in logs.counts})
+    level_var = level_variance(logs.cs, logs.per_level, logs.ss / logs.df, logs.df)
+    if level_var is not None:
+        var_c, df_c = level_var
+        return fit(logs.cs, logs.ys, [v * s for v, s in zip(logs.vs, var_c)], 1.0, df_c,
+                   noise=f"repeats ({', '.join(runs)} runs per level), the variance modelled per "
+                         "level as the larger of the pooled figure and a log-linear trend in "
+                         "log2(concurrency)")
+    return fit(logs.cs, logs.ys, logs.vs, logs.ss / logs.df, logs.df, noise=f"repeats ({', '.join(runs)} runs per level)")
+
+
+def _bootstrap_variances(metric: str, cs: Sequence[int], req_a: pd.DataFrame | None, req_b: pd.DataFrame | None,
+                         n_boot: int, rng: np.random.Generator) -> list[float] | None:
+    """Per level, the bootstrap variance of ln(arm statistic) + ln(baseline statistic) over the levels'
+    requests; None where ``metric`` is no per-request statistic, a side has no requests, or a level's
+    variance cannot be computed."""
+    if metric not in REQUEST_STATS or req_a is None or req_b is None:
+        return None
+    col, stat = REQUEST_STATS[metric]
+    boot = []
+    for c in cs:
+        if n_boot < 2:
+            boot.append(math.nan)
+            continue
+        va = _bootstrap_log_var(req_a.loc[req_a["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
+        vb = _bootstrap_log_var(req_b.loc[req_b["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
+        boot.append(va + vb)
+    return boot if all(np.isfinite(boot)) else None
+
+
+def _fit_on_bootstrap(logs: LevelLogs, boot: list[float], floor: float | None, assumed_noise_pct: float | None,
+                      fit: FitCurve) -> DeltaCurve | None:
+    """One run per level, per-request statistic: the bootstrap's within-run noise, at least the
+    assumed run-to-run noise ``floor`` (variance of y), or the levels' scatter where that is larger."""
+    cs, ys = logs.cs, logs.ys
+    if floor is None:
+        boot = [max(b, MIN_BOOT_VAR) for b in boot]
+        return fit(cs, ys, boot, 1.0, math.inf,
+                   noise="a bootstrap over each level's requests (one run: within-run noise only)")
+    scatter = _with_assumption(residual_scatter(cs, ys), floor)
+    if scatter is not None and scatter[0] > max(boot) and scatter[0] > floor:
+        s2, sdf = scatter
+        return fit(cs, ys, [max(b, s2) / s2 for b in boot], s2, sdf, noise=_scatter_text(s2, sdf, assumed_noise_pct))
+    boot = [max(b, floor) for b in boot]
+    return fit(cs, ys, boot, 1.0, math.inf,
+               noise=f"a bootstrap over each level's requests (one run: within-run noise), at "
+                     f"least the assumed run-to-run noise of {assumed_noise_pct:g}% per run")
+
+
+def _fit_on_assumption(logs: LevelLogs, floor: float, assumed_noise_pct: float | None,
+                       fit: FitCurve) -> DeltaCurve | None:
+    """One run per level: the assumed run-to-run noise ``floor`` (variance of y), or the levels'
+    scatter about a cubic pooled with it where that is larger."""
+    cs, ys = logs.cs, logs.ys
+    scatter = _with_assumption(residual_scatter(cs, ys), floor)
+    if scatter is not None and scatter[0] > floor:
+        s2, sdf = scatter
+        return fit(cs, ys, [2.0] * len(cs), s2 / 2, sdf, noise=_scatter_text(s2, sdf, assumed_noise_pct))
+    checked = ("; the levels' scatter about a cubic is within it" if scatter is not None else
+               f"; {len(cs)} levels are too few to check it against their scatter (needs {MAX_DEGREE + 4})")
+    return fit(cs, ys, [2.0] * len(cs), floor / 2, math.inf,
+               noise=f"an assumed run-to-run noise of {assumed_noise_pct:g}% per run (one run per "
+                     f"level: not measured; repeats would measure it{checked})")
 
 
 #: residual degrees of freedom the scatter about a cubic needs before it can stand for the noise
