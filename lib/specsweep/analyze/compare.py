@@ -45,6 +45,7 @@ import pandas as pd
 
 from specsweep.analyze.crossover import curve_crossovers
 from specsweep.analyze.curves import DeltaCurve, fit_shared, widen
+from specsweep.analyze.drift import Drift, correct_for_drift, estimate_drift, split_sentinels, widen_for_drift
 from specsweep.analyze.noise import ASSUMED_NOISE_PCT, fit_metric, pooled_run_var
 from specsweep.results.columns import METRICS, MetricInfo, metric_info
 from specsweep.results.store import ResultSet
@@ -449,127 +450,23 @@ def _chunk_counted(rs: ResultSet) -> str | None:
     return " and ".join(where) or None
 
 
-@dataclass
-class Drift:
-    """The machine's drift measured by sentinel runs: a level re-measured at the end of a study.
-
-    ``rate_per_s[metric]``: the slope of ln(value) against time (per second) fitted through the
-    sentinel pairs (a sentinel run against the same arm's earlier runs of that level);
-    ``rate_se_per_s`` its standard error from the run-to-run noise; ``span_s`` the time from the
-    first to the last run; ``pairs`` one row per sentinel (arm, concurrency, Δ% of output tok/s,
-    seconds apart). Values of every run are corrected by exp(−rate × (t − t0)) before the curves are
-    fitted, and each level's band is widened by the rate's standard error times the time between
-    the arm's run and the baseline's there.
-    """
-
-    rate_per_s: dict[str, float]
-    rate_se_per_s: dict[str, float]
-    span_s: float
-    pairs: pd.DataFrame
-    corrected: bool
-
-    def total_pct(self, metric: str = "output_tok_s") -> tuple[float, float]:
-        """(drift over the whole study in %, its standard error in %) of one metric."""
-        r, se = self.rate_per_s.get(metric, math.nan), self.rate_se_per_s.get(metric, math.nan)
-        return (math.exp(r * self.span_s) - 1) * 100, se * self.span_s * 100
-
-    def credible(self, metric: str = "output_tok_s") -> bool:
-        """True where the drift is more than two standard errors from 0."""
-        r, se = self.rate_per_s.get(metric, math.nan), self.rate_se_per_s.get(metric, math.nan)
-        return bool(abs(r) > 2 * se) if math.isfinite(r) and math.isfinite(se) else False
-
-
-def _row_seconds(lv: pd.DataFrame) -> np.ndarray | None:
-    """Seconds since the epoch of each level row's ``started_utc``; None when any is missing."""
-    if "started_utc" not in lv:
-        return None
-    t = pd.to_datetime(lv["started_utc"], utc=True, errors="coerce")
-    if t.isna().any():
-        return None
-    return (t.astype("int64") / 1e9).to_numpy(float)
-
-
-def split_sentinels(levels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ordinary rows, sentinel rows) of an arm's level rows (column ``sentinel`` true)."""
-    if "sentinel" not in levels:
-        return levels, levels.iloc[0:0]
-    mask = levels["sentinel"].fillna(False).astype(bool).to_numpy()
-    return levels[~mask].drop(columns=["sentinel"]), levels[mask].drop(columns=["sentinel"])
-
-
-def estimate_drift(raw: dict[str, pd.DataFrame], sentinels: dict[str, pd.DataFrame], metrics: Sequence[str],
-                   run_var: float) -> Drift | None:
-    """The drift of each metric from the sentinel rows (see :class:`Drift`); None without sentinel rows.
-
-    ``run_var``: the run-to-run variance of ln(value) of one run (assumed or measured). Without
-    timestamps on every row the drift is still measured (pairs, Δ%) but not corrected for.
-    """
-    rows = []
-    pairs = []
-    times = {a: _row_seconds(lv) for a, lv in raw.items()}
-    for arm, sent in sentinels.items():
-        if sent.empty:
-            continue
-        ts = _row_seconds(sent)
-        lv = raw[arm]
-        for j, (_, srow) in enumerate(sent.iterrows()):
-            c = srow["concurrency"]
-            orig = lv[lv["concurrency"] == c]
-            if orig.empty:
-                continue
-            t0 = times[arm][(lv["concurrency"] == c).to_numpy()].mean() if times[arm] is not None else math.nan
-            dt = float(ts[j] - t0) if ts is not None and math.isfinite(t0) else math.nan
-            entry: dict[str, Any] = {"arm": arm, "concurrency": int(c), "seconds_apart": dt, "n_earlier": len(orig)}
-            for m in metrics:
-                if m not in orig or m not in srow or pd.isna(srow[m]):
-                    continue
-                vals = pd.to_numeric(orig[m], errors="coerce").to_numpy(float)
-                if not len(vals) or (vals <= 0).any() or not float(srow[m]) > 0:
-                    continue
-                entry[m] = math.log(float(srow[m])) - float(np.log(vals).mean())
-            rows.append(entry)
-            agg = entry.get("output_tok_s")
-            pairs.append({"arm": arm, "concurrency": int(c), "seconds_apart": dt,
-                          "delta_pct": (math.exp(agg) - 1) * 100 if agg is not None else math.nan})
-    if not rows:
-        return None
-    frame = pd.DataFrame(rows)
-    all_t = [t for t in times.values() if t is not None]
-    sent_t = [t for t in (_row_seconds(s) for s in sentinels.values() if not s.empty) if t is not None]
-    timed = frame["seconds_apart"].notna().all() and len(all_t) == len(times)
-    span = float(max(np.max(t) for t in all_t + sent_t) - min(np.min(t) for t in all_t + sent_t)) if timed else math.nan
-    rate, rate_se = {}, {}
-    for m in metrics:
-        if m not in frame:
-            continue
-        f = frame[frame[m].notna()]
-        if f.empty:
-            continue
-        if timed:
-            dt = f["seconds_apart"].to_numpy(float)
-            var_d = run_var * (1 + 1 / f["n_earlier"].to_numpy(float))
-            denom = float((dt * dt).sum())
-            if denom <= 0:
-                continue
-            d = f[m].to_numpy(float)
-            rate[m] = float((dt * d).sum() / denom)
-            if len(d) >= 2:  # the pairs' own disagreement about the line, where it says the noise is larger
-                resid = d - rate[m] * dt
-                var_d = np.maximum(var_d, float((resid * resid).sum()) / (len(d) - 1))
-            rate_se[m] = float(math.sqrt((dt * dt * var_d).sum()) / denom)
-    return Drift(rate, rate_se, span, pd.DataFrame(pairs), corrected=bool(timed and rate))
-
-
-def _correct_drift(lv: pd.DataFrame, drift: Drift, t0: float) -> pd.DataFrame:
-    """An arm's level rows with every drifted metric divided by exp(rate × (t − t0))."""
-    t = _row_seconds(lv)
-    if t is None:
-        return lv
-    lv = lv.copy()
-    for m, r in drift.rate_per_s.items():
-        if m in lv:
-            lv[m] = pd.to_numeric(lv[m], errors="coerce") * np.exp(-r * (t - t0))
-    return lv
+def _drift_corrected(raw_levels: dict[str, pd.DataFrame], baseline: str, assumed_noise_pct: float | None
+                     ) -> tuple[dict[str, pd.DataFrame], Drift | None, dict[str, dict[int, float]]]:
+    """Every arm's level rows without their sentinel rows and, where those show drift, corrected for
+    it: (level rows, the drift or None, each arm's run times per level; see :mod:`specsweep.analyze.drift`)."""
+    sentinel_rows: dict[str, pd.DataFrame] = {}
+    raw_levels = dict(raw_levels)
+    for a in raw_levels:
+        raw_levels[a], sentinel_rows[a] = split_sentinels(raw_levels[a])
+    drift = None
+    if any(not f.empty for f in sentinel_rows.values()):
+        drift_metrics = [c for c in raw_levels[baseline].columns if c not in NOT_METRICS
+                         and pd.api.types.is_numeric_dtype(raw_levels[baseline][c])]
+        run_var = max(math.log1p((assumed_noise_pct or ASSUMED_NOISE_PCT) / 100) ** 2,
+                      pooled_run_var(raw_levels, "output_tok_s"))
+        drift = estimate_drift(raw_levels, sentinel_rows, drift_metrics, run_var)
+    raw_levels, times = correct_for_drift(raw_levels, drift)
+    return raw_levels, drift, times
 
 
 def compare(
@@ -599,25 +496,8 @@ def compare(
     raw_levels, definition_notes = agreeing_definitions({a: by_arm[a].meta for a in arms}, raw_levels)
     if any("output_tok_s" not in lv.columns for lv in raw_levels.values()):
         raise ValueError("the arms' aggregate throughput cannot be compared: " + " ".join(definition_notes))
-    sentinel_rows: dict[str, pd.DataFrame] = {}
-    for a in arms:
-        raw_levels[a], sentinel_rows[a] = split_sentinels(raw_levels[a])
     controls = [a for a in arms[1:] if by_arm[a].meta.get("control")]
-    drift = None
-    if any(not f.empty for f in sentinel_rows.values()):
-        drift_metrics = [c for c in raw_levels[baseline].columns if c not in NOT_METRICS
-                         and pd.api.types.is_numeric_dtype(raw_levels[baseline][c])]
-        run_var = max(math.log1p((assumed_noise_pct or ASSUMED_NOISE_PCT) / 100) ** 2,
-                      pooled_run_var(raw_levels, "output_tok_s"))
-        drift = estimate_drift(raw_levels, sentinel_rows, drift_metrics, run_var)
-    times: dict[str, dict[int, float]] = {}
-    if drift is not None and drift.corrected:
-        t0 = min(float(np.min(t)) for t in (_row_seconds(raw_levels[a]) for a in arms) if t is not None)
-        for a in arms:
-            raw_levels[a] = _correct_drift(raw_levels[a], drift, t0)
-            t = _row_seconds(raw_levels[a])
-            if t is not None:
-                times[a] = pd.Series(t).groupby(raw_levels[a]["concurrency"].to_numpy()).mean().to_dict()
+    raw_levels, drift, times = _drift_corrected(raw_levels, baseline, assumed_noise_pct)
     base_cs = sorted(int(c) for c in raw_levels[baseline]["concurrency"].unique())
     for arm in arms[1:]:
         arm_cs = sorted(int(c) for c in raw_levels[arm]["concurrency"].unique())
@@ -682,7 +562,7 @@ def compare(
                 continue
             curve = first.get((arm, metric))
             if curve is not None and drift is not None:
-                _widen_for_drift(curve, drift, metric, times, arm, baseline)
+                widen_for_drift(curve, drift, metric, times, arm, baseline)
             if curve is not None and arm in controls:
                 # at every level, at least the control's largest fitted deviation; where it measured
                 # the level, at least its observed deviation there too
@@ -769,22 +649,6 @@ def compare(
     )
     comp._delta_index = _delta_index(rows)  # the rows ``deltas`` was made of: no second pass over the frame
     return comp
-
-
-def _widen_for_drift(curve: DeltaCurve, drift: Drift, metric: str, times: dict[str, dict[int, float]],
-                     arm: str, baseline: str) -> None:
-    """Widen a curve by what the drift correction leaves uncertain, or (no timestamps: no
-    correction) to at least the largest drift a sentinel pair showed."""
-    if drift.corrected and metric in drift.rate_se_per_s and arm in times and baseline in times:
-        lag = np.array([times[arm].get(int(c), math.nan) - times[baseline].get(int(c), math.nan)
-                        for c in curve.concurrency])
-        extra = np.nan_to_num(np.abs(lag) * drift.rate_se_per_s[metric], nan=0.0)
-        widen(curve, extra, None, "the uncertainty of the drift correction (sentinel runs)")
-    elif not drift.corrected and not drift.pairs.empty:
-        worst = float(np.nanmax(np.abs(np.log1p(drift.pairs["delta_pct"].to_numpy(float) / 100))))
-        if math.isfinite(worst):
-            widen(curve, None, np.full(len(curve.concurrency), worst),
-                   "the largest drift the sentinel runs showed (no timestamps to correct for it)")
 
 
 def delta_table(comp: Comparison, metrics: Sequence[str] | None = None) -> pd.DataFrame:
