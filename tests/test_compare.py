@@ -11,14 +11,11 @@ import pandas as pd
 import pytest
 
 from helpers import SEED, write_level_only, write_measured
-from specsweep.analyze.compare import (
-    NoSharedLevelError,
-    WorkloadMismatchError,
-    compare,
-    pareto_frontier,
-)
+from specsweep.analyze.compare import compare, pareto_frontier
 from specsweep.analyze.crossover import curve_crossovers
 from specsweep.analyze.curves import fit_delta_curve, smallest_detectable_pct
+from specsweep.analyze.join import NoSharedLevelError
+from specsweep.analyze.workload_match import WorkloadMismatchError
 from specsweep.results.store import load_result_sets
 
 pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("chart_defaults")]  # charts as the notebooks draw them
@@ -333,12 +330,12 @@ def test_crossover_roots_match_a_reference_root_finder_on_many_curves() -> None:
 
 
 def test_level_means_match_a_pandas_groupby_on_many_frames() -> None:
-    """``compare._aggregate_levels`` averages repeats in numpy; on random level frames (1-4 repeats
+    """``join.aggregate_levels`` averages repeats in numpy; on random level frames (1-4 repeats
     a level, a repeat with two rows, levels out of order, missing values, a level missing a metric
     altogether, int and bool columns) its means and repeat counts are pandas' ``groupby().mean()``
     and ``nunique()``, to the last bits of a float sum; frames with pandas' nullable dtypes take
     pandas' own path."""
-    from specsweep.analyze.compare import _aggregate_levels
+    from specsweep.analyze.join import aggregate_levels
     from specsweep.results.store import ResultSet
 
     def by_pandas(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
@@ -368,6 +365,6 @@ def test_level_means_match_a_pandas_groupby_on_many_frames() -> None:
         if case % 10 == 0:
             lv["errors"] = lv["errors"].astype("Int64")  # nullable: pandas' path
         rs = ResultSet(path=Path("spec"), meta={"arm": "spec"}, levels=lv)
-        got, want = _aggregate_levels(rs, lv), by_pandas(rs, lv)
+        got, want = aggregate_levels(rs, lv), by_pandas(rs, lv)
         assert list(got.columns) == list(want.columns)
         pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-13, atol=0)

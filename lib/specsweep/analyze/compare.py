@@ -46,7 +46,16 @@ import pandas as pd
 from specsweep.analyze.crossover import curve_crossovers
 from specsweep.analyze.curves import DeltaCurve, fit_shared, widen
 from specsweep.analyze.drift import Drift, correct_for_drift, estimate_drift, split_sentinels, widen_for_drift
+from specsweep.analyze.join import (
+    NOT_METRICS,
+    compared_metrics,
+    join_levels,
+    joinable_levels,
+    measured_requests,
+    require_shared_levels,
+)
 from specsweep.analyze.noise import ASSUMED_NOISE_PCT, fit_metric, pooled_run_var
+from specsweep.analyze.workload_match import check_workloads
 from specsweep.results.columns import METRICS, MetricInfo, metric_info
 from specsweep.results.store import ResultSet
 
@@ -73,31 +82,9 @@ METHOD: str = (
     "candidate; every other arm's band is at least as wide as the control's largest fitted deviation from the "
     "baseline (and, at each level it measured, its observed deviation there). Intervals are not bootstrap intervals "
     "except where the noise source says so.")
-#: workload fields that must match for a comparison to be fair
-WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest", "output_length",
-                                   "order")
-#: the value a workload field takes when a meta.json predates it (result sets written before
-#: ``output_length`` existed all used the requested length with ignore_eos; before ``order``, prompt
-#: sets went in record order)
-WORKLOAD_DEFAULTS: dict[str, Any] = {"output_length": "fixed", "order": "record"}
-#: columns of ``levels`` that are identifiers or counts, not metrics to compare
-NOT_METRICS: frozenset[str] = frozenset(
-    {"run_id", "arm", "concurrency", "repeat", "n_requests", "n_ok", "n_errors", "window_s",
-     "output_tokens", "steady_window_s", "token_source", "n_repeats", "requested_output_tokens",
-     "short_outputs", "warmup_requests"}
-)
-USER_METRICS: tuple[str, ...] = ("user_tok_s_mean", "request_tok_s_mean")
 #: what a user waits for, in the order they are named: measured percentiles, else Little's law
 WAIT_METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
 ESTIMATED_WAIT: str = "e2e_mean_est_s"
-
-
-class WorkloadMismatchError(ValueError):
-    """Arms were measured with different workloads; comparing them would mislead."""
-
-
-class NoSharedLevelError(ValueError):
-    """An arm and the baseline were measured at no common concurrency: nothing can be compared."""
 
 
 @dataclass
@@ -222,56 +209,6 @@ def _delta_index(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[i
     return index
 
 
-def workload_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """The workload fields that differ between two meta.json ``workload`` records.
-
-    A field missing from a record takes its :data:`WORKLOAD_DEFAULTS` value (``output_length``:
-    ``"fixed"``), so an old result set compares with a new fixed-length one and not with a natural one.
-    """
-    diffs = []
-    for key in WORKLOAD_KEYS:
-        va, vb = (WORKLOAD_DEFAULTS.get(key) if r.get(key) is None else r.get(key) for r in (a, b))
-        if key == "dataset_digest" and (va is None or vb is None):
-            continue
-        if va != vb:
-            diffs.append(f"{key} {va!r} vs {vb!r}")
-    return diffs
-
-
-def _check_workloads(sets: Sequence[ResultSet], baseline: ResultSet, allow: bool) -> list[str]:
-    notes: list[str] = []
-    problems = []
-    for rs in sets:
-        if rs is baseline:
-            continue
-        diffs = workload_differences(rs.meta["workload"], baseline.meta["workload"])
-        if diffs:
-            problems.append(f"arm '{rs.arm}' vs baseline '{baseline.arm}': {'; '.join(diffs)}")
-        sa, sb = rs.meta["workload"].get("seed"), baseline.meta["workload"].get("seed")
-        if sa is not None and sb is not None and sa != sb:
-            notes.append(
-                f"Arm '{rs.arm}' used prompt seed {sa} and the baseline {sb}: same workload shape, "
-                "different prompts, so the comparison is not paired request by request."
-            )
-    for rs in sets:
-        if rs is baseline:
-            continue
-        plan_a, plan_b = rs.meta.get("sweep") or {}, baseline.meta.get("sweep") or {}
-        for key in ("requests_per_level", "repeats", "warmup_requests"):
-            if plan_a.get(key) is not None and plan_b.get(key) is not None and plan_a.get(key) != plan_b.get(key):
-                notes.append(f"Arm '{rs.arm}' and the baseline used different {key.replace('_', ' ')} "
-                             f"({plan_a.get(key)} vs {plan_b.get(key)}): prompts are not paired request by request.")
-        notes.extend(f"Arm '{rs.arm}': {n}." for n in rs.notes)
-    notes.extend(f"Baseline: {n}." for n in baseline.notes)
-    if problems and not allow:
-        raise WorkloadMismatchError(
-            "the arms were measured with different workloads — " + " | ".join(problems)
-            + ". Re-measure with the same workload, or pass allow_workload_mismatch=True to compare anyway."
-        )
-    notes.extend(f"Workloads differ ({p}); compared anyway because it was explicitly allowed." for p in problems)
-    return notes
-
-
 # ----------------------------------------------------------------------------------- bootstrap
 
 
@@ -289,78 +226,6 @@ DERIVED: dict[str, MetricInfo] = {
 def info(metric: str) -> MetricInfo:
     """Label, unit, direction and definition of a metric, derived ones included."""
     return DERIVED.get(metric) or metric_info(metric)
-
-
-def measured_requests(rs: ResultSet) -> pd.DataFrame | None:
-    """The arm's measured requests that succeeded (no warm-up, no error, at least one output token), or None."""
-    if rs.requests is None or rs.requests.empty:
-        return None
-    req = rs.requests[~rs.requests["warmup"].astype(bool)]
-    if "sentinel" in req:  # a sentinel run measures drift, not the arm
-        req = req[~req["sentinel"].fillna(False).astype(bool)]
-    ok = req["error"].isna() & (req["output_tokens"].fillna(0) > 0)
-    return req[ok]
-
-
-def _group_means(lv: pd.DataFrame, columns: list[str]) -> dict[str, np.ndarray] | None:
-    """The columns of ``lv.groupby("concurrency", as_index=False)[columns].mean()`` plus ``n_repeats``
-    (distinct ``repeat`` values per level), in numpy: a pandas groupby costs about 1.5 ms of set-up
-    however few the rows, and a comparison makes two (a verdict-draw case makes 500). Each level's
-    mean skips missing values and is missing where all are, as pandas'; its sum is a plain float64
-    sum where pandas compensates (Kahan), so a mean may differ from pandas' in its last bits (at
-    most 4e-16 relative over the committed result sets and 180 verdict draws). None where
-    ``concurrency`` or ``repeat`` is not a plain numpy integer column (a missing repeat makes it
-    float) or a column is not a plain numpy number or flag: pandas then."""
-    dtypes = dict(zip(lv.columns, lv.dtypes))
-    if lv.empty or not all(isinstance(dtypes[c], np.dtype) and dtypes[c].kind in "iub"
-                           for c in ("concurrency", "repeat")) or not all(
-            isinstance(dtypes[c], np.dtype) and dtypes[c].kind in "iufb" for c in columns):
-        return None
-    keys, inv = np.unique(lv["concurrency"].to_numpy(), return_inverse=True)
-    n = len(keys)
-    out: dict[str, np.ndarray] = {"concurrency": keys}
-    for c in columns:
-        v = lv[c].to_numpy(dtype=float)
-        ok = ~np.isnan(v)
-        where = inv[ok]
-        count = np.bincount(where, minlength=n)
-        total = np.bincount(where, weights=v[ok], minlength=n)
-        out[c] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-    rep = lv["repeat"].to_numpy().astype(np.int64)
-    span = int(rep.max()) - int(rep.min()) + 1
-    if span * n < 2**62:  # each (level, repeat) pair as one integer: a 1-d unique, not a 2-d one
-        pair_level = np.unique(inv.astype(np.int64) * span + (rep - rep.min())) // span
-    else:
-        pair_level = np.unique(np.stack([inv.astype(np.int64), rep]), axis=1)[0]
-    out["n_repeats"] = np.bincount(pair_level, minlength=n)
-    return out
-
-
-def _aggregate_levels(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
-    """One row per concurrency of an arm's level rows ``lv``: numeric columns averaged over repeats,
-    plus ``spec_accept_length_source`` (the repeats' sources, joined) where the levels name it."""
-    numeric = [c for c, dtype in lv.dtypes.items()
-               if c not in {"run_id", "arm", "token_source"} and pd.api.types.is_numeric_dtype(dtype)]
-    columns = [c for c in numeric if c not in {"concurrency"}]
-    # the columns after the averages, in order: which figures the acceptance came from (named, not
-    # averaged) where the levels name it, then whether the arm has measured requests
-    tail: dict[str, Any] = {}
-    if "spec_accept_length_source" in lv.columns:
-        sources = lv.groupby("concurrency")["spec_accept_length_source"].agg(
-            lambda s: "; ".join(sorted(set(s.dropna().astype(str)))) or None)
-        tail["spec_accept_length_source"] = sources.to_numpy()  # one per level, in concurrency order
-    tail["has_requests"] = measured_requests(rs) is not None
-    means = _group_means(lv, columns)
-    if means is not None:  # every column at once: no column added after
-        means.pop("repeat", None)
-        return pd.DataFrame({"arm": [rs.arm] * len(means["concurrency"]), **means, **tail})
-    agg = lv.groupby("concurrency", as_index=False)[columns].mean()
-    agg["n_repeats"] = lv.groupby("concurrency")["repeat"].nunique().to_numpy()
-    agg = agg.drop(columns=["repeat"], errors="ignore")
-    agg.insert(0, "arm", rs.arm)
-    for name, value in tail.items():
-        agg[name] = value
-    return agg
 
 
 def _cap(meta: dict[str, Any]) -> int | None:
@@ -384,61 +249,11 @@ def pareto_frontier(points: pd.DataFrame, x: str, y: str) -> pd.Series:
     return pd.Series(flags.tolist(), index=points.index)
 
 
-def _with_littles_law(rs: ResultSet) -> pd.DataFrame:
-    """The arm's level rows, plus ``e2e_mean_est_s`` (Little's law) where no e2e was measured."""
-    lv = rs.levels.copy()
-    out_tokens = (rs.meta.get("workload") or {}).get("output_tokens")
-    measured = "e2e_mean_s" in lv and lv["e2e_mean_s"].notna().any()
-    if not measured and isinstance(out_tokens, (int, float)) and out_tokens > 0 and "output_tok_s" in lv:
-        agg = pd.to_numeric(lv["output_tok_s"], errors="coerce")
-        conc = lv["concurrency"]
-        if all(isinstance(x.dtype, np.dtype) and x.dtype.kind in "iuf" for x in (agg, conc)):  # numpy: same figures
-            a = agg.to_numpy(float)
-            lv["e2e_mean_est_s"] = conc.to_numpy() * float(out_tokens) / np.where(a > 0, a, np.nan)
-        else:
-            lv["e2e_mean_est_s"] = (conc * float(out_tokens) / agg.where(agg > 0)).astype(float)
-    return lv
-
-
 def _as_list(value: Any) -> list[Any]:
     """A meta.json field that should be a list, tolerating one string or nothing."""
     if value is None:
         return []
     return [value] if isinstance(value, (str, dict)) else list(value)
-
-
-#: the id of specsweep's own definition of a metric (``meta.json`` ``metric_definition_ids`` names others)
-OWN_DEFINITION: str = "specsweep"
-
-
-def agreeing_definitions(metas: dict[str, dict[str, Any]], raw_levels: dict[str, pd.DataFrame]
-                         ) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """The arms' level frames without the metric columns whose definitions differ between arms, and one
-    note per metric left out, naming each arm's definition.
-
-    A result set imported from another tool names in ``meta.json`` ``metric_definition_ids`` the
-    definition behind each column where it is not specsweep's (:data:`OWN_DEFINITION` otherwise);
-    two arms compare a metric only where those ids agree, so figures of different definitions are
-    never set against each other.
-    """
-    ids = {a: (m.get("metric_definition_ids") or {}) for a, m in metas.items()}
-    if not any(ids.values()):
-        return raw_levels, []
-    columns = sorted({c for lv in raw_levels.values() for c in lv.columns})
-    notes, drop = [], []
-    for col in columns:
-        having = [a for a, lv in raw_levels.items() if col in lv.columns and lv[col].notna().any()]
-        seen = {a: str(ids[a].get(col, OWN_DEFINITION)) for a in having}
-        if len(set(seen.values())) > 1:
-            drop.append(col)
-            from specsweep.markup import md_text  # the notes are shown as Markdown; ids come from meta.json
-
-            said = "; ".join(f"'{md_text(a)}': {md_text(d)}" for a, d in seen.items())
-            name = f"`{col}`" if str(col).replace("_", "").isalnum() else md_text(col)
-            notes.append(f"Metric {name} is not compared: the arms define it differently ({said}).")
-    if not drop:
-        return raw_levels, []
-    return {a: lv.drop(columns=[c for c in drop if c in lv.columns]) for a, lv in raw_levels.items()}, notes
 
 
 def _chunk_counted(rs: ResultSet) -> str | None:
@@ -492,43 +307,14 @@ def compare(
         )
     base = by_arm[baseline]
     arms = [baseline] + [a for a in by_arm if a != baseline]
-    raw_levels = {a: _with_littles_law(by_arm[a]) for a in arms}
-    raw_levels, definition_notes = agreeing_definitions({a: by_arm[a].meta for a in arms}, raw_levels)
-    if any("output_tok_s" not in lv.columns for lv in raw_levels.values()):
-        raise ValueError("the arms' aggregate throughput cannot be compared: " + " ".join(definition_notes))
+    by_arm = {a: by_arm[a] for a in arms}
+    raw_levels, definition_notes = joinable_levels(by_arm)
     controls = [a for a in arms[1:] if by_arm[a].meta.get("control")]
     raw_levels, drift, times = _drift_corrected(raw_levels, baseline, assumed_noise_pct)
-    base_cs = sorted(int(c) for c in raw_levels[baseline]["concurrency"].unique())
-    for arm in arms[1:]:
-        arm_cs = sorted(int(c) for c in raw_levels[arm]["concurrency"].unique())
-        if not set(arm_cs) & set(base_cs):
-            raise NoSharedLevelError(
-                f"arm '{arm}' (concurrency {', '.join(map(str, arm_cs))}) and baseline '{baseline}' (concurrency "
-                f"{', '.join(map(str, base_cs))}) share no concurrency level, so nothing can be compared; "
-                "measure both arms at the same levels")
-    notes = _check_workloads(sets, base, allow_workload_mismatch) + definition_notes
-
-    levels = pd.concat([_aggregate_levels(by_arm[a], raw_levels[a]) for a in arms], ignore_index=True)
-    arm_of_row = levels["arm"].to_numpy(object)
-    arm_masks = [arm_of_row == a for a in dict.fromkeys(arm_of_row)]  # the arms present, as groupby("arm") sees them
-
-    def in_every_arm(metric: str) -> bool:
-        has = levels[metric].notna().to_numpy()
-        return all(has[mask].any() for mask in arm_masks)
-
-    user_metric = next((m for m in USER_METRICS if m in levels.columns and in_every_arm(m)), None)
-    if user_metric is None:
-        raise ValueError("no per-user speed metric (user_tok_s_mean or request_tok_s_mean) is present in every arm"
-                         + "".join(f" {n}" for n in definition_notes))
-    levels["concurrency_estimate"] = levels["output_tok_s"] / levels[user_metric]
-    measured = levels["effective_concurrency"] if "effective_concurrency" in levels else pd.Series(math.nan, index=levels.index)
-    levels["effective_concurrency_kind"] = np.where(measured.notna(), "measured", "estimate")
-
-    metrics = [
-        c for c in levels.columns
-        if c not in NOT_METRICS and c not in {"has_requests", "concurrency_estimate", "effective_concurrency_kind"}
-        and pd.api.types.is_numeric_dtype(levels[c])
-    ]
+    require_shared_levels(raw_levels, baseline)
+    notes = check_workloads(sets, base, allow_workload_mismatch) + definition_notes
+    levels, user_metric = join_levels(by_arm, raw_levels, definition_notes)
+    metrics = compared_metrics(levels)
     requests = {a: measured_requests(by_arm[a]) for a in arms}
     rng = np.random.default_rng(seed)
     # the metrics a verdict reads share one 5 % error budget: aggregate, per-user speed and the waits

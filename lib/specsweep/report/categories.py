@@ -118,7 +118,7 @@ def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
     category keeps the 5 % error budget. Keys: (arm, category, figure). Empty without categories.
     """
     from specsweep.analyze.categories import category_metrics
-    from specsweep.analyze.compare import measured_requests
+    from specsweep.analyze.join import measured_requests
     from specsweep.analyze.noise import fit_metric
     from specsweep.workloads.datasets import with_category
 

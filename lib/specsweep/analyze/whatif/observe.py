@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, measured_requests
+from specsweep.analyze.compare import Comparison
+from specsweep.analyze.join import measured_requests
 from specsweep.results.store import ResultSet
 
 __all__ = ["ArmData", "ASSUMED_NOISE_PCT", "LEVEL_ONLY_ASSUMPTIONS", "WhatIfError", "gauge_limit", "observe", "queue_margin", "server_setting"]
