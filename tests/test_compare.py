@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 from helpers import SEED, write_level_only, write_measured
-from specsweep.analyze.compare import compare, pareto_frontier
+from specsweep.analyze.compare import compare
 from specsweep.analyze.crossover import curve_crossovers
 from specsweep.analyze.curves import fit_delta_curve, smallest_detectable_pct
 from specsweep.analyze.join import NoSharedLevelError
+from specsweep.analyze.pareto import pareto_frontier
 from specsweep.analyze.workload_match import WorkloadMismatchError
 from specsweep.results.store import load_result_sets
 

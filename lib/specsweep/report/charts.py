@@ -44,7 +44,8 @@ from typing import ParamSpec, TypeVar
 import altair as alt
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, pareto_frontier
+from specsweep.analyze.compare import Comparison
+from specsweep.analyze.pareto import pareto_frontier
 from specsweep.report import chartdata
 from specsweep.results.columns import metric_info
 
