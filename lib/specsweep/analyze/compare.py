@@ -1,37 +1,24 @@
-"""Join arms against a baseline on concurrency: deltas, a model of the delta curve, crossovers, Pareto.
+"""Every arm joined against a baseline on concurrency: deltas, fitted delta curves with their bands, crossovers, Pareto.
 
-Definitions (DESIGN §5; the report quotes :data:`METHOD` word for word):
+Input: the arms' result sets and the baseline's arm name. Output: a :class:`Comparison` — the joined
+levels (one row per arm and concurrency), one delta row per (arm, concurrency, metric), the fitted
+curve per (arm, metric), the crossovers and the Pareto frontier — which decide/ and report/ read.
+:func:`compare` runs the steps, each in the module that owns it: the join (:mod:`.join`), the
+workload check (:mod:`.workload_match`), drift (:mod:`.drift`), the noise and the curve fit
+(:mod:`.noise`, :mod:`.curves`), control arms (:mod:`.control`), crossovers (:mod:`.crossover`)
+and the frontier (:mod:`.pareto`).
+
+Definitions (docs/method.md, "How a verdict is reached"; the report quotes :data:`METHOD` word for word):
 
 - ``delta_pct`` = (arm / baseline − 1) × 100 for every metric both arms have at a concurrency
-  (values averaged over repeats).
-- The **delta curve** of one arm and metric is modelled on the log scale, y = ln(arm / baseline),
-  as a function of x = log2(concurrency) over the levels both arms measured (see
-  :func:`fit_delta_curve`). The run-to-run noise of y comes from, in order: repeats (the pooled
-  within-level variance of ln(value) over every level and both arms); else, for per-request
-  statistics of single runs, a bootstrap over each level's requests (within-run noise, floored at
-  the assumed run-to-run noise); else, one run per level, an assumed run-to-run noise of
-  :data:`ASSUMED_NOISE_PCT` per run and arm — a stated assumption, replaced by the levels' scatter
-  about a cubic pooled with it (:data:`ASSUMPTION_DF` degrees of freedom) where that is larger and
-  there are ≥ 7 levels (:func:`residual_scatter`). With repeats the variance is modelled per level
-  (:func:`_level_variance`). Sentinel runs correct for drift (:class:`Drift`); control arms widen
-  every other arm's band (see :data:`METHOD`). ``compare(assumed_noise_pct=None)`` uses the residuals
-  instead (degree by backward elimination, t-test at 5 %). The curve is the lowest-degree
-  polynomial in x (degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5 %), else
-  the level values joined by straight lines. Every arm's curve of one metric uses one family: the
-  most flexible any arm's own fit chose (:func:`shared_models`), so equal measurements get equal fits.
-- ``ci_low_pct`` / ``ci_high_pct``: a 95 % *simultaneous* band around the fitted delta at the
-  tested levels (Bonferroni over the k levels: t quantile 1 − 0.025 / k). A level is *credibly*
-  better or worse only where the band excludes 0; ``within_noise`` where it spans 0.
-- ``crossover_concurrency``: only where the fitted delta is credibly positive at one level and
-  credibly negative at a later one (or the reverse) with no credible level between them; placed
-  at the zero of the fitted curve between those two levels, on log2(concurrency).
-- Little's law for level-only data: in a closed loop with C requests always in flight, the
-  request completion rate is λ = aggregate tok/s ÷ output tokens per request, so the mean time
-  from sending a request to its last token is W = C ÷ λ = C × output_tokens ÷ aggregate tok/s
-  (``e2e_mean_est_s``, queueing included; an estimate, since ramp-up and drain are ignored).
-  Effective concurrency of level-only data is estimated as aggregate tok/s ÷ per-request tok/s.
-- Pareto frontier over (per-user speed, aggregate tok/s) of every arm and level: points that no
-  other point beats on one axis without losing on the other.
+  (values averaged over repeats); ``fit_delta_pct`` the fitted curve's value there.
+- ``ci_low_pct`` / ``ci_high_pct``: the 95 % *simultaneous* band around the fitted delta at the
+  tested levels (Bonferroni over the k levels of the :attr:`Comparison.family` verdict metrics).
+  A level is *credibly* better or worse only where the band excludes 0; ``within_noise`` where it
+  spans 0.
+
+Invariant: the same result sets and arguments give the same figures: every random draw comes from
+one generator seeded with ``seed``, in a fixed order of arms and metrics.
 """
 from __future__ import annotations
 
@@ -43,8 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsweep.analyze.crossover import curve_crossovers
-from specsweep.analyze.curves import DeltaCurve, fit_shared, widen
+from specsweep.analyze.control import Deviation, add_control, widen_for_controls
+from specsweep.analyze.crossover import crossover_table
+from specsweep.analyze.curves import DeltaCurve, fit_shared
 from specsweep.analyze.drift import Drift, correct_for_drift, estimate_drift, split_sentinels, widen_for_drift
 from specsweep.analyze.join import (
     NOT_METRICS,
@@ -86,6 +74,7 @@ METHOD: str = (
 #: what a user waits for, in the order they are named: measured percentiles, else Little's law
 WAIT_METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
 ESTIMATED_WAIT: str = "e2e_mean_est_s"
+
 
 
 @dataclass
@@ -193,12 +182,9 @@ class Comparison:
         return {"arm": sorted(int(c) for c in a - b), "baseline": sorted(int(c) for c in b - a)}
 
 
-# ----------------------------------------------------------------------------------- workloads
-
-
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """``frame.to_dict("records")``, the same Python values, in about half the time (one
-    ``tolist`` per column instead of boxing cell by cell)."""
+    """``frame.to_dict("records")``, the same Python values, built faster: one ``tolist`` per column
+    instead of boxing cell by cell."""
     cols = list(frame.columns)
     return [dict(zip(cols, vals)) for vals in zip(*(frame[c].tolist() for c in cols))]
 
@@ -209,11 +195,6 @@ def _delta_index(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[i
         index.setdefault((r["arm"], r["metric"]), {})[int(r["concurrency"])] = r
     return index
 
-
-# ----------------------------------------------------------------------------------- bootstrap
-
-
-# ---------------------------------------------------------------------------- the delta curve
 
 #: derived metrics compare adds (not in the metrics registry): label, unit, better, definition
 DERIVED: dict[str, MetricInfo] = {
@@ -229,7 +210,228 @@ def info(metric: str) -> MetricInfo:
     return DERIVED.get(metric) or metric_info(metric)
 
 
+def compare(
+    sets: Sequence[ResultSet],
+    baseline: str = "baseline",
+    *,
+    allow_workload_mismatch: bool = False,
+    n_boot: int = 400,
+    seed: int = 0,
+    assumed_noise_pct: float | None = ASSUMED_NOISE_PCT,
+) -> Comparison:
+    """Join every arm against ``baseline`` on concurrency (see the module docstring).
+
+    With a single result set there is nothing to join: the comparison has its levels (for charts
+    of one arm) and no deltas. An arm that shares no concurrency level with the baseline is an
+    error (:class:`~specsweep.analyze.join.NoSharedLevelError`) naming both level lists.
+    """
+    by_arm = _by_arm(sets, baseline)
+    raw_levels, definition_notes = joinable_levels(by_arm)
+    raw_levels, drift, times = _drift_corrected(raw_levels, baseline, assumed_noise_pct)
+    require_shared_levels(raw_levels, baseline)
+    notes = check_workloads(sets, by_arm[baseline], allow_workload_mismatch) + definition_notes
+    levels, user_metric = join_levels(by_arm, raw_levels, definition_notes)
+    join = _join(by_arm, raw_levels, levels, n_boot, assumed_noise_pct)
+    fits = fit_shared(join.arms, join.metrics, join.levels_of, join.fit, np.random.default_rng(seed))
+    curves = _banded(fits, join, drift, times)
+    rows = _delta_rows(join, curves)
+    return _comparison(join, levels, user_metric, rows, curves, notes + _unshared_notes(join), drift)
+
+
+def _by_arm(sets: Sequence[ResultSet], baseline: str) -> dict[str, ResultSet]:
+    """The result sets by arm, the baseline first, the others in the order given; a ValueError naming
+    the arms where the baseline is not among them."""
+    by_arm = {rs.arm: rs for rs in sets}
+    if baseline not in by_arm:
+        raise ValueError(
+            f"baseline arm '{baseline}' is not among the result sets (arms: {', '.join(by_arm)}); "
+            "set the baseline parameter to one of them"
+        )
+    return {a: by_arm[a] for a in [baseline] + [a for a in by_arm if a != baseline]}
+
+
+def _drift_corrected(raw_levels: dict[str, pd.DataFrame], baseline: str, assumed_noise_pct: float | None
+                     ) -> tuple[dict[str, pd.DataFrame], Drift | None, dict[str, dict[int, float]]]:
+    """Every arm's level rows without their sentinel rows and, where those show drift, corrected for
+    it: (level rows, the drift or None, each arm's run times per level; see :mod:`specsweep.analyze.drift`)."""
+    sentinel_rows: dict[str, pd.DataFrame] = {}
+    raw_levels = dict(raw_levels)
+    for a in raw_levels:
+        raw_levels[a], sentinel_rows[a] = split_sentinels(raw_levels[a])
+    drift = None
+    if any(not f.empty for f in sentinel_rows.values()):
+        drift_metrics = [c for c in raw_levels[baseline].columns if c not in NOT_METRICS
+                         and pd.api.types.is_numeric_dtype(raw_levels[baseline][c])]
+        run_var = max(math.log1p((assumed_noise_pct or ASSUMED_NOISE_PCT) / 100) ** 2,
+                      pooled_run_var(raw_levels, "output_tok_s"))
+        drift = estimate_drift(raw_levels, sentinel_rows, drift_metrics, run_var)
+    raw_levels, times = correct_for_drift(raw_levels, drift)
+    return raw_levels, drift, times
+
+
+@dataclass
+class _Join:
+    """What the delta curves are fitted from: the arms, their level rows and requests, the joined rows."""
+
+    baseline: str
+    #: the arms compared with the baseline, in order
+    arms: list[str]
+    controls: list[str]
+    by_arm: dict[str, ResultSet]
+    #: each arm's level rows, one per (concurrency, repeat), drift-corrected
+    raw_levels: dict[str, pd.DataFrame]
+    requests: dict[str, pd.DataFrame | None]
+    #: {arm: {concurrency: its joined row}}, the baseline's included
+    rows: dict[str, dict[Any, dict[str, Any]]]
+    metrics: list[str]
+    #: how many curves share the 5 % error budget (the metrics a verdict reads)
+    family: int
+    n_boot: int
+    assumed_noise_pct: float | None
+
+    def levels_of(self, arm: str, metric: str) -> list[int]:
+        """The levels where both ``arm`` and the baseline have ``metric`` (the baseline's not 0)."""
+        arm_rows, base_rows = self.rows[arm], self.rows[self.baseline]
+        return [int(c) for c in sorted(set(arm_rows) & set(base_rows))
+                if not (pd.isna(base_rows[c][metric]) or pd.isna(arm_rows[c][metric]) or base_rows[c][metric] == 0)]
+
+    def fit(self, arm: str, metric: str, cs: list[int], rng: np.random.Generator, model: str | None) -> DeltaCurve | None:
+        """The delta curve of ``arm`` and ``metric`` at the levels ``cs`` (:func:`~specsweep.analyze.noise.fit_metric`)."""
+        return fit_metric(metric, cs, self.raw_levels[arm], self.raw_levels[self.baseline], self.requests[arm],
+                          self.requests[self.baseline], self.n_boot, rng, self.family, self.assumed_noise_pct,
+                          force_model=model)
+
+
+def _join(by_arm: dict[str, ResultSet], raw_levels: dict[str, pd.DataFrame], levels: pd.DataFrame, n_boot: int,
+          assumed_noise_pct: float | None) -> _Join:
+    """The fitting inputs of the arms ``by_arm`` (the baseline first) and their joined ``levels``."""
+    arms = list(by_arm)
+    metrics = compared_metrics(levels)
+    rows: dict[str, dict[Any, dict[str, Any]]] = {a: {} for a in arms}
+    for r in records(levels):  # {arm: {concurrency: row}}, ``levels.set_index`` per arm the fast way
+        rows[r["arm"]][r.pop("concurrency")] = r
+    # the metrics a verdict reads share one 5 % error budget: aggregate, per-user speed and the waits
+    waits = [m for m in WAIT_METRICS if m in metrics] or [m for m in (ESTIMATED_WAIT,) if m in metrics]
+    return _Join(baseline=arms[0], arms=arms[1:], controls=[a for a in arms[1:] if by_arm[a].meta.get("control")],
+                 by_arm=by_arm, raw_levels=raw_levels, requests={a: measured_requests(by_arm[a]) for a in arms},
+                 rows=rows, metrics=metrics, family=2 + len(waits), n_boot=n_boot, assumed_noise_pct=assumed_noise_pct)
+
+
+def _banded(fits: dict[tuple[str, str], DeltaCurve | None], join: _Join, drift: Drift | None,
+            times: dict[str, dict[int, float]]) -> dict[tuple[str, str], DeltaCurve]:
+    """The fitted curves, their bands widened for drift and to the control arms' deviation; the control
+    arms' curves first (they widen the others), each arm's in the order of the metrics."""
+    curves: dict[tuple[str, str], DeltaCurve] = {}
+    control_dev: Deviation = {}
+    labels = ", ".join(join.by_arm[a].label for a in join.controls)
+    for arm in sorted(join.arms, key=lambda a: a not in join.controls):
+        for metric in join.metrics:
+            curve = fits.get((arm, metric))
+            if curve is None:
+                continue
+            if drift is not None:
+                widen_for_drift(curve, drift, metric, times, arm, join.baseline)
+            if arm in join.controls:
+                add_control(control_dev, metric, curve)
+            elif control_dev.get(metric):
+                widen_for_controls(curve, control_dev[metric], labels)
+            curves[(arm, metric)] = curve
+    return curves
+
+
+#: the columns of :attr:`Comparison.deltas`
+DELTA_COLUMNS: list[str] = ["arm", "concurrency", "metric", "baseline_value", "arm_value", "delta_pct", "fit_delta_pct",
+                            "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "credible", "better"]
+
+
+def _delta_rows(join: _Join, curves: dict[tuple[str, str], DeltaCurve]) -> list[dict[str, Any]]:
+    """One delta row per (arm, concurrency, metric) both arms measured, in the arms' order, then the metrics'."""
+    rows = []
+    base_rows = join.rows[join.baseline]
+    for arm in join.arms:
+        arm_rows = join.rows[arm]
+        for metric in join.metrics:
+            curve = curves.get((arm, metric))
+            at = {int(c): i for i, c in enumerate(curve.concurrency)} if curve is not None else {}
+            for c in join.levels_of(arm, metric):
+                rows.append(_delta_row(arm, metric, c, float(base_rows[c][metric]), float(arm_rows[c][metric]),
+                                       curve, at.get(c)))
+    return rows
+
+
+def _delta_row(arm: str, metric: str, c: int, b: float, v: float, curve: DeltaCurve | None,
+               i: int | None) -> dict[str, Any]:
+    """One delta row: the baseline's value ``b`` and the arm's ``v`` at level ``c``, the fitted delta,
+    its band and credibility where the curve has the level (its index ``i``)."""
+    fit = lo = hi = math.nan
+    cred = 0
+    fitted = curve is not None and i is not None
+    if curve is not None and i is not None:
+        f, h = curve.fitted[i], curve.half_width[i]
+        fit, lo, hi = ((math.exp(z) - 1.0) * 100.0 for z in (f, f - h, f + h))
+        cred = int(curve.credible[i])
+    return {
+        "arm": arm, "concurrency": c, "metric": metric,
+        "baseline_value": b, "arm_value": v,
+        "delta_pct": (v / b - 1.0) * 100.0,
+        "fit_delta_pct": fit,
+        "ci_low_pct": lo, "ci_high_pct": hi,
+        "ci_kind": curve.method() if curve is not None and fitted else "none",
+        "within_noise": (cred == 0) if fitted else None,
+        "credible": cred,
+        "better": info(metric).better,
+    }
+
+
+def _unshared_notes(join: _Join) -> list[str]:
+    """One note per arm measured at levels the baseline was not, or the reverse."""
+    base_rows = join.rows[join.baseline]
+    notes = []
+    for arm in join.arms:
+        only = sorted(set(base_rows) ^ set(join.rows[arm]))
+        if only:
+            notes.append(f"Arm '{arm}' and the baseline were not measured at the same levels; "
+                         f"concurrency {', '.join(map(str, only))} appear in only one of them and are not compared.")
+    return notes
+
+
+def _comparison(join: _Join, levels: pd.DataFrame, user_metric: str, rows: list[dict[str, Any]],
+                curves: dict[tuple[str, str], DeltaCurve], notes: list[str], drift: Drift | None) -> Comparison:
+    """The :class:`Comparison` of the joined arms, its tables built from the delta rows and curves."""
+    by_arm = join.by_arm
+    arms = list(by_arm)
+    comp = Comparison(
+        baseline=join.baseline,
+        arms=arms,
+        labels={a: by_arm[a].label for a in arms},
+        metas={a: by_arm[a].meta for a in arms},
+        levels=levels,
+        deltas=pd.DataFrame(rows, columns=DELTA_COLUMNS),
+        crossovers=crossover_table(curves, ("output_tok_s", user_metric)),
+        pareto=pareto_table(levels, user_metric),
+        user_metric=user_metric,
+        workload=dict(by_arm[join.baseline].meta["workload"]),
+        caps={a: _cap(by_arm[a].meta) for a in arms},
+        notes=notes,
+        curves=curves,
+        chunk_counted={a: w for a in arms if (w := _chunk_counted(by_arm[a]))},
+        assumed_noise_pct=join.assumed_noise_pct,
+        warnings=[(a, str(w)) for a in arms for w in _as_list(by_arm[a].meta.get("warnings"))],
+        controls=join.controls,
+        drift=drift,
+        raw_levels=join.raw_levels,
+        requests=join.requests,
+        family=join.family,
+        n_boot=join.n_boot,
+        run_order=next((str(by_arm[a].meta["study"].get("order")) for a in arms
+                        if isinstance(by_arm[a].meta.get("study"), dict) and by_arm[a].meta["study"].get("order")), None),
+    )
+    comp._delta_index = _delta_index(rows)  # the rows ``deltas`` was made of: no second pass over the frame
+    return comp
+
+
 def _cap(meta: dict[str, Any]) -> int | None:
+    """The running-request cap meta.json records (``server`` or its ``/server_info`` snapshot), or None."""
     server = meta.get("server") or {}
     cap = server.get("max_running_requests")
     if cap is None:
@@ -255,176 +457,6 @@ def _chunk_counted(rs: ResultSet) -> str | None:
         if frame is not None and "token_source" in frame and (frame["token_source"] == "chunks").any():
             where.append(name)
     return " and ".join(where) or None
-
-
-def _drift_corrected(raw_levels: dict[str, pd.DataFrame], baseline: str, assumed_noise_pct: float | None
-                     ) -> tuple[dict[str, pd.DataFrame], Drift | None, dict[str, dict[int, float]]]:
-    """Every arm's level rows without their sentinel rows and, where those show drift, corrected for
-    it: (level rows, the drift or None, each arm's run times per level; see :mod:`specsweep.analyze.drift`)."""
-    sentinel_rows: dict[str, pd.DataFrame] = {}
-    raw_levels = dict(raw_levels)
-    for a in raw_levels:
-        raw_levels[a], sentinel_rows[a] = split_sentinels(raw_levels[a])
-    drift = None
-    if any(not f.empty for f in sentinel_rows.values()):
-        drift_metrics = [c for c in raw_levels[baseline].columns if c not in NOT_METRICS
-                         and pd.api.types.is_numeric_dtype(raw_levels[baseline][c])]
-        run_var = max(math.log1p((assumed_noise_pct or ASSUMED_NOISE_PCT) / 100) ** 2,
-                      pooled_run_var(raw_levels, "output_tok_s"))
-        drift = estimate_drift(raw_levels, sentinel_rows, drift_metrics, run_var)
-    raw_levels, times = correct_for_drift(raw_levels, drift)
-    return raw_levels, drift, times
-
-
-def compare(
-    sets: Sequence[ResultSet],
-    baseline: str = "baseline",
-    *,
-    allow_workload_mismatch: bool = False,
-    n_boot: int = 400,
-    seed: int = 0,
-    assumed_noise_pct: float | None = ASSUMED_NOISE_PCT,
-) -> Comparison:
-    """Join every arm against ``baseline`` on concurrency (see the module docstring).
-
-    With a single result set there is nothing to join: the comparison has its levels (for charts
-    of one arm) and no deltas. An arm that shares no concurrency level with the baseline is an
-    error (:class:`NoSharedLevelError`) naming both level lists.
-    """
-    by_arm = {rs.arm: rs for rs in sets}
-    if baseline not in by_arm:
-        raise ValueError(
-            f"baseline arm '{baseline}' is not among the result sets (arms: {', '.join(by_arm)}); "
-            "set the baseline parameter to one of them"
-        )
-    base = by_arm[baseline]
-    arms = [baseline] + [a for a in by_arm if a != baseline]
-    by_arm = {a: by_arm[a] for a in arms}
-    raw_levels, definition_notes = joinable_levels(by_arm)
-    controls = [a for a in arms[1:] if by_arm[a].meta.get("control")]
-    raw_levels, drift, times = _drift_corrected(raw_levels, baseline, assumed_noise_pct)
-    require_shared_levels(raw_levels, baseline)
-    notes = check_workloads(sets, base, allow_workload_mismatch) + definition_notes
-    levels, user_metric = join_levels(by_arm, raw_levels, definition_notes)
-    metrics = compared_metrics(levels)
-    requests = {a: measured_requests(by_arm[a]) for a in arms}
-    rng = np.random.default_rng(seed)
-    # the metrics a verdict reads share one 5 % error budget: aggregate, per-user speed and the waits
-    waits = [m for m in WAIT_METRICS if m in metrics] or [m for m in (ESTIMATED_WAIT,) if m in metrics]
-    family = 2 + len(waits)
-    rows = []
-    curves: dict[tuple[str, str], DeltaCurve] = {}
-    by_arm_rows: dict[str, dict[Any, dict[str, Any]]] = {a: {} for a in arms}
-    for r in records(levels):  # {arm: {concurrency: row}}, ``levels.set_index`` per arm the fast way
-        by_arm_rows[r["arm"]][r.pop("concurrency")] = r
-    base_rows = by_arm_rows[baseline]
-    #: per metric, {concurrency: |observed ln ratio|} of the control arms (largest over controls)
-    control_dev: dict[str, dict[int, float]] = {}
-    rows_of = {a: by_arm_rows[a] for a in arms[1:]}
-
-    def levels_of(arm: str, metric: str) -> list[int]:
-        arm_rows = rows_of[arm]
-        return [int(c) for c in sorted(set(arm_rows) & set(base_rows))
-                if not (pd.isna(base_rows[c][metric]) or pd.isna(arm_rows[c][metric]) or base_rows[c][metric] == 0)]
-
-    def fit(arm: str, metric: str, cs: list[int], r: np.random.Generator, model: str | None) -> DeltaCurve | None:
-        return fit_metric(metric, cs, raw_levels[arm], raw_levels[baseline], requests[arm], requests[baseline],
-                          n_boot, r, family, assumed_noise_pct, force_model=model)
-
-    first = fit_shared(arms[1:], metrics, levels_of, fit, rng)
-    for arm in sorted(arms[1:], key=lambda a: a not in controls):  # controls first: they widen the others
-        arm_rows = rows_of[arm]
-        for metric in metrics:
-            cs = levels_of(arm, metric)
-            if not cs:
-                continue
-            curve = first.get((arm, metric))
-            if curve is not None and drift is not None:
-                widen_for_drift(curve, drift, metric, times, arm, baseline)
-            if curve is not None and arm in controls:
-                # at every level, at least the control's largest fitted deviation; where it measured
-                # the level, at least its observed deviation there too
-                dev = control_dev.setdefault(metric, {})
-                widest = float(np.abs(curve.fitted).max())
-                dev[-1] = max(dev.get(-1, 0.0), widest)
-                for c, y in zip(curve.concurrency, curve.observed):
-                    dev[int(c)] = max(dev.get(int(c), 0.0), abs(float(y)), widest)
-            elif curve is not None and control_dev.get(metric):
-                dev = control_dev[metric]
-                floor = np.array([dev.get(int(c), dev[-1]) for c in curve.concurrency])
-                widen(curve, None, floor, "the control arm's deviation from the baseline (" +
-                       ", ".join(by_arm[a].label for a in controls) + ")")
-            if curve is not None:
-                curves[(arm, metric)] = curve
-            at = {int(c): i for i, c in enumerate(curve.concurrency)} if curve is not None else {}
-            for c in cs:
-                b, v = float(base_rows[c][metric]), float(arm_rows[c][metric])
-                fit = lo = hi = math.nan
-                cred = 0
-                i = at.get(c)
-                if curve is not None and i is not None:
-                    f, h = curve.fitted[i], curve.half_width[i]
-                    fit, lo, hi = ((math.exp(z) - 1.0) * 100.0 for z in (f, f - h, f + h))
-                    cred = int(curve.credible[i])
-                rows.append({
-                    "arm": arm, "concurrency": c, "metric": metric,
-                    "baseline_value": b, "arm_value": v,
-                    "delta_pct": (v / b - 1.0) * 100.0,
-                    "fit_delta_pct": fit,
-                    "ci_low_pct": lo, "ci_high_pct": hi,
-                    "ci_kind": curve.method() if i is not None else "none",
-                    "within_noise": (cred == 0) if i is not None else None,
-                    "credible": cred,
-                    "better": info(metric).better,
-                })
-    rows.sort(key=lambda r: arms.index(r["arm"]))  # back in the arms' order (controls were fitted first)
-    deltas = pd.DataFrame(rows, columns=[
-        "arm", "concurrency", "metric", "baseline_value", "arm_value", "delta_pct", "fit_delta_pct",
-        "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "credible", "better",
-    ])
-    cx_rows = [{"arm": arm, "metric": metric, **row}
-               for (arm, metric), curve in curves.items() if metric in ("output_tok_s", user_metric)
-               for row in curve_crossovers(curve)]
-    crossovers = pd.DataFrame(cx_rows, columns=["arm", "metric", "c_low", "c_high", "delta_low_pct", "delta_high_pct",
-                                                "crossover_concurrency", "direction"])
-
-    pareto = pareto_table(levels, user_metric)
-
-    missing = {a: sorted(set(base_rows) ^ set(rows_of[a])) for a in arms[1:]}
-    for arm, only in missing.items():
-        if only:
-            notes.append(f"Arm '{arm}' and the baseline were not measured at the same levels; "
-                         f"concurrency {', '.join(map(str, only))} appear in only one of them and are not compared.")
-    chunk_counted = {a: w for a in arms if (w := _chunk_counted(by_arm[a]))}
-    warnings = [(a, str(w)) for a in arms for w in _as_list(by_arm[a].meta.get("warnings"))]
-    comp = Comparison(
-        baseline=baseline,
-        arms=arms,
-        labels={a: by_arm[a].label for a in arms},
-        metas={a: by_arm[a].meta for a in arms},
-        levels=levels,
-        deltas=deltas,
-        crossovers=crossovers,
-        pareto=pareto,
-        user_metric=user_metric,
-        workload=dict(base.meta["workload"]),
-        caps={a: _cap(by_arm[a].meta) for a in arms},
-        notes=notes,
-        curves=curves,
-        chunk_counted=chunk_counted,
-        assumed_noise_pct=assumed_noise_pct,
-        warnings=warnings,
-        controls=controls,
-        drift=drift,
-        raw_levels=raw_levels,
-        requests=requests,
-        family=family,
-        n_boot=n_boot,
-        run_order=next((str(by_arm[a].meta["study"].get("order")) for a in arms
-                        if isinstance(by_arm[a].meta.get("study"), dict) and by_arm[a].meta["study"].get("order")), None),
-    )
-    comp._delta_index = _delta_index(rows)  # the rows ``deltas`` was made of: no second pass over the frame
-    return comp
 
 
 def delta_table(comp: Comparison, metrics: Sequence[str] | None = None) -> pd.DataFrame:

@@ -2,7 +2,8 @@
 
 Input: a :class:`~specsweep.analyze.curves.DeltaCurve`. Output: :func:`curve_crossovers`, one row per
 credible sign change (the levels around it, the fitted deltas there in %, where the curve crosses 0,
-the direction); :func:`zero_between`, the zero of the curve between two levels.
+the direction), and :func:`crossover_table` of many curves; :func:`zero_between`, the zero of the
+curve between two levels.
 
 Invariant: a crossover is claimed only where the fitted delta is credibly positive at one level and
 credibly negative at a later one (or the reverse) with no credible level between them, and it lies
@@ -11,9 +12,11 @@ at the zero of the fitted curve on log2(concurrency) (docs/method.md, "How a ver
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from specsweep.analyze.curves import DeltaCurve
 
@@ -94,3 +97,17 @@ def curve_crossovers(curve: DeltaCurve) -> list[dict[str, Any]]:
             })
         prev = i
     return out
+
+
+#: the columns of :func:`crossover_table`
+CROSSOVER_COLUMNS: list[str] = ["arm", "metric", "c_low", "c_high", "delta_low_pct", "delta_high_pct",
+                                "crossover_concurrency", "direction"]
+
+
+def crossover_table(curves: dict[tuple[str, str], DeltaCurve], metrics: Sequence[str]) -> pd.DataFrame:
+    """One row per credible sign change (:func:`curve_crossovers`) of the curves of ``metrics``, keyed
+    (arm, metric), in the curves' order."""
+    rows = [{"arm": arm, "metric": metric, **row}
+            for (arm, metric), curve in curves.items() if metric in metrics
+            for row in curve_crossovers(curve)]
+    return pd.DataFrame(rows, columns=CROSSOVER_COLUMNS)
