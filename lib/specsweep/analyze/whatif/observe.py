@@ -15,7 +15,8 @@ configuration. Per level (one concurrency ``C``):
 
 ``replicates`` holds a bootstrap over each level's requests (or, without requests, a parametric
 draw with :data:`ASSUMED_NOISE_PCT` per level): row 0 is the measurement, rows 1.. the replicates,
-so every fitted quantity downstream carries its own uncertainty.
+so every fitted quantity downstream carries its own uncertainty. The levels are observed in
+concurrency order from one generator seeded with ``seed``, so the same inputs give the same replicates.
 """
 from __future__ import annotations
 

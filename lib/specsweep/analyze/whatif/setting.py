@@ -2,7 +2,12 @@
 
 :func:`predict_model` is what both :func:`~specsweep.analyze.whatif.predict.predict` (which widens
 the band by the validation error) and :mod:`~specsweep.analyze.whatif.validate` (which measures
-that error) evaluate.
+that error) evaluate. Input: an arm's fitted :class:`~specsweep.analyze.whatif.model.ArmModel` and
+a :class:`Setting`. Output: each figure's replicates (row 0: the estimate), or a refusal, and ``info``
+(the setting as used, the running requests and what binds them).
+
+Invariant: a state the arm measured is answered with its measurement; nothing is extrapolated
+beyond the batch sizes the arm ran.
 """
 from __future__ import annotations
 
