@@ -11,15 +11,12 @@ import pandas as pd
 import pytest
 
 from helpers import SEED, write_level_only, write_measured
-from specsweep.analyze.compare import (
-    NoSharedLevelError,
-    WorkloadMismatchError,
-    compare,
-    curve_crossovers,
-    fit_delta_curve,
-    pareto_frontier,
-    smallest_detectable_pct,
-)
+from specsweep.analyze.compare import compare
+from specsweep.analyze.crossover import curve_crossovers
+from specsweep.analyze.curves import fit_delta_curve, smallest_detectable_pct
+from specsweep.analyze.join import NoSharedLevelError
+from specsweep.analyze.pareto import pareto_frontier
+from specsweep.analyze.workload_match import WorkloadMismatchError
 from specsweep.results.store import load_result_sets
 
 pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("chart_defaults")]  # charts as the notebooks draw them
@@ -304,7 +301,7 @@ def test_crossover_roots_match_a_reference_root_finder_on_many_curves() -> None:
     scipy's brentq on the same bracket is the reference, over random curves of both kinds."""
     from scipy.optimize import brentq
 
-    from specsweep.analyze.compare import fit_delta_curve, zero_between
+    from specsweep.analyze.crossover import zero_between
 
     rng = np.random.default_rng(1)
     kinds, n, worst = set(), 0, 0.0
@@ -327,19 +324,19 @@ def test_crossover_roots_match_a_reference_root_finder_on_many_curves() -> None:
             i = int(idx[0])
             ref = brentq(lambda x: cur.predict(2 ** x)[0], xs[i], xs[i + 1], xtol=1e-13)  # noqa: B023 - used at once
             worst = max(worst, abs(math.log2(z) - ref))
-            kinds.add(cur._poly is not None)
+            kinds.add(cur.poly is not None)
             n += 1
     assert n > 60 and kinds == {True, False}
     assert worst < 1e-9
 
 
 def test_level_means_match_a_pandas_groupby_on_many_frames() -> None:
-    """``compare._aggregate_levels`` averages repeats in numpy; on random level frames (1-4 repeats
+    """``join.aggregate_levels`` averages repeats in numpy; on random level frames (1-4 repeats
     a level, a repeat with two rows, levels out of order, missing values, a level missing a metric
     altogether, int and bool columns) its means and repeat counts are pandas' ``groupby().mean()``
     and ``nunique()``, to the last bits of a float sum; frames with pandas' nullable dtypes take
     pandas' own path."""
-    from specsweep.analyze.compare import _aggregate_levels
+    from specsweep.analyze.join import aggregate_levels
     from specsweep.results.store import ResultSet
 
     def by_pandas(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
@@ -369,6 +366,6 @@ def test_level_means_match_a_pandas_groupby_on_many_frames() -> None:
         if case % 10 == 0:
             lv["errors"] = lv["errors"].astype("Int64")  # nullable: pandas' path
         rs = ResultSet(path=Path("spec"), meta={"arm": "spec"}, levels=lv)
-        got, want = _aggregate_levels(rs, lv), by_pandas(rs, lv)
+        got, want = aggregate_levels(rs, lv), by_pandas(rs, lv)
         assert list(got.columns) == list(want.columns)
         pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-13, atol=0)

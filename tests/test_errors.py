@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from specsweep.analyze.compare import NoSharedLevelError, WorkloadMismatchError
+from specsweep.analyze.join import NoSharedLevelError
 from specsweep.analyze.whatif.observe import WhatIfError
+from specsweep.analyze.workload_match import WorkloadMismatchError
 from specsweep.cli import BadInput
 from specsweep.engines.llamacpp import LaunchError
 from specsweep.errors import BAD_INPUT, FAILED, InputError, RunError, SpecsweepError, exit_status

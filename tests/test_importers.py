@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specsweep.analyze.compare import agreeing_definitions, compare
+from specsweep.analyze.compare import compare
+from specsweep.analyze.join import agreeing_definitions
 from specsweep.importers import BadInput, import_files
 from specsweep.results.store import load_result_set, load_result_sets
 

@@ -17,7 +17,10 @@ import pytest
 from helpers import SEED
 from specsweep import report
 from specsweep.analyze.categories import category_metrics
-from specsweep.analyze.compare import compare, curve_crossovers, fit_delta_curve, fit_metric
+from specsweep.analyze.compare import compare
+from specsweep.analyze.crossover import curve_crossovers
+from specsweep.analyze.curves import fit_delta_curve
+from specsweep.analyze.noise import fit_metric
 from specsweep.markup import markdown_html, md_text
 from specsweep.measure.sweep import run_sweep
 from specsweep.paths import REPO_ROOT

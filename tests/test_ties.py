@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsweep.analyze.compare import MODEL_RANK, compare, fit_delta_curve
+from specsweep.analyze.compare import compare
+from specsweep.analyze.curves import MODEL_RANK, fit_delta_curve
 from specsweep.decide import decide, parse_profile, recommend
 from specsweep.decide.ties import changed_settings, differs, simplest
 from specsweep.results.store import ResultSet

@@ -126,7 +126,7 @@ def test_unrelated_400s_are_not_blamed_on_the_vocabulary() -> None:
 
 
 def test_prompt_sets_go_in_a_seeded_shuffled_order_with_categories_interleaved() -> None:
-    from specsweep.analyze.compare import workload_differences
+    from specsweep.analyze.workload_match import workload_differences
     from specsweep.workloads.order import pass_order
     from specsweep.workloads.prompts import make_workload
 

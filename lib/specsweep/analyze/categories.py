@@ -1,4 +1,10 @@
-"""Per-category metrics: the level metrics of each category's requests, a group-by over the same definitions."""
+"""Per-category metrics: the level metrics of each category's requests, a group-by over the same definitions.
+
+Input: request rows with a ``category`` (default "all"). Output: one row per (run, arm, concurrency,
+repeat, category) of :func:`specsweep.analyze.metrics.level_metrics` figures, plus the category's share.
+
+Invariant: a category's figure is defined exactly as the level's (docs/method.md), never a new definition.
+"""
 from __future__ import annotations
 
 import math

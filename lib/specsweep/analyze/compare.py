@@ -1,37 +1,24 @@
-"""Join arms against a baseline on concurrency: deltas, a model of the delta curve, crossovers, Pareto.
+"""Every arm joined against a baseline on concurrency: deltas, fitted delta curves with their bands, crossovers, Pareto.
 
-Definitions (DESIGN §5; the report quotes :data:`METHOD` word for word):
+Input: the arms' result sets and the baseline's arm name. Output: a :class:`Comparison` — the joined
+levels (one row per arm and concurrency), one delta row per (arm, concurrency, metric), the fitted
+curve per (arm, metric), the crossovers and the Pareto frontier — which decide/ and report/ read.
+:func:`compare` runs the steps, each in the module that owns it: the join (:mod:`.join`), the
+workload check (:mod:`.workload_match`), drift (:mod:`.drift`), the noise and the curve fit
+(:mod:`.noise`, :mod:`.curves`), control arms (:mod:`.control`), crossovers (:mod:`.crossover`)
+and the frontier (:mod:`.pareto`).
+
+Definitions (docs/method.md, "How a verdict is reached"; the report quotes :data:`METHOD` word for word):
 
 - ``delta_pct`` = (arm / baseline − 1) × 100 for every metric both arms have at a concurrency
-  (values averaged over repeats).
-- The **delta curve** of one arm and metric is modelled on the log scale, y = ln(arm / baseline),
-  as a function of x = log2(concurrency) over the levels both arms measured (see
-  :func:`fit_delta_curve`). The run-to-run noise of y comes from, in order: repeats (the pooled
-  within-level variance of ln(value) over every level and both arms); else, for per-request
-  statistics of single runs, a bootstrap over each level's requests (within-run noise, floored at
-  the assumed run-to-run noise); else, one run per level, an assumed run-to-run noise of
-  :data:`ASSUMED_NOISE_PCT` per run and arm — a stated assumption, replaced by the levels' scatter
-  about a cubic pooled with it (:data:`ASSUMPTION_DF` degrees of freedom) where that is larger and
-  there are ≥ 7 levels (:func:`residual_scatter`). With repeats the variance is modelled per level
-  (:func:`_level_variance`). Sentinel runs correct for drift (:class:`Drift`); control arms widen
-  every other arm's band (see :data:`METHOD`). ``compare(assumed_noise_pct=None)`` uses the residuals
-  instead (degree by backward elimination, t-test at 5 %). The curve is the lowest-degree
-  polynomial in x (degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5 %), else
-  the level values joined by straight lines. Every arm's curve of one metric uses one family: the
-  most flexible any arm's own fit chose (:func:`shared_models`), so equal measurements get equal fits.
-- ``ci_low_pct`` / ``ci_high_pct``: a 95 % *simultaneous* band around the fitted delta at the
-  tested levels (Bonferroni over the k levels: t quantile 1 − 0.025 / k). A level is *credibly*
-  better or worse only where the band excludes 0; ``within_noise`` where it spans 0.
-- ``crossover_concurrency``: only where the fitted delta is credibly positive at one level and
-  credibly negative at a later one (or the reverse) with no credible level between them; placed
-  at the zero of the fitted curve between those two levels, on log2(concurrency).
-- Little's law for level-only data: in a closed loop with C requests always in flight, the
-  request completion rate is λ = aggregate tok/s ÷ output tokens per request, so the mean time
-  from sending a request to its last token is W = C ÷ λ = C × output_tokens ÷ aggregate tok/s
-  (``e2e_mean_est_s``, queueing included; an estimate, since ramp-up and drain are ignored).
-  Effective concurrency of level-only data is estimated as aggregate tok/s ÷ per-request tok/s.
-- Pareto frontier over (per-user speed, aggregate tok/s) of every arm and level: points that no
-  other point beats on one axis without losing on the other.
+  (values averaged over repeats); ``fit_delta_pct`` the fitted curve's value there.
+- ``ci_low_pct`` / ``ci_high_pct``: the 95 % *simultaneous* band around the fitted delta at the
+  tested levels (Bonferroni over the k levels of the :attr:`Comparison.family` verdict metrics).
+  A level is *credibly* better or worse only where the band excludes 0; ``within_noise`` where it
+  spans 0.
+
+Invariant: the same result sets and arguments give the same figures: every random draw comes from
+one generator seeded with ``seed``, in a fixed order of arms and metrics.
 """
 from __future__ import annotations
 
@@ -43,7 +30,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsweep.errors import InputError
+from specsweep.analyze.control import Deviation, add_control, widen_for_controls
+from specsweep.analyze.crossover import crossover_table
+from specsweep.analyze.curves import DeltaCurve, fit_shared
+from specsweep.analyze.drift import Drift, correct_for_drift, estimate_drift, split_sentinels, widen_for_drift
+from specsweep.analyze.join import (
+    NOT_METRICS,
+    compared_metrics,
+    join_levels,
+    joinable_levels,
+    measured_requests,
+    require_shared_levels,
+)
+from specsweep.analyze.noise import ASSUMED_NOISE_PCT, fit_metric, pooled_run_var
+from specsweep.analyze.pareto import pareto_table
+from specsweep.analyze.workload_match import check_workloads
 from specsweep.results.columns import METRICS, MetricInfo, metric_info
 from specsweep.results.store import ResultSet
 
@@ -70,43 +71,10 @@ METHOD: str = (
     "candidate; every other arm's band is at least as wide as the control's largest fitted deviation from the "
     "baseline (and, at each level it measured, its observed deviation there). Intervals are not bootstrap intervals "
     "except where the noise source says so.")
-#: workload fields that must match for a comparison to be fair
-WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest", "output_length",
-                                   "order")
-#: the value a workload field takes when a meta.json predates it (result sets written before
-#: ``output_length`` existed all used the requested length with ignore_eos; before ``order``, prompt
-#: sets went in record order)
-WORKLOAD_DEFAULTS: dict[str, Any] = {"output_length": "fixed", "order": "record"}
-#: per-request statistics that can be bootstrapped from request samples: metric -> (column, stat)
-REQUEST_STATS: dict[str, tuple[str, str]] = {
-    "user_tok_s_mean": ("user_tok_s", "mean"),
-    "user_tok_s_p50": ("user_tok_s", "p50"),
-    "user_tok_s_p10": ("user_tok_s", "p10"),
-    "request_tok_s_mean": ("request_tok_s", "mean"),
-    **{
-        f"{m}_{s}_s": (f"{m}_s", s)
-        for m in ("ttft", "tpot", "e2e")
-        for s in ("mean", "p50", "p90", "p99")
-    },
-}
-#: columns of ``levels`` that are identifiers or counts, not metrics to compare
-NOT_METRICS: frozenset[str] = frozenset(
-    {"run_id", "arm", "concurrency", "repeat", "n_requests", "n_ok", "n_errors", "window_s",
-     "output_tokens", "steady_window_s", "token_source", "n_repeats", "requested_output_tokens",
-     "short_outputs", "warmup_requests"}
-)
-USER_METRICS: tuple[str, ...] = ("user_tok_s_mean", "request_tok_s_mean")
 #: what a user waits for, in the order they are named: measured percentiles, else Little's law
 WAIT_METRICS: tuple[str, ...] = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")
 ESTIMATED_WAIT: str = "e2e_mean_est_s"
 
-
-class WorkloadMismatchError(InputError, ValueError):
-    """Arms were measured with different workloads; comparing them would mislead."""
-
-
-class NoSharedLevelError(InputError, ValueError):
-    """An arm and the baseline were measured at no common concurrency: nothing can be compared."""
 
 
 @dataclass
@@ -214,12 +182,9 @@ class Comparison:
         return {"arm": sorted(int(c) for c in a - b), "baseline": sorted(int(c) for c in b - a)}
 
 
-# ----------------------------------------------------------------------------------- workloads
-
-
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """``frame.to_dict("records")``, the same Python values, in about half the time (one
-    ``tolist`` per column instead of boxing cell by cell)."""
+    """``frame.to_dict("records")``, the same Python values, built faster: one ``tolist`` per column
+    instead of boxing cell by cell."""
     cols = list(frame.columns)
     return [dict(zip(cols, vals)) for vals in zip(*(frame[c].tolist() for c in cols))]
 
@@ -231,81 +196,6 @@ def _delta_index(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[i
     return index
 
 
-def workload_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """The workload fields that differ between two meta.json ``workload`` records.
-
-    A field missing from a record takes its :data:`WORKLOAD_DEFAULTS` value (``output_length``:
-    ``"fixed"``), so an old result set compares with a new fixed-length one and not with a natural one.
-    """
-    diffs = []
-    for key in WORKLOAD_KEYS:
-        va, vb = (WORKLOAD_DEFAULTS.get(key) if r.get(key) is None else r.get(key) for r in (a, b))
-        if key == "dataset_digest" and (va is None or vb is None):
-            continue
-        if va != vb:
-            diffs.append(f"{key} {va!r} vs {vb!r}")
-    return diffs
-
-
-def _check_workloads(sets: Sequence[ResultSet], baseline: ResultSet, allow: bool) -> list[str]:
-    notes: list[str] = []
-    problems = []
-    for rs in sets:
-        if rs is baseline:
-            continue
-        diffs = workload_differences(rs.meta["workload"], baseline.meta["workload"])
-        if diffs:
-            problems.append(f"arm '{rs.arm}' vs baseline '{baseline.arm}': {'; '.join(diffs)}")
-        sa, sb = rs.meta["workload"].get("seed"), baseline.meta["workload"].get("seed")
-        if sa is not None and sb is not None and sa != sb:
-            notes.append(
-                f"Arm '{rs.arm}' used prompt seed {sa} and the baseline {sb}: same workload shape, "
-                "different prompts, so the comparison is not paired request by request."
-            )
-    for rs in sets:
-        if rs is baseline:
-            continue
-        plan_a, plan_b = rs.meta.get("sweep") or {}, baseline.meta.get("sweep") or {}
-        for key in ("requests_per_level", "repeats", "warmup_requests"):
-            if plan_a.get(key) is not None and plan_b.get(key) is not None and plan_a.get(key) != plan_b.get(key):
-                notes.append(f"Arm '{rs.arm}' and the baseline used different {key.replace('_', ' ')} "
-                             f"({plan_a.get(key)} vs {plan_b.get(key)}): prompts are not paired request by request.")
-        notes.extend(f"Arm '{rs.arm}': {n}." for n in rs.notes)
-    notes.extend(f"Baseline: {n}." for n in baseline.notes)
-    if problems and not allow:
-        raise WorkloadMismatchError(
-            "the arms were measured with different workloads — " + " | ".join(problems)
-            + ". Re-measure with the same workload, or pass allow_workload_mismatch=True to compare anyway."
-        )
-    notes.extend(f"Workloads differ ({p}); compared anyway because it was explicitly allowed." for p in problems)
-    return notes
-
-
-# ----------------------------------------------------------------------------------- bootstrap
-
-
-def _stat(samples: np.ndarray, stat: str) -> np.ndarray:
-    """A statistic along the last axis: 'mean' or 'pNN'."""
-    if stat == "mean":
-        return samples.mean(axis=-1)
-    return np.percentile(samples, float(stat[1:]), axis=-1)
-
-
-# ---------------------------------------------------------------------------- the delta curve
-
-#: family-wise error rate of every band and credible call (two-sided)
-ALPHA: float = 0.05
-#: highest polynomial degree tried for a delta curve
-MAX_DEGREE: int = 3
-#: a level's per-request statistic needs at least this many requests per arm to be bootstrapped
-MIN_REQUESTS: int = 3
-#: smallest bootstrap variance of ln(statistic) used (a level whose requests agree exactly is not infinitely precise)
-MIN_BOOT_VAR: float = 1e-8
-#: run-to-run noise (%, one standard deviation of a figure between two runs of one level) assumed
-#: where the data carry no estimate of it: no repeats. An assumption, said on the page; repeats
-#: replace it with a measurement. Typical closed-loop figures on a dedicated server vary 1–3 %
-#: between runs; 3 % is the top of that range (and the noise model of ``specsweep.decide.draws``).
-ASSUMED_NOISE_PCT: float = 3.0
 #: derived metrics compare adds (not in the metrics registry): label, unit, better, definition
 DERIVED: dict[str, MetricInfo] = {
     "e2e_mean_est_s": MetricInfo(
@@ -313,725 +203,11 @@ DERIVED: dict[str, MetricInfo] = {
         "concurrency × output tokens per request ÷ aggregate tok/s: the mean time from sending a request to its "
         "last token, queueing included, estimated by Little's law for a closed loop (level-only data)"),
 }
-DEGREE_NAMES = {0: "constant", 1: "linear", 2: "quadratic", 3: "cubic"}
-#: the model of a curve that is no polynomial: the level values themselves
-LEVEL_MODEL: str = "level values joined by straight lines"
-#: curve families from the simplest to the most flexible (the level values: as flexible as the data)
-MODEL_RANK: dict[str, int] = {**{name: d for d, name in DEGREE_NAMES.items()}, LEVEL_MODEL: MAX_DEGREE + 1}
 
 
 def info(metric: str) -> MetricInfo:
     """Label, unit, direction and definition of a metric, derived ones included."""
     return DERIVED.get(metric) or metric_info(metric)
-
-
-@dataclass
-class DeltaCurve:
-    """The fitted delta curve of one arm and metric (log scale: y = ln(arm / baseline)).
-
-    ``fitted`` and ``half_width`` are per tested level; ``half_width`` is the half-width of the 95 %
-    simultaneous band. ``noise`` says where the noise estimate came from.
-    """
-
-    concurrency: np.ndarray
-    observed: np.ndarray
-    fitted: np.ndarray
-    se: np.ndarray
-    half_width: np.ndarray
-    crit: float
-    df: float
-    noise: str
-    model: str
-    #: (design row function, coefficients, covariance) of a polynomial; None for level values
-    _poly: tuple[float, float, np.ndarray, np.ndarray] | None = None
-    _var: np.ndarray | None = None
-    #: how many curves share the 5 % error budget with this one (the metrics a verdict reads)
-    family: int = 1
-    #: what the ``family`` curves are, as :meth:`method` names them
-    family_label: str = "verdict metrics"
-    #: what widened the band beyond the fit's own (drift correction, a control arm)
-    widened: list[str] = field(default_factory=list)
-
-    @property
-    def credible(self) -> np.ndarray:
-        """+1 where the band lies above 0, −1 below, 0 where it spans 0."""
-        return np.where(self.fitted - self.half_width > 0, 1, np.where(self.fitted + self.half_width < 0, -1, 0))
-
-    def predict(self, concurrency: float) -> tuple[float, float]:
-        """Fitted ln-ratio and its standard error at any concurrency within the tested range."""
-        x = math.log2(concurrency)
-        xs = np.log2(self.concurrency.astype(float))
-        if self._poly is not None:
-            x0, sc, beta, cov = self._poly
-            row = ((x - x0) / sc) ** np.arange(len(beta))
-            return float(row @ beta), float(math.sqrt(max(row @ cov @ row, 0.0)))
-        i = int(np.clip(np.searchsorted(xs, x) - 1, 0, len(xs) - 2)) if len(xs) > 1 else 0
-        if len(xs) == 1:
-            return float(self.fitted[0]), float(self.se[0])
-        t = (x - xs[i]) / (xs[i + 1] - xs[i])
-        var = self._var if self._var is not None else self.se ** 2
-        value = (1 - t) * self.fitted[i] + t * self.fitted[i + 1]
-        return float(value), float(math.sqrt((1 - t) ** 2 * var[i] + t ** 2 * var[i + 1]))
-
-    def fitted_at(self, concurrency: np.ndarray) -> np.ndarray:
-        """The fitted ln-ratio at many concurrencies at once (what :meth:`predict` gives point by point)."""
-        x = np.log2(np.asarray(concurrency, float))
-        if self._poly is not None:
-            x0, sc, beta, _ = self._poly
-            return ((x[:, None] - x0) / sc) ** np.arange(len(beta)) @ beta
-        if len(self.concurrency) == 1:
-            return np.full(x.shape, float(self.fitted[0]))
-        xs = np.log2(self.concurrency.astype(float))
-        i = np.clip(np.searchsorted(xs, x) - 1, 0, len(xs) - 2)
-        t = (x - xs[i]) / (xs[i + 1] - xs[i])
-        return (1 - t) * self.fitted[i] + t * self.fitted[i + 1]
-
-    def method(self) -> str:
-        """One line naming the model, the noise source and the band."""
-        k = len(self.concurrency)
-        over = f"{k} levels × {self.family} {self.family_label}" if self.family > 1 else f"{k} levels"
-        extra = "".join(f"; widened by {w}" for w in self.widened)
-        return (f"{self.model} fit on log2(concurrency), noise from {self.noise}; 95% simultaneous band "
-                f"(Bonferroni over {over}){extra}")
-
-
-def _design(x: np.ndarray, degree: int, x0: float, sc: float) -> np.ndarray:
-    z = (x - x0) / sc
-    return np.vstack([z ** j for j in range(degree + 1)]).T
-
-
-def _wls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """Weighted least squares: coefficients, their unscaled covariance, weighted residual SS."""
-    cov = np.linalg.pinv(X.T @ (X * w[:, None]))
-    beta = cov @ (X.T @ (w * y))
-    r = y - X @ beta
-    return beta, cov, float((w * r * r).sum())
-
-
-def fit_delta_curve(
-    concurrency: Sequence[float], y: Sequence[float], v: Sequence[float] | None = None,
-    noise_var: float | None = None, noise_df: float = 0.0, noise: str = "residuals", alpha: float = ALPHA,
-    family: int = 1, force_model: str | None = None,
-) -> DeltaCurve | None:
-    """Fit the delta curve y = ln(arm / baseline) against x = log2(concurrency).
-
-    ``v``: per-level variance factors (Var(y_i) = σ² v_i; 1/n_arm + 1/n_baseline with repeats,
-    the bootstrap variance with ``noise_var`` = 1 and ``noise_df`` = inf). With an independent
-    noise estimate (``noise_var`` with ``noise_df`` ≥ 2) the lowest polynomial degree (0..3) whose
-    lack-of-fit F-test passes at ``alpha`` is used, else the level values themselves; without one,
-    backward elimination from degree min(3, k − 3) with the residual variance as noise. None when
-    there are fewer than 3 levels and no independent noise estimate. The band is simultaneous over the
-    k levels of ``family`` curves: each level's two-sided test runs at ``alpha`` / (k × family).
-
-    ``force_model`` (one of :data:`MODEL_RANK`): use that curve family instead of choosing one, so arms
-    compared on one page share it (:func:`shared_models`); a degree the levels cannot carry (more than
-    k − 2 with a noise estimate, k − 3 without) falls back to the level values, resp. the highest they carry.
-    """
-    from scipy import special  # not scipy.stats: the same functions, 1 s less to import
-
-    c = np.asarray(concurrency, float)
-    y = np.asarray(y, float)
-    k = len(y)
-    v = np.ones(k) if v is None else np.asarray(v, float)
-    w = 1.0 / v
-    x = np.log2(c)
-    x0, sc = float(x.mean()), float(x.std()) or 1.0
-    independent = noise_var is not None and noise_df >= 2 and k >= 1
-    if not independent and k < 3:
-        return None
-    poly: tuple[float, float, np.ndarray, np.ndarray] | None = None
-    if independent:
-        s2, df = float(noise_var), float(noise_df)
-        model = LEVEL_MODEL
-        forced = MODEL_RANK.get(force_model) if force_model is not None else None
-        for d in range(0, min(MAX_DEGREE, k - 2) + 1):
-            if forced is not None and d != forced:
-                continue
-            X = _design(x, d, x0, sc)
-            beta, cov, rss = _wls(X, y, w)
-            f = (rss / (k - d - 1)) / s2 if s2 > 0 else math.inf
-            # F(d1, ∞) is χ²(d1) / d1 (scipy's F gives NaN for an infinite denominator)
-            p_fit = special.fdtrc(k - d - 1, df, f) if math.isfinite(df) else special.chdtrc(k - d - 1, f * (k - d - 1))
-            if p_fit >= alpha or forced is not None:
-                poly, model = (x0, sc, beta, cov * s2), DEGREE_NAMES[d]
-                break
-    else:
-        d = min(MAX_DEGREE, k - 3)
-        scale = float((w * y * y).sum()) or 1.0
-        for low in range(d + 1):  # noise-free data (hand-made sets): the lowest degree that fits exactly
-            if _wls(_design(x, low, x0, sc), y, w)[2] <= 1e-20 * scale:
-                d = low
-                break
-        if force_model is not None:
-            d = min(MODEL_RANK[force_model], k - 3)
-        while True:
-            X = _design(x, d, x0, sc)
-            beta, cov, rss = _wls(X, y, w)
-            df = float(k - d - 1)
-            s2 = rss / df
-            if d == 0 or s2 <= 0 or force_model is not None:
-                break
-            t = beta[-1] / math.sqrt(s2 * cov[-1, -1])
-            if 2 * special.stdtr(df, -abs(t)) < alpha:
-                break
-            d -= 1
-        poly, model = (x0, sc, beta, cov * s2), DEGREE_NAMES[d]
-        noise = "the residuals of the fitted curve (no repeats)"
-    if poly is not None:
-        X = _design(x, len(poly[2]) - 1, x0, sc)
-        fitted = X @ poly[2]
-        se = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", X, poly[3], X), 0.0))
-        var = None
-    else:
-        fitted, var = y.copy(), s2 * v
-        se = np.sqrt(var)
-    q = 1 - alpha / (2 * k * family)
-    crit = float(special.stdtrit(df, q)) if math.isfinite(df) else float(special.ndtri(q))
-    return DeltaCurve(c, y, fitted, se, crit * se, crit, df, noise, model, poly, var, family)
-
-
-def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8) -> float:
-    """The smallest |delta| (in %) the band would call credible with ``power`` at the best-measured level."""
-    from scipy import special  # not scipy.stats: the same functions, 1 s less to import
-
-    z = float(special.ndtri(power))
-    return (math.exp((curve.crit + z) * float(curve.se.min())) - 1.0) * 100.0
-
-
-def zero_between(curve: DeltaCurve, c1: float, c2: float) -> float | None:
-    """Where the fitted curve first crosses 0 between two levels (log2 grid), else None.
-
-    The crossing is bracketed on a 201-point grid in log2(concurrency), then solved exactly in its
-    bracket: a polynomial curve's real root there (numpy's companion-matrix roots), or, for the level
-    values joined by straight lines, the root of the line piece that changes sign. So every caller
-    that brackets the same zero of the same curve gets the same concurrency, without scipy.optimize
-    (0.2-0.5 s to import in every report kernel)."""
-    xs = np.linspace(math.log2(c1), math.log2(c2), 201)
-    vals = curve.fitted_at(2 ** xs)
-    sign = np.sign(vals)
-    idx = np.nonzero(sign[:-1] * sign[1:] <= 0)[0]
-    if not len(idx):
-        return None
-    i = int(idx[0])
-    if vals[i] == vals[i + 1] or vals[i] == 0:
-        return float(2 ** xs[i])
-    if vals[i + 1] == 0:
-        return float(2 ** xs[i + 1])
-    return float(2 ** _root_in(curve, float(xs[i]), float(xs[i + 1])))
-
-
-def _root_in(curve: DeltaCurve, a: float, b: float) -> float:
-    """The zero of the curve's fitted ln-ratio in log2(concurrency) ∈ (a, b), where it changes sign.
-
-    Every value comes from :meth:`DeltaCurve.fitted_at`, as the bracketing grid's did."""
-    def value(x: float) -> float:
-        return float(curve.fitted_at(np.array([2.0 ** x]))[0])
-
-    if curve._poly is not None:
-        x0, sc, beta, _ = curve._poly
-        roots = np.polynomial.polynomial.polyroots(np.asarray(beta, float))
-        real = roots[np.abs(roots.imag) <= 1e-9 * np.maximum(1.0, np.abs(roots.real))].real * sc + x0
-        inside = np.sort(real[(real >= a - 1e-12) & (real <= b + 1e-12)])
-        if len(inside):
-            return float(min(max(inside[0], a), b))
-        fa = value(a)  # a root lost to rounding: bisect the sign change to 1e-12
-        while b - a > 1e-12:
-            m = (a + b) / 2
-            fm = value(m)
-            if fm == 0:
-                return m
-            a, b, fa = (m, b, fm) if fa * fm > 0 else (a, m, fa)
-        return (a + b) / 2
-    # the level values joined by lines: linear on each piece between the knots inside the bracket,
-    # so the first piece that changes sign holds the root
-    knots = np.log2(curve.concurrency.astype(float))
-    pts = [a, *[float(k) for k in knots if a < k < b], b]
-    f = curve.fitted_at(2.0 ** np.array(pts)).tolist()
-    for (xa, fa), (xb, fb) in zip(zip(pts, f), zip(pts[1:], f[1:])):
-        if fa == 0:
-            return xa
-        if fa * fb < 0:
-            return xa - fa * (xb - xa) / (fb - fa)
-    return b
-
-
-def curve_crossovers(curve: DeltaCurve) -> list[dict[str, Any]]:
-    """Credible sign changes of a fitted delta curve: c_low, c_high, deltas there (%), location, direction."""
-    out = []
-    prev: int | None = None
-    cred = curve.credible
-    for i, s in enumerate(cred):
-        if s == 0:
-            continue
-        if prev is not None and cred[prev] != s:
-            c1, c2 = float(curve.concurrency[prev]), float(curve.concurrency[i])
-            out.append({
-                "c_low": int(c1), "c_high": int(c2),
-                "delta_low_pct": (math.exp(curve.fitted[prev]) - 1) * 100,
-                "delta_high_pct": (math.exp(curve.fitted[i]) - 1) * 100,
-                "crossover_concurrency": zero_between(curve, c1, c2) or math.sqrt(c1 * c2),
-                "direction": "gain_to_loss" if cred[prev] > 0 else "loss_to_gain",
-            })
-        prev = i
-    return out
-
-
-def measured_requests(rs: ResultSet) -> pd.DataFrame | None:
-    """The arm's measured requests that succeeded (no warm-up, no error, at least one output token), or None."""
-    if rs.requests is None or rs.requests.empty:
-        return None
-    req = rs.requests[~rs.requests["warmup"].astype(bool)]
-    if "sentinel" in req:  # a sentinel run measures drift, not the arm
-        req = req[~req["sentinel"].fillna(False).astype(bool)]
-    ok = req["error"].isna() & (req["output_tokens"].fillna(0) > 0)
-    return req[ok]
-
-
-def _group_means(lv: pd.DataFrame, columns: list[str]) -> dict[str, np.ndarray] | None:
-    """The columns of ``lv.groupby("concurrency", as_index=False)[columns].mean()`` plus ``n_repeats``
-    (distinct ``repeat`` values per level), in numpy: a pandas groupby costs about 1.5 ms of set-up
-    however few the rows, and a comparison makes two (a verdict-draw case makes 500). Each level's
-    mean skips missing values and is missing where all are, as pandas'; its sum is a plain float64
-    sum where pandas compensates (Kahan), so a mean may differ from pandas' in its last bits (at
-    most 4e-16 relative over the committed result sets and 180 verdict draws). None where
-    ``concurrency`` or ``repeat`` is not a plain numpy integer column (a missing repeat makes it
-    float) or a column is not a plain numpy number or flag: pandas then."""
-    dtypes = dict(zip(lv.columns, lv.dtypes))
-    if lv.empty or not all(isinstance(dtypes[c], np.dtype) and dtypes[c].kind in "iub"
-                           for c in ("concurrency", "repeat")) or not all(
-            isinstance(dtypes[c], np.dtype) and dtypes[c].kind in "iufb" for c in columns):
-        return None
-    keys, inv = np.unique(lv["concurrency"].to_numpy(), return_inverse=True)
-    n = len(keys)
-    out: dict[str, np.ndarray] = {"concurrency": keys}
-    for c in columns:
-        v = lv[c].to_numpy(dtype=float)
-        ok = ~np.isnan(v)
-        where = inv[ok]
-        count = np.bincount(where, minlength=n)
-        total = np.bincount(where, weights=v[ok], minlength=n)
-        out[c] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-    rep = lv["repeat"].to_numpy().astype(np.int64)
-    span = int(rep.max()) - int(rep.min()) + 1
-    if span * n < 2**62:  # each (level, repeat) pair as one integer: a 1-d unique, not a 2-d one
-        pair_level = np.unique(inv.astype(np.int64) * span + (rep - rep.min())) // span
-    else:
-        pair_level = np.unique(np.stack([inv.astype(np.int64), rep]), axis=1)[0]
-    out["n_repeats"] = np.bincount(pair_level, minlength=n)
-    return out
-
-
-def _aggregate_levels(rs: ResultSet, lv: pd.DataFrame) -> pd.DataFrame:
-    """One row per concurrency of an arm's level rows ``lv``: numeric columns averaged over repeats,
-    plus ``spec_accept_length_source`` (the repeats' sources, joined) where the levels name it."""
-    numeric = [c for c, dtype in lv.dtypes.items()
-               if c not in {"run_id", "arm", "token_source"} and pd.api.types.is_numeric_dtype(dtype)]
-    columns = [c for c in numeric if c not in {"concurrency"}]
-    # the columns after the averages, in order: which figures the acceptance came from (named, not
-    # averaged) where the levels name it, then whether the arm has measured requests
-    tail: dict[str, Any] = {}
-    if "spec_accept_length_source" in lv.columns:
-        sources = lv.groupby("concurrency")["spec_accept_length_source"].agg(
-            lambda s: "; ".join(sorted(set(s.dropna().astype(str)))) or None)
-        tail["spec_accept_length_source"] = sources.to_numpy()  # one per level, in concurrency order
-    tail["has_requests"] = measured_requests(rs) is not None
-    means = _group_means(lv, columns)
-    if means is not None:  # every column at once: no column added after
-        means.pop("repeat", None)
-        return pd.DataFrame({"arm": [rs.arm] * len(means["concurrency"]), **means, **tail})
-    agg = lv.groupby("concurrency", as_index=False)[columns].mean()
-    agg["n_repeats"] = lv.groupby("concurrency")["repeat"].nunique().to_numpy()
-    agg = agg.drop(columns=["repeat"], errors="ignore")
-    agg.insert(0, "arm", rs.arm)
-    for name, value in tail.items():
-        agg[name] = value
-    return agg
-
-
-def _cap(meta: dict[str, Any]) -> int | None:
-    server = meta.get("server") or {}
-    cap = server.get("max_running_requests")
-    if cap is None:
-        snapshot = server.get("server_info") or {}
-        cap = snapshot.get("max_running_requests")
-    try:
-        return int(cap) if cap is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def pareto_frontier(points: pd.DataFrame, x: str, y: str) -> pd.Series:
-    """True for rows no other row dominates (>= on both ``x`` and ``y``, > on one)."""
-    xs, ys = points[x].to_numpy(float), points[y].to_numpy(float)
-    # dominates[j, i]: row j is >= row i on both and > on one (NaN compares False: dominates nothing)
-    dominates = ((xs[:, None] >= xs) & (ys[:, None] >= ys) & ((xs[:, None] > xs) | (ys[:, None] > ys)))
-    flags = ~dominates.any(axis=0) & ~np.isnan(xs) & ~np.isnan(ys)
-    return pd.Series(flags.tolist(), index=points.index)
-
-
-def _with_littles_law(rs: ResultSet) -> pd.DataFrame:
-    """The arm's level rows, plus ``e2e_mean_est_s`` (Little's law) where no e2e was measured."""
-    lv = rs.levels.copy()
-    out_tokens = (rs.meta.get("workload") or {}).get("output_tokens")
-    measured = "e2e_mean_s" in lv and lv["e2e_mean_s"].notna().any()
-    if not measured and isinstance(out_tokens, (int, float)) and out_tokens > 0 and "output_tok_s" in lv:
-        agg = pd.to_numeric(lv["output_tok_s"], errors="coerce")
-        conc = lv["concurrency"]
-        if all(isinstance(x.dtype, np.dtype) and x.dtype.kind in "iuf" for x in (agg, conc)):  # numpy: same figures
-            a = agg.to_numpy(float)
-            lv["e2e_mean_est_s"] = conc.to_numpy() * float(out_tokens) / np.where(a > 0, a, np.nan)
-        else:
-            lv["e2e_mean_est_s"] = (conc * float(out_tokens) / agg.where(agg > 0)).astype(float)
-    return lv
-
-
-def _as_list(value: Any) -> list[Any]:
-    """A meta.json field that should be a list, tolerating one string or nothing."""
-    if value is None:
-        return []
-    return [value] if isinstance(value, (str, dict)) else list(value)
-
-
-#: the id of specsweep's own definition of a metric (``meta.json`` ``metric_definition_ids`` names others)
-OWN_DEFINITION: str = "specsweep"
-
-
-def agreeing_definitions(metas: dict[str, dict[str, Any]], raw_levels: dict[str, pd.DataFrame]
-                         ) -> tuple[dict[str, pd.DataFrame], list[str]]:
-    """The arms' level frames without the metric columns whose definitions differ between arms, and one
-    note per metric left out, naming each arm's definition.
-
-    A result set imported from another tool names in ``meta.json`` ``metric_definition_ids`` the
-    definition behind each column where it is not specsweep's (:data:`OWN_DEFINITION` otherwise);
-    two arms compare a metric only where those ids agree, so figures of different definitions are
-    never set against each other.
-    """
-    ids = {a: (m.get("metric_definition_ids") or {}) for a, m in metas.items()}
-    if not any(ids.values()):
-        return raw_levels, []
-    columns = sorted({c for lv in raw_levels.values() for c in lv.columns})
-    notes, drop = [], []
-    for col in columns:
-        having = [a for a, lv in raw_levels.items() if col in lv.columns and lv[col].notna().any()]
-        seen = {a: str(ids[a].get(col, OWN_DEFINITION)) for a in having}
-        if len(set(seen.values())) > 1:
-            drop.append(col)
-            from specsweep.markup import md_text  # the notes are shown as Markdown; ids come from meta.json
-
-            said = "; ".join(f"'{md_text(a)}': {md_text(d)}" for a, d in seen.items())
-            name = f"`{col}`" if str(col).replace("_", "").isalnum() else md_text(col)
-            notes.append(f"Metric {name} is not compared: the arms define it differently ({said}).")
-    if not drop:
-        return raw_levels, []
-    return {a: lv.drop(columns=[c for c in drop if c in lv.columns]) for a, lv in raw_levels.items()}, notes
-
-
-def _chunk_counted(rs: ResultSet) -> str | None:
-    """Where an arm's token counts came from SSE chunks (levels or requests), or None."""
-    where = []
-    for name, frame in (("levels", rs.levels), ("requests", rs.requests)):
-        if frame is not None and "token_source" in frame and (frame["token_source"] == "chunks").any():
-            where.append(name)
-    return " and ".join(where) or None
-
-
-def _bootstrap_log_var(samples: np.ndarray, stat: str, n_boot: int, rng: np.random.Generator) -> float:
-    """Bootstrap variance of ln(stat(samples)); NaN when it cannot be computed."""
-    samples = samples[np.isfinite(samples)]
-    if samples.size < MIN_REQUESTS or (samples <= 0).any():
-        return math.nan
-    boots = _stat(samples[rng.integers(0, samples.size, (n_boot, samples.size))], stat)
-    return float(np.log(boots).var(ddof=1)) if (boots > 0).all() else math.nan
-
-
-@dataclass
-class Drift:
-    """The machine's drift measured by sentinel runs: a level re-measured at the end of a study.
-
-    ``rate_per_s[metric]``: the slope of ln(value) against time (per second) fitted through the
-    sentinel pairs (a sentinel run against the same arm's earlier runs of that level);
-    ``rate_se_per_s`` its standard error from the run-to-run noise; ``span_s`` the time from the
-    first to the last run; ``pairs`` one row per sentinel (arm, concurrency, Δ% of output tok/s,
-    seconds apart). Values of every run are corrected by exp(−rate × (t − t0)) before the curves are
-    fitted, and each level's band is widened by the rate's standard error times the time between
-    the arm's run and the baseline's there.
-    """
-
-    rate_per_s: dict[str, float]
-    rate_se_per_s: dict[str, float]
-    span_s: float
-    pairs: pd.DataFrame
-    corrected: bool
-
-    def total_pct(self, metric: str = "output_tok_s") -> tuple[float, float]:
-        """(drift over the whole study in %, its standard error in %) of one metric."""
-        r, se = self.rate_per_s.get(metric, math.nan), self.rate_se_per_s.get(metric, math.nan)
-        return (math.exp(r * self.span_s) - 1) * 100, se * self.span_s * 100
-
-    def credible(self, metric: str = "output_tok_s") -> bool:
-        """True where the drift is more than two standard errors from 0."""
-        r, se = self.rate_per_s.get(metric, math.nan), self.rate_se_per_s.get(metric, math.nan)
-        return bool(abs(r) > 2 * se) if math.isfinite(r) and math.isfinite(se) else False
-
-
-def _row_seconds(lv: pd.DataFrame) -> np.ndarray | None:
-    """Seconds since the epoch of each level row's ``started_utc``; None when any is missing."""
-    if "started_utc" not in lv:
-        return None
-    t = pd.to_datetime(lv["started_utc"], utc=True, errors="coerce")
-    if t.isna().any():
-        return None
-    return (t.astype("int64") / 1e9).to_numpy(float)
-
-
-def split_sentinels(levels: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ordinary rows, sentinel rows) of an arm's level rows (column ``sentinel`` true)."""
-    if "sentinel" not in levels:
-        return levels, levels.iloc[0:0]
-    mask = levels["sentinel"].fillna(False).astype(bool).to_numpy()
-    return levels[~mask].drop(columns=["sentinel"]), levels[mask].drop(columns=["sentinel"])
-
-
-def estimate_drift(raw: dict[str, pd.DataFrame], sentinels: dict[str, pd.DataFrame], metrics: Sequence[str],
-                   run_var: float) -> Drift | None:
-    """The drift of each metric from the sentinel rows (see :class:`Drift`); None without sentinel rows.
-
-    ``run_var``: the run-to-run variance of ln(value) of one run (assumed or measured). Without
-    timestamps on every row the drift is still measured (pairs, Δ%) but not corrected for.
-    """
-    rows = []
-    pairs = []
-    times = {a: _row_seconds(lv) for a, lv in raw.items()}
-    for arm, sent in sentinels.items():
-        if sent.empty:
-            continue
-        ts = _row_seconds(sent)
-        lv = raw[arm]
-        for j, (_, srow) in enumerate(sent.iterrows()):
-            c = srow["concurrency"]
-            orig = lv[lv["concurrency"] == c]
-            if orig.empty:
-                continue
-            t0 = times[arm][(lv["concurrency"] == c).to_numpy()].mean() if times[arm] is not None else math.nan
-            dt = float(ts[j] - t0) if ts is not None and math.isfinite(t0) else math.nan
-            entry: dict[str, Any] = {"arm": arm, "concurrency": int(c), "seconds_apart": dt, "n_earlier": len(orig)}
-            for m in metrics:
-                if m not in orig or m not in srow or pd.isna(srow[m]):
-                    continue
-                vals = pd.to_numeric(orig[m], errors="coerce").to_numpy(float)
-                if not len(vals) or (vals <= 0).any() or not float(srow[m]) > 0:
-                    continue
-                entry[m] = math.log(float(srow[m])) - float(np.log(vals).mean())
-            rows.append(entry)
-            agg = entry.get("output_tok_s")
-            pairs.append({"arm": arm, "concurrency": int(c), "seconds_apart": dt,
-                          "delta_pct": (math.exp(agg) - 1) * 100 if agg is not None else math.nan})
-    if not rows:
-        return None
-    frame = pd.DataFrame(rows)
-    all_t = [t for t in times.values() if t is not None]
-    sent_t = [t for t in (_row_seconds(s) for s in sentinels.values() if not s.empty) if t is not None]
-    timed = frame["seconds_apart"].notna().all() and len(all_t) == len(times)
-    span = float(max(np.max(t) for t in all_t + sent_t) - min(np.min(t) for t in all_t + sent_t)) if timed else math.nan
-    rate, rate_se = {}, {}
-    for m in metrics:
-        if m not in frame:
-            continue
-        f = frame[frame[m].notna()]
-        if f.empty:
-            continue
-        if timed:
-            dt = f["seconds_apart"].to_numpy(float)
-            var_d = run_var * (1 + 1 / f["n_earlier"].to_numpy(float))
-            denom = float((dt * dt).sum())
-            if denom <= 0:
-                continue
-            d = f[m].to_numpy(float)
-            rate[m] = float((dt * d).sum() / denom)
-            if len(d) >= 2:  # the pairs' own disagreement about the line, where it says the noise is larger
-                resid = d - rate[m] * dt
-                var_d = np.maximum(var_d, float((resid * resid).sum()) / (len(d) - 1))
-            rate_se[m] = float(math.sqrt((dt * dt * var_d).sum()) / denom)
-    return Drift(rate, rate_se, span, pd.DataFrame(pairs), corrected=bool(timed and rate))
-
-
-def _correct_drift(lv: pd.DataFrame, drift: Drift, t0: float) -> pd.DataFrame:
-    """An arm's level rows with every drifted metric divided by exp(rate × (t − t0))."""
-    t = _row_seconds(lv)
-    if t is None:
-        return lv
-    lv = lv.copy()
-    for m, r in drift.rate_per_s.items():
-        if m in lv:
-            lv[m] = pd.to_numeric(lv[m], errors="coerce") * np.exp(-r * (t - t0))
-    return lv
-
-
-def _widen(curve: DeltaCurve, extra_se: np.ndarray | None, floor: np.ndarray | None, why: str) -> None:
-    """Widen a curve's band in place: its standard errors by ``extra_se`` (in quadrature, a shared
-    error such as a drift correction's), its half-width to at least ``floor`` (a control arm's deviation)."""
-    if extra_se is not None:
-        curve.se = np.sqrt(curve.se ** 2 + extra_se ** 2)
-        if curve._var is not None:
-            curve._var = curve._var + extra_se ** 2
-        curve.half_width = curve.crit * curve.se
-    if floor is not None:
-        curve.half_width = np.maximum(curve.half_width, floor)
-    curve.widened.append(why)
-
-
-def fit_metric(
-    metric: str, cs: list[int], raw_a: pd.DataFrame, raw_b: pd.DataFrame,
-    req_a: pd.DataFrame | None, req_b: pd.DataFrame | None, n_boot: int, rng: np.random.Generator, family: int = 1,
-    assumed_noise_pct: float | None = ASSUMED_NOISE_PCT, force_model: str | None = None,
-) -> DeltaCurve | None:
-    """The delta curve of one metric between an arm and the baseline (see :func:`fit_delta_curve`).
-
-    ``raw_a`` / ``raw_b``: one row per (concurrency, repeat) with the metric's column (values in
-    its own unit); ``cs``: the levels to fit; ``req_a`` / ``req_b``: measured requests (for the
-    bootstrap of per-request statistics, :data:`REQUEST_STATS`), or None. The whole-run verdict
-    fits every metric of every arm with it; the report's category view fits each category's rows.
-    Without repeats, run-to-run noise cannot be measured: ``assumed_noise_pct`` (per run and arm)
-    stands in for it, as an independent noise estimate, and floors a within-run bootstrap; None
-    falls back to the residuals of the fitted curve (few degrees of freedom: wide bands).
-    ``force_model``: the curve family to use (see :func:`fit_delta_curve`).
-    """
-    floor = 2 * math.log1p(assumed_noise_pct / 100) ** 2 if assumed_noise_pct else None
-    if metric not in raw_a or metric not in raw_b:
-        return None
-    ys, vs, ss, df = [], [], 0.0, 0
-    counts = []
-    per_level: list[tuple[float, int]] = []  # (sum of squares, degrees of freedom) of ln(value) per level
-    ca, va = raw_a["concurrency"].to_numpy(), pd.to_numeric(raw_a[metric], errors="coerce").to_numpy(float)
-    cb, vb = raw_b["concurrency"].to_numpy(), pd.to_numeric(raw_b[metric], errors="coerce").to_numpy(float)
-    kept = []
-    for c in cs:
-        a, b = va[(ca == c) & ~np.isnan(va)], vb[(cb == c) & ~np.isnan(vb)]
-        if not len(a) or not len(b) or (a <= 0).any() or (b <= 0).any():
-            continue  # a level with no positive value (e.g. nothing succeeded) has no log ratio
-        kept.append(c)
-        la, lb = np.log(a), np.log(b)
-        ys.append(la.mean() - lb.mean())
-        vs.append(1 / len(a) + 1 / len(b))
-        ss_c = float(((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum())
-        ss += ss_c
-        df += len(a) - 1 + len(b) - 1
-        per_level.append((ss_c, len(a) - 1 + len(b) - 1))
-        counts.append((len(a), len(b)))
-    cs = kept
-    if not cs:
-        return None
-    if df >= 2:
-        runs = sorted({f"{n_a} vs {n_b}" for n_a, n_b in counts})
-        level_var = _level_variance(cs, per_level, ss / df, df)
-        if level_var is not None:
-            var_c, df_c = level_var
-            return fit_delta_curve(cs, ys, [v * s for v, s in zip(vs, var_c)], 1.0, df_c, family=family, force_model=force_model,
-                                   noise=f"repeats ({', '.join(runs)} runs per level), the variance modelled per "
-                                         "level as the larger of the pooled figure and a log-linear trend in "
-                                         "log2(concurrency)")
-        return fit_delta_curve(cs, ys, vs, ss / df, df, noise=f"repeats ({', '.join(runs)} runs per level)",
-                               family=family, force_model=force_model)
-    if metric in REQUEST_STATS and req_a is not None and req_b is not None:
-        col, stat = REQUEST_STATS[metric]
-        boot = []
-        for c in cs:
-            if n_boot < 2:
-                boot.append(math.nan)
-                continue
-            va = _bootstrap_log_var(req_a.loc[req_a["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
-            vb = _bootstrap_log_var(req_b.loc[req_b["concurrency"] == c, col].to_numpy(float), stat, n_boot, rng)
-            boot.append(va + vb)
-        if all(np.isfinite(boot)):
-            if floor is None:
-                boot = [max(b, MIN_BOOT_VAR) for b in boot]
-                return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family, force_model=force_model,
-                                       noise="a bootstrap over each level's requests (one run: within-run noise only)")
-            scatter = _with_assumption(residual_scatter(cs, ys), floor)
-            if scatter is not None and scatter[0] > max(boot) and scatter[0] > floor:
-                s2, sdf = scatter
-                return fit_delta_curve(cs, ys, [max(b, s2) / s2 for b in boot], s2, sdf, family=family, force_model=force_model,
-                                       noise=_scatter_text(s2, sdf, assumed_noise_pct))
-            boot = [max(b, floor) for b in boot]
-            return fit_delta_curve(cs, ys, boot, 1.0, math.inf, family=family, force_model=force_model,
-                                   noise=f"a bootstrap over each level's requests (one run: within-run noise), at "
-                                         f"least the assumed run-to-run noise of {assumed_noise_pct:g}% per run")
-    if floor is not None:
-        scatter = _with_assumption(residual_scatter(cs, ys), floor)
-        if scatter is not None and scatter[0] > floor:
-            s2, sdf = scatter
-            return fit_delta_curve(cs, ys, [2.0] * len(cs), s2 / 2, sdf, family=family, force_model=force_model,
-                                   noise=_scatter_text(s2, sdf, assumed_noise_pct))
-        checked = ("; the levels' scatter about a cubic is within it" if scatter is not None else
-                   f"; {len(cs)} levels are too few to check it against their scatter (needs {MAX_DEGREE + 4})")
-        return fit_delta_curve(cs, ys, [2.0] * len(cs), floor / 2, math.inf, family=family, force_model=force_model,
-                               noise=f"an assumed run-to-run noise of {assumed_noise_pct:g}% per run (one run per "
-                                     f"level: not measured; repeats would measure it{checked})")
-    return fit_delta_curve(cs, ys, family=family, force_model=force_model)
-
-
-#: residual degrees of freedom the scatter about a cubic needs before it can stand for the noise
-MIN_SCATTER_DF: int = 3
-
-
-def residual_scatter(cs: Sequence[float], ys: Sequence[float]) -> tuple[float, int] | None:
-    """(variance of y about a cubic in log2(concurrency), its degrees of freedom), or None with
-    fewer than ``MAX_DEGREE + 1 + MIN_SCATTER_DF`` levels.
-
-    With one run per level this is all the data say about the noise: any smooth curve up to a cubic
-    is read as the effect, what is left as noise (an over-estimate where the true curve is not that
-    smooth, never an under-estimate of the noise it contains).
-    """
-    k = len(ys)
-    if k < MAX_DEGREE + 1 + MIN_SCATTER_DF:
-        return None
-    x = np.log2(np.asarray(cs, float))
-    x0, sc = float(x.mean()), float(x.std()) or 1.0
-    _, _, rss = _wls(_design(x, MAX_DEGREE, x0, sc), np.asarray(ys, float), np.ones(k))
-    df = k - MAX_DEGREE - 1
-    return rss / df, df
-
-
-#: degrees of freedom the assumed noise counts for where it is pooled with the levels' scatter
-#: (a stated prior: the assumption is as good as a scatter on this many degrees of freedom)
-ASSUMPTION_DF: float = 2.0
-
-
-def _with_assumption(scatter: tuple[float, int] | None, assumed_var: float) -> tuple[float, float] | None:
-    """The scatter ``(variance, df)`` pooled with the assumed variance (:data:`ASSUMPTION_DF` degrees of freedom)."""
-    if scatter is None:
-        return None
-    s2, df = scatter
-    return (ASSUMPTION_DF * assumed_var + df * s2) / (ASSUMPTION_DF + df), ASSUMPTION_DF + df
-
-
-def _scatter_text(s2: float, df: float, assumed_noise_pct: float | None) -> str:
-    per_run = (math.exp(math.sqrt(s2 / 2)) - 1) * 100
-    return (f"the levels' scatter about a cubic pooled with the assumed {assumed_noise_pct:g}% per run (counted as "
-            f"{ASSUMPTION_DF:g} degrees of freedom): {per_run:.1f}% per run and arm on {df:g} degrees of freedom, "
-            "larger than the assumption, so it is used (one run per level)")
-
-
-def _level_variance(cs: Sequence[int], per_level: Sequence[tuple[float, int]], pooled: float,
-                    df: int) -> tuple[list[float], float] | None:
-    """Per-level variance of ln(value) with repeats: the larger of the pooled variance and a
-    log-linear trend in log2(concurrency) fitted to the levels' own variances (bias-corrected for
-    their few degrees of freedom), with ``df − 2`` degrees of freedom; None where fewer than 3
-    levels have repeats or too few degrees of freedom remain."""
-    from scipy import special
-
-    pts = [(math.log2(c), ss / d, d) for c, (ss, d) in zip(cs, per_level) if d >= 1 and ss > 0]
-    if len(pts) < 3 or df - 2 < 2:
-        return None
-    x = np.array([p[0] for p in pts])
-    d = np.array([p[2] for p in pts], float)
-    # E[ln s²] = ln σ² + ψ(d/2) − ln(d/2); Var[ln s²] = ψ'(d/2)
-    z = np.log([p[1] for p in pts]) - (special.digamma(d / 2) - np.log(d / 2))
-    w = 1.0 / special.zeta(2.0, d / 2)  # trigamma: special.polygamma(1, x) is 1.0 * 1.0 * zeta(2, x)
-    X = np.vstack([np.ones_like(x), x]).T
-    beta, _, _ = _wls(X, z, w)
-    trend = np.exp(beta[0] + beta[1] * np.log2(np.asarray(cs, float)))
-    return [max(pooled, float(t)) for t in trend], float(df - 2)
 
 
 def compare(
@@ -1047,185 +223,206 @@ def compare(
 
     With a single result set there is nothing to join: the comparison has its levels (for charts
     of one arm) and no deltas. An arm that shares no concurrency level with the baseline is an
-    error (:class:`NoSharedLevelError`) naming both level lists.
+    error (:class:`~specsweep.analyze.join.NoSharedLevelError`) naming both level lists.
     """
+    by_arm = _by_arm(sets, baseline)
+    raw_levels, definition_notes = joinable_levels(by_arm)
+    raw_levels, drift, times = _drift_corrected(raw_levels, baseline, assumed_noise_pct)
+    require_shared_levels(raw_levels, baseline)
+    notes = check_workloads(sets, by_arm[baseline], allow_workload_mismatch) + definition_notes
+    levels, user_metric = join_levels(by_arm, raw_levels, definition_notes)
+    join = _join(by_arm, raw_levels, levels, n_boot, assumed_noise_pct)
+    fits = fit_shared(join.arms, join.metrics, join.levels_of, join.fit, np.random.default_rng(seed))
+    curves = _banded(fits, join, drift, times)
+    rows = _delta_rows(join, curves)
+    return _comparison(join, levels, user_metric, rows, curves, notes + _unshared_notes(join), drift)
+
+
+def _by_arm(sets: Sequence[ResultSet], baseline: str) -> dict[str, ResultSet]:
+    """The result sets by arm, the baseline first, the others in the order given; a ValueError naming
+    the arms where the baseline is not among them."""
     by_arm = {rs.arm: rs for rs in sets}
     if baseline not in by_arm:
         raise ValueError(
             f"baseline arm '{baseline}' is not among the result sets (arms: {', '.join(by_arm)}); "
             "set the baseline parameter to one of them"
         )
-    base = by_arm[baseline]
-    arms = [baseline] + [a for a in by_arm if a != baseline]
-    raw_levels = {a: _with_littles_law(by_arm[a]) for a in arms}
-    raw_levels, definition_notes = agreeing_definitions({a: by_arm[a].meta for a in arms}, raw_levels)
-    if any("output_tok_s" not in lv.columns for lv in raw_levels.values()):
-        raise ValueError("the arms' aggregate throughput cannot be compared: " + " ".join(definition_notes))
+    return {a: by_arm[a] for a in [baseline] + [a for a in by_arm if a != baseline]}
+
+
+def _drift_corrected(raw_levels: dict[str, pd.DataFrame], baseline: str, assumed_noise_pct: float | None
+                     ) -> tuple[dict[str, pd.DataFrame], Drift | None, dict[str, dict[int, float]]]:
+    """Every arm's level rows without their sentinel rows and, where those show drift, corrected for
+    it: (level rows, the drift or None, each arm's run times per level; see :mod:`specsweep.analyze.drift`)."""
     sentinel_rows: dict[str, pd.DataFrame] = {}
-    for a in arms:
+    raw_levels = dict(raw_levels)
+    for a in raw_levels:
         raw_levels[a], sentinel_rows[a] = split_sentinels(raw_levels[a])
-    controls = [a for a in arms[1:] if by_arm[a].meta.get("control")]
     drift = None
     if any(not f.empty for f in sentinel_rows.values()):
         drift_metrics = [c for c in raw_levels[baseline].columns if c not in NOT_METRICS
                          and pd.api.types.is_numeric_dtype(raw_levels[baseline][c])]
         run_var = max(math.log1p((assumed_noise_pct or ASSUMED_NOISE_PCT) / 100) ** 2,
-                      _pooled_run_var(raw_levels, "output_tok_s"))
+                      pooled_run_var(raw_levels, "output_tok_s"))
         drift = estimate_drift(raw_levels, sentinel_rows, drift_metrics, run_var)
-    times: dict[str, dict[int, float]] = {}
-    if drift is not None and drift.corrected:
-        t0 = min(float(np.min(t)) for t in (_row_seconds(raw_levels[a]) for a in arms) if t is not None)
-        for a in arms:
-            raw_levels[a] = _correct_drift(raw_levels[a], drift, t0)
-            t = _row_seconds(raw_levels[a])
-            if t is not None:
-                times[a] = pd.Series(t).groupby(raw_levels[a]["concurrency"].to_numpy()).mean().to_dict()
-    base_cs = sorted(int(c) for c in raw_levels[baseline]["concurrency"].unique())
-    for arm in arms[1:]:
-        arm_cs = sorted(int(c) for c in raw_levels[arm]["concurrency"].unique())
-        if not set(arm_cs) & set(base_cs):
-            raise NoSharedLevelError(
-                f"arm '{arm}' (concurrency {', '.join(map(str, arm_cs))}) and baseline '{baseline}' (concurrency "
-                f"{', '.join(map(str, base_cs))}) share no concurrency level, so nothing can be compared; "
-                "measure both arms at the same levels")
-    notes = _check_workloads(sets, base, allow_workload_mismatch) + definition_notes
+    raw_levels, times = correct_for_drift(raw_levels, drift)
+    return raw_levels, drift, times
 
-    levels = pd.concat([_aggregate_levels(by_arm[a], raw_levels[a]) for a in arms], ignore_index=True)
-    arm_of_row = levels["arm"].to_numpy(object)
-    arm_masks = [arm_of_row == a for a in dict.fromkeys(arm_of_row)]  # the arms present, as groupby("arm") sees them
 
-    def in_every_arm(metric: str) -> bool:
-        has = levels[metric].notna().to_numpy()
-        return all(has[mask].any() for mask in arm_masks)
+@dataclass
+class _Join:
+    """What the delta curves are fitted from: the arms, their level rows and requests, the joined rows."""
 
-    user_metric = next((m for m in USER_METRICS if m in levels.columns and in_every_arm(m)), None)
-    if user_metric is None:
-        raise ValueError("no per-user speed metric (user_tok_s_mean or request_tok_s_mean) is present in every arm"
-                         + "".join(f" {n}" for n in definition_notes))
-    levels["concurrency_estimate"] = levels["output_tok_s"] / levels[user_metric]
-    measured = levels["effective_concurrency"] if "effective_concurrency" in levels else pd.Series(math.nan, index=levels.index)
-    levels["effective_concurrency_kind"] = np.where(measured.notna(), "measured", "estimate")
+    baseline: str
+    #: the arms compared with the baseline, in order
+    arms: list[str]
+    controls: list[str]
+    by_arm: dict[str, ResultSet]
+    #: each arm's level rows, one per (concurrency, repeat), drift-corrected
+    raw_levels: dict[str, pd.DataFrame]
+    requests: dict[str, pd.DataFrame | None]
+    #: {arm: {concurrency: its joined row}}, the baseline's included
+    rows: dict[str, dict[Any, dict[str, Any]]]
+    metrics: list[str]
+    #: how many curves share the 5 % error budget (the metrics a verdict reads)
+    family: int
+    n_boot: int
+    assumed_noise_pct: float | None
 
-    metrics = [
-        c for c in levels.columns
-        if c not in NOT_METRICS and c not in {"has_requests", "concurrency_estimate", "effective_concurrency_kind"}
-        and pd.api.types.is_numeric_dtype(levels[c])
-    ]
-    requests = {a: measured_requests(by_arm[a]) for a in arms}
-    rng = np.random.default_rng(seed)
-    # the metrics a verdict reads share one 5 % error budget: aggregate, per-user speed and the waits
-    waits = [m for m in WAIT_METRICS if m in metrics] or [m for m in (ESTIMATED_WAIT,) if m in metrics]
-    family = 2 + len(waits)
-    rows = []
-    curves: dict[tuple[str, str], DeltaCurve] = {}
-    by_arm_rows: dict[str, dict[Any, dict[str, Any]]] = {a: {} for a in arms}
-    for r in records(levels):  # {arm: {concurrency: row}}, ``levels.set_index`` per arm the fast way
-        by_arm_rows[r["arm"]][r.pop("concurrency")] = r
-    base_rows = by_arm_rows[baseline]
-    #: per metric, {concurrency: |observed ln ratio|} of the control arms (largest over controls)
-    control_dev: dict[str, dict[int, float]] = {}
-    rows_of = {a: by_arm_rows[a] for a in arms[1:]}
-
-    def levels_of(arm: str, metric: str) -> list[int]:
-        arm_rows = rows_of[arm]
+    def levels_of(self, arm: str, metric: str) -> list[int]:
+        """The levels where both ``arm`` and the baseline have ``metric`` (the baseline's not 0)."""
+        arm_rows, base_rows = self.rows[arm], self.rows[self.baseline]
         return [int(c) for c in sorted(set(arm_rows) & set(base_rows))
                 if not (pd.isna(base_rows[c][metric]) or pd.isna(arm_rows[c][metric]) or base_rows[c][metric] == 0)]
 
-    def fit(arm: str, metric: str, cs: list[int], r: np.random.Generator, model: str | None) -> DeltaCurve | None:
-        return fit_metric(metric, cs, raw_levels[arm], raw_levels[baseline], requests[arm], requests[baseline],
-                          n_boot, r, family, assumed_noise_pct, force_model=model)
+    def fit(self, arm: str, metric: str, cs: list[int], rng: np.random.Generator, model: str | None) -> DeltaCurve | None:
+        """The delta curve of ``arm`` and ``metric`` at the levels ``cs`` (:func:`~specsweep.analyze.noise.fit_metric`)."""
+        return fit_metric(metric, cs, self.raw_levels[arm], self.raw_levels[self.baseline], self.requests[arm],
+                          self.requests[self.baseline], self.n_boot, rng, self.family, self.assumed_noise_pct,
+                          force_model=model)
 
-    first = _fit_shared(arms[1:], metrics, levels_of, fit, rng)
-    for arm in sorted(arms[1:], key=lambda a: a not in controls):  # controls first: they widen the others
-        arm_rows = rows_of[arm]
-        for metric in metrics:
-            cs = levels_of(arm, metric)
-            if not cs:
+
+def _join(by_arm: dict[str, ResultSet], raw_levels: dict[str, pd.DataFrame], levels: pd.DataFrame, n_boot: int,
+          assumed_noise_pct: float | None) -> _Join:
+    """The fitting inputs of the arms ``by_arm`` (the baseline first) and their joined ``levels``."""
+    arms = list(by_arm)
+    metrics = compared_metrics(levels)
+    rows: dict[str, dict[Any, dict[str, Any]]] = {a: {} for a in arms}
+    for r in records(levels):  # {arm: {concurrency: row}}, ``levels.set_index`` per arm the fast way
+        rows[r["arm"]][r.pop("concurrency")] = r
+    # the metrics a verdict reads share one 5 % error budget: aggregate, per-user speed and the waits
+    waits = [m for m in WAIT_METRICS if m in metrics] or [m for m in (ESTIMATED_WAIT,) if m in metrics]
+    return _Join(baseline=arms[0], arms=arms[1:], controls=[a for a in arms[1:] if by_arm[a].meta.get("control")],
+                 by_arm=by_arm, raw_levels=raw_levels, requests={a: measured_requests(by_arm[a]) for a in arms},
+                 rows=rows, metrics=metrics, family=2 + len(waits), n_boot=n_boot, assumed_noise_pct=assumed_noise_pct)
+
+
+def _banded(fits: dict[tuple[str, str], DeltaCurve | None], join: _Join, drift: Drift | None,
+            times: dict[str, dict[int, float]]) -> dict[tuple[str, str], DeltaCurve]:
+    """The fitted curves, their bands widened for drift and to the control arms' deviation; the control
+    arms' curves first (they widen the others), each arm's in the order of the metrics."""
+    curves: dict[tuple[str, str], DeltaCurve] = {}
+    control_dev: Deviation = {}
+    labels = ", ".join(join.by_arm[a].label for a in join.controls)
+    for arm in sorted(join.arms, key=lambda a: a not in join.controls):
+        for metric in join.metrics:
+            curve = fits.get((arm, metric))
+            if curve is None:
                 continue
-            curve = first.get((arm, metric))
-            if curve is not None and drift is not None:
-                _widen_for_drift(curve, drift, metric, times, arm, baseline)
-            if curve is not None and arm in controls:
-                # at every level, at least the control's largest fitted deviation; where it measured
-                # the level, at least its observed deviation there too
-                dev = control_dev.setdefault(metric, {})
-                widest = float(np.abs(curve.fitted).max())
-                dev[-1] = max(dev.get(-1, 0.0), widest)
-                for c, y in zip(curve.concurrency, curve.observed):
-                    dev[int(c)] = max(dev.get(int(c), 0.0), abs(float(y)), widest)
-            elif curve is not None and control_dev.get(metric):
-                dev = control_dev[metric]
-                floor = np.array([dev.get(int(c), dev[-1]) for c in curve.concurrency])
-                _widen(curve, None, floor, "the control arm's deviation from the baseline (" +
-                       ", ".join(by_arm[a].label for a in controls) + ")")
-            if curve is not None:
-                curves[(arm, metric)] = curve
+            if drift is not None:
+                widen_for_drift(curve, drift, metric, times, arm, join.baseline)
+            if arm in join.controls:
+                add_control(control_dev, metric, curve)
+            elif control_dev.get(metric):
+                widen_for_controls(curve, control_dev[metric], labels)
+            curves[(arm, metric)] = curve
+    return curves
+
+
+#: the columns of :attr:`Comparison.deltas`
+DELTA_COLUMNS: list[str] = ["arm", "concurrency", "metric", "baseline_value", "arm_value", "delta_pct", "fit_delta_pct",
+                            "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "credible", "better"]
+
+
+def _delta_rows(join: _Join, curves: dict[tuple[str, str], DeltaCurve]) -> list[dict[str, Any]]:
+    """One delta row per (arm, concurrency, metric) both arms measured, in the arms' order, then the metrics'."""
+    rows = []
+    base_rows = join.rows[join.baseline]
+    for arm in join.arms:
+        arm_rows = join.rows[arm]
+        for metric in join.metrics:
+            curve = curves.get((arm, metric))
             at = {int(c): i for i, c in enumerate(curve.concurrency)} if curve is not None else {}
-            for c in cs:
-                b, v = float(base_rows[c][metric]), float(arm_rows[c][metric])
-                fit = lo = hi = math.nan
-                cred = 0
-                i = at.get(c)
-                if curve is not None and i is not None:
-                    f, h = curve.fitted[i], curve.half_width[i]
-                    fit, lo, hi = ((math.exp(z) - 1.0) * 100.0 for z in (f, f - h, f + h))
-                    cred = int(curve.credible[i])
-                rows.append({
-                    "arm": arm, "concurrency": c, "metric": metric,
-                    "baseline_value": b, "arm_value": v,
-                    "delta_pct": (v / b - 1.0) * 100.0,
-                    "fit_delta_pct": fit,
-                    "ci_low_pct": lo, "ci_high_pct": hi,
-                    "ci_kind": curve.method() if i is not None else "none",
-                    "within_noise": (cred == 0) if i is not None else None,
-                    "credible": cred,
-                    "better": info(metric).better,
-                })
-    rows.sort(key=lambda r: arms.index(r["arm"]))  # back in the arms' order (controls were fitted first)
-    deltas = pd.DataFrame(rows, columns=[
-        "arm", "concurrency", "metric", "baseline_value", "arm_value", "delta_pct", "fit_delta_pct",
-        "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "credible", "better",
-    ])
-    cx_rows = [{"arm": arm, "metric": metric, **row}
-               for (arm, metric), curve in curves.items() if metric in ("output_tok_s", user_metric)
-               for row in curve_crossovers(curve)]
-    crossovers = pd.DataFrame(cx_rows, columns=["arm", "metric", "c_low", "c_high", "delta_low_pct", "delta_high_pct",
-                                                "crossover_concurrency", "direction"])
+            for c in join.levels_of(arm, metric):
+                rows.append(_delta_row(arm, metric, c, float(base_rows[c][metric]), float(arm_rows[c][metric]),
+                                       curve, at.get(c)))
+    return rows
 
-    # every column shares ``levels``' index: named, pandas does not align them (0.24 against 0.33 ms)
-    pareto = pd.DataFrame({**{c: levels[c] for c in ("arm", "concurrency", "output_tok_s", user_metric)},
-                           "on_frontier": pareto_frontier(levels, user_metric, "output_tok_s")}, index=levels.index)
 
-    missing = {a: sorted(set(base_rows) ^ set(rows_of[a])) for a in arms[1:]}
-    for arm, only in missing.items():
+def _delta_row(arm: str, metric: str, c: int, b: float, v: float, curve: DeltaCurve | None,
+               i: int | None) -> dict[str, Any]:
+    """One delta row: the baseline's value ``b`` and the arm's ``v`` at level ``c``, the fitted delta,
+    its band and credibility where the curve has the level (its index ``i``)."""
+    fit = lo = hi = math.nan
+    cred = 0
+    fitted = curve is not None and i is not None
+    if curve is not None and i is not None:
+        f, h = curve.fitted[i], curve.half_width[i]
+        fit, lo, hi = ((math.exp(z) - 1.0) * 100.0 for z in (f, f - h, f + h))
+        cred = int(curve.credible[i])
+    return {
+        "arm": arm, "concurrency": c, "metric": metric,
+        "baseline_value": b, "arm_value": v,
+        "delta_pct": (v / b - 1.0) * 100.0,
+        "fit_delta_pct": fit,
+        "ci_low_pct": lo, "ci_high_pct": hi,
+        "ci_kind": curve.method() if curve is not None and fitted else "none",
+        "within_noise": (cred == 0) if fitted else None,
+        "credible": cred,
+        "better": info(metric).better,
+    }
+
+
+def _unshared_notes(join: _Join) -> list[str]:
+    """One note per arm measured at levels the baseline was not, or the reverse."""
+    base_rows = join.rows[join.baseline]
+    notes = []
+    for arm in join.arms:
+        only = sorted(set(base_rows) ^ set(join.rows[arm]))
         if only:
             notes.append(f"Arm '{arm}' and the baseline were not measured at the same levels; "
                          f"concurrency {', '.join(map(str, only))} appear in only one of them and are not compared.")
-    chunk_counted = {a: w for a in arms if (w := _chunk_counted(by_arm[a]))}
-    warnings = [(a, str(w)) for a in arms for w in _as_list(by_arm[a].meta.get("warnings"))]
+    return notes
+
+
+def _comparison(join: _Join, levels: pd.DataFrame, user_metric: str, rows: list[dict[str, Any]],
+                curves: dict[tuple[str, str], DeltaCurve], notes: list[str], drift: Drift | None) -> Comparison:
+    """The :class:`Comparison` of the joined arms, its tables built from the delta rows and curves."""
+    by_arm = join.by_arm
+    arms = list(by_arm)
     comp = Comparison(
-        baseline=baseline,
+        baseline=join.baseline,
         arms=arms,
         labels={a: by_arm[a].label for a in arms},
         metas={a: by_arm[a].meta for a in arms},
         levels=levels,
-        deltas=deltas,
-        crossovers=crossovers,
-        pareto=pareto,
+        deltas=pd.DataFrame(rows, columns=DELTA_COLUMNS),
+        crossovers=crossover_table(curves, ("output_tok_s", user_metric)),
+        pareto=pareto_table(levels, user_metric),
         user_metric=user_metric,
-        workload=dict(base.meta["workload"]),
+        workload=dict(by_arm[join.baseline].meta["workload"]),
         caps={a: _cap(by_arm[a].meta) for a in arms},
         notes=notes,
         curves=curves,
-        chunk_counted=chunk_counted,
-        assumed_noise_pct=assumed_noise_pct,
-        warnings=warnings,
-        controls=controls,
+        chunk_counted={a: w for a in arms if (w := _chunk_counted(by_arm[a]))},
+        assumed_noise_pct=join.assumed_noise_pct,
+        warnings=[(a, str(w)) for a in arms for w in _as_list(by_arm[a].meta.get("warnings"))],
+        controls=join.controls,
         drift=drift,
-        raw_levels=raw_levels,
-        requests=requests,
-        family=family,
-        n_boot=n_boot,
+        raw_levels=join.raw_levels,
+        requests=join.requests,
+        family=join.family,
+        n_boot=join.n_boot,
         run_order=next((str(by_arm[a].meta["study"].get("order")) for a in arms
                         if isinstance(by_arm[a].meta.get("study"), dict) and by_arm[a].meta["study"].get("order")), None),
     )
@@ -1233,70 +430,33 @@ def compare(
     return comp
 
 
-def shared_models(curves: dict[tuple[str, str], DeltaCurve]) -> dict[str, str]:
-    """{metric: the curve family every arm's curve of that metric is fitted with}: the most flexible
-    family any arm's own fit chose (:data:`MODEL_RANK`), so no arm is fitted more smoothly than its
-    data allow and equal measurements get equal fits, whichever arm they belong to."""
-    out: dict[str, str] = {}
-    for (_, metric), curve in curves.items():
-        if curve is not None and MODEL_RANK.get(curve.model, -1) > MODEL_RANK.get(out.get(metric, ""), -1):
-            out[metric] = curve.model
-    return out
+def _cap(meta: dict[str, Any]) -> int | None:
+    """The running-request cap meta.json records (``server`` or its ``/server_info`` snapshot), or None."""
+    server = meta.get("server") or {}
+    cap = server.get("max_running_requests")
+    if cap is None:
+        snapshot = server.get("server_info") or {}
+        cap = snapshot.get("max_running_requests")
+    try:
+        return int(cap) if cap is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
-def _fit_shared(arms: Sequence[str], metrics: Sequence[str], levels_of: Any, fit: Any,
-                rng: np.random.Generator) -> dict[tuple[str, str], DeltaCurve | None]:
-    """Every (arm, metric) delta curve fitted with the curve family shared by all arms (:func:`shared_models`).
-
-    Each curve is fitted once freely, then, where its family is not the shared one, again with the
-    shared family from the same random state (the same bootstrap draws, so only the family differs).
-    """
-    curves: dict[tuple[str, str], DeltaCurve | None] = {}
-    states: dict[tuple[str, str], dict[str, Any]] = {}
-    for arm in arms:
-        for metric in metrics:
-            cs = levels_of(arm, metric)
-            if cs:
-                states[(arm, metric)] = rng.bit_generator.state
-                curves[(arm, metric)] = fit(arm, metric, cs, rng, None)
-    models = shared_models({k: c for k, c in curves.items() if c is not None})
-    for (arm, metric), curve in curves.items():
-        if curve is not None and curve.model != models.get(metric, curve.model):
-            again = np.random.default_rng()
-            again.bit_generator.state = states[(arm, metric)]
-            curves[(arm, metric)] = fit(arm, metric, levels_of(arm, metric), again, models[metric])
-    return curves
+def _as_list(value: Any) -> list[Any]:
+    """A meta.json field that should be a list, tolerating one string or nothing."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, (str, dict)) else list(value)
 
 
-def _pooled_run_var(raw: dict[str, pd.DataFrame], metric: str) -> float:
-    """Pooled within-level variance of ln(metric) over every arm's repeats (0 without repeats)."""
-    ss, df = 0.0, 0
-    for lv in raw.values():
-        if metric not in lv:
-            continue
-        v = pd.to_numeric(lv[metric], errors="coerce")
-        ok = v > 0
-        logs = np.log(v[ok])
-        for _, g in logs.groupby(lv.loc[ok, "concurrency"]):
-            ss += float(((g - g.mean()) ** 2).sum())
-            df += len(g) - 1
-    return ss / df if df else 0.0
-
-
-def _widen_for_drift(curve: DeltaCurve, drift: Drift, metric: str, times: dict[str, dict[int, float]],
-                     arm: str, baseline: str) -> None:
-    """Widen a curve by what the drift correction leaves uncertain, or (no timestamps: no
-    correction) to at least the largest drift a sentinel pair showed."""
-    if drift.corrected and metric in drift.rate_se_per_s and arm in times and baseline in times:
-        lag = np.array([times[arm].get(int(c), math.nan) - times[baseline].get(int(c), math.nan)
-                        for c in curve.concurrency])
-        extra = np.nan_to_num(np.abs(lag) * drift.rate_se_per_s[metric], nan=0.0)
-        _widen(curve, extra, None, "the uncertainty of the drift correction (sentinel runs)")
-    elif not drift.corrected and not drift.pairs.empty:
-        worst = float(np.nanmax(np.abs(np.log1p(drift.pairs["delta_pct"].to_numpy(float) / 100))))
-        if math.isfinite(worst):
-            _widen(curve, None, np.full(len(curve.concurrency), worst),
-                   "the largest drift the sentinel runs showed (no timestamps to correct for it)")
+def _chunk_counted(rs: ResultSet) -> str | None:
+    """Where an arm's token counts came from SSE chunks (levels or requests), or None."""
+    where = []
+    for name, frame in (("levels", rs.levels), ("requests", rs.requests)):
+        if frame is not None and "token_source" in frame and (frame["token_source"] == "chunks").any():
+            where.append(name)
+    return " and ".join(where) or None
 
 
 def delta_table(comp: Comparison, metrics: Sequence[str] | None = None) -> pd.DataFrame:

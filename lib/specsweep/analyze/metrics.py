@@ -1,4 +1,4 @@
-"""Metric definitions (DESIGN §5), as pure functions. Tests check them on hand-computed timelines.
+"""Metric definitions (docs/method.md), as pure functions. Tests check them on hand-computed timelines.
 
 Per request (measured requests only; warm-up excluded by the caller):
 
@@ -39,13 +39,16 @@ Speculative acceptance over a level (:func:`acceptance_from_requests`): tokens p
 the bonus token included, summed from the server's per-request figures when every successful
 request carries them (``spec_accept_length_source`` = :data:`SOURCE_PER_REQUEST`); otherwise the
 sweep takes it from ``/metrics`` counter deltas (:data:`SOURCE_COUNTERS`).
+
+Invariant: tokens are a record's ``output_tokens`` (its ``token_source`` says whose count), never
+chunks counted here; a figure that is undefined is NaN, never 0.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -166,7 +169,7 @@ def requests_frame(
     keep_chunks: bool = True,
     in_place: bool = False,
 ) -> pd.DataFrame:
-    """Tidy per-request rows (DESIGN §4) with times relative to ``t0`` (the level's start, seconds).
+    """Tidy per-request rows (docs/method.md, "A result set") with times relative to ``t0`` (the level's start, seconds).
 
     ``request_indices`` numbers the rows (default ``first_index``, ``first_index + 1``, …).
     With ``keep_chunks`` each row also carries its chunk timeline as numpy arrays: ``chunk_t_s``
@@ -176,66 +179,88 @@ def requests_frame(
     ``chunk_t_s`` instead of a copy (8 bytes per chunk less for a big level); the records' chunk
     times are then level-relative, so build the frame only once from them.
     """
-    rows = []
     records = list(records)
     # llama.cpp's timings leave the draft counts out of a request that drafted nothing: when others
     # of the level drafted (the server speculates), such a request drafted 0 and took one target
     # step per token — leaving it out would flatter the level's acceptance
     drafting = any("spec_draft_tokens" in rec.server for rec in records)
+    level = {"run_id": run_id, "arm": arm, "concurrency": concurrency, "repeat": repeat}
+    rows = []
     for i, rec in enumerate(records):
-        m = request_metrics(rec)
         index = request_indices[i] if request_indices is not None else first_index + i
-        row = {
-            "run_id": run_id,
-            "arm": arm,
-            "concurrency": concurrency,
-            "repeat": repeat,
-            "request_index": index,
-            "prompt_id": prompt_ids[i] if prompt_ids is not None else index,
-            "warmup": warmup,
-            "t_start_s": rec.t_sent - t0,
-            "ttft_s": m.ttft_s,
-            "e2e_s": m.e2e_s,
-            "t_end_s": rec.t_end - t0,
-            "tpot_s": m.tpot_s,
-            "user_tok_s": m.user_tok_s,
-            "request_tok_s": m.request_tok_s,
-            "prompt_tokens": rec.prompt_tokens,
-            "output_tokens": rec.output_tokens,
-            "token_source": rec.token_source,
-            "chunks": m.chunks,
-            "itl_mean_s": m.itl_mean_s,
-            "itl_p99_s": m.itl_p99_s,
-            "chunk_gap_mean_s": m.chunk_gap_mean_s,
-            "chunk_gap_p99_s": m.chunk_gap_p99_s,
-            "tokens_per_chunk_mean": m.tokens_per_chunk_mean,
-            "finish_reason": rec.finish_reason,
-            "http_status": rec.http_status,
-            "error": rec.error,
-            "output_digest": rec.output_digest,
-            "output_head": rec.output_head,
-            "output_blocks": rec.output_blocks,
-            "server_e2e_latency_s": rec.server.get("e2e_latency_s"),
-            "spec_accept_length": rec.server.get("spec_accept_length"),
-            "spec_verify_ct": rec.server.get("spec_verify_ct"),
-            "spec_draft_tokens": rec.server.get("spec_draft_tokens"),
-            "spec_accepted_tokens": rec.server.get("spec_accepted_tokens"),
-            **{k: v for k, v in rec.server.items() if k.startswith("spec_accepted_pos_")},
-        }
-        if drafting and "timings_predicted_n" in rec.server and "spec_draft_tokens" not in rec.server:
-            n = rec.server["timings_predicted_n"]
-            row.update(spec_draft_tokens=0.0, spec_accepted_tokens=0.0, spec_verify_ct=n,
-                       spec_accept_length=1.0 if n > 0 else None)
+        row = _request_row(rec, level, index, prompt_ids[i] if prompt_ids is not None else index, warmup, t0)
+        if drafting:
+            _undrafted(row, rec)
         if keep_chunks:
-            times = rec.chunk_times
-            if in_place and times.flags.writeable:
-                times -= t0
-            else:
-                times = times - t0
-            row["chunk_t_s"] = times
-            row["chunk_tokens"] = rec.chunk_tokens if rec.chunk_tokens is not None else _NO_TOKENS
+            _add_chunks(row, rec, t0, in_place)
         rows.append(row)
-    frame = pd.DataFrame(rows)
+    return _typed(pd.DataFrame(rows))
+
+
+def _request_row(rec: RequestRecord, level: dict[str, Any], index: int, prompt_id: int, warmup: bool,
+                 t0: float) -> dict[str, Any]:
+    """One request's row: the ``level``'s keys (run_id, arm, concurrency, repeat), its numbers, its
+    times relative to ``t0`` (seconds), its metrics (:func:`request_metrics`) and the server's figures."""
+    m = request_metrics(rec)
+    return {
+        **level,
+        "request_index": index,
+        "prompt_id": prompt_id,
+        "warmup": warmup,
+        "t_start_s": rec.t_sent - t0,
+        "ttft_s": m.ttft_s,
+        "e2e_s": m.e2e_s,
+        "t_end_s": rec.t_end - t0,
+        "tpot_s": m.tpot_s,
+        "user_tok_s": m.user_tok_s,
+        "request_tok_s": m.request_tok_s,
+        "prompt_tokens": rec.prompt_tokens,
+        "output_tokens": rec.output_tokens,
+        "token_source": rec.token_source,
+        "chunks": m.chunks,
+        "itl_mean_s": m.itl_mean_s,
+        "itl_p99_s": m.itl_p99_s,
+        "chunk_gap_mean_s": m.chunk_gap_mean_s,
+        "chunk_gap_p99_s": m.chunk_gap_p99_s,
+        "tokens_per_chunk_mean": m.tokens_per_chunk_mean,
+        "finish_reason": rec.finish_reason,
+        "http_status": rec.http_status,
+        "error": rec.error,
+        "output_digest": rec.output_digest,
+        "output_head": rec.output_head,
+        "output_blocks": rec.output_blocks,
+        "server_e2e_latency_s": rec.server.get("e2e_latency_s"),
+        "spec_accept_length": rec.server.get("spec_accept_length"),
+        "spec_verify_ct": rec.server.get("spec_verify_ct"),
+        "spec_draft_tokens": rec.server.get("spec_draft_tokens"),
+        "spec_accepted_tokens": rec.server.get("spec_accepted_tokens"),
+        **{k: v for k, v in rec.server.items() if k.startswith("spec_accepted_pos_")},
+    }
+
+
+def _undrafted(row: dict[str, Any], rec: RequestRecord) -> None:
+    """In a level whose server drafts: a request whose timings leave the draft counts out drafted
+    nothing, so it took one verify step per token (accept length 1)."""
+    if "timings_predicted_n" in rec.server and "spec_draft_tokens" not in rec.server:
+        n = rec.server["timings_predicted_n"]
+        row.update(spec_draft_tokens=0.0, spec_accepted_tokens=0.0, spec_verify_ct=n,
+                   spec_accept_length=1.0 if n > 0 else None)
+
+
+def _add_chunks(row: dict[str, Any], rec: RequestRecord, t0: float, in_place: bool) -> None:
+    """The request's chunk timeline on its row: ``chunk_t_s`` (relative to ``t0``; the record's own
+    array shifted where ``in_place`` allows) and ``chunk_tokens``."""
+    times = rec.chunk_times
+    if in_place and times.flags.writeable:
+        times -= t0
+    else:
+        times = times - t0
+    row["chunk_t_s"] = times
+    row["chunk_tokens"] = rec.chunk_tokens if rec.chunk_tokens is not None else _NO_TOKENS
+
+
+def _typed(frame: pd.DataFrame) -> pd.DataFrame:
+    """The request rows with their columns' types: counts and server figures float64, text as strings."""
     if frame.empty:
         return frame
     for col in ("output_tokens", "prompt_tokens", "http_status", "server_e2e_latency_s",
@@ -483,7 +508,7 @@ def _observations(requests: pd.DataFrame, kind: Literal["itl", "chunk_gap"]) -> 
 
 
 def level_metrics(requests: pd.DataFrame, concurrency: int) -> dict[str, float]:
-    """Per-level metrics (DESIGN §5) from the measured requests of one (concurrency, repeat).
+    """Per-level metrics (docs/method.md) from the measured requests of one (concurrency, repeat).
 
     ``requests`` is a :func:`requests_frame` (times relative to the level's start, seconds).
     """

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, zero_between
+from specsweep.analyze.compare import Comparison
+from specsweep.analyze.crossover import zero_between
 from specsweep.decide.caveats import caveat_sentences
 from specsweep.decide.experiments import next_experiments
 from specsweep.decide.judge import _slo_checks, _verdict, judge_levels, wait_metrics

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, curve_crossovers
+from specsweep.analyze.compare import Comparison
+from specsweep.analyze.crossover import curve_crossovers
 from specsweep.decide.claims import Claim
 from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile
 from specsweep.decide.text import deciding_word

@@ -12,7 +12,8 @@ from typing import Literal
 
 import pandas as pd
 
-from specsweep.analyze.compare import ESTIMATED_WAIT, Comparison, info, smallest_detectable_pct
+from specsweep.analyze.compare import ESTIMATED_WAIT, Comparison, info
+from specsweep.analyze.curves import smallest_detectable_pct
 from specsweep.decide.caps import cap_sentences
 from specsweep.decide.caveats import drift_sentences
 from specsweep.decide.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence

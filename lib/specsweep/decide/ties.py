@@ -2,7 +2,7 @@
 
 Two arms a and b are compared directly, not through their bands against the baseline: the curve
 of y = ln(a ÷ b) against log2(concurrency) is fitted over the levels both measured in the
-profile's range, with :func:`specsweep.analyze.compare.fit_metric` — the same model, noise sources
+profile's range, with :func:`specsweep.analyze.noise.fit_metric` — the same model, noise sources
 (repeats; else a per-request bootstrap floored at the assumed run-to-run noise; else the assumed
 noise per run and arm) and 95 % simultaneous band as every delta curve, the band shared over the
 levels of every metric the profile reads (Bonferroni). A control arm's largest deviation from the
@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from specsweep.analyze.compare import Comparison, DeltaCurve, fit_metric
+from specsweep.analyze.compare import Comparison
+from specsweep.analyze.curves import DeltaCurve
+from specsweep.analyze.noise import fit_metric
 from specsweep.decide.judge import _slo_checks, wait_metrics
 from specsweep.decide.profiles import Profile
 from specsweep.decide.verdicts import Verdict

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, DeltaCurve
+from specsweep.analyze.compare import Comparison
+from specsweep.analyze.curves import DeltaCurve
 from specsweep.markup import md_text
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 from specsweep.results.columns import metric_info
@@ -60,7 +61,7 @@ def _repeat_interval(arm_values: Sequence[float], base_values: Sequence[float]) 
 
 
 #: a category gets its own delta curves (and may get a crossover) only where it was measured at this
-#: many levels shared with the baseline, with at least ``compare.MIN_REQUESTS`` measured requests of
+#: many levels shared with the baseline, with at least ``noise.MIN_REQUESTS`` measured requests of
 #: the category in every run of the level on both arms
 MIN_CATEGORY_LEVELS: int = 3
 
@@ -91,8 +92,8 @@ def _category_column(comp: Comparison, figure: str) -> str:
 
 
 def _enough_requests(req: pd.DataFrame, concurrency: int, category: str) -> bool:
-    """True when every run of the level has at least ``compare.MIN_REQUESTS`` measured requests of the category."""
-    from specsweep.analyze.compare import MIN_REQUESTS
+    """True when every run of the level has at least ``noise.MIN_REQUESTS`` measured requests of the category."""
+    from specsweep.analyze.noise import MIN_REQUESTS
 
     level = req[req["concurrency"] == concurrency]
     runs = level["repeat"].unique() if "repeat" in level else [0]
@@ -106,18 +107,19 @@ def _enough_requests(req: pd.DataFrame, concurrency: int, category: str) -> bool
 def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
                     seed: int = 0) -> dict[tuple[str, str, str], CategoryFit]:
     """Per spec arm, prompt category and figure (``"aggregate"``, ``"user"``): the category's delta
-    curve, fitted exactly as the whole-run verdict's (:func:`specsweep.analyze.compare.fit_metric`: the
+    curve, fitted exactly as the whole-run verdict's (:func:`specsweep.analyze.noise.fit_metric`: the
     same model, noise sources and 95 % simultaneous band, ``comp.assumed_noise_pct`` where there
     are no repeats) over the category's rows of :func:`specsweep.analyze.categories.category_metrics`.
 
     A category is fitted only on the levels shared with the baseline where every run has at least
-    ``compare.MIN_REQUESTS`` measured requests of it on both arms, and only when there are at least
+    ``noise.MIN_REQUESTS`` measured requests of it on both arms, and only when there are at least
     :data:`MIN_CATEGORY_LEVELS` such levels (else ``curve`` is None). The band's Bonferroni family
     is 2 figures × the arm's fitted categories (``CategoryFit.family``), so a claim about any
     category keeps the 5 % error budget. Keys: (arm, category, figure). Empty without categories.
     """
     from specsweep.analyze.categories import category_metrics
-    from specsweep.analyze.compare import fit_metric, measured_requests
+    from specsweep.analyze.join import measured_requests
+    from specsweep.analyze.noise import fit_metric
     from specsweep.workloads.datasets import with_category
 
     if not has_categories(sets):
@@ -164,7 +166,7 @@ def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
 def category_crossovers(comp: Comparison, sets: Sequence[Any],
                         curves: dict[tuple[str, str, str], CategoryFit] | None = None) -> pd.DataFrame:
     """One row per spec arm, category and figure: where the category's fitted delta curve
-    credibly crosses 0, by the whole-run rule (:func:`specsweep.analyze.compare.curve_crossovers`: credibly
+    credibly crosses 0, by the whole-run rule (:func:`specsweep.analyze.crossover.curve_crossovers`: credibly
     positive at one level and credibly negative at a later one, or the reverse, with no credible
     level between; placed at the curve's zero on log2(concurrency)).
 
@@ -175,7 +177,7 @@ def category_crossovers(comp: Comparison, sets: Sequence[Any],
     ``fit_min_pct`` / ``fit_max_pct``: the fitted Δ% range over the levels (%). ``curves``:
     :func:`category_curves` already computed for these sets.
     """
-    from specsweep.analyze.compare import curve_crossovers
+    from specsweep.analyze.crossover import curve_crossovers
 
     fits = category_curves(comp, sets) if curves is None else curves
     columns = ["arm", "category", "figure", "n_levels", "levels", "status", "n_crossovers", "c_low", "c_high",
@@ -502,7 +504,7 @@ def category_intro_markdown(comp: Comparison) -> str:
 def category_crossover_markdown(comp: Comparison, sets: Sequence[Any],
                                 curves: dict[tuple[str, str, str], CategoryFit] | None = None) -> str:
     """How a category's crossover is decided, then :func:`category_crossover_sentences` as a list."""
-    from specsweep.analyze.compare import MIN_REQUESTS
+    from specsweep.analyze.noise import MIN_REQUESTS
 
     fits = category_curves(comp, sets) if curves is None else curves
     families = sorted({fit.family for fit in fits.values() if fit.curve is not None})

@@ -44,7 +44,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import altair as alt
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, pareto_frontier
+from specsweep.analyze.compare import Comparison
+from specsweep.analyze.pareto import pareto_frontier
 from specsweep.report import chartdata
 from specsweep.results.columns import metric_info
 
@@ -903,7 +904,7 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
     ``curves`` is :func:`specsweep.report.category_curves` ((arm, category, figure) →
     ``CategoryFit``). None when no category has a curve. ``width``/``height`` size each panel.
     """
-    from specsweep.analyze.compare import curve_crossovers  # noqa: PLC0415
+    from specsweep.analyze.crossover import curve_crossovers  # noqa: PLC0415
 
     v = _view(comp, arms, None, None, colours)
     shown = set(v.comp.spec_arms)

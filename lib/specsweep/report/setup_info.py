@@ -187,7 +187,7 @@ def differences_markdown(comp: Comparison) -> str:
             for d in diffs) + ".")
     else:
         lines.append("The arms' recorded settings do not differ; check that the speculative settings were captured.")
-    from specsweep.analyze.compare import workload_differences
+    from specsweep.analyze.workload_match import workload_differences
 
     differing = [a for a in comp.spec_arms if workload_differences(comp.metas[a]["workload"], comp.workload)]
     if differing:

@@ -34,8 +34,9 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, workload_differences
+from specsweep.analyze.compare import Comparison
 from specsweep.analyze.metrics import SIM_LAG_WARN_MS
+from specsweep.analyze.workload_match import workload_differences
 from specsweep.markup import md_text
 
 Severity = Literal["high", "medium", "low"]

@@ -1,4 +1,11 @@
-"""Where to measure next: the untested setting whose prediction is least certain and could change the verdict."""
+"""Where to measure next: the untested setting whose prediction is least certain and could change the verdict.
+
+Input: a comparison, its result sets and (optionally) the arms' fitted models. Output: one setting
+(arm, concurrency and any changed server setting) with its prediction, or None.
+
+Invariant: only a setting that could change the verdict is proposed — its band contains the
+baseline's aggregate there, or the model refuses it.
+"""
 from __future__ import annotations
 
 import math

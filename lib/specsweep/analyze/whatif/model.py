@@ -123,7 +123,8 @@ class ArmModel:
             return np.exp(np.array([np.interp(math.log(n), np.log(self.batch), row) for row in np.log(values)]))
         made = self._curves.get((name, INTERPOLATION))
         if made is None or made[0] is not self.batch or made[1] is not values:  # again only if one was replaced
-            # scipy.interpolate costs about 0.3 s to import: only where a curve through 3+ batch sizes is asked for
+            # deferred: scipy.interpolate is slow to import (bench/import_time.py), so only where a curve through
+            # 3+ batch sizes is asked for
             from scipy.interpolate import Akima1DInterpolator, PchipInterpolator
 
             curve = (Akima1DInterpolator(self.batch, values, axis=1, method="makima") if INTERPOLATION == "makima"

@@ -15,7 +15,8 @@ configuration. Per level (one concurrency ``C``):
 
 ``replicates`` holds a bootstrap over each level's requests (or, without requests, a parametric
 draw with :data:`ASSUMED_NOISE_PCT` per level): row 0 is the measurement, rows 1.. the replicates,
-so every fitted quantity downstream carries its own uncertainty.
+so every fitted quantity downstream carries its own uncertainty. The levels are observed in
+concurrency order from one generator seeded with ``seed``, so the same inputs give the same replicates.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, measured_requests
+from specsweep.analyze.compare import Comparison
+from specsweep.analyze.join import measured_requests
 from specsweep.errors import InputError
 from specsweep.results.store import ResultSet
 
@@ -235,6 +237,33 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
             seed: int = 0) -> ArmData:
     """The observations of ``arm`` in ``comp``; ``sets`` (the result sets ``comp`` was built from)
     adds the request rows that the bootstrap and the per-request figures need."""
+    meta, lv = _levels_to_observe(comp, arm, n_boot)
+    rs = next((s for s in (sets or []) if s.arm == arm), None)
+    req = measured_requests(rs) if rs is not None else None
+    level_only = bool(meta.get("level_only")) or req is None and "e2e_mean_s" not in lv.columns
+    rng = np.random.default_rng(seed)
+    output_tokens = _workload_len(comp, meta, "output_tokens", req)
+    prompt_tokens = _workload_len(comp, meta, "input_tokens", req)
+    server = _server(comp, arm, meta)
+    obs = _observe_levels(comp, arm, lv, req, level_only, server, output_tokens, n_boot, rng)
+    conc = lv["concurrency"].to_numpy(dtype=float)
+    mem = server_setting(meta, "memory_usage")
+    return ArmData(
+        arm=arm, level_only=level_only, concurrency=conc, admitted=obs.admitted,
+        saturated=_saturated(conc, obs.admitted, level_only), accept_length=obs.accept,
+        requests=_request_counts(lv, conc), stall_share=_stall_share(lv, level_only), replicates=obs.reps,
+        output_tokens=output_tokens, prompt_tokens=prompt_tokens, cap=server.cap,
+        pool_tokens=int(server.pool) if server.pool else None,
+        draft_tokens=int(server.draft) if server.draft else None, speculative=server.spec,
+        mem_fraction_static=_num(server_setting(meta, "mem_fraction_static")),
+        memory_usage={k: float(v) for k, v in mem.items() if _num(v) is not None} if isinstance(mem, dict) else {},
+        admitted_source=obs.sources, assumptions=_assumptions(obs, lv, level_only, server.spec),
+        accept_measured=bool(server.spec and obs.accept_seen.all()))
+
+
+def _levels_to_observe(comp: Comparison, arm: str, n_boot: int) -> tuple[dict[str, Any], pd.DataFrame]:
+    """(the arm's meta.json record, its levels with an aggregate tok/s figure); a WhatIfError where the
+    arm is not compared, ``n_boot`` is too small for a band, or no level has the figure."""
     if arm not in comp.arms:
         raise WhatIfError(f"arm={arm!r} is not in the comparison; its arms: {', '.join(comp.arms)}")
     if n_boot < 20:
@@ -244,26 +273,57 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
     lv = lv[lv["output_tok_s"].notna() & (lv["output_tok_s"] > 0)].reset_index(drop=True)
     if lv.empty:
         raise WhatIfError(f"arm '{arm}' has no level with an aggregate tok/s figure")
-    rs = next((s for s in (sets or []) if s.arm == arm), None)
-    req = measured_requests(rs) if rs is not None else None
-    level_only = bool(meta.get("level_only")) or req is None and "e2e_mean_s" not in lv.columns
-    rng = np.random.default_rng(seed)
-    output_tokens = _workload_len(comp, meta, "output_tokens", req)
-    prompt_tokens = _workload_len(comp, meta, "input_tokens", req)
-    cap = _cap(meta, comp.caps.get(arm))
+    return meta, lv
+
+
+@dataclass
+class _Server:
+    """What the arm's meta.json says about its server."""
+
+    #: the running-request cap (None: none reported)
+    cap: int | None
+    #: the KV pool in tokens (None: not reported)
+    pool: float | None
+    #: tokens verified per request per step (None: no speculation reported)
+    draft: float | None
+    spec: bool
+
+
+def _server(comp: Comparison, arm: str, meta: dict[str, Any]) -> _Server:
+    """The arm's server settings: cap, KV pool, draft tokens, whether it speculates."""
     pool = _num(server_setting(meta, "max_total_num_tokens")) or _num(
         (server_setting(meta, "memory_usage") or {}).get("token_capacity") if isinstance(
             server_setting(meta, "memory_usage"), dict) else None)
     draft = _num(server_setting(meta, "speculative_num_draft_tokens"))
     spec = bool(server_setting(meta, "speculative_algorithm")) or arm in comp.spec_arms and draft is not None
+    return _Server(cap=_cap(meta, comp.caps.get(arm)), pool=pool, draft=draft, spec=spec)
+
+
+@dataclass
+class _Observed:
+    """Per level (in the order of the arm's levels): the figures' replicates and what the server ran."""
+
+    #: figure -> array (1 + n_boot, levels); row 0 is the measurement
+    reps: dict[str, np.ndarray]
+    #: requests the server held at once
+    admitted: np.ndarray
+    #: where each level's ``admitted`` came from: "gauge", "cap", "littles-law"
+    sources: list[str]
+    #: tokens per decode step per request (1 where not measured) and where it was measured
+    accept: np.ndarray
+    accept_seen: np.ndarray
+    #: True when some level had no request rows to bootstrap: its band assumes :data:`ASSUMED_NOISE_PCT`
+    assumed_noise: bool = False
+
+
+def _observe_levels(comp: Comparison, arm: str, lv: pd.DataFrame, req: pd.DataFrame | None, level_only: bool,
+                    server: _Server, output_tokens: float, n_boot: int, rng: np.random.Generator) -> _Observed:
+    """Each level's figures, replicates, accept length and running requests, in the levels' order (the
+    random draws follow it)."""
     conc = lv["concurrency"].to_numpy(dtype=float)
     k = len(lv)
-    reps = {f: np.full((n_boot + 1, k), np.nan) for f in FIGURES}
-    admitted = np.empty(k)
-    sources: list[str] = []
-    accept = np.ones(k)
-    accept_seen = np.zeros(k, bool)
-    assumptions: list[str] = []
+    obs = _Observed(reps={f: np.full((n_boot + 1, k), np.nan) for f in FIGURES}, admitted=np.empty(k), sources=[],
+                    accept=np.ones(k), accept_seen=np.zeros(k, bool))
     user_col = "user_tok_s_mean" if not level_only and "user_tok_s_mean" in lv.columns else comp.user_metric
     for i, row in lv.iterrows():
         c = conc[i]
@@ -271,87 +331,116 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
         u = _level_value(row, user_col, "user_tok_s_mean", "request_tok_s_mean")
         if not math.isfinite(u) or u <= 0:
             raise WhatIfError(f"arm '{arm}' at concurrency {int(c)}: no per-user speed to model from")
-        if spec:
+        if server.spec:
             acc = _level_value(row, "spec_accept_length", "tokens_per_chunk_mean")
-            accept[i] = acc if math.isfinite(acc) and acc >= 1 else 1.0
-            accept_seen[i] = math.isfinite(acc) and acc >= 1
+            obs.accept[i] = acc if math.isfinite(acc) and acc >= 1 else 1.0
+            obs.accept_seen[i] = math.isfinite(acc) and acc >= 1
         if level_only:
-            # Little's law on a closed loop: every one of C clients always has a request out
-            n = min(c, a / u)
-            sources.append("littles-law")
-            noise = np.exp(rng.normal(0.0, ASSUMED_NOISE_PCT / 100, size=(n_boot, 2)))
-            reps["output_tok_s"][:, i] = np.r_[a, a * noise[:, 0]]
-            reps["user_tok_s"][:, i] = np.r_[u, u * noise[:, 1]]
-            reps["e2e_mean_s"][:, i] = c * output_tokens / reps["output_tok_s"][:, i]
+            n = _observe_level_only(obs, i, c, a, u, output_tokens, n_boot, rng)
         else:
-            n, src = (min(c, cap) if cap else c), "cap"
-            limit = gauge_limit(c, n, gauge=_level_value(row, "server_running_max"),
-                                queued=_level_value(row, "server_queued_max"),
-                                decoding=_level_value(row, "decoding_concurrency"),
-                                in_flight=_level_value(row, "client_mean_in_flight"))
-            if limit is not None:
-                n, src = limit, "gauge"
-            sources.append(src)
-            reps["output_tok_s"][0, i] = a
-            reps["user_tok_s"][0, i] = u
-            for f, col in (("ttft_mean_s", "ttft_mean_s"), ("ttft_p50_s", "ttft_p50_s"), ("e2e_mean_s", "e2e_mean_s"),
-                           ("e2e_p50_s", "e2e_p50_s")):
-                reps[f][0, i] = _level_value(row, col)
             sub = req[req["concurrency"] == int(c)] if req is not None else None
-            if sub is not None and len(sub) >= 2:
-                boot = _bootstrap(sub, n_boot, rng)
-                for f, v in boot.items():
-                    if np.isfinite(v[0]):
-                        # the replicates move the level's own figure by the resampled ratio
-                        ref = reps[f][0, i]
-                        reps[f][:, i] = ref * v / v[0] if math.isfinite(ref) and v[0] > 0 else v
-                ratio = boot["e2e_mean_s"][0] / boot["e2e_mean_s"]
-                reps["output_tok_s"][:, i] = a * ratio  # aggregate ∝ C ÷ mean e2e (Little's law)
-            else:
-                noise = np.exp(rng.normal(0.0, ASSUMED_NOISE_PCT / 100, size=(n_boot, 1)))[:, 0]
-                for f in FIGURES:
-                    v = reps[f][0, i]
-                    reps[f][1:, i] = v * noise if f != "user_tok_s" else v * noise
-                if "assumed-noise" not in assumptions:
-                    assumptions.append("assumed-noise")
-            if not math.isfinite(reps["e2e_mean_s"][0, i]):
+            n = _observe_measured(obs, i, row, (c, a, u), server.cap, sub, n_boot, rng)
+            if not math.isfinite(obs.reps["e2e_mean_s"][0, i]):
                 raise WhatIfError(f"arm '{arm}' at concurrency {int(c)}: the level has no e2e_mean_s figure; "
                                   "re-run compare on the result sets (with request rows)")
-        admitted[i] = max(1.0, n)
-    if "assumed-noise" in assumptions:
-        assumptions = [f"levels without request rows: the band assumes {ASSUMED_NOISE_PCT:g} % noise per level"]
+        obs.admitted[i] = max(1.0, n)
+    return obs
+
+
+def _observe_level_only(obs: _Observed, i: int, c: float, a: float, u: float, output_tokens: float, n_boot: int,
+                        rng: np.random.Generator) -> float:
+    """Level ``i`` of level-only data (aggregate ``a`` and per-user ``u`` tok/s at ``c`` clients): the
+    running requests by Little's law, replicates drawn with :data:`ASSUMED_NOISE_PCT`."""
+    # Little's law on a closed loop: every one of C clients always has a request out
+    n = min(c, a / u)
+    obs.sources.append("littles-law")
+    reps = obs.reps
+    noise = np.exp(rng.normal(0.0, ASSUMED_NOISE_PCT / 100, size=(n_boot, 2)))
+    reps["output_tok_s"][:, i] = np.r_[a, a * noise[:, 0]]
+    reps["user_tok_s"][:, i] = np.r_[u, u * noise[:, 1]]
+    reps["e2e_mean_s"][:, i] = c * output_tokens / reps["output_tok_s"][:, i]
+    return n
+
+
+def _observe_measured(obs: _Observed, i: int, row: pd.Series, figures: tuple[float, float, float], cap: int | None,
+                      sub: pd.DataFrame | None, n_boot: int, rng: np.random.Generator) -> float:
+    """Level ``i`` with measured figures (``figures``: clients, aggregate and per-user tok/s): the
+    running requests (the cap, or a lower limit the gauges show), the level's figures, and replicates
+    from a bootstrap over its requests ``sub`` (else drawn with :data:`ASSUMED_NOISE_PCT`)."""
+    c, a, u = figures
+    n, src = (min(c, cap) if cap else c), "cap"
+    limit = gauge_limit(c, n, gauge=_level_value(row, "server_running_max"),
+                        queued=_level_value(row, "server_queued_max"),
+                        decoding=_level_value(row, "decoding_concurrency"),
+                        in_flight=_level_value(row, "client_mean_in_flight"))
+    if limit is not None:
+        n, src = limit, "gauge"
+    obs.sources.append(src)
+    reps = obs.reps
+    reps["output_tok_s"][0, i] = a
+    reps["user_tok_s"][0, i] = u
+    for f in ("ttft_mean_s", "ttft_p50_s", "e2e_mean_s", "e2e_p50_s"):
+        reps[f][0, i] = _level_value(row, f)
+    if sub is not None and len(sub) >= 2:
+        boot = _bootstrap(sub, n_boot, rng)
+        for f, v in boot.items():
+            if np.isfinite(v[0]):
+                # the replicates move the level's own figure by the resampled ratio
+                ref = reps[f][0, i]
+                reps[f][:, i] = ref * v / v[0] if math.isfinite(ref) and v[0] > 0 else v
+        ratio = boot["e2e_mean_s"][0] / boot["e2e_mean_s"]
+        reps["output_tok_s"][:, i] = a * ratio  # aggregate ∝ C ÷ mean e2e (Little's law)
+    else:
+        noise = np.exp(rng.normal(0.0, ASSUMED_NOISE_PCT / 100, size=(n_boot, 1)))[:, 0]
+        for f in FIGURES:
+            reps[f][1:, i] = reps[f][0, i] * noise
+        obs.assumed_noise = True
+    return n
+
+
+def _assumptions(obs: _Observed, lv: pd.DataFrame, level_only: bool, spec: bool) -> list[str]:
+    """What the observations assume beyond the measurements, in the order the page lists them."""
+    assumptions: list[str] = []
+    if obs.assumed_noise:
+        assumptions.append(f"levels without request rows: the band assumes {ASSUMED_NOISE_PCT:g} % noise per level")
     if level_only:
         assumptions.extend(LEVEL_ONLY_ASSUMPTIONS)
-    if not level_only and "cap" in sources:
+    if not level_only and "cap" in obs.sources:
         assumptions.append("no running-requests gauge at some levels: the server is taken to have run min(C, cap) "
                            "requests there, so a limit below the cap (the KV pool) cannot be seen")
     if spec and not (lv.get("spec_accept_length") is not None and lv["spec_accept_length"].notna().all()):
         assumptions.append("accept length not reported by the server at every level: tokens per SSE chunk (or 1) "
                            "stands in for it")
-    if level_only:
-        # no queue gauge: a level is saturated when running requests stopped growing with concurrency
-        saturated = np.array([any(conc[j] < conc[i] and admitted[i] <= PLATEAU * admitted[j] for j in range(k))
-                              for i in range(k)])
-    else:
-        saturated = admitted < conc - 0.5
+    if not level_only:
+        conc = lv["concurrency"].to_numpy(dtype=float)
         inflight = lv["client_mean_in_flight"].to_numpy(dtype=float) if "client_mean_in_flight" in lv.columns \
-            else np.full(k, np.nan)
+            else np.full(len(lv), np.nan)
         short = inflight < 0.5 * conc
         if short.any():
             assumptions.append("at concurrency " + ", ".join(str(int(c)) for c in conc[short]) + " the client kept "
                                "fewer than half the requests in flight on average: those levels measure the client too")
-    n_req = lv["n_ok"].to_numpy(dtype=float) if "n_ok" in lv.columns else np.full(k, np.nan)
-    n_req = np.where(np.isfinite(n_req) & (n_req >= 1), n_req, 2.0 * conc)
+    return assumptions
+
+
+def _saturated(conc: np.ndarray, admitted: np.ndarray, level_only: bool) -> np.ndarray:
+    """Per level: True where clients waited in the server's queue (it ran fewer requests than clients)."""
+    if level_only:
+        # no queue gauge: a level is saturated when running requests stopped growing with concurrency
+        k = len(conc)
+        return np.array([any(conc[j] < conc[i] and admitted[i] <= PLATEAU * admitted[j] for j in range(k))
+                         for i in range(k)])
+    return admitted < conc - 0.5
+
+
+def _request_counts(lv: pd.DataFrame, conc: np.ndarray) -> np.ndarray:
+    """Measured requests per level (per repeat); where not reported, 2 × C (the sweep's default)."""
+    n_req = lv["n_ok"].to_numpy(dtype=float) if "n_ok" in lv.columns else np.full(len(lv), np.nan)
+    return np.where(np.isfinite(n_req) & (n_req >= 1), n_req, 2.0 * conc)
+
+
+def _stall_share(lv: pd.DataFrame, level_only: bool) -> np.ndarray:
+    """Per level: 1 − p50 ÷ mean of the gaps between chunks, in [0, 0.95]; NaN without chunk gaps."""
     if {"chunk_gap_p50_s", "chunk_gap_mean_s"} <= set(lv.columns) and not level_only:
-        stall = np.clip(1.0 - lv["chunk_gap_p50_s"].to_numpy(dtype=float) / lv["chunk_gap_mean_s"].to_numpy(dtype=float),
-                        0.0, 0.95)
-    else:
-        stall = np.full(k, np.nan)
-    mem = server_setting(meta, "memory_usage")
-    return ArmData(
-        arm=arm, level_only=level_only, concurrency=conc, admitted=admitted, saturated=saturated,
-        accept_length=accept, requests=n_req, stall_share=stall, replicates=reps, output_tokens=output_tokens, prompt_tokens=prompt_tokens, cap=cap,
-        pool_tokens=int(pool) if pool else None, draft_tokens=int(draft) if draft else None, speculative=spec,
-        mem_fraction_static=_num(server_setting(meta, "mem_fraction_static")),
-        memory_usage={k: float(v) for k, v in mem.items() if _num(v) is not None} if isinstance(mem, dict) else {},
-        admitted_source=sources, assumptions=assumptions, accept_measured=bool(spec and accept_seen.all()))
+        return np.clip(1.0 - lv["chunk_gap_p50_s"].to_numpy(dtype=float) / lv["chunk_gap_mean_s"].to_numpy(dtype=float),
+                       0.0, 0.95)
+    return np.full(len(lv), np.nan)

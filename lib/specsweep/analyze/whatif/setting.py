@@ -2,7 +2,12 @@
 
 :func:`predict_model` is what both :func:`~specsweep.analyze.whatif.predict.predict` (which widens
 the band by the validation error) and :mod:`~specsweep.analyze.whatif.validate` (which measures
-that error) evaluate.
+that error) evaluate. Input: an arm's fitted :class:`~specsweep.analyze.whatif.model.ArmModel` and
+a :class:`Setting`. Output: each figure's replicates (row 0: the estimate), or a refusal, and ``info``
+(the setting as used, the running requests and what binds them).
+
+Invariant: a state the arm measured is answered with its measurement; nothing is extrapolated
+beyond the batch sizes the arm ran.
 """
 from __future__ import annotations
 
@@ -79,65 +84,103 @@ def _pool_limit(m: ArmModel, pool: int | None, out_tok: float) -> tuple[float, s
 def predict_model(m: ArmModel, s: Setting) -> tuple[dict[str, np.ndarray] | None, dict[str, Any]]:
     """Replicates of every figure for one setting, or None with ``info['why']`` (refused)."""
     d = m.data
-    info: dict[str, Any] = {"concurrency": s.concurrency}
     out_tok = float(s.output_tokens if s.output_tokens is not None else d.output_tokens)
     accept_given = s.accept_length is not None
-    accept = float(s.accept_length) if accept_given else m.accept_length
+    accept = float(s.accept_length) if s.accept_length is not None else m.accept_length
     cap = s.max_running_requests if s.max_running_requests is not None else d.cap
-    info.update(max_running_requests=cap, accept_length=accept, output_tokens=out_tok,
-                pool_tokens=s.pool_tokens if s.pool_tokens is not None else d.pool_tokens)
-
-    def refuse(why: str) -> tuple[None, dict[str, Any]]:
-        info["why"] = why
-        return None, info
-
-    if not s.concurrency >= 1:
-        return refuse(f"concurrency={s.concurrency}: must be ≥ 1")
-    if s.accept_length is not None:
-        if not d.speculative:
-            return refuse(f"accept_length={accept:g}: arm '{d.arm}' does not speculate (one token per step)")
-        if not d.accept_measured:
-            return refuse(f"accept_length={accept:g}: arm '{d.arm}' has no measured accept length at every level "
-                          "to scale from")
-        top = d.draft_tokens or math.inf
-        if not 1.0 <= accept <= top:
-            return refuse(f"accept_length={accept:g}: must lie in [1, {top:g}] (tokens verified per step)")
-    if s.output_tokens is not None:
-        if out_tok > d.output_tokens + 1e-9:
-            return refuse(f"output_tokens={out_tok:g}: longer than the {d.output_tokens:g} measured, so requests "
-                          "would hold contexts this arm never ran")
-        if out_tok < 2:
-            return refuse(f"output_tokens={out_tok:g}: must be ≥ 2")
+    info: dict[str, Any] = {"concurrency": s.concurrency, "max_running_requests": cap, "accept_length": accept,
+                            "output_tokens": out_tok,
+                            "pool_tokens": s.pool_tokens if s.pool_tokens is not None else d.pool_tokens}
+    why = _setting_refusal(m, s, accept, out_tok)
+    if why:
+        return _refused(info, why)
     limit, why = _pool_limit(m, s.pool_tokens, out_tok)
     if why:
-        return refuse(why)
-    bounds = [(m.running_at(float(s.concurrency)), "offered concurrency"), (float(cap) if cap else math.inf, "max_running_requests"),
-              (float(limit), "KV pool")]
-    n, binds = min(bounds, key=lambda b: b[0])
+        return _refused(info, why)
+    n, binds = _running_requests(m, s, cap, limit)
     if n < 1:
-        return refuse(f"the KV pool of {info['pool_tokens']} tokens cannot hold one request of "
-                      f"{d.prompt_tokens + out_tok:g} tokens")
+        return _refused(info, f"the KV pool of {info['pool_tokens']} tokens cannot hold one request of "
+                              f"{d.prompt_tokens + out_tok:g} tokens")
     info.update(running_requests=n, limited_by=binds)
     lo, hi = m.n_range
     if n < lo - 1e-6 or n > hi + 1e-6:
-        return refuse(f"{n:g} running requests ({binds}) is outside the batch sizes arm '{d.arm}' ran "
-                      f"({lo:g}–{hi:g}): extrapolation")
+        return _refused(info, f"{n:g} running requests ({binds}) is outside the batch sizes arm '{d.arm}' ran "
+                              f"({lo:g}–{hi:g}): extrapolation")
+    if not accept_given and s.output_tokens is None:
+        measured = _measured_state(m, s, n, info)
+        if measured is not None:
+            return measured, info
+    return _modelled(m, s, n, accept, out_tok, info), info
+
+
+def _refused(info: dict[str, Any], why: str) -> tuple[None, dict[str, Any]]:
+    """A refusal: no replicates, and ``info`` saying why."""
+    info["why"] = why
+    return None, info
+
+
+def _setting_refusal(m: ArmModel, s: Setting, accept: float, out_tok: float) -> str | None:
+    """Why the arm's model cannot answer the setting ``s`` (its concurrency, accept length or output
+    length), or None."""
+    d = m.data
+    if not s.concurrency >= 1:
+        return f"concurrency={s.concurrency}: must be ≥ 1"
+    if s.accept_length is not None:
+        if not d.speculative:
+            return f"accept_length={accept:g}: arm '{d.arm}' does not speculate (one token per step)"
+        if not d.accept_measured:
+            return (f"accept_length={accept:g}: arm '{d.arm}' has no measured accept length at every level "
+                    "to scale from")
+        top = d.draft_tokens or math.inf
+        if not 1.0 <= accept <= top:
+            return f"accept_length={accept:g}: must lie in [1, {top:g}] (tokens verified per step)"
+    if s.output_tokens is not None:
+        if out_tok > d.output_tokens + 1e-9:
+            return (f"output_tokens={out_tok:g}: longer than the {d.output_tokens:g} measured, so requests "
+                    "would hold contexts this arm never ran")
+        if out_tok < 2:
+            return f"output_tokens={out_tok:g}: must be ≥ 2"
+    return None
+
+
+def _running_requests(m: ArmModel, s: Setting, cap: int | None, limit: float) -> tuple[float, str]:
+    """(requests the server runs at once, what binds it): the fewest of what the offered concurrency
+    keeps running, the cap and what the KV pool holds (``limit``)."""
+    bounds = [(m.running_at(float(s.concurrency)), "offered concurrency"),
+              (float(cap) if cap else math.inf, "max_running_requests"), (float(limit), "KV pool")]
+    return min(bounds, key=lambda b: b[0])
+
+
+def _measured_state(m: ArmModel, s: Setting, n: float, info: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """Where the arm measured this very state (the concurrency, with ``n`` requests running), its
+    outcome: the measurement's replicates; else None."""
+    d = m.data
     same = np.flatnonzero(np.isclose(d.concurrency, s.concurrency) & (np.abs(d.admitted - n) < 0.5))
-    if len(same) and not accept_given and s.output_tokens is None:
-        # the arm measured this very state (concurrency and running requests): its outcome is the measurement
-        i = int(same[0])
-        r = d.replicates
-        info["accept_length"] = float(d.accept_length[i])
-        return {"aggregate_tok_s": r["output_tok_s"][:, i], "user_tok_s": r["user_tok_s"][:, i],
-                "ttft_p50_s": r["ttft_p50_s"][:, i],
-                "e2e_p50_s": r["e2e_mean_s" if d.level_only else "e2e_p50_s"][:, i]}, info
+    if not len(same):
+        return None
+    i = int(same[0])
+    r = d.replicates
+    info["accept_length"] = float(d.accept_length[i])
+    return {"aggregate_tok_s": r["output_tok_s"][:, i], "user_tok_s": r["user_tok_s"][:, i],
+            "ttft_p50_s": r["ttft_p50_s"][:, i],
+            "e2e_p50_s": r["e2e_mean_s" if d.level_only else "e2e_p50_s"][:, i]}
+
+
+def _modelled(m: ArmModel, s: Setting, n: float, accept: float, out_tok: float,
+              info: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The figures the fitted model gives at ``n`` running requests: step time, prefill share and the
+    accept length at that batch size, moved by a given accept length or output length, then closed-loop
+    queueing by Little's law for the clients beyond ``n``."""
+    d = m.data
+    accept_given = s.accept_length is not None
     tpot0 = m.at("tpot_s", n)
     ttft0 = m.at("ttft0_mean_s", n)
     kappa = m.at("kappa", n)
     jensen = m.at("jensen", n)
     acc0 = m.at("accept", n)
+    accept_now: float | np.ndarray = accept
     if not accept_given:  # the accept length the arm showed at this batch size
-        accept = acc0
+        accept_now = acc0
         info["accept_length"] = float(acc0[0])
     phi = m.at("prefill_share", n)
     drain = min(1.0, n / m.requests_at(s.concurrency)) if not d.level_only else 0.0
@@ -150,19 +193,18 @@ def predict_model(m: ArmModel, s: Setting) -> tuple[dict[str, np.ndarray] | None
         tpot = tpot_user
         for _ in range(60):  # fixed point of φ = λ t_pf, λ = n / (TTFT₀ + (O − 1) tpot)
             lam = n / (ttft0 + (out_tok - 1) * tpot0 * tpot / tpot_user)
-            tpot = norm * acc0 / accept * stall_mix(drain, np.clip(lam * pf, 0.0, 0.95))
+            tpot = norm * acc0 / accept_now * stall_mix(drain, np.clip(lam * pf, 0.0, 0.95))
         ratio = tpot / tpot_user
     e2e0 = ttft0 + (out_tok - 1) * tpot0 * ratio
     lam = n / e2e0
     wait = e2e0 * (s.concurrency - n) / n
     tpot_user = tpot_user * ratio
-    res = {
+    return {
         "aggregate_tok_s": kappa * lam * out_tok,
         "user_tok_s": jensen / tpot_user,
         "ttft_p50_s": m.at("ttft0_p50_s", n) + wait,
         "e2e_p50_s": (e2e0 + wait) * m.at("e2e_skew_s", n) if not d.level_only else e2e0 + wait,
     }
-    return res, info
 
 
 def with_setting(s: Setting, **change: Any) -> Setting:
