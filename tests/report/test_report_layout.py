@@ -13,8 +13,8 @@ import nbformat
 import pandas as pd
 import pytest
 
+from browser import chromium_dump
 from specsweep.report import export_html
-from test_report_browser import chromium_dump
 
 #: what the page reports about itself once loaded: the page's width, and the wide table's and its
 #: nearest scrolling box's geometry (px)

@@ -8,6 +8,7 @@ import nbformat
 import pytest
 
 import expected
+from cases import BASE, THROUGHPUT, cross8, scaled
 from helpers import write_level_only
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, recommend
@@ -15,8 +16,6 @@ from specsweep.markup import markdown_html
 from specsweep.report.decision import decision_markdown, decision_rows, first_screen_html, stability, verdict_prose
 from specsweep.report.summary import SUMMARY_MIME, summary_markdown, write_summary
 from specsweep.results.store import load_result_sets
-from test_compare import BASE, cross8, scaled
-from test_recommend import THROUGHPUT
 
 pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 

@@ -21,7 +21,7 @@ from specsweep.analyze.join import agreeing_definitions
 from specsweep.importers import BadInput, import_files
 from specsweep.results.store import load_result_set, load_result_sets
 
-FIX = Path(__file__).parent / "fixtures" / "importers"
+FIX = Path(__file__).parents[1] / "fixtures" / "importers"
 LEVELS = [1, 8, 64]
 
 
@@ -256,7 +256,7 @@ def test_table_reads_the_seeds_pasted_markdown_for_each_arm(tmp_path):
             (b_agg, b_per, m_agg, m_per)
     assert sets["mtp"].meta["level_only"] and sets["mtp"].meta["source"]["files"][0]["path"] == "seed.md"
     # the same figures as the seed's hand-transcribed reference data
-    seed = load_result_set(Path(__file__).parents[1] / "data" / "reference" / "seed-qwen3.5-122b-a10b" / "baseline")
+    seed = load_result_set(Path(__file__).parents[2] / "data" / "reference" / "seed-qwen3.5-122b-a10b" / "baseline")
     assert list(seed.levels["output_tok_s"]) == list(sets["baseline"].levels["output_tok_s"])
 
 

@@ -25,7 +25,7 @@ from specsweep.refserver.launch import RefServer
 from specsweep.results.records import RequestRecord
 from specsweep.servers.llamacpp import SPEC_TYPE_UNREPORTED, props_settings
 
-FIXTURES = Path(__file__).parent / "fixtures" / "llamacpp"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "llamacpp"
 REAL = FIXTURES / "real-b1-0c1e570"
 
 

@@ -16,7 +16,7 @@ from specsweep.measure.token_accounting import MAX_COUNT, account_tokens, drop_i
 
 pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def _times(n: int) -> list[float]:

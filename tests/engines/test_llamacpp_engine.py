@@ -14,7 +14,7 @@ from helpers import require_extra
 from specsweep.engines import llamacpp
 from specsweep.servers.llamacpp import SPEC_TYPE_UNREPORTED, props_settings
 
-LIB = str(Path(__file__).resolve().parents[1] / "lib")
+LIB = str(Path(__file__).resolve().parents[2] / "lib")
 
 
 @pytest.mark.parametrize("args, message", [
@@ -95,7 +95,7 @@ def test_probe_labels_arms_by_the_launchers_record_never_ngram_as_draft() -> Non
 def _serve_argvs() -> list[tuple[str, str, list[str]]]:
     import yaml
 
-    root = Path(__file__).resolve().parents[1] / "data" / "studies"
+    root = Path(__file__).resolve().parents[2] / "data" / "studies"
     out = []
     for path in sorted(root.rglob("*.yaml")):
         for arm in (yaml.safe_load(path.read_text()) or {}).get("arms") or []:

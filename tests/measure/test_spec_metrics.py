@@ -28,7 +28,7 @@ from specsweep.results.store import ResultSet, load_result_set
 from specsweep.servers import dialect_of
 from specsweep.servers.flavours import build_body
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def _raw(stream: Path | str) -> RawExchange:

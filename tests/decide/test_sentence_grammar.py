@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cases import BALANCED, BASE, LATENCY, THROUGHPUT, cross8, plain, scaled
 from helpers import write_level_only, write_measured
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, recommend
@@ -16,8 +17,6 @@ from specsweep.decide.verdicts import DecisionKind, decision_class
 from specsweep.report.consistency import check_page, grammar_errors
 from specsweep.report.verdict import verdict_markdown
 from specsweep.results.store import load_result_sets
-from test_compare import BASE, cross8, scaled
-from test_recommend import BALANCED, LATENCY, THROUGHPUT, plain
 
 pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
 

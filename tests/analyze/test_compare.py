@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from cases import BASE, LEVELS, cross8, scaled, study
 from helpers import SEED, write_level_only, write_measured
 from specsweep.analyze.compare import compare
 from specsweep.analyze.crossover import curve_crossovers
@@ -20,31 +20,6 @@ from specsweep.analyze.workload_match import WorkloadMismatchError
 from specsweep.results.store import load_result_sets
 
 pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("chart_defaults")]  # charts as the notebooks draw them
-
-LEVELS = (1, 2, 4, 8, 16, 32, 64)
-#: a seed-like baseline: aggregate 100 × C^0.8 tok/s, per-request 100 × C^−0.25 tok/s
-BASE = {c: (100.0 * c ** 0.8, 100.0 * c ** -0.25) for c in LEVELS}
-Ratio = float | Callable[[int], float]
-
-
-def study(tmp_path: Path, base: dict[int, tuple[float, float]] | None = None, **arms: dict[int, tuple[float, float]]) -> list:
-    sets = [write_level_only(tmp_path / "baseline", "baseline", base or BASE)]
-    sets += [write_level_only(tmp_path / name, name, rows) for name, rows in arms.items()]
-    return load_result_sets(sets)
-
-
-def scaled(agg: Ratio, user: Ratio | None = None, levels: tuple[int, ...] = LEVELS) -> dict[int, tuple[float, float]]:
-    """The baseline times a ratio (a constant or a function of concurrency) on each figure."""
-    user = agg if user is None else user
-    f = (lambda r: r if callable(r) else (lambda c: r))
-    fa, fu = f(agg), f(user)
-    return {c: (BASE[c][0] * fa(c), BASE[c][1] * fu(c)) for c in levels}
-
-
-def cross8(c: int) -> float:
-    """+10% at 4, 0 at 8, −10% at 16: −10% per doubling."""
-    return 1.0 - 0.10 * (math.log2(c) - 3)
-
 
 def test_deltas_always_win_always_lose(tmp_path: Path) -> None:
     comp = compare(study(tmp_path, win=scaled(1.2), lose=scaled(0.8)))

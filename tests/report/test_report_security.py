@@ -15,12 +15,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from browser import hover_in_chromium
 from helpers import base_meta, synthetic_records
 from specsweep.analyze.metrics import level_metrics, requests_frame
 from specsweep.report import build_report
 from specsweep.results.records import RequestRecord
 from specsweep.results.store import append_level
-from test_report_browser import hover_in_chromium
 
 SCRIPT = "<script>window.__pwned=1</script>"
 IMG = '"><img src=x onerror="window.__pwned=1">'

@@ -22,7 +22,7 @@ from specsweep.workloads.datasets import DatasetError
 from specsweep.workloads.order import record_index
 from specsweep.workloads.prompts import make_workload
 
-FIX = Path(__file__).parent / "fixtures" / "datasets"
+FIX = Path(__file__).parents[1] / "fixtures" / "datasets"
 
 
 def quiet(_: str) -> None:

@@ -9,28 +9,14 @@ import pandas as pd
 import pytest
 
 import expected
+from cases import BALANCED, BASE, LATENCY, THROUGHPUT, cross8, plain, scaled, study
 from helpers import SEED, write_level_only, write_measured
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, parse_profile, recommend
 from specsweep.decide.judge import _sign
-from specsweep.markup import markdown_html
 from specsweep.results.store import load_result_sets
-from test_compare import BASE, cross8, scaled, study
 
 pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
-
-THROUGHPUT = {"name": "batch", "objective": "throughput"}
-LATENCY = {"name": "agentic", "objective": "latency"}
-BALANCED = {"name": "both", "objective": "balanced"}
-
-
-def plain(md: str) -> str:
-    """Markdown as the reader sees it (escapes resolved, tags stripped)."""
-    import html
-    import re
-
-    return html.unescape(re.sub(r"<[^>]+>", "", markdown_html(md)))
-
 
 @pytest.fixture(scope="module")
 def seed():

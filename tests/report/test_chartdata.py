@@ -25,7 +25,7 @@ from specsweep.results.store import load_result_set
 
 pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("chart_defaults")]  # charts as the notebooks draw them
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _same(a: object, b: object) -> bool:

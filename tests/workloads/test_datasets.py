@@ -21,8 +21,8 @@ from specsweep.workloads import datasets as ds
 from specsweep.workloads.datasets import DatasetError, PromptRecord
 from specsweep.workloads.order import record_index
 
-FIX = Path(__file__).parent / "fixtures" / "datasets"
-ROOT = Path(__file__).resolve().parents[1]
+FIX = Path(__file__).parents[1] / "fixtures" / "datasets"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sharegpt_json_array_first_human_turn_and_reference_length() -> None:
@@ -394,7 +394,7 @@ def test_every_format_prefix_reads_its_file_as_that_format(prefix: str, fixture:
 def test_the_readme_names_every_workload_value() -> None:
     """docs/workloads.md's workload table has a row (with an example) for every value ``load_spec`` and the
     sweep accept: each format and alias as a ``<name>:`` prefix, the built-in set, hf:, random IDs/text, auto."""
-    readme = (Path(__file__).resolve().parents[1] / "docs" / "workloads.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
     table = readme.split("| `workload` | what is sent | example |")[1].split("\n\n")[0]
     names = [f"`{name}:" for name in (*ds.FORMATS, *ds._ALIASES)]
     names += ["`builtin`", "`builtin:", "`hf:", "`random-ids`", "`random-text`", "`auto`"]
