@@ -1,4 +1,4 @@
-"""``make reports`` (specsweep.publish) runs a study fresh and shows each arm's and level's progress (issues 8, 9)."""
+"""``make reports`` (specsweep.publish) runs a study fresh and shows each arm's and level's progress."""
 from __future__ import annotations
 
 import re

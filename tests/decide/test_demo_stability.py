@@ -1,4 +1,4 @@
-"""The published demo's decisions are stable (issue 23 item 4): two independent measurements of a
+"""The published demo's decisions are stable: two independent measurements of a
 reduced copy of the demo design — two real studies on the embedded reference server, with different
 prompt seeds, measured at the same time (``make reports`` measures one study at a time, so this is
 the busier case) — reach the same decision per profile (class and arm), and the decision table tool

@@ -1,4 +1,4 @@
-"""Verdicts on the harder cases of issue 22, drawn fresh from a stated noise model with known answers.
+"""Verdicts on the harder cases (noise above the assumption, drift, a control arm, noise growing with load), drawn fresh from a stated noise model with known answers.
 
 The generator is :func:`specsweep.decide.draws.draw_study` (it builds whole studies in time order and never
 calls compare or recommend); each case draws ``N`` seeded studies and runs the real ``compare`` and

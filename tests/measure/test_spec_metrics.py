@@ -1,4 +1,4 @@
-"""Per-request speculative acceptance (issue 10 item 4): the client reads the servers' per-request
+"""Per-request speculative acceptance: the client reads the servers' per-request
 figures (vLLM ``metrics.speculative_decoding``, SGLang ``meta_info`` and
 ``sglext.spec_tokens_details``), and a level takes its acceptance from them where every request has
 them, else from ``/metrics`` counter deltas, with the source named."""

@@ -1,4 +1,4 @@
-"""Crash safety, resume and secrets of the sweep (issue 8), against real reference servers over 127.0.0.1."""
+"""Crash safety, resume and secrets of the sweep, against real reference servers over 127.0.0.1."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Prompt-set workloads through the sweep, end to end on the reference server (issue 10):
+"""Prompt-set workloads through the sweep, end to end on the reference server:
 categories on every request row, content-dependent acceptance recovered per category, natural
 output lengths, and the real-server default workload."""
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """Building reports: the page's Reproduce commands run as printed, the same inputs give the same
-bytes, the CLI takes paths relative to the current directory, and the build is quiet (issue 8,
-items 15 and 18)."""
+bytes, the CLI takes paths relative to the current directory, and the build is quiet."""
 from __future__ import annotations
 
 import html as htmllib

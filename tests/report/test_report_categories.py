@@ -1,4 +1,4 @@
-"""The report's category view (issue 10 item 5): per-category Δ% built from real sweeps on the
+"""The report's category view: per-category Δ% built from real sweeps on the
 reference server, checked against ``analyze.categories.category_metrics``; each category's delta curve is
 the verdict's fit over its own rows, and its crossover is said with the numbers beside it (or
 "too few levels"); the sentence names the best and worst category; category names from the

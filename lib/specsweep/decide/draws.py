@@ -139,7 +139,7 @@ def measure_quoted(n: int = 500) -> dict[tuple[str, str], dict[str, float]]:
 
 
 
-# ------------------------------------------------------------------------ harder cases (issue 22)
+# ------------------------------------------------------------------------ harder cases
 #
 # A second generator, for the cases an operator meets on real machines: noise larger than the
 # assumption, drift between arms measured back to back, a control arm, noise that grows with
