@@ -266,7 +266,7 @@ def test_resuming_a_complete_run_keeps_it_and_changes_are_recorded_or_refused(tm
     time.sleep(1.1)  # finished_utc has one-second resolution: a rewrite would show
     lines: list[str] = []
     res = run_sweep({**params, "resume": str(run_dir), "label": "MTP, 3 steps"}, progress=False, log=lines.append)
-    assert res.meta.finished_utc == first["finished_utc"]
+    assert res.meta.finished_utc == first.finished_utc
     assert any("nothing to measure" in line for line in lines)
     assert res.meta.label == "MTP, 3 steps"
     change = res.meta.changes_on_resume[0]
