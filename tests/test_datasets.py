@@ -251,8 +251,8 @@ def test_an_hf_workload_runs_through_a_sweep_offline(tmp_path: Path, refserver_m
 
     rs = load_result_set(Path(done.stdout.strip().splitlines()[-1]))
     workload = rs.meta.workload
-    assert workload["kind"] == "hf-dataset" and workload["value"] == spec
-    assert str(workload["dataset_digest"]).startswith("hf-fingerprint:")
+    assert workload.kind == "hf-dataset" and workload.value == spec
+    assert str(workload.dataset_digest).startswith("hf-fingerprint:")
     req = rs.requests[~rs.requests["warmup"].astype(bool)]
     assert len(req) == 12 and req["error"].isna().all()
     n, seed = len(rows), int(rs.meta.workload.seed)

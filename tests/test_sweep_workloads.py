@@ -151,8 +151,8 @@ def test_natural_lengths_run_end_to_end(tmp_path: Path, refserver: RefServer, ap
                      "metrics_interval_s": 0.2}, progress=False, log=quiet)
     rs = load_result_set(res.run_dir)
     wl = rs.meta.workload
-    assert wl["kind"] == "builtin" and wl["chosen_by"].startswith("auto:") and wl["output_length"] == "natural"
-    assert wl["ignore_eos"] is False and "natural output lengths" in wl["description"]
+    assert wl.kind == "builtin" and wl.chosen_by.startswith("auto:") and wl.output_length == "natural"
+    assert wl.ignore_eos is False and "natural output lengths" in wl.description
     req = rs.requests.sort_values("prompt_id")
     assert req["error"].isna().all()
     eng = load_profile("tiny").engine
