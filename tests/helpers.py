@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from specsweep.analyze.metrics import level_metrics, requests_frame
+from specsweep.results.meta import Meta
 from specsweep.results.records import RequestRecord
 from specsweep.results.store import SCHEMA_VERSION, append_level, write_meta
 
@@ -147,7 +148,7 @@ def write_measured(
             lv = level_metrics(req, c)
             lv.update(run_id=m["run_id"], arm=arm, concurrency=c, repeat=r, **(level_extra or {}).get(c, {}))
             append_level(folder, pd.DataFrame([lv]), req)
-    write_meta(folder, m)
+    write_meta(folder, Meta.model_validate(m))
     return folder
 
 

@@ -74,7 +74,7 @@ def test_import_then_report_arguments_checked_before_the_notebook_runs(tmp_path,
         files = [str(p) for p in sorted((FIX / "vllm").glob(f"{arm}-c*.json.gz"))]
         assert main(["import", "vllm", *files, "--arm", arm, "--out", str(out)]) == 0
     assert f"wrote {out / 'mtp'}" in capsys.readouterr().out
-    assert load_result_set(out / "mtp").meta["source"]["tool"] == "vllm bench serve"
+    assert load_result_set(out / "mtp").meta.source["tool"] == "vllm bench serve"
     # an unknown baseline is bad input, said before any report is built
     assert main(["report", str(out), "--name", "x", "--baseline", "nope", "--out-dir", str(tmp_path)]) == 2
     assert "--baseline 'nope'" in capsys.readouterr().err

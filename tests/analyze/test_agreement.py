@@ -11,7 +11,9 @@ import random
 import pandas as pd
 import pytest
 
+from helpers import base_meta
 from specsweep.analyze.agreement import agreement_markdown, first_difference, first_difference_example, output_agreement
+from specsweep.results.meta import Meta, StudyMeta
 from specsweep.results.records import BLOCK_CHARS, HEAD_CHARS, output_fingerprint
 from specsweep.results.store import ResultSet
 
@@ -78,7 +80,8 @@ def _set(arm: str, texts: list[str]) -> ResultSet:
         d, h, b = output_fingerprint(t)
         rows.append({"arm": arm, "concurrency": 4, "repeat": 0, "prompt_id": i, "warmup": False, "error": None,
                      "output_digest": d, "output_head": h, "output_blocks": b})
-    return ResultSet(path=None, meta={"arm": arm, "sweep": {"temperature": 0.0}}, requests=pd.DataFrame(rows),  # type: ignore[arg-type]
+    return ResultSet(path=None, meta=Meta.model_validate(base_meta(arm, sweep={"temperature": 0.0})),  # type: ignore[arg-type]
+                     requests=pd.DataFrame(rows),
                      levels=pd.DataFrame())
 
 
@@ -105,7 +108,7 @@ def test_study_page_shows_the_earliest_difference_escaped() -> None:
 
     sets = [_set("baseline", ["<b>bold</b> and *more*\nline two"]), _set("mtp<i>", ["<b>bold</b> and *less*\nline two"])]
     for rs in sets:
-        rs.meta["study"] = {"name": "s", "repeats": 1, "order": "interleaved"}
+        rs.meta.study = StudyMeta(name="s", repeats=1, order="interleaved")
     md = study_markdown(sets)
     assert "Earliest difference of" in md and "character 17" in md
     html = markdown_html(md)

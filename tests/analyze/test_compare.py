@@ -10,13 +10,14 @@ import pandas as pd
 import pytest
 
 from cases import BASE, LEVELS, cross8, scaled, study
-from helpers import SEED, write_level_only, write_measured
+from helpers import SEED, base_meta, write_level_only, write_measured
 from specsweep.analyze.compare import compare
 from specsweep.analyze.crossover import curve_crossovers
 from specsweep.analyze.curves import fit_delta_curve, smallest_detectable_pct
 from specsweep.analyze.join import NoSharedLevelError
 from specsweep.analyze.pareto import pareto_frontier
 from specsweep.analyze.workload_match import WorkloadMismatchError
+from specsweep.results.meta import Meta
 from specsweep.results.store import load_result_sets
 
 pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("chart_defaults")]  # charts as the notebooks draw them
@@ -340,7 +341,7 @@ def test_level_means_match_a_pandas_groupby_on_many_frames() -> None:
         lv.loc[lv["concurrency"] == levels[0], "ttft_p99_s"] = np.nan  # one level with no value at all
         if case % 10 == 0:
             lv["errors"] = lv["errors"].astype("Int64")  # nullable: pandas' path
-        rs = ResultSet(path=Path("spec"), meta={"arm": "spec"}, levels=lv)
+        rs = ResultSet(path=Path("spec"), meta=Meta.model_validate(base_meta("spec")), levels=lv)
         got, want = aggregate_levels(rs, lv), by_pandas(rs, lv)
         assert list(got.columns) == list(want.columns)
         pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-13, atol=0)

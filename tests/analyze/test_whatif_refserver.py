@@ -93,7 +93,7 @@ def test_mem_fraction_static_sizes_the_pool_from_the_servers_memory_figures(meas
     assert int(same.iloc[0]["pool_tokens"]) == int(plain.iloc[0]["pool_tokens"]) == 32000
     smaller = whatif.predict(comp, "train", concurrency=[64], mem_fraction_static=0.72, gpu_mem_gib=16, sets=[train])
     # 0.03 × 16 GiB less static memory comes out of the KV cache (0.519 GiB): a pool of ~2,400 tokens, 37 requests
-    kv = train.meta["server"]["server_info"]["internal_states"][0]["memory_usage"]["kvcache"]
+    kv = train.meta.server["server_info"]["internal_states"][0]["memory_usage"]["kvcache"]
     pool = int(32000 * (kv - 0.03 * 16) / kv)
     assert int(smaller.iloc[0]["pool_tokens"]) == pool
     assert smaller.iloc[0]["limited_by"] == "KV pool" and smaller.iloc[0]["running_requests"] == pool // 64

@@ -17,6 +17,7 @@ from specsweep.analyze.compare import compare
 from specsweep.analyze.curves import MODEL_RANK, fit_delta_curve
 from specsweep.decide import decide, parse_profile, recommend
 from specsweep.decide.ties import changed_settings, differs, simplest
+from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet
 
 pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
@@ -28,12 +29,12 @@ THROUGHPUT = parse_profile({"name": "batch", "objective": "throughput"})
 LATENCY = parse_profile({"name": "interactive", "objective": "latency"})
 
 
-def _meta(arm: str, repeats: int, embedded: dict | None) -> dict:
-    return {"schema_version": 1, "kind": "reference", "run_id": f"t-{arm}", "arm": arm, "label": arm,
+def _meta(arm: str, repeats: int, embedded: dict | None) -> Meta:
+    return Meta.model_validate({"schema_version": 1, "kind": "reference", "run_id": f"t-{arm}", "arm": arm, "label": arm,
             "complete": True, "level_only": True, "server": {"name": "sglang"},
             "embedded_server": embedded,
             "workload": {"kind": "prompt-file", "input_tokens": 1000, "output_tokens": 256},
-            "sweep": {"concurrency": list(LEVELS), "repeats": repeats}}
+            "sweep": {"concurrency": list(LEVELS), "repeats": repeats}})
 
 
 #: the arms of every draw and how each is configured (the study's embedded server)

@@ -203,14 +203,14 @@ def test_outputs_agree_at_one_request_at_temperature_zero(real: dict[str, Any]) 
 
 def test_launch_settings_are_recorded_where_the_probe_finds_them(real: dict[str, Any]) -> None:
     for arm, spec in (("baseline", None), ("ngram", "ngram-simple")):
-        server = real[arm].meta["server"]
+        server = real[arm].meta.server
         launch = server["launch"]
         # /props carries what the settings file says (less what is known only once it listens)
         assert launch == {k: v for k, v in real[f"{arm}_settings"].items() if k not in ("base_url", "port", "pid")}
         assert launch["slots"] == SLOTS and launch["ctx_per_slot"] == CTX and launch["threads"] == 1
         assert server["parallel_slots"] == SLOTS and server["context_length"] == CTX  # llama.cpp's own /props
         assert server["speculative_algorithm"] == spec  # an n-gram arm is never labelled "draft"
-    launch = real["ngram"].meta["server"]["launch"]
+    launch = real["ngram"].meta.server["launch"]
     assert (launch["spec"], launch["draft_max"], launch["ngram_n"]) == ("ngram-simple", 8, 3)
     assert launch["argv"][1:] == ["--model", "smollm2", "--slots", str(SLOTS), "--threads", "1", "--ctx-per-slot",
                                   str(CTX), "--port", "0", "--settings-json", launch["argv"][12], *NGRAM]
@@ -219,8 +219,8 @@ def test_launch_settings_are_recorded_where_the_probe_finds_them(real: dict[str,
 def test_chat_route_and_cache_handling_are_recorded(real: dict[str, Any]) -> None:
     for arm in ("baseline", "ngram"):
         meta = real[arm].meta
-        assert meta["api"] == "openai-chat" and "chat template" in meta["api_chosen_by"]
-        assert meta["prefix_cache_flush"] == f"POST /slots/{{id}}?action=erase ({SLOTS} slots)"
+        assert meta.api == "openai-chat" and "chat template" in meta.api_chosen_by
+        assert meta.prefix_cache_flush == f"POST /slots/{{id}}?action=erase ({SLOTS} slots)"
     # the mechanism: a repeat is served from the slot's cache, an erased slot serves nothing
     first, repeat, after_erase = real["cached"]
     assert first == 0 and repeat > 0 and after_erase == 0
@@ -229,5 +229,5 @@ def test_chat_route_and_cache_handling_are_recorded(real: dict[str, Any]) -> Non
     how, why = real["no_erase"]
     assert how is None and "501" in why
     rs = real["no_erase_run"]
-    assert rs.meta["prefix_cache_flush"].startswith("cache_prompt: false on every request (slot erase refused: ")
-    assert "501" in rs.meta["prefix_cache_flush"] and (measured(rs)["output_tokens"] == 8).all()
+    assert rs.meta.prefix_cache_flush.startswith("cache_prompt: false on every request (slot erase refused: ")
+    assert "501" in rs.meta.prefix_cache_flush and (measured(rs)["output_tokens"] == 8).all()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import base_meta
 from specsweep.analyze.compare import compare
 from specsweep.measure.sweep import run_sweep
 from specsweep.refserver.launch import RefServer
@@ -19,6 +20,7 @@ from specsweep.report import (
     server_command,
     setup_table,
 )
+from specsweep.results.meta import Meta
 from specsweep.results.store import load_result_sets
 
 
@@ -29,11 +31,11 @@ def test_server_commands_are_shown_with_secrets_masked(monkeypatch: pytest.Monke
     shown = masked_argv(argv)
     assert shown[:4] == ["llama-server", "--api-key", "***", "--hf-token=***"]
     assert "sk-live-123" not in " ".join(shown) and shown[-2:] == ["--spec-type", "ngram-mod"]
-    meta = {"server": {"name": "llamacpp", "launch": {"argv": ["python -m specsweep.engines.llamacpp", "--model",
-                                                               "smollm2", "--spec", "ngram-simple", "--api-key", "k"]}}}
+    meta = Meta.model_validate(base_meta("a", server={"name": "llamacpp", "launch": {"argv": [
+        "python -m specsweep.engines.llamacpp", "--model", "smollm2", "--spec", "ngram-simple", "--api-key", "k"]}}))
     assert server_command(meta) == ("'python -m specsweep.engines.llamacpp' --model smollm2 --spec ngram-simple "
                                     "--api-key '***'")
-    assert server_command({"server": {"name": "vllm"}}) is None  # nothing recorded: nothing claimed
+    assert server_command(Meta.model_validate(base_meta("a", server={"name": "vllm"}))) is None  # nothing recorded: nothing claimed
 
 
 def _sweep(url: str, out: Path, arm: str) -> Path:

@@ -16,9 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import base_meta
 from specsweep.analyze.compare import compare
 from specsweep.analyze.join import agreeing_definitions
 from specsweep.importers import BadInput, import_files
+from specsweep.results.meta import Meta
 from specsweep.results.store import load_result_set, load_result_sets
 
 FIX = Path(__file__).parents[1] / "fixtures" / "importers"
@@ -134,8 +136,8 @@ def test_vllm_detailed_rows_keep_vllms_raw_samples_and_its_itl_becomes_inter_chu
     path = FIX / "vllm" / "mtp-c8.json.gz"
     raw = _load_json(path)[0]
     rs = load_result_set(import_files("vllm", [path], "mtp", tmp_path))
-    assert rs.meta["source"]["files"][0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert rs.meta["source"]["tool"] == "vllm bench serve" and rs.meta["kind"] == "run"
+    assert rs.meta.source["files"][0]["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert rs.meta.source["tool"] == "vllm bench serve" and rs.meta.kind == "run"
     req = rs.requests
     assert len(req) == len(raw["ttfts"])
     assert np.allclose(sorted(req["ttft_s"]), sorted(raw["ttfts"]))
@@ -149,32 +151,32 @@ def test_vllm_detailed_rows_keep_vllms_raw_samples_and_its_itl_becomes_inter_chu
     tpots = [(l - t) / (o - 1) for l, t, o in zip(raw["latencies"], raw["ttfts"], raw["output_lens"]) if o > 1]
     assert lv["tpot_mean_s"] == pytest.approx(np.mean(tpots), rel=1e-9)
     assert lv["vllm_peak_output_tok_s"] == raw["max_output_tokens_per_s"]
-    assert "chunks (not tokens)" in rs.meta["metric_definitions"]["vllm_peak_output_tok_s"]
-    assert any("one sample per stream chunk" in w for w in rs.meta["warnings"])
+    assert "chunks (not tokens)" in rs.meta.metric_definitions["vllm_peak_output_tok_s"]
+    assert any("one sample per stream chunk" in w for w in rs.meta.warnings)
 
 
 def test_vllm_summary_only_is_level_only_and_its_per_user_speed_is_named_as_one_over_mean_tpot(tmp_path):
     path = FIX / "vllm" / "baseline-summary.jsonl"
     raw = _load_json(path)
     rs = load_result_set(import_files("vllm", [path], "baseline", tmp_path))
-    assert rs.meta["level_only"] and rs.requests is None
+    assert rs.meta.level_only and rs.requests is None
     lv = rs.levels.set_index("concurrency")
     for obj in raw:
         c = obj["max_concurrency"]
         assert lv.loc[c, "output_tok_s"] == obj["output_throughput"]
         assert lv.loc[c, "user_tok_s_mean"] == pytest.approx(1000 / obj["mean_tpot_ms"])
         assert lv.loc[c, "chunk_gap_p99_s"] == pytest.approx(obj["p99_itl_ms"] / 1000)
-    assert "1 / mean TPOT" in rs.meta["metric_definition_ids"]["user_tok_s_mean"]
-    assert rs.meta["workload"]["output_tokens"] == 64  # derived from tokens per successful request
+    assert "1 / mean TPOT" in rs.meta.metric_definition_ids["user_tok_s_mean"]
+    assert rs.meta.workload.output_tokens == 64  # derived from tokens per successful request
 
 
 def test_sglang_openai_backend_names_the_requested_length_fallback(tmp_path):
     native = load_result_set(import_files("sglang", [FIX / "sglang" / "baseline.jsonl"], "baseline", tmp_path))
     oai = load_result_set(import_files("sglang", [FIX / "sglang" / "mtp-oai.jsonl"], "mtp", tmp_path))
-    assert "output_tok_s" not in native.meta["metric_definition_ids"]
-    assert "requested length" in oai.meta["metric_definition_ids"]["output_tok_s"]
-    assert any("sglang-oai" in w for w in oai.meta["warnings"])
-    assert "cumulative" in oai.meta["metric_definitions"]["sglang_accept_length"]
+    assert "output_tok_s" not in native.meta.metric_definition_ids
+    assert "requested length" in oai.meta.metric_definition_ids["output_tok_s"]
+    assert any("sglang-oai" in w for w in oai.meta.warnings)
+    assert "cumulative" in oai.meta.metric_definitions["sglang_accept_length"]
     # the two arms count tokens differently: nothing token-based is set against each other
     with pytest.raises(ValueError, match="output_tok_s` is not compared"):
         compare([native, oai])
@@ -204,7 +206,7 @@ def test_aiperf_client_tokenizer_counts_are_not_compared_with_server_counts(tmp_
                                           "baseline", tmp_path))
     client_file = FIX / "aiperf" / "extra" / "mtp-c1-client-tokenizer.json"
     client = load_result_set(import_files("aiperf", [client_file], "mtp", tmp_path))
-    assert any("client tokenizer" in w for w in client.meta["warnings"])
+    assert any("client tokenizer" in w for w in client.meta.warnings)
     raw = _load_json(client_file)[0]
     assert client.levels["output_tok_s"].iloc[0] == raw["output_token_throughput"]["avg"]
     _, notes = agreeing_definitions({"baseline": server.meta, "mtp": client.meta},
@@ -219,7 +221,7 @@ def test_aiperf_per_request_rows_come_from_the_export_beside_the_summary(tmp_pat
     summary = _load_json(folder / "profile_export_aiperf.json")[0]
     rows = [r for r in _load_json(folder / "profile_export.jsonl.gz") if r["metadata"]["benchmark_phase"] == "profiling"]
     rs = load_result_set(import_files("aiperf", [folder / "profile_export_aiperf.json"], "mtp", tmp_path))
-    assert rs.meta["kind"] == "run" and len(rs.requests) == len(rows)
+    assert rs.meta.kind == "run" and len(rs.requests) == len(rows)
     assert rs.requests["output_tokens"].sum() == summary["total_output_tokens"]["avg"]
     by_start = sorted(rows, key=lambda r: r["metadata"]["request_start_ns"])
     got = rs.requests.sort_values("t_start_s")
@@ -236,10 +238,10 @@ def test_aiperf_level_whose_tokens_arrived_in_bursts_is_flagged_client_bound(tmp
     bound = FIX / "aiperf" / "extra" / "baseline-c64-client-bound.json"
     assert _load_json(bound)[0]["inter_token_latency"]["p50"] == 0  # what the recorded file says
     flagged = load_result_set(import_files("aiperf", [bound], "baseline", tmp_path))
-    assert any("client, not the server" in w for w in flagged.meta["warnings"])
+    assert any("client, not the server" in w for w in flagged.meta.warnings)
     fine = load_result_set(import_files("aiperf", [FIX / "aiperf" / "baseline-c64" / "profile_export_aiperf.json"],
                                         "again", tmp_path))
-    assert not any("client, not the server" in w for w in fine.meta["warnings"])
+    assert not any("client, not the server" in w for w in fine.meta.warnings)
 
 
 def test_table_reads_the_seeds_pasted_markdown_for_each_arm(tmp_path):
@@ -254,7 +256,7 @@ def test_table_reads_the_seeds_pasted_markdown_for_each_arm(tmp_path):
         m = sets["mtp"].levels.set_index("concurrency").loc[int(c)]
         assert (b["output_tok_s"], b["request_tok_s_mean"], m["output_tok_s"], m["request_tok_s_mean"]) == \
             (b_agg, b_per, m_agg, m_per)
-    assert sets["mtp"].meta["level_only"] and sets["mtp"].meta["source"]["files"][0]["path"] == "seed.md"
+    assert sets["mtp"].meta.level_only and sets["mtp"].meta.source["files"][0]["path"] == "seed.md"
     # the same figures as the seed's hand-transcribed reference data
     seed = load_result_set(Path(__file__).parents[2] / "data" / "reference" / "seed-qwen3.5-122b-a10b" / "baseline")
     assert list(seed.levels["output_tok_s"]) == list(sets["baseline"].levels["output_tok_s"])
@@ -332,12 +334,13 @@ def test_definitions_that_differ_leave_the_metric_out_and_say_so():
         ids = ["specsweep", "a", "b"]
         choice = {m: rng.choice(ids, 2) for m in ("output_tok_s", "tpot_p50_s", "ttft_p50_s")}
         for i, arm in enumerate(("base", "spec")):
-            metas[arm] = {"metric_definition_ids": {m: str(v[i]) for m, v in choice.items() if v[i] != "specsweep"}}
+            metas[arm] = Meta.model_validate(base_meta(arm, metric_definition_ids={
+                m: str(v[i]) for m, v in choice.items() if v[i] != "specsweep"}))
             frames[arm] = pd.DataFrame({"concurrency": [1, 2], **{m: rng.random(2) + 0.1 for m in choice}})
         for m, v in choice.items():
             truth[m] = v[0] == v[1]
         kept, notes = agreeing_definitions(metas, frames)
-        if not any(metas[a]["metric_definition_ids"] for a in metas):
+        if not any(metas[a].metric_definition_ids for a in metas):
             assert notes == []
         for m, agree in truth.items():
             assert (m in kept["base"].columns) == agree
@@ -349,7 +352,9 @@ def test_definition_notes_escape_what_meta_json_says():
 
     evil = "[click](javascript:alert(1)) <img src=x onerror=alert(1)>"
     frames = {a: pd.DataFrame({"concurrency": [1], "output_tok_s": [1.0]}) for a in ("base", "x")}
-    _, notes = agreeing_definitions({"base": {}, "x": {"metric_definition_ids": {"output_tok_s": evil}}}, frames)
+    metas = {"base": Meta.model_validate(base_meta("base")),
+             "x": Meta.model_validate(base_meta("x", metric_definition_ids={"output_tok_s": evil}))}
+    _, notes = agreeing_definitions(metas, frames)
     from specsweep.markup import markdown_html
 
     (note,) = notes
@@ -363,4 +368,4 @@ def test_a_concurrency_seen_again_becomes_the_next_repeat(tmp_path):
     rs = load_result_set(import_files("vllm", [again], "baseline", tmp_path / "out"))
     first = json.loads(lines[0])["max_concurrency"]
     assert sorted(rs.levels.loc[rs.levels["concurrency"] == first, "repeat"]) == [0, 1]
-    assert rs.meta["sweep"]["repeats"] == 2
+    assert rs.meta.sweep.repeats == 2

@@ -166,7 +166,7 @@ def _sweep(tmp_path: Path, url: str, arm: str, **kw: object) -> ResultSet:
     res = run_sweep(cfg, progress=False, log=lines.append)
     assert res.complete
     rs = load_result_set(res.run_dir)
-    rs.meta["log"] = lines
+    rs.meta.log = lines
     return rs
 
 
@@ -179,7 +179,7 @@ def _check_named(rs: ResultSet, source: str) -> None:
     """The source is in every level row, the summary table and the progress line."""
     assert (rs.levels["spec_accept_length_source"] == source).all()
     assert (summary_table(rs.levels)["accept length source"] == source).all()
-    assert sum("accept length " in line and f"[{source}]" in line for line in rs.meta["log"]) == len(rs.levels)
+    assert sum("accept length " in line and f"[{source}]" in line for line in rs.meta.log) == len(rs.levels)
 
 
 def test_vllm_surface_with_and_without_per_request_metrics(tmp_path: Path,

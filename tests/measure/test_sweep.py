@@ -28,7 +28,7 @@ def small(tmp_path: Path, url: str, **kw) -> dict:
 @pytest.mark.parametrize("api", ["sglang", "openai-completions", "openai-chat"])
 def test_every_flavour_counts_the_servers_tokens(tmp_path: Path, refserver: RefServer, api: str) -> None:
     res = run_sweep(small(tmp_path, refserver.url, api=api, arm=f"b-{api}"), progress=False, log=quiet)
-    assert res.complete and res.meta["api"] == api and res.meta["server"]["simulated"] is True
+    assert res.complete and res.meta.api == api and res.meta.server["simulated"] is True
     rs = load_result_set(res.run_dir)
     req = rs.requests
     assert len(req) == 4 + 6 and not req["warmup"].any()
@@ -56,8 +56,8 @@ def test_speculation_streams_several_tokens_per_chunk(tmp_path: Path, refserver_
     lv = rs.levels
     assert (lv["tokens_per_chunk_mean"] > 1.3).all()
     assert lv["spec_accept_length"].between(1.5, 3.0).all()
-    assert rs.meta["server"]["speculative_algorithm"] == "EAGLE"
-    assert rs.meta["server"]["max_running_requests"] == 48
+    assert rs.meta.server["speculative_algorithm"] == "EAGLE"
+    assert rs.meta.server["max_running_requests"] == 48
     # token-normalised ITL is shorter than the gap between chunks under speculation
     assert (lv["itl_mean_s"] < lv["chunk_gap_mean_s"]).all()
 
@@ -76,7 +76,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_levels(tmp_path: P
         run_sweep(params, progress=False, log=log)
     run_dir = next(tmp_path.glob("*-resumable"))
     partial = load_result_set(run_dir)
-    assert partial.meta["complete"] is False and "interrupted" in partial.meta
+    assert partial.meta.complete is False and partial.meta.interrupted is not None
     assert partial.levels["concurrency"].tolist() == [1]
     first = partial.requests.copy()
 
@@ -86,7 +86,7 @@ def test_interrupted_sweep_resumes_without_rerunning_finished_levels(tmp_path: P
     assert any("C=1 repeat 0: already finished, skipped" in line for line in lines)
     full = load_result_set(run_dir)
     assert sorted(full.levels["concurrency"]) == [1, 2, 4]
-    assert "interrupted" not in full.meta and full.meta["resumed_utc"]
+    assert full.meta.interrupted is None and full.meta.resumed_utc
     kept = full.requests[full.requests["concurrency"] == 1].reset_index(drop=True)
     pd.testing.assert_frame_equal(kept.drop(columns=["chunk_t_s", "chunk_tokens"]),
                                   first.drop(columns=["chunk_t_s", "chunk_tokens"]))
@@ -149,7 +149,7 @@ def test_warmup_never_sends_a_measured_prompt(tmp_path: Path, refserver_factory)
     rs = load_result_set(res.run_dir)
     # measured prompts are file lines 0..N-1 in order, never reused across levels
     assert sorted(rs.requests["prompt_id"]) == list(range(4 + 8))
-    assert rs.meta["workload"]["kind"] == "prompt-file" and rs.meta["workload"]["dataset_digest"].startswith("sha256:")
+    assert rs.meta.workload.kind == "prompt-file" and rs.meta.workload.dataset_digest.startswith("sha256:")
     from specsweep.measure.sweep import WARMUP_INDEX_BASE
     from specsweep.workloads.prompts import random_ids
 
@@ -207,8 +207,8 @@ def test_a_server_that_dies_mid_sweep_stops_it_and_keeps_finished_levels(tmp_pat
         run_sweep(small(tmp_path, srv.url, arm="dies", concurrency=[1, 2, 4]), progress=False, log=log)
     rs = load_result_set(next(tmp_path.glob("*-dies")))
     assert rs.levels["concurrency"].tolist() == [1]
-    assert rs.meta["complete"] is False and rs.meta["failed"]["level"] == [2, 0]
-    assert "SweepAborted" in rs.meta["failed"]["reason"]
+    assert rs.meta.complete is False and rs.meta.failed["level"] == [2, 0]
+    assert "SweepAborted" in rs.meta.failed["reason"]
 
 
 def test_the_level_bar_redraws_at_most_once_a_second_and_ends_on_the_last_count(

@@ -18,6 +18,7 @@ from helpers import ROOT, base_meta, in_progress
 from specsweep.measure.config import ConfigError, parse_config
 from specsweep.measure.sweep import SweepAborted, SweepInterrupted, _find_resume_dir, damaged_levels, run_sweep
 from specsweep.refserver.launch import RefServer
+from specsweep.results.meta import Meta
 from specsweep.results.store import RunLocked, SchemaError, load_result_set, lock_run, write_meta
 
 KEY = "canary-7d1e0b5a2f"
@@ -96,10 +97,10 @@ def test_a_crash_leaves_damaged_levels_that_resume_measures_again(tmp_path: Path
         run_sweep(params, progress=False, log=log)
     run_dir = next(tmp_path.glob("*-crash"))
     before = load_result_set(run_dir)
-    assert before.meta["complete"] is False
+    assert before.meta.complete is False
     damaged = set(damaged_levels(before.levels))
     assert damaged, "seed 11 should damage a level; pick another seed"
-    stopped = before.meta["failed"]["level"]
+    stopped = before.meta.failed["level"]
     expected = damaged | {tuple(stopped)} if tuple(stopped) in set(map(tuple, before.levels[["concurrency", "repeat"]].values)) else damaged
 
     healthy = refserver_factory()
@@ -110,7 +111,7 @@ def test_a_crash_leaves_damaged_levels_that_resume_measures_again(tmp_path: Path
     assert after.levels["error_rate"].eq(0).all()  # every level now measured on a working server
     assert set(map(tuple, after.superseded_levels[["concurrency", "repeat"]].values.tolist())) == expected
     assert len(after.superseded_requests) == 4 * len(expected)
-    assert sorted(map(tuple, after.meta["rerun_levels"])) == sorted(expected | {tuple(stopped)})
+    assert sorted(map(tuple, after.meta.rerun_levels)) == sorted(expected | {tuple(stopped)})
     for c, r in damaged:
         assert any(line.startswith(f"C={c} repeat {r}: measured again") for line in lines)
 
@@ -186,7 +187,7 @@ def test_sigkill_of_the_sweep_stops_the_embedded_server_and_resume_knows_the_lev
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["complete"] is False and meta["in_progress"] == [2, 0]
     res = run_sweep({**params, "resume": "latest"}, progress=False, log=quiet)
-    assert res.complete and [2, 0] in res.meta["rerun_levels"] and "in_progress" not in res.meta
+    assert res.complete and [2, 0] in res.meta.rerun_levels and res.meta.in_progress is None
 
 
 # ------------------------------------------------------------------------------ 10: resume latest
@@ -196,8 +197,8 @@ def test_resume_latest_matches_the_arm_exactly(tmp_path: Path) -> None:
     for stamp, arm in (("20260101T000000Z", "mtp"), ("20260102T000000Z", "eagle-mtp")):
         folder = tmp_path / f"{stamp}-{arm}"
         folder.mkdir()
-        write_meta(folder, base_meta(arm, kind="run", level_only=False, complete=False, run_id=f"{stamp}-{arm}",
-                                     started_utc=stamp))
+        write_meta(folder, Meta.model_validate(base_meta(arm, kind="run", level_only=False, complete=False,
+                                                         run_id=f"{stamp}-{arm}", started_utc=stamp)))
     (tmp_path / "junk-mtp").mkdir()
     (tmp_path / "junk-mtp" / "meta.json").write_text("{broken")
     skipped: list[str] = []
@@ -265,10 +266,10 @@ def test_resuming_a_complete_run_keeps_it_and_changes_are_recorded_or_refused(tm
     time.sleep(1.1)  # finished_utc has one-second resolution: a rewrite would show
     lines: list[str] = []
     res = run_sweep({**params, "resume": str(run_dir), "label": "MTP, 3 steps"}, progress=False, log=lines.append)
-    assert res.meta["finished_utc"] == first["finished_utc"]
+    assert res.meta.finished_utc == first.finished_utc
     assert any("nothing to measure" in line for line in lines)
-    assert res.meta["label"] == "MTP, 3 steps"
-    change = res.meta["changes_on_resume"][0]
+    assert res.meta.label == "MTP, 3 steps"
+    change = res.meta.changes_on_resume[0]
     assert (change["parameter"], change["old"], change["new"]) == ("label", "r", "MTP, 3 steps")
     with pytest.raises(ConfigError, match=r"request_timeout_s 600.0 vs 30.0"):
         run_sweep({**params, "resume": str(run_dir), "request_timeout_s": 30.0}, progress=False, log=quiet)
@@ -301,8 +302,8 @@ def test_ctrl_c_right_after_a_level_was_saved_does_not_measure_it_again(tmp_path
     with pytest.raises(SweepInterrupted):
         run_sweep(params, progress=False, log=log)
     run_dir = next(tmp_path.glob("*-late"))
-    assert load_result_set(run_dir).meta["interrupted"]["level"] is None
+    assert load_result_set(run_dir).meta.interrupted["level"] is None
     res = run_sweep({**params, "resume": str(run_dir)}, progress=False, log=quiet)
     rs = load_result_set(res.run_dir)
-    assert res.complete and not rs.meta.get("rerun_levels")
+    assert res.complete and not rs.meta.rerun_levels
     assert rs.superseded_levels is None or rs.superseded_levels.empty

@@ -39,7 +39,7 @@ def test_text_workload_runs_on_a_small_vocabulary(tmp_path: Path, refserver_fact
         assert res.complete
         req = load_result_set(res.run_dir).requests
         assert req["error"].isna().all() and (req["output_tokens"] == 40).all()
-        assert res.meta["server"]["name"] == surface
+        assert res.meta.server["name"] == surface
 
 
 def test_random_ids_beyond_a_known_vocabulary_fail_before_any_request(
@@ -69,7 +69,7 @@ def test_speculative_arm_without_usage_gets_exact_counts_from_tokenize(
     # counting chunks would have been short: several tokens arrive per chunk under speculation
     assert (req["chunks"] < 60).all()
     assert (rs.levels["token_source"] == "tokenize").all()
-    assert any("POST /tokenize" in w for w in res.meta["warnings"])
+    assert any("POST /tokenize" in w for w in res.meta.warnings)
     assert rs.levels["output_tok_s"].notna().all()
 
 
@@ -106,7 +106,7 @@ def test_llamacpp_acceptance_from_timings_and_per_position(tmp_path: Path,
     # per draft position, from /metrics counter deltas: 1 + Σ rates = tokens per verify step
     pos = lv[[f"spec_accept_rate_pos_{i}" for i in range(3)]]
     assert (pos.diff(axis=1).iloc[:, 1:] <= 1e-9).all().all()  # a later draft token is accepted no more often
-    server = res.meta["server"]
+    server = res.meta.server
     assert server["name"] == "llamacpp" and server["parallel_slots"] == 4 and server["draft_max"] == 3
     assert server["speculative_algorithm"] == "speculative (type not reported)"  # /props says "none"
     assert lv["server_running_max"].max() <= 4

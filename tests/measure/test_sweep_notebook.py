@@ -41,7 +41,7 @@ def test_sweep_notebook_on_the_embedded_server_feeds_the_report(tmp_path: Path) 
         assert "No warnings" in text
     sets = load_result_sets(study)
     assert sorted(s.arm for s in sets) == ["baseline", "mtp"]
-    assert all(s.meta["complete"] and s.meta["server"]["simulated"] for s in sets)
+    assert all(s.meta.complete and s.meta.server["simulated"] for s in sets)
     html = build_report([study], "demo", out_dir=tmp_path / "reports").read_text()
     flat = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
     assert "simulated reference server" in flat

@@ -115,10 +115,10 @@ def test_builtin_sweep_recovers_each_categorys_acceptance(tmp_path: Path, refser
     assert req["error"].isna().all() and (req["output_tokens"] == 128).all()
     records = datasets.builtin_prompts()
     ids = req.sort_values("prompt_id")["prompt_id"].astype(int)
-    sent = [records[record_index(int(rs.meta["workload"]["seed"]), n, i)] for i in ids]  # the shuffled order
+    sent = [records[record_index(int(rs.meta.workload.seed), n, i)] for i in ids]  # the shuffled order
     assert sorted(r.text() for r in sent) == sorted(r.text() for r in records)  # every prompt once
     assert list(req.sort_values("prompt_id")["category"]) == [r.category for r in sent]  # stored per row
-    assert rs.meta["workload"]["kind"] == "builtin" and rs.meta["workload"]["dataset"]["prompts"] == n
+    assert rs.meta.workload.kind == "builtin" and rs.meta.workload.dataset["prompts"] == n
     cats = category_metrics(req).set_index("category")
     assert set(cats.index) == set(configured) - {"all"}
     measured = req[~req["warmup"].astype(bool)] if "warmup" in req else req
@@ -150,9 +150,9 @@ def test_natural_lengths_run_end_to_end(tmp_path: Path, refserver: RefServer, ap
                      "concurrency": [1, 4], "output_tokens": 48, "out_dir": str(tmp_path),
                      "metrics_interval_s": 0.2}, progress=False, log=quiet)
     rs = load_result_set(res.run_dir)
-    wl = rs.meta["workload"]
-    assert wl["kind"] == "builtin" and wl["chosen_by"].startswith("auto:") and wl["output_length"] == "natural"
-    assert wl["ignore_eos"] is False and "natural output lengths" in wl["description"]
+    wl = rs.meta.workload
+    assert wl.kind == "builtin" and wl.chosen_by.startswith("auto:") and wl.output_length == "natural"
+    assert wl.ignore_eos is False and "natural output lengths" in wl.description
     req = rs.requests.sort_values("prompt_id")
     assert req["error"].isna().all()
     eng = load_profile("tiny").engine
@@ -179,10 +179,10 @@ def test_reference_lengths_run_end_to_end(tmp_path: Path, refserver: RefServer) 
                      "requests_per_level": 20, "out_dir": str(tmp_path), "metrics_interval_s": 0.2},
                     progress=False, log=quiet)
     rs = load_result_set(res.run_dir)
-    assert rs.meta["workload"]["output_length"] == "reference" and rs.meta["workload"]["ignore_eos"] is True
+    assert rs.meta.workload.output_length == "reference" and rs.meta.workload.ignore_eos is True
     req = rs.requests.sort_values("prompt_id")
     refs = [r.reference_output_tokens for r in datasets.builtin_prompts(["code-edit", "qa"])]
-    seed = int(rs.meta["workload"]["seed"])
+    seed = int(rs.meta.workload.seed)
     expected = [min(80, refs[record_index(seed, len(refs), int(i))]) for i in req["prompt_id"]]
     assert list(req["requested_output_tokens"]) == expected and list(req["output_tokens"]) == expected
     assert len(set(expected)) > 1 and 80 in expected  # varied, and some capped

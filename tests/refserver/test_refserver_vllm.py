@@ -208,8 +208,8 @@ def test_sweep_takes_acceptance_from_vllm_counters(tmp_path: Path,
     res = run_sweep({"endpoint": url, "concurrency": [2], "input_tokens": 16, "output_tokens": 60,
                      "out_dir": str(tmp_path), "metrics_interval_s": 0.05},
                     progress=False, log=lambda s: None)
-    assert res.complete and res.meta["server"]["name"] == "vllm"
-    assert res.meta["api"] == "openai-completions"
+    assert res.complete and res.meta.server["name"] == "vllm"
+    assert res.meta.api == "openai-completions"
     row = res.levels.iloc[0]
     assert row["spec_accept_length_source"] == "per-level counter deltas (/metrics)"
     assert row["spec_accept_length_formula"].startswith("1 + Δvllm:spec_decode_num_accepted_tokens")

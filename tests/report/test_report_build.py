@@ -222,18 +222,24 @@ def test_sweep_parameters_from_meta() -> None:
     """A remote arm with a prompt file and fixed requests per level: the command names the file
     relative to the repository, the endpoint and model; reference data and unknown files get none."""
     from specsweep.measure.config import parse_config
-    from specsweep.report import sweep_parameters
+    from specsweep.report import sweep_parameters as from_dict
+    from specsweep.results.meta import Meta
+
+    def sweep_parameters(meta: dict, out_dir: str) -> dict | None:
+        return from_dict(Meta.model_validate({"schema_version": 1, "run_id": "r", **meta}), out_dir)
 
     meta = {"kind": "run", "arm": "mtp", "label": "MTP", "endpoint": "http://gpu-host:30000", "model": "qwen",
             "sweep": {"concurrency": [1, 8], "requests_per_level": {"1": 16, "8": 16},
                       "requests_per_level_rule": "fixed", "repeats": 3, "seed": 7},
-            "workload": {"kind": "prompt-file", "path": str(ROOT / "tests" / "prompts.jsonl"), "output_tokens": 128}}
+            "workload": {"kind": "prompt-file", "path": str(ROOT / "tests" / "prompts.jsonl"), "input_tokens": None,
+                         "output_tokens": 128}}
     params = sweep_parameters(meta, "data/runs/study")
     assert params == {"arm": "mtp", "label": "MTP", "endpoint": "http://gpu-host:30000", "model": "qwen",
                       "concurrency": [1, 8], "output_tokens": 128, "workload": "tests/prompts.jsonl",
                       "requests_per_level": 16, "repeats": 3, "seed": 7, "out_dir": "data/runs/study"}
     parse_config(params)
-    assert sweep_parameters({**meta, "workload": {"kind": "prompt-file"}}, "x") is None
+    assert sweep_parameters({**meta, "workload": {"kind": "prompt-file", "input_tokens": None, "output_tokens": 128}},
+                            "x") is None
     # the auto rule with a larger minimum is said again; with the default minimum nothing is
     auto = {**meta, "sweep": {**meta["sweep"], "requests_per_level": {"1": 145, "8": 145},
                               "requests_per_level_rule": "auto", "min_requests_per_level": 145}}

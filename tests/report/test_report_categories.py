@@ -26,6 +26,7 @@ from specsweep.measure.sweep import run_sweep
 from specsweep.paths import REPO_ROOT
 from specsweep.refserver.launch import RefServer
 from specsweep.report import charts
+from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet, load_result_set, load_result_sets
 from specsweep.workloads.datasets import builtin_prompts
 
@@ -291,7 +292,8 @@ def test_synthetic_workloads_carry_a_caveat_and_the_setup_names_the_workload(cat
     line = report.setup_table(comp).at["workload", "Baseline" if "Baseline" in comp.labels.values() else comp.labels["baseline"]]
     assert "mixed.jsonl" in line and "None" not in line and "8 prompts" in line and "32 output tokens" in line
     for kind in ("random-ids", "random-text"):
-        metas = {a: {**m, "workload": {**m["workload"], "kind": kind}} for a, m in comp.metas.items()}
+        metas = {a: m.model_copy(update={"workload": m.workload.model_copy(update={"kind": kind})})
+                 for a, m in comp.metas.items()}
         caveat = report.workload_caveat(dataclasses.replace(comp, metas=metas))
         assert caveat is not None and kind in caveat and "not representative of real traffic" in caveat
     same = markdown_html(report.differences_markdown(comp))
@@ -301,17 +303,21 @@ def test_synthetic_workloads_carry_a_caveat_and_the_setup_names_the_workload(cat
 
 
 def test_sweep_parameters_carry_the_workload_value_and_output_length() -> None:
+    def sweep_parameters(meta: dict, out_dir: str) -> dict | None:
+        return report.sweep_parameters(Meta.model_validate({"schema_version": 1, "run_id": "r", **meta}), out_dir)
+
     meta = {"kind": "run", "arm": "mtp", "endpoint": "http://h:1",
             "sweep": {"concurrency": [1, 8]},
             "workload": {"kind": "builtin", "value": "builtin:code-edit,math", "input_tokens": None,
                          "output_tokens": 256, "output_length": "natural", "chosen_by": "given"}}
-    params = report.sweep_parameters(meta, "data/runs/x")
+    params = sweep_parameters(meta, "data/runs/x")
     assert params is not None
     assert params["workload"] == "builtin:code-edit,math" and params["output_length"] == "natural"
-    fixed = report.sweep_parameters({**meta, "workload": {**meta["workload"], "output_length": "fixed"}}, "x")
+    fixed = sweep_parameters({**meta, "workload": {**meta["workload"], "output_length": "fixed"}}, "x")
     assert fixed is not None and "output_length" not in fixed
     inside = str(REPO_ROOT / "tests" / "fixtures" / "datasets" / "sharegpt.json")
-    shared = report.sweep_parameters({**meta, "workload": {"kind": "sharegpt", "value": f"sharegpt:{inside}"}}, "x")
+    shared = sweep_parameters({**meta, "workload": {"kind": "sharegpt", "value": f"sharegpt:{inside}", "input_tokens": None,
+                                                    "output_tokens": 256}}, "x")
     assert shared is not None and shared["workload"] == "sharegpt:tests/fixtures/datasets/sharegpt.json"
 
 

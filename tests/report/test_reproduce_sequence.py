@@ -71,7 +71,7 @@ def test_remeasure_then_rebuild_as_printed_gives_a_page_of_the_new_runs(tmp_path
         started = json.loads(meta_path.read_text())["started_utc"]
         assert started in page  # Setup: "measured (UTC)" of each new run
     for folder in old:
-        assert load_result_set(folder).meta["started_utc"] not in page
+        assert load_result_set(folder).meta.started_utc not in page
 
     # measured again once more: two runs of each arm with the same configuration, the newest is used
     both = load_result_sets([*old, *(p.parent for p in new)])
@@ -79,7 +79,7 @@ def test_remeasure_then_rebuild_as_printed_gives_a_page_of_the_new_runs(tmp_path
     newest = {rs.arm: rs for rs in both}
     for meta_path in new:
         meta = json.loads(meta_path.read_text())
-        assert newest[meta["arm"]].meta["started_utc"] == meta["started_utc"]
+        assert newest[meta["arm"]].meta.started_utc == meta["started_utc"]
         assert any("supersedes 1 older run(s)" in n for n in newest[meta["arm"]].notes)
 
 

@@ -66,7 +66,7 @@ def test_a_server_claiming_a_count_beyond_int32_does_not_stop_the_sweep(tmp_path
     lines: list[str] = []
     res = run_sweep(small(tmp_path, srv.url, requests_per_level=20), progress=False, log=lines.append)
     rs = load_result_set(res.run_dir)
-    assert res.meta["complete"] and len(rs.requests) == 20
+    assert res.meta.complete and len(rs.requests) == 20
     bad = rs.requests["error"].fillna("").str.contains("implausible token count")
     assert 0 < bad.sum() < 20 and rs.requests.loc[~bad, "error"].isna().all()  # only those requests failed
     assert rs.levels["n_ok"].iloc[0] == 20 - bad.sum()
@@ -86,7 +86,7 @@ def test_a_server_that_over_counts_gets_its_requests_refused(tmp_path: Path, ref
     assert errors.str.contains("claims 4,000 completion tokens .* at most 40", regex=True).all()
     level = rs.levels.iloc[0]
     assert level["implausible_counts"] == 8 and level["output_tok_s"] == 0
-    assert any("impossible token count" in w for w in res.meta["warnings"])
+    assert any("impossible token count" in w for w in res.meta.warnings)
     assert any("impossible token count" in n for n in rs.notes)  # what the report's notes say
 
 
@@ -110,7 +110,7 @@ def test_tokenize_claiming_two_million_tokens_for_a_short_text_is_not_believed(t
     rs = load_result_set(res.run_dir)
     assert set(rs.requests["token_source"]) == {"chunks"}  # counted from chunks, never 2 M a request
     assert rs.requests["output_tokens"].max() <= 40
-    assert any("2,000,000 tokens" in w for w in res.meta["warnings"])
+    assert any("2,000,000 tokens" in w for w in res.meta.warnings)
 
 
 def test_an_honest_tokenize_is_used(tmp_path: Path, refserver_factory) -> None:
@@ -131,8 +131,8 @@ def test_a_failing_flush_is_told_from_a_missing_route(tmp_path: Path, refserver_
     assert outcome.describe.startswith("failed:")
     lines: list[str] = []
     res = run_sweep(small(tmp_path, srv.url, flush_cache=True), progress=False, log=lines.append)
-    assert res.meta["prefix_cache_flush"].startswith("failed:")
-    assert res.meta["prefix_cache_flush_failed"][0]["level"] == [2, 0]
+    assert res.meta.prefix_cache_flush.startswith("failed:")
+    assert res.meta.prefix_cache_flush_failed[0]["level"] == [2, 0]
     assert any("flush failed" in line and "warm cache" in line for line in lines)
     rs = load_result_set(res.run_dir)
     assert rs.levels["prefix_cache_flush"].iloc[0].startswith("failed:")
@@ -152,7 +152,7 @@ def test_no_route_is_no_failure(tmp_path: Path, refserver, refserver_factory) ->
     assert outcome.describe == "none: the server offers no route"
     res = run_sweep(small(tmp_path, refserver.url, flush_cache=True), progress=False, log=lambda _: None)
     rs = load_result_set(res.run_dir)
-    assert rs.levels["prefix_cache_flush"].iloc[0] == "/flush_cache" and "prefix_cache_flush_failed" not in res.meta
+    assert rs.levels["prefix_cache_flush"].iloc[0] == "/flush_cache" and not res.meta.prefix_cache_flush_failed
     assert not any("warm cache" in n for n in rs.notes)
 
 
@@ -177,7 +177,7 @@ def test_counts_that_turn_non_integer_after_the_preflight_are_warned_at_once(tmp
 
 def test_a_server_counting_alike_throughout_is_not_warned(tmp_path: Path, refserver) -> None:
     res = run_sweep(small(tmp_path, refserver.url), progress=False, log=lambda _: None)
-    assert "count_changes" not in res.meta and res.meta["preflight_token_source"] == "usage"
+    assert not res.meta.count_changes and res.meta.preflight_token_source == "usage"
 
 
 # ------------------------------------------------- 10: impossible values in a result set, on load

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from helpers import SEED, base_meta, write_level_only
+from specsweep.results.meta import Meta
 from specsweep.results.store import SchemaError, append_level, finished_levels, load_result_set, load_result_sets
 
 pytestmark = pytest.mark.fast  # the quick tier: no server, kernel or subprocess
@@ -19,19 +20,19 @@ def test_seed_reference_loads_as_two_arms() -> None:
     sets = load_result_sets(SEED)
     assert [s.arm for s in sets] == ["baseline", "mtp"]
     base, mtp = sets
-    assert base.requests is None and base.meta["level_only"]
+    assert base.requests is None and base.meta.level_only
     assert base.levels["concurrency"].tolist() == [1, 4, 16, 32, 64, 128]
     assert base.levels["output_tok_s"].tolist() == [108, 286, 873, 1359, 2327, 2800]
     assert mtp.levels["output_tok_s"].tolist() == [121.5, 400.5, 1209, 1502, 1571, 1635]
     assert mtp.levels["request_tok_s_mean"].tolist() == [123.1, 118.6, 84.4, 62.3, 65.7, 64.5]
-    assert mtp.meta["server"]["max_running_requests"] == 48
-    assert mtp.meta["server"]["speculative_algorithm"] == "NEXTN"
+    assert mtp.meta.server["max_running_requests"] == 48
+    assert mtp.meta.server["speculative_algorithm"] == "NEXTN"
     for s in sets:
         m = s.meta
-        assert m["model"] == "Qwen3.5-122B-A10B"
-        assert m["workload"]["input_tokens"] == m["workload"]["output_tokens"] == 1000
-        assert "seed" in m["source"]["file"] and m["source"]["citation"]
-        assert "not published" in m["metric_definitions"]["request_tok_s_mean"]
+        assert m.model == "Qwen3.5-122B-A10B"
+        assert m.workload.input_tokens == m.workload.output_tokens == 1000
+        assert "seed" in m.source["file"] and m.source["citation"]
+        assert "not published" in m.metric_definitions["request_tok_s_mean"]
 
 
 def test_missing_meta(tmp_path: Path) -> None:
@@ -158,7 +159,7 @@ def test_result_files_follow_the_umask(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:
         append_level(tmp_path / "a", *_level(1, 1.0))
-        write_meta(tmp_path / "a", base_meta("a", kind="run", level_only=False))
+        write_meta(tmp_path / "a", Meta.model_validate(base_meta("a", kind="run", level_only=False)))
         os.umask(0o027)
         append_level(tmp_path / "b", *_level(1, 1.0))
     finally:
@@ -197,14 +198,14 @@ def test_api_key_never_reaches_a_file(tmp_path: Path, monkeypatch: pytest.Monkey
     lv, rq = _level(1, 1.0)
     rq["error"] = [None, f"HTTP 401: Incorrect API key provided: {key}", "HTTP 500"]
     append_level(tmp_path, lv, rq)
-    meta = base_meta("a", kind="run", level_only=False, warnings=[f"server said {key}"],
-                     failed={"reason": f"ProbeError: bad key {key}"})
+    meta = Meta.model_validate(base_meta("a", kind="run", level_only=False, warnings=[f"server said {key}"],
+                                         failed={"reason": f"ProbeError: bad key {key}"}))
     write_meta(tmp_path, meta)
     for f in tmp_path.iterdir():
         assert key.encode() not in f.read_bytes(), f
     rs = load_result_set(tmp_path)
     assert rs.requests["error"].tolist()[1] == "HTTP 401: Incorrect API key provided: [redacted SPECSWEEP_API_KEY]"
-    assert meta["warnings"] == [f"server said {key}"]  # the caller's dict is not changed
+    assert meta.warnings == [f"server said {key}"]  # the caller's record is not changed
 
 
 def test_append_level_on_a_file_written_before_superseded_existed(tmp_path: Path) -> None:

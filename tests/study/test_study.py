@@ -22,9 +22,10 @@ import papermill as pm
 import pytest
 import yaml
 
-from helpers import FLAKY_SERVER, require_extra
+from helpers import FLAKY_SERVER, base_meta, require_extra
 from specsweep.measure.probe import flush_prefix_cache
 from specsweep.paths import REPO_ROOT
+from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet, find_result_sets, load_result_set
 from specsweep.study.file import StudyError, load_study, parse_study
 from specsweep.study.runner import Redactor, main, run_arm, run_order, run_study, study_markdown
@@ -256,8 +257,8 @@ def test_a_sweep_flushes_before_each_level_and_keeps_the_embedded_server_log(tmp
     server_log = result.run_dir / "server.log"
     assert server_log.is_file() and not list(tmp_path.glob("embedded-server-*.log"))
     assert server_log.read_text().count("/flush_cache: prefix cache flushed") == (2 if flush else 0)
-    assert result.meta["sweep"]["flush_cache"] is flush
-    assert result.meta.get("prefix_cache_flush") == ("/flush_cache" if flush else None)
+    assert result.meta.sweep.flush_cache is flush
+    assert result.meta.prefix_cache_flush == ("/flush_cache" if flush else None)
 
 
 def test_refserver_keeps_its_log_when_asked(tmp_path: Path) -> None:
@@ -331,13 +332,13 @@ def test_a_study_end_to_end_with_a_failing_arm_then_resumed(tmp_path: Path) -> N
     for o in result.outcomes[:3]:
         assert (Path(o.run_dir) / "server.log").read_text().count("/flush_cache: prefix cache flushed") == 2, o.arm
         assert o.server_log == str(Path(o.run_dir) / "server.log")
-    assert load_result_set(base_run).meta["prefix_cache_flush"] == "/flush_cache"
+    assert load_result_set(base_run).meta.prefix_cache_flush == "/flush_cache"
 
     # repeats merged per arm, each level's repeat = the study's repeat, time order in meta.json
     merged = load_result_set(out / "mtp-steps2")
-    assert merged.meta["complete"] and merged.meta["server"]["speculative_num_steps"] == 2
+    assert merged.meta.complete and merged.meta.server["speculative_num_steps"] == 2
     assert sorted(set(zip(merged.levels["concurrency"], merged.levels["repeat"]))) == [(1, 0), (1, 1), (2, 0), (2, 1)]
-    runs = merged.meta["study"]["runs"]
+    runs = merged.meta.study.runs
     assert [(r["repeat"], r["position"], r["seed"]) for r in runs] == [(0, 3, 0), (1, 6, 1)]
     assert runs[0]["started_utc"] <= runs[1]["started_utc"]
     assert set(merged.requests["repeat"]) == {0, 1}
@@ -499,7 +500,7 @@ def test_the_ray_backend_runs_arms_as_tasks_with_their_resources(tmp_path: Path)
         assert json.loads((run / "meta.json").read_text())["complete"]
     assert (Path(result.outcomes[0].run_dir) / "server.log").is_file()
     assert sorted(p.name for p in result.result_sets) == ["baseline", "mtp"]
-    assert load_result_set(tmp_path / "out" / "mtp").meta["server"]["speculative_algorithm"]
+    assert load_result_set(tmp_path / "out" / "mtp").meta.server["speculative_algorithm"]
 
 
 @pytest.mark.parametrize("path", sorted((REPO_ROOT / "data" / "studies").rglob("*.yaml")), ids=lambda p: p.name)
@@ -534,9 +535,9 @@ def _capped(arm: str, cap: int | None, rows: list[tuple[int, float, int]], pool:
                            for c, tok, ran in rows])
     server = {"name": "sglang", "max_running_requests": cap, "max_total_num_tokens": pool,
               "speculative_algorithm": "NEXTN" if cap else None}
-    return ResultSet(path=Path(arm), levels=levels, meta={
-        "arm": arm, "run_id": arm, "server": server, "workload": {"input_tokens": 1300, "output_tokens": 256},
-        "study": {"name": "s", "repeats": 1, "order": "o", "notes": "**Workload.** reduced."}})
+    return ResultSet(path=Path(arm), levels=levels, meta=Meta.model_validate(base_meta(
+        arm, run_id=arm, server=server, workload={"input_tokens": 1300, "output_tokens": 256},
+        study={"name": "s", "repeats": 1, "order": "o", "notes": "**Workload.** reduced."})))
 
 
 def test_cap_markdown_says_what_held_each_arm_and_what_raising_the_cap_did() -> None:

@@ -82,10 +82,10 @@ def test_parallel_arms_on_their_own_ports_a_lost_worker_keeps_the_others_and_res
     assert [o["status"] for o in status["outcomes"]] == ["complete", "complete", "failed"]
     assert any(line.startswith("[baseline r0] ") for line in logged)  # a worker's lines come back, tagged
     merged = load_result_set(out / "mtp")
-    assert "sweeps at once" in merged.meta["study"]["order"]
+    assert "sweeps at once" in merged.meta.study.order
 
     again = run_study(study, out_dir=out, resume=True, report=False, log=logged.append)
     assert [(o.arm, o.status) for o in again.outcomes] == [("baseline", "skipped"), ("mtp", "skipped"),
                                                            ("flaky", "complete")]
     assert {o.run_dir for o in again.outcomes[:2]} == {o.run_dir for o in result.outcomes[:2]}
-    assert again.ok and load_result_set(out / "flaky").meta["complete"]
+    assert again.ok and load_result_set(out / "flaky").meta.complete

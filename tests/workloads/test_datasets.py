@@ -250,12 +250,12 @@ def test_an_hf_workload_runs_through_a_sweep_offline(tmp_path: Path, refserver_m
     assert any((hf_home / "datasets").iterdir())  # read through the datasets library, into its own cache
 
     rs = load_result_set(Path(done.stdout.strip().splitlines()[-1]))
-    workload = rs.meta["workload"]
-    assert workload["kind"] == "hf-dataset" and workload["value"] == spec
-    assert str(workload["dataset_digest"]).startswith("hf-fingerprint:")
+    workload = rs.meta.workload
+    assert workload.kind == "hf-dataset" and workload.value == spec
+    assert str(workload.dataset_digest).startswith("hf-fingerprint:")
     req = rs.requests[~rs.requests["warmup"].astype(bool)]
     assert len(req) == 12 and req["error"].isna().all()
-    n, seed = len(rows), int(rs.meta["workload"]["seed"])
+    n, seed = len(rows), int(rs.meta.workload.seed)
     sent = [rows[record_index(seed, n, int(i))] for i in req["prompt_id"]]  # the sweep's shuffled order
     assert list(req["category"]) == [r["category"] for r in sent]
     assert list(req["prompt_tokens"]) == [len(r["turns"][0].split()) for r in sent]

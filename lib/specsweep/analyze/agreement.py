@@ -115,7 +115,7 @@ def output_agreement(sets: Sequence[ResultSet], baseline: str = "baseline") -> p
     for arm, rs in by_arm.items():
         if arm == baseline:
             continue
-        temperature = float(rs.meta.get("sweep", {}).get("temperature", 0.0) or 0.0)
+        temperature = float(rs.meta.sweep.temperature or 0.0)
         pairs = _paired(rs, by_arm[baseline])
         for c, part in pairs.groupby("concurrency"):
             equal = part["output_digest"] == part["output_digest_base"]

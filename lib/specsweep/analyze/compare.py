@@ -46,6 +46,7 @@ from specsweep.analyze.noise import ASSUMED_NOISE_PCT, fit_metric, pooled_run_va
 from specsweep.analyze.pareto import pareto_table
 from specsweep.analyze.workload_match import check_workloads
 from specsweep.results.columns import METRICS, MetricInfo, metric_info
+from specsweep.results.meta import Meta, Workload
 from specsweep.results.store import ResultSet
 
 #: the curve model and band, as the report states it (one definition, see the module docstring)
@@ -84,7 +85,7 @@ class Comparison:
     baseline: str
     arms: list[str]
     labels: dict[str, str]
-    metas: dict[str, dict[str, Any]]
+    metas: dict[str, Meta]
     #: one row per (arm, concurrency): metrics averaged over repeats, plus ``n_repeats``
     levels: pd.DataFrame
     #: one row per (arm, concurrency, metric), non-baseline arms only
@@ -95,7 +96,7 @@ class Comparison:
     pareto: pd.DataFrame
     #: the per-user speed column used throughout (1/TPOT when measured, else per-request tok/s)
     user_metric: str
-    workload: dict[str, Any]
+    workload: Workload
     caps: dict[str, int | None]
     notes: list[str] = field(default_factory=list)
     #: the fitted delta curve per (arm, metric); absent where no curve could be fitted
@@ -312,7 +313,7 @@ def _join(by_arm: dict[str, ResultSet], raw_levels: dict[str, pd.DataFrame], lev
         rows[r["arm"]][r.pop("concurrency")] = r
     # the metrics a verdict reads share one 5 % error budget: aggregate, per-user speed and the waits
     waits = [m for m in WAIT_METRICS if m in metrics] or [m for m in (ESTIMATED_WAIT,) if m in metrics]
-    return _Join(baseline=arms[0], arms=arms[1:], controls=[a for a in arms[1:] if by_arm[a].meta.get("control")],
+    return _Join(baseline=arms[0], arms=arms[1:], controls=[a for a in arms[1:] if by_arm[a].meta.control],
                  by_arm=by_arm, raw_levels=raw_levels, requests={a: measured_requests(by_arm[a]) for a in arms},
                  rows=rows, metrics=metrics, family=2 + len(waits), n_boot=n_boot, assumed_noise_pct=assumed_noise_pct)
 
@@ -410,29 +411,28 @@ def _comparison(join: _Join, levels: pd.DataFrame, user_metric: str, rows: list[
         crossovers=crossover_table(curves, ("output_tok_s", user_metric)),
         pareto=pareto_table(levels, user_metric),
         user_metric=user_metric,
-        workload=dict(by_arm[join.baseline].meta["workload"]),
+        workload=by_arm[join.baseline].meta.workload,
         caps={a: _cap(by_arm[a].meta) for a in arms},
         notes=notes,
         curves=curves,
         chunk_counted={a: w for a in arms if (w := _chunk_counted(by_arm[a]))},
         assumed_noise_pct=join.assumed_noise_pct,
-        warnings=[(a, str(w)) for a in arms for w in _as_list(by_arm[a].meta.get("warnings"))],
+        warnings=[(a, str(w)) for a in arms for w in by_arm[a].meta.warnings],
         controls=join.controls,
         drift=drift,
         raw_levels=join.raw_levels,
         requests=join.requests,
         family=join.family,
         n_boot=join.n_boot,
-        run_order=next((str(by_arm[a].meta["study"].get("order")) for a in arms
-                        if isinstance(by_arm[a].meta.get("study"), dict) and by_arm[a].meta["study"].get("order")), None),
+        run_order=next((str(study.order) for a in arms if (study := by_arm[a].meta.study) and study.order), None),
     )
     comp._delta_index = _delta_index(rows)  # the rows ``deltas`` was made of: no second pass over the frame
     return comp
 
 
-def _cap(meta: dict[str, Any]) -> int | None:
+def _cap(meta: Meta) -> int | None:
     """The running-request cap meta.json records (``server`` or its ``/server_info`` snapshot), or None."""
-    server = meta.get("server") or {}
+    server = meta.server
     cap = server.get("max_running_requests")
     if cap is None:
         snapshot = server.get("server_info") or {}
@@ -441,13 +441,6 @@ def _cap(meta: dict[str, Any]) -> int | None:
         return int(cap) if cap is not None else None
     except (TypeError, ValueError):
         return None
-
-
-def _as_list(value: Any) -> list[Any]:
-    """A meta.json field that should be a list, tolerating one string or nothing."""
-    if value is None:
-        return []
-    return [value] if isinstance(value, (str, dict)) else list(value)
 
 
 def _chunk_counted(rs: ResultSet) -> str | None:

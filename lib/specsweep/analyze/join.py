@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from specsweep.errors import InputError
+from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet
 
 
@@ -49,7 +50,7 @@ def measured_requests(rs: ResultSet) -> pd.DataFrame | None:
 def _with_littles_law(rs: ResultSet) -> pd.DataFrame:
     """The arm's level rows, plus ``e2e_mean_est_s`` (Little's law) where no e2e was measured."""
     lv = rs.levels.copy()
-    out_tokens = (rs.meta.get("workload") or {}).get("output_tokens")
+    out_tokens = rs.meta.workload.output_tokens
     measured = "e2e_mean_s" in lv and lv["e2e_mean_s"].notna().any()
     if not measured and isinstance(out_tokens, (int, float)) and out_tokens > 0 and "output_tok_s" in lv:
         agg = pd.to_numeric(lv["output_tok_s"], errors="coerce")
@@ -66,7 +67,7 @@ def _with_littles_law(rs: ResultSet) -> pd.DataFrame:
 OWN_DEFINITION: str = "specsweep"
 
 
-def agreeing_definitions(metas: dict[str, dict[str, Any]], raw_levels: dict[str, pd.DataFrame]
+def agreeing_definitions(metas: dict[str, Meta], raw_levels: dict[str, pd.DataFrame]
                          ) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """The arms' level frames without the metric columns whose definitions differ between arms, and one
     note per metric left out, naming each arm's definition.
@@ -76,7 +77,7 @@ def agreeing_definitions(metas: dict[str, dict[str, Any]], raw_levels: dict[str,
     two arms compare a metric only where those ids agree, so figures of different definitions are
     never set against each other.
     """
-    ids = {a: (m.get("metric_definition_ids") or {}) for a, m in metas.items()}
+    ids = {a: m.metric_definition_ids for a, m in metas.items()}
     if not any(ids.values()):
         return raw_levels, []
     columns = sorted({c for lv in raw_levels.values() for c in lv.columns})

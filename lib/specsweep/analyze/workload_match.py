@@ -9,33 +9,29 @@ allows it, and the page then says so for every difference.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from specsweep.errors import InputError
+from specsweep.results.meta import Workload
 from specsweep.results.store import ResultSet
 
 #: workload fields that must match for a comparison to be fair
 WORKLOAD_KEYS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest", "output_length",
                                    "order")
-#: the value a workload field takes when a meta.json predates it (result sets written before
-#: ``output_length`` existed all used the requested length with ignore_eos; before ``order``, prompt
-#: sets went in record order)
-WORKLOAD_DEFAULTS: dict[str, Any] = {"output_length": "fixed", "order": "record"}
 
 
 class WorkloadMismatchError(InputError, ValueError):
     """Arms were measured with different workloads; comparing them would mislead."""
 
 
-def workload_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def workload_differences(a: Workload, b: Workload) -> list[str]:
     """The workload fields that differ between two meta.json ``workload`` records.
 
-    A field missing from a record takes its :data:`WORKLOAD_DEFAULTS` value (``output_length``:
-    ``"fixed"``), so an old result set compares with a new fixed-length one and not with a natural one.
+    A field missing from a record takes its :class:`Workload` default (``output_length``: ``"fixed"``),
+    so an old result set compares with a new fixed-length one and not with a natural one.
     """
     diffs = []
     for key in WORKLOAD_KEYS:
-        va, vb = (WORKLOAD_DEFAULTS.get(key) if r.get(key) is None else r.get(key) for r in (a, b))
+        va, vb = getattr(a, key), getattr(b, key)
         if key == "dataset_digest" and (va is None or vb is None):
             continue
         if va != vb:
@@ -52,10 +48,10 @@ def check_workloads(sets: Sequence[ResultSet], baseline: ResultSet, allow: bool)
     for rs in sets:
         if rs is baseline:
             continue
-        diffs = workload_differences(rs.meta["workload"], baseline.meta["workload"])
+        diffs = workload_differences(rs.meta.workload, baseline.meta.workload)
         if diffs:
             problems.append(f"arm '{rs.arm}' vs baseline '{baseline.arm}': {'; '.join(diffs)}")
-        sa, sb = rs.meta["workload"].get("seed"), baseline.meta["workload"].get("seed")
+        sa, sb = rs.meta.workload.seed, baseline.meta.workload.seed
         if sa is not None and sb is not None and sa != sb:
             notes.append(
                 f"Arm '{rs.arm}' used prompt seed {sa} and the baseline {sb}: same workload shape, "
@@ -64,11 +60,11 @@ def check_workloads(sets: Sequence[ResultSet], baseline: ResultSet, allow: bool)
     for rs in sets:
         if rs is baseline:
             continue
-        plan_a, plan_b = rs.meta.get("sweep") or {}, baseline.meta.get("sweep") or {}
         for key in ("requests_per_level", "repeats", "warmup_requests"):
-            if plan_a.get(key) is not None and plan_b.get(key) is not None and plan_a.get(key) != plan_b.get(key):
+            va, vb = getattr(rs.meta.sweep, key), getattr(baseline.meta.sweep, key)
+            if va is not None and vb is not None and va != vb:
                 notes.append(f"Arm '{rs.arm}' and the baseline used different {key.replace('_', ' ')} "
-                             f"({plan_a.get(key)} vs {plan_b.get(key)}): prompts are not paired request by request.")
+                             f"({va} vs {vb}): prompts are not paired request by request.")
         notes.extend(f"Arm '{rs.arm}': {n}." for n in rs.notes)
     notes.extend(f"Baseline: {n}." for n in baseline.notes)
     if problems and not allow:

@@ -92,7 +92,7 @@ def cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
     out = [_cap_claim(comp, arm, label, cap, above, len(above) == len(losses), profile)]
     lv = comp.arm_levels(arm)
     est = _estimate(lv, above)
-    kind_of_server = server_kind(comp.metas[arm].get("server") or {})
+    kind_of_server = server_kind(comp.metas[arm].server)
     if not math.isnan(est.plateau) and est.plateau < WELL_BELOW_CAP * cap:
         claims, memory_bound = _below_cap_claims(comp, arm, label, cap, above, est, profile)
         out += claims
@@ -140,7 +140,7 @@ def _below_cap_claims(comp: Comparison, arm: str, label: str, cap: int, above: l
     """Where fewer requests ran at once than the cap allows: that estimate, the other candidate causes,
     the server's gauges, the baseline's figure; and whether the gauges show admission limited by memory."""
     lv = comp.arm_levels(arm)
-    meta_server = comp.metas[arm].get("server") or {}
+    meta_server = comp.metas[arm].server
     vals = ", ".join(f"{v:.1f} at {int(c)}" for c, v in zip(lv["concurrency"], lv[est.column])
                      if c >= min(above) or v >= 0.75 * est.plateau)
     out = [Claim(kind="cap", arm=arm, metric=est.column, levels=tuple(int(c) for c in est.levels["concurrency"]),
@@ -173,14 +173,14 @@ def _other_causes(comp: Comparison, arm: str, meta_server: dict) -> list[str]:
     else:
         out.append("KV-cache or state memory that admits fewer requests than the cap")
     out.append("the extra draft and verify compute per step once the GPU is saturated")
-    if any("not published" in v for v in (comp.metas[arm].get("metric_definitions") or {}).values()):
+    if any("not published" in v for v in comp.metas[arm].metric_definitions.values()):
         out.append("the unknown definition of the published per-request metric, which moves this estimate")
     return out
 
 
 def _memory_advice(comp: Comparison, arm: str, label: str, kind_of_server: str, profile: str) -> Claim:
     """Where the gauges show a full KV pool below the cap: give the arm more memory rather than a higher cap."""
-    mf = (comp.metas[arm].get("server") or {}).get("mem_fraction_static")
+    mf = comp.metas[arm].server.get("mem_fraction_static")
     target = min(0.95, round(float(mf) + 0.05, 2)) if mf else 0.9
     argv = memory_argv(kind_of_server, target)
     return Claim(kind="advice", arm=arm, profile=profile, argv=argv, server=kind_of_server, sentence=(

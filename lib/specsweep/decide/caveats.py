@@ -38,8 +38,8 @@ def drift_sentences(comp: Comparison) -> list[str]:
                    f"by up to {dev:.1f}% in aggregate throughput from noise and drift alone. It is never a candidate, "
                    "every other arm's band is at least as wide as its deviation, and a difference it shows too is "
                    "not established.")
-    study = comp.metas.get(comp.baseline, {}).get("study") or {}
-    interleaved = isinstance(study, dict) and int(study.get("repeats") or 1) >= 2
+    study = comp.metas[comp.baseline].study
+    interleaved = study is not None and int(study.repeats or 1) >= 2
     if d is None and not comp.controls and not interleaved:
         out.append("The arms were measured one after the other with no sentinel run and no control arm: a slow drift "
                    "of the machine between them (heat, a noisy neighbour, a growing cache) would read as a difference "
@@ -82,7 +82,7 @@ def _definition_caveats(comp: Comparison) -> list[str]:
     """One caveat per metric whose definition an arm's source did not fully publish."""
     unclear: dict[tuple[str, str], list[str]] = {}
     for a in comp.arms:
-        for col, text in (comp.metas[a].get("metric_definitions") or {}).items():
+        for col, text in comp.metas[a].metric_definitions.items():
             if "not published" in text or "unknown" in text:
                 unclear.setdefault((col, text), []).append(a)
     out = []
@@ -97,16 +97,16 @@ def _definition_caveats(comp: Comparison) -> list[str]:
 def _setup_caveats(comp: Comparison, arms: Sequence[str]) -> list[str]:
     """Synthetic prompts, an acceptance length from outside the sweep, a simulated server."""
     out = []
-    kind = comp.workload.get("kind")
+    kind = comp.workload.kind
     if kind in SYNTHETIC_KINDS:
         out.append(f"Prompts were synthetic token IDs ('{kind}') with a fixed output length. Speculative acceptance on such "
                    "prompts is not representative of real traffic — it is often inflated, because degenerate, repetitive "
                    "continuations are easy to draft — so gains on real prompts can be smaller.")
     for a in arms:
-        seen = (comp.metas[a].get("server") or {}).get("observed_accept_length")
+        seen = comp.metas[a].server.get("observed_accept_length")
         if seen:
             out.append(f"Arm '{a}': the only acceptance-length figure is {seen:.2f}, from a smoke test outside the sweep, not per level.")
-    if any((comp.metas[a].get("server") or {}).get("simulated") for a in comp.arms):
+    if any(comp.metas[a].server.get("simulated") for a in comp.arms):
         out.append("Measured against specsweep's simulated reference server, not a real GPU server: the numbers show the "
                    "method and the model's behaviour, not any hardware's.")
     return out

@@ -27,6 +27,7 @@ import pandas as pd
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, decide, parse_profile
 from specsweep.decide.verdicts import DecisionKind, Verdict
+from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet
 
 LEVELS: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
@@ -73,11 +74,12 @@ QUOTED: dict[tuple[str, str], dict[str, float]] = {
 }
 
 
-def _meta(arm: str, repeats: int) -> dict[str, Any]:
-    return {"schema_version": 1, "kind": "reference", "run_id": f"draw-{arm}", "arm": arm, "label": arm,
-            "complete": True, "level_only": True, "server": {"name": "sglang"},
-            "workload": {"kind": "prompt-file", "input_tokens": 1000, "output_tokens": 1000},
-            "sweep": {"concurrency": list(LEVELS), "repeats": repeats}}
+def _meta(arm: str, repeats: int) -> Meta:
+    return Meta.model_validate({
+        "schema_version": 1, "kind": "reference", "run_id": f"draw-{arm}", "arm": arm, "label": arm,
+        "complete": True, "level_only": True, "server": {"name": "sglang"},
+        "workload": {"kind": "prompt-file", "input_tokens": 1000, "output_tokens": 1000},
+        "sweep": {"concurrency": list(LEVELS), "repeats": repeats}})
 
 
 def draw_pair(case: str, form: str, rng: np.random.Generator) -> list[ResultSet]:
@@ -211,11 +213,11 @@ HARD_MODEL_TEXT: str = (
     "profiles.")
 
 
-def _hard_meta(arm: str, repeats: int, control: bool) -> dict[str, Any]:
+def _hard_meta(arm: str, repeats: int, control: bool) -> Meta:
     meta = _meta(arm, repeats)
-    meta["sweep"]["concurrency"] = None
+    meta.sweep.concurrency = None
     if control:
-        meta["control"] = True
+        meta.control = True
     return meta
 
 

@@ -50,10 +50,10 @@ def next_experiments(comp: Comparison, profile: Profile, arm: str, judged: pd.Da
         out.append("Repeat every level at least 3 times (repeats=3): the noise is then measured from the "
                    "repeats rather than " + (f"assumed ({comp.assumed_noise_pct:g}% per run)"
                                              if comp.assumed_noise_pct else "taken from the curve's residuals") + ".")
-    if comp.workload.get("kind") in SYNTHETIC_KINDS:
+    if comp.workload.kind in SYNTHETIC_KINDS:
         out.append("Re-measure both arms with prompts from real traffic (workload = a prompt file) to see "
                    "acceptance, and so the gain, on the text you actually serve.")
-    if any(comp.metas[a].get("level_only") for a in comp.arms):
+    if any(comp.metas[a].level_only for a in comp.arms):
         out.append("Re-measure with specsweep's sweep to get per-request samples (TTFT, TPOT, end-to-end "
                    "percentiles) and the server's running-request and acceptance gauges per level.")
     return out, claims

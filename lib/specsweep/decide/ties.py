@@ -127,13 +127,13 @@ def _args_settings(args: Sequence[Any]) -> dict[str, str]:
 def settings(comp: Comparison, arm: str) -> dict[str, str]:
     """The configuration of an arm as {setting: value}: the embedded server's profile, speculation
     mode and arguments when it was one, else the server's reported settings (:data:`SERVER_SETTINGS`)."""
-    meta = comp.metas.get(arm) or {}
-    emb = meta.get("embedded_server")
-    if isinstance(emb, dict):
+    meta = comp.metas[arm]
+    emb = meta.embedded_server
+    if emb is not None:
         out = {"profile": str(emb.get("profile")), "spec": str(emb.get("spec"))}
         out.update(_args_settings(emb.get("args") or []))
         return out
-    server = meta.get("server") or {}
+    server = meta.server
     return {k: repr(server[k]) for k in SERVER_SETTINGS if k in server and server[k] is not None}
 
 

@@ -38,11 +38,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from specsweep.analyze.metrics import level_metrics, requests_frame
 from specsweep.errors import InputError
+from specsweep.results.meta import Meta
 from specsweep.results.records import RequestRecord
-from specsweep.results.store import SCHEMA_VERSION, SchemaError, write_frame, write_meta
+from specsweep.results.store import SCHEMA_VERSION, SchemaError, read_meta, write_frame, write_meta
 
 
 class BadInput(InputError, ValueError):
@@ -238,7 +240,7 @@ def _merge_unique(items: Iterable[str]) -> list[str]:
 
 def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFrame, *, level_only: bool,
                label: str | None = None, output_tokens: int | None = None, input_tokens: int | None = None,
-               workload_kind: str | None = None) -> dict[str, Any]:
+               workload_kind: str | None = None) -> Meta:
     """``meta.json`` of an imported result set (see the module docstring)."""
     first = runs[0]
     tools = {(r.tool, r.version) for r in runs}
@@ -307,12 +309,14 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
         "metric_definition_ids": ids,
         "warnings": _merge_unique(w for r in runs for w in r.warnings),
         "notes": _merge_unique([*(n for r in runs for n in r.notes), derived_note or ""]),
+        **({"level_only_note": f"Imported from {first.tool} result files holding level figures only: no per-request "
+                               "samples, so no per-request bootstrap; each figure means what the tool's definition "
+                               "says (see the definitions)."} if level_only else {}),
     }
-    if level_only:
-        meta["level_only_note"] = (f"Imported from {first.tool} result files holding level figures only: no "
-                                   "per-request samples, so no per-request bootstrap; each figure means what the "
-                                   "tool's definition says (see the definitions).")
-    return meta
+    try:
+        return Meta.model_validate(meta)
+    except ValidationError as exc:
+        raise BadInput(f"{first.source}: the imported metadata is invalid: {exc}") from None
 
 
 def write_result_set(runs: Sequence[ToolRun], arm: str, out_dir: str | Path, *, label: str | None = None,
@@ -329,12 +333,12 @@ def write_result_set(runs: Sequence[ToolRun], arm: str, out_dir: str | Path, *, 
     run_dir = Path(out_dir) / arm
     if (run_dir / "meta.json").exists():
         try:
-            old = json.loads((run_dir / "meta.json").read_text())
-        except (OSError, ValueError):
-            old = {}
-        if not force or not (isinstance(old, dict) and old.get("imported")):
+            imported = read_meta(run_dir).imported
+        except SchemaError:
+            imported = False
+        if not force or not imported:
             raise BadInput(f"{run_dir}: a result set is already there; choose another --out or --arm"
-                           + (", or pass --force to replace this imported one" if old.get("imported") else ""))
+                           + (", or pass --force to replace this imported one" if imported else ""))
     run_id = f"imported-{slug(runs[0].tool)}-{arm}"
     levels, requests = build_frames(runs, run_id, arm)
     meta = build_meta(runs, run_id, arm, levels, level_only=requests is None, label=label,

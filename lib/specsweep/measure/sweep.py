@@ -67,6 +67,7 @@ from specsweep.measure.probe import (
     try_flush_prefix_cache,
 )
 from specsweep.results import provenance
+from specsweep.results.meta import Meta
 from specsweep.results.redact import redact_exception, redact_text
 from specsweep.results.store import (
     SCHEMA_VERSION,
@@ -99,13 +100,13 @@ class SweepResult:
     """What a sweep produced."""
 
     run_dir: Path
-    meta: dict[str, Any]
+    meta: Meta
     levels: pd.DataFrame
     warnings: list[str] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
-        return bool(self.meta.get("complete"))
+        return self.meta.complete
 
 
 # ----------------------------------------------------------------------------------- run folders
@@ -122,8 +123,8 @@ def _find_resume_dir(cfg: SweepConfig, log: Callable[[str], None]) -> Path:
             except SchemaError as exc:
                 log(f"resume latest: skipped {folder} ({exc})")
                 continue
-            if meta.get("arm") == cfg.arm and meta.get("kind") == "run" and not meta.get("complete", False):
-                candidates.append((str(meta.get("started_utc") or ""), folder.name, folder))
+            if meta.arm == cfg.arm and meta.kind == "run" and not meta.complete:
+                candidates.append((meta.started_utc or "", folder.name, folder))
         if not candidates:
             raise ConfigError(f"parameter 'resume': no incomplete run of arm '{cfg.arm}' in {out}; "
                               "leave resume empty to start a new run")
@@ -136,15 +137,15 @@ def _find_resume_dir(cfg: SweepConfig, log: Callable[[str], None]) -> Path:
                       "give a run folder, its run id, 'latest', or leave it empty")
 
 
-def _check_resumable(run_dir: Path, meta: dict[str, Any], sweep: dict[str, Any], workload: dict[str, Any], arm: str) -> None:
+def _check_resumable(run_dir: Path, meta: Meta, sweep: dict[str, Any], workload: dict[str, Any], arm: str) -> None:
     diffs = []
-    if meta.get("arm") != arm:
-        diffs.append(f"arm {meta.get('arm')!r} vs {arm!r}")
+    if meta.arm != arm:
+        diffs.append(f"arm {meta.arm!r} vs {arm!r}")
     for key in RESUME_KEYS:
-        if meta.get("sweep", {}).get(key) != sweep.get(key):
-            diffs.append(f"{key} {meta.get('sweep', {}).get(key)!r} vs {sweep.get(key)!r}")
+        if getattr(meta.sweep, key) != sweep.get(key):
+            diffs.append(f"{key} {getattr(meta.sweep, key)!r} vs {sweep.get(key)!r}")
     for key in ("kind", "input_tokens", "output_tokens", "seed", "dataset_digest", "output_length"):
-        old = meta.get("workload", {}).get(key, "fixed" if key == "output_length" else None)  # before natural lengths
+        old = getattr(meta.workload, key)
         if old != workload.get(key):
             diffs.append(f"workload.{key} {old!r} vs {workload.get(key)!r}")
     if diffs:
@@ -171,7 +172,7 @@ class _Resume:
     """A run to continue, read and checked before any server is contacted."""
 
     run_dir: Path
-    meta: dict[str, Any]
+    meta: Meta
     levels: pd.DataFrame
 
 
@@ -213,10 +214,10 @@ def _levels_to_remeasure(resume: _Resume, log: Callable[[str], None]) -> tuple[s
     """
     meta = resume.meta
     done = {(int(c), int(r)) for c, r in resume.levels[["concurrency", "repeat"]].itertuples(index=False)}
-    if meta.get("complete"):
+    if meta.complete:
         return done, []
     rerun: list[list[int]] = []
-    stopped = [(meta.get(k) or {}).get("level") for k in ("interrupted", "failed")] + [meta.get("in_progress")]
+    stopped = [(meta.interrupted or {}).get("level"), (meta.failed or {}).get("level"), meta.in_progress]
     for level in stopped:
         if level and list(level) not in rerun:
             rerun.append(list(level))  # its first requests reached the server: a prefix cache may hold them
@@ -533,23 +534,23 @@ RESUME_SERVER_KEYS = ("name", "speculative_algorithm", "speculative_num_steps", 
                       "speculative_eagle_topk", "max_running_requests", "simulated")
 
 
-def _check_same_server(run_dir: Path, meta: dict[str, Any], info: ServerProbe) -> None:
+def _check_same_server(run_dir: Path, meta: Meta, info: ServerProbe) -> None:
     diffs = []
-    if meta.get("api") != info.flavour:
-        diffs.append(f"API {meta.get('api')!r} vs {info.flavour!r}")
-    if meta.get("model") != info.model:
-        diffs.append(f"model {meta.get('model')!r} vs {info.model!r}")
+    if meta.api != info.flavour:
+        diffs.append(f"API {meta.api!r} vs {info.flavour!r}")
+    if meta.model != info.model:
+        diffs.append(f"model {meta.model!r} vs {info.model!r}")
     now = info.snapshot()
     for key in RESUME_SERVER_KEYS:
-        if meta.get("server", {}).get(key) != now.get(key):
-            diffs.append(f"server {key} {meta.get('server', {}).get(key)!r} vs {now.get(key)!r}")
+        if meta.server.get(key) != now.get(key):
+            diffs.append(f"server {key} {meta.server.get(key)!r} vs {now.get(key)!r}")
     if diffs:
         raise ConfigError(f"parameter 'resume': the server now differs from the one {run_dir} measured "
                           f"({'; '.join(diffs)}); resume against the same configuration, or start a new run")
 
 
 def _new_run(cfg: SweepConfig, info: ServerProbe, workload: Workload, sweep_params: dict[str, Any],
-             embedded: dict[str, Any] | None) -> tuple[Path, dict[str, Any]]:
+             embedded: dict[str, Any] | None) -> tuple[Path, Meta]:
     """A new run folder (created only now, after the preflight passed) and its meta.json record."""
     run_id = f"{provenance.utc_stamp()}-{cfg.arm}"
     run_dir = Path(cfg.out_dir) / run_id
@@ -557,31 +558,29 @@ def _new_run(cfg: SweepConfig, info: ServerProbe, workload: Workload, sweep_para
         run_dir.mkdir(parents=True)
     except FileExistsError:
         raise ConfigError(f"parameter 'out_dir': {run_dir} already exists; wait a second or pick another out_dir") from None
-    meta = {
+    meta = Meta.model_validate({
         "schema_version": SCHEMA_VERSION, "kind": "run", "run_id": run_id, "arm": cfg.arm,
         "label": cfg.label or cfg.arm, "complete": False, "level_only": False,
         "tool": provenance.tool(), "started_utc": provenance.utc_now(), "finished_utc": None,
         "endpoint": info.base_url, "embedded_server": embedded, "api": info.flavour, "model": info.model,
         "server": info.snapshot(), "workload": workload.describe(), "sweep": sweep_params,
         "environment": provenance.environment(), "metric_definitions": {}, "warnings": [],
-    }
+    })
     return run_dir, meta
 
 
-def _resumed_meta(resume: _Resume, cfg: SweepConfig, log: Callable[[str], None]) -> tuple[dict[str, Any], set[tuple[int, int]]]:
+def _resumed_meta(resume: _Resume, cfg: SweepConfig, log: Callable[[str], None]) -> tuple[Meta, set[tuple[int, int]]]:
     """meta.json of a resumed run, updated (resume time, levels measured again, a changed label) and its finished levels."""
     meta = resume.meta
     done, rerun = _levels_to_remeasure(resume, log)
-    meta.setdefault("resumed_utc", []).append(provenance.utc_now())
-    for level in rerun:
-        if level not in meta.setdefault("rerun_levels", []):
-            meta["rerun_levels"].append(level)
-    meta.pop("in_progress", None)
-    if cfg.label is not None and cfg.label != meta.get("label"):
-        meta.setdefault("changes_on_resume", []).append(
-            {"utc": provenance.utc_now(), "parameter": "label", "old": meta.get("label"), "new": cfg.label})
-        log(f"label changed on resume: {meta.get('label')!r} → {cfg.label!r} (recorded in meta.json changes_on_resume)")
-        meta["label"] = cfg.label
+    meta.resumed_utc = [*meta.resumed_utc, provenance.utc_now()]
+    meta.rerun_levels = [*meta.rerun_levels, *(level for level in rerun if level not in meta.rerun_levels)]
+    meta.unset("in_progress")
+    if cfg.label is not None and cfg.label != meta.label:
+        meta.changes_on_resume = [*meta.changes_on_resume,
+                                  {"utc": provenance.utc_now(), "parameter": "label", "old": meta.label, "new": cfg.label}]
+        log(f"label changed on resume: {meta.label!r} → {cfg.label!r} (recorded in meta.json changes_on_resume)")
+        meta.label = cfg.label
     log(f"resuming {resume.run_dir}: {len(done)} of {len(cfg.plan())} levels already finished")
     return meta, done
 
@@ -746,17 +745,17 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
         preflight_warnings = preflight(gen, info, warm_workload, cfg, counter, seen)
         if resume is None:
             run_dir, meta = _new_run(cfg, info, workload, sweep_params, embedded)
-            meta["workload"]["chosen_by"] = workload_reason  # "given", or the auto rule and its reason
+            meta.workload.chosen_by = workload_reason  # "given", or the auto rule and its reason
             if api_reason:
-                meta["api_chosen_by"] = api_reason
+                meta.api_chosen_by = api_reason
             stack.enter_context(lock_run(run_dir))
             done: set[tuple[int, int]] = set()
         else:
             run_dir = resume.run_dir
             meta, done = _resumed_meta(resume, cfg, log)
         server_log["run_dir"] = run_dir
-        meta["preflight_token_source"] = seen.get("token_source")
-        warnings: list[str] = meta.setdefault("warnings", [])
+        meta.preflight_token_source = seen.get("token_source")
+        meta.warnings = warnings = list(meta.warnings)
 
         def warn(text: str) -> None:
             text = redact_text(text)
@@ -768,15 +767,15 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
             warn(w)
         write_meta(run_dir, meta)  # rerun_levels and the resume time are on disk before anything is measured
         todo = [key for key in cfg.plan() if key not in done]
-        if not todo and meta.get("complete"):
+        if not todo and meta.complete:
             log(f"{run_dir}: every level is finished and the run is complete; nothing to measure")
         else:
             _measure_levels(cfg, info, gen, workload, warm_workload, run_dir, meta, done, warn, stop, progress, log,
                             counter)
-            meta["complete"] = True
-            meta["finished_utc"] = provenance.utc_now()
-            meta.pop("interrupted", None)
-            meta.pop("failed", None)
+            meta.complete = True
+            meta.finished_utc = provenance.utc_now()
+            meta.unset("interrupted")
+            meta.unset("failed")
             write_meta(run_dir, meta)
     rs = load_result_set(run_dir)
     return SweepResult(run_dir=run_dir, meta=rs.meta, levels=rs.levels, warnings=list(warnings))
@@ -815,7 +814,7 @@ def prompt_cache_plan(cfg: SweepConfig, info: ServerProbe) -> tuple[dict[str, An
 
 
 def _measure_levels(cfg: SweepConfig, info: ServerProbe, gen: LoadGenerator, workload: Workload,
-                    warm_workload: Workload, run_dir: Path, meta: dict[str, Any], done: set[tuple[int, int]],
+                    warm_workload: Workload, run_dir: Path, meta: Meta, done: set[tuple[int, int]],
                     warn: Callable[[str], None], stop: threading.Event | None, progress: bool,
                     log: Callable[[str], None], counter: TokenCounter | None = None) -> None:
     """Warm up and measure every level of the plan not in ``done``, saving each; on any exit, record why in meta.json."""
@@ -853,7 +852,7 @@ class _Levels:
     workload: Workload
     warm_workload: Workload
     run_dir: Path
-    meta: dict[str, Any]
+    meta: Meta
     warn: Callable[[str], None]
     stop: threading.Event | None
     progress: bool
@@ -889,7 +888,7 @@ def _plan_prompt_cache(lv: _Levels) -> None:
     cache_options, cache_how, lv.erase_slots = prompt_cache_plan(lv.cfg, lv.info)
     lv.options = {**lv.options, **cache_options}
     if cache_how:
-        lv.meta["prefix_cache_flush"] = cache_how
+        lv.meta.prefix_cache_flush = cache_how
     elif lv.dialect.erase_slots:
         lv.warn(f"{lv.dialect.label} keeps each slot's prompt cache across levels (flush_cache=false): a level may "
                 "reuse prompt prefixes an earlier one left in a slot (shorter TTFT); set flush_cache=true to erase "
@@ -900,7 +899,7 @@ def _measure_level(lv: _Levels, c: int, r: int) -> None:
     """Level (``c``, ``r``): empty the cache, warm up, measure, save, judge the evidence."""
     lv.current = (c, r)
     flush_note = _empty_cache(lv, c, r)
-    lv.meta["in_progress"] = [c, r]  # survives a hard kill: resume then knows this level's prompts were sent
+    lv.meta.in_progress = [c, r]  # survives a hard kill: resume then knows this level's prompts were sent
     write_meta(lv.run_dir, lv.meta)
     _warm_up(lv, c, r)
     measured = _run_measured(lv, c, r)
@@ -920,11 +919,11 @@ def _empty_cache(lv: _Levels, c: int, r: int) -> str | None:
         flush_note = how or f"failed: {failure}"
     elif lv.cfg.flush_cache and not lv.dialect.erase_slots:
         flushed = try_flush_prefix_cache(lv.info.base_url, routes=lv.dialect.flush_routes)
-        lv.meta["prefix_cache_flush"] = flush_note = flushed.describe
+        lv.meta.prefix_cache_flush = flush_note = flushed.describe
         if flushed.failure and not flushed.route:
             failure = flushed.failure
     if failure:
-        lv.meta.setdefault("prefix_cache_flush_failed", []).append({"level": [c, r], "why": failure})
+        lv.meta.prefix_cache_flush_failed = [*lv.meta.prefix_cache_flush_failed, {"level": [c, r], "why": failure}]
         lv.warn(f"C={c} repeat {r}: the prefix-cache flush failed ({failure}), so this level may "
                 "read prompts an earlier level left in the server's cache (a warm cache: shorter TTFT)")
     return flush_note
@@ -985,7 +984,7 @@ def _save_level(lv: _Levels, c: int, r: int, measured: _Measured,
     result = measured.result
     count_tokens(result.records, lv.counter)
     level, req, srv = summarise_level(
-        result, cfg=lv.cfg, run_id=lv.meta["run_id"], concurrency=c, repeat=r, prompt_offset=lv.offsets[(c, r)],
+        result, cfg=lv.cfg, run_id=lv.meta.run_id, concurrency=c, repeat=r, prompt_offset=lv.offsets[(c, r)],
         requested_tokens=lv.workload.output_tokens, server=lv.info.server, samples=measured.samples,
         before=measured.before, after=measured.after, started_utc=measured.started_utc, workload=lv.workload)
     if flush_note is not None:
@@ -994,10 +993,10 @@ def _save_level(lv: _Levels, c: int, r: int, measured: _Measured,
         level[key] = value
     append_level(lv.run_dir, level, req, srv if lv.poller else None)
     lv.current = None  # saved: an interrupt from here on does not touch this level
-    lv.meta.pop("in_progress", None)
+    lv.meta.unset("in_progress")
     for w in result.warnings:
         lv.warn(f"C={c} repeat {r}: {w}")
-    _warn_counts(level.iloc[0], req, c, r, lv.meta.get("preflight_token_source"), lv.warn, lv.meta)
+    _warn_counts(level.iloc[0], req, c, r, lv.meta.preflight_token_source, lv.warn, lv.meta)
     write_meta(lv.run_dir, lv.meta)
     row = level.iloc[0]
     # the CPU share, and a simulator's lag where it fell behind its schedule
@@ -1025,14 +1024,14 @@ def _record_exit(lv: _Levels, exc: BaseException) -> None:
     """On any exit from the levels, meta.json says why (interrupted or failed), how many levels are
     finished and which level it cut short; an interrupt becomes :class:`SweepInterrupted`."""
     meta = lv.meta
-    meta["complete"] = False
+    meta.complete = False
     interrupted = isinstance(exc, KeyboardInterrupt)
     n_done = len(finished_levels(lv.run_dir))
-    meta["interrupted" if interrupted else "failed"] = {
+    setattr(meta, "interrupted" if interrupted else "failed", {
         "utc": provenance.utc_now(), "levels_finished": n_done,
         "level": list(lv.current) if lv.current else getattr(exc, "level", None),
         "reason": "interrupted (Ctrl-C or stop)" if interrupted else f"{type(exc).__name__}: {exc}",
-    }
+    })
     write_meta(lv.run_dir, meta)
     if interrupted:
         _close_bars()
@@ -1051,7 +1050,7 @@ def _schedule_suffix(row: pd.Series) -> str:
 
 
 def _warn_counts(row: pd.Series, req: pd.DataFrame, c: int, r: int, preflight_source: str | None,
-                 warn: Callable[[str], None], meta: dict[str, Any]) -> None:
+                 warn: Callable[[str], None], meta: Meta) -> None:
     """Warn (log and meta.json) about a level's refused counts, and as soon as a server that sent
     integer counts in the preflight stops sending them (``meta.count_changes`` records each level)."""
     n_bad = int(row.get("implausible_counts", 0) or 0)
@@ -1070,8 +1069,8 @@ def _warn_counts(row: pd.Series, req: pd.DataFrame, c: int, r: int, preflight_so
     other = req.loc[fine & (req["token_source"] != "usage"), "token_source"]
     if len(other):
         sources = {str(k): int(v) for k, v in other.value_counts().items()}
-        meta.setdefault("count_changes", []).append({"level": [c, r], "requests": int(len(other)),
-                                                     "of": int(fine.sum()), "token_sources": sources})
+        meta.count_changes = [*meta.count_changes, {"level": [c, r], "requests": int(len(other)),
+                                                     "of": int(fine.sum()), "token_sources": sources}]
         warn(f"C={c} repeat {r}: the server sent integer token counts in the preflight but none for "
              f"{len(other)} of {int(fine.sum())} requests of this level, which are counted "
              f"{' and '.join(f'from {k} ({v})' for k, v in sources.items())} instead: it changed how it counts "

@@ -212,7 +212,7 @@ def _point_breaches(comp: Comparison, claim: Claim) -> list[Breach]:
 
 def _advice_breaches(comp: Comparison, claim: Claim) -> list[Breach]:
     """Advised server arguments run on that server, and the sentence shows them."""
-    err = advice_error(claim.server, claim.argv, (comp.metas.get(claim.arm, {}).get("server") or {}).get("profile"))
+    err = advice_error(claim.server, claim.argv, comp.metas[claim.arm].server.get("profile"))
     if err:
         return [("advice", err)]
     if claim.argv and " ".join(claim.argv) not in claim.sentence:

@@ -74,8 +74,8 @@ def stability(comp: Comparison) -> str:
     else:
         runs = f"{int(reps.min())}–{int(reps.max())} runs per level" if reps.min() != reps.max() else f"{int(reps.min())} runs per level"
         noise = "noise measured from the repeats"
-    study = comp.metas.get(comp.baseline, {}).get("study") or {}
-    interleaved = isinstance(study, dict) and int(study.get("repeats") or 1) >= 2
+    study = comp.metas[comp.baseline].study
+    interleaved = study is not None and int(study.repeats or 1) >= 2
     if comp.drift is not None:
         drift = "drift measured by sentinel runs"
     elif comp.controls:

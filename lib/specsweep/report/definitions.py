@@ -64,7 +64,7 @@ def glossary_markdown(comp: Comparison) -> str:
 
 def _metric_definition(comp: Comparison, col: str) -> str:
     """The one definition of a metric in this report: the data's own where every arm states it, else ours."""
-    own = {comp.labels[a]: (comp.metas[a].get("metric_definitions") or {}).get(col) for a in comp.arms}
+    own = {comp.labels[a]: comp.metas[a].metric_definitions.get(col) for a in comp.arms}
     given = {a: t for a, t in own.items() if t}
     if given and len(set(given.values())) == 1 and len(given) == len(own):
         return md_text(next(iter(given.values())))

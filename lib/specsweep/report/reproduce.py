@@ -12,6 +12,7 @@ from specsweep import __version__
 from specsweep.markup import md_text
 from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.paths import REPO_ROOT
+from specsweep.results.meta import Meta
 
 
 def repo_relative(path: str | Path) -> str:
@@ -75,10 +76,12 @@ def shell_line(argv: Sequence[str]) -> str:
     return " ".join(shlex.quote(str(a)) for a in argv)
 
 
-def _same_for_all(values: dict[str, Any], rule: Any) -> Any:
+def _same_for_all(values: int | dict[str, Any], rule: Any) -> Any:
     """A per-level setting as the notebook parameter that produced it: one integer, or None for auto/mixed."""
     if rule == "auto" or not values:
         return None
+    if isinstance(values, int):  # a hand-written file may give one number for every level
+        return values
     distinct = set(values.values())
     return distinct.pop() if len(distinct) == 1 else None
 
@@ -92,46 +95,46 @@ def _workload_value(value: str) -> str:
     return repo_relative(value) if Path(value).is_absolute() else value
 
 
-def sweep_parameters(meta: dict[str, Any], out_dir: str) -> dict[str, Any] | None:
+def sweep_parameters(meta: Meta, out_dir: str) -> dict[str, Any] | None:
     """The ``notebooks/sweep.ipynb`` parameters that measure this arm again, from its ``meta.json``;
     None for published reference data (measured outside specsweep) or a prompt file of unknown
     path. Only what differs from the notebook's defaults, plus arm, label, levels and workload
     lengths; per-level warm-up counts are left to the notebook's rule."""
-    if meta.get("kind") != "run":
+    if meta.kind != "run":
         return None
-    sweep, workload = meta.get("sweep") or {}, meta.get("workload") or {}
-    params: dict[str, Any] = {"arm": meta.get("arm")}
-    if meta.get("label") and meta.get("label") != meta.get("arm"):
-        params["label"] = meta["label"]
-    embedded = meta.get("embedded_server")
+    sweep, workload = meta.sweep, meta.workload
+    params: dict[str, Any] = {"arm": meta.arm}
+    if meta.label and meta.label != meta.arm:
+        params["label"] = meta.label
+    embedded = meta.embedded_server
     if embedded:
         params.update(embedded_profile=embedded.get("profile"), embedded_spec=embedded.get("spec"))
         if embedded.get("args"):
             params["embedded_args"] = list(embedded["args"])
     else:
-        params["endpoint"] = meta.get("endpoint")
-        if meta.get("model"):
-            params["model"] = meta["model"]
-    params.update(concurrency=list(sweep.get("concurrency") or []), input_tokens=workload.get("input_tokens"),
-                  output_tokens=workload.get("output_tokens"))
-    value = workload.get("value")
-    if value:
-        params["workload"] = _workload_value(str(value))
-    elif workload.get("kind") not in (None, "random-ids"):
-        if not workload.get("path"):
+        params["endpoint"] = meta.endpoint
+        if meta.model:
+            params["model"] = meta.model
+    params.update(concurrency=list(sweep.concurrency or []), input_tokens=workload.input_tokens,
+                  output_tokens=workload.output_tokens)
+    if workload.value:
+        params["workload"] = _workload_value(workload.value)
+    elif workload.kind != "random-ids":
+        if not workload.path:
             return None  # a prompt file whose path was not recorded: no command can name it
-        params["workload"] = repo_relative(workload["path"])
-    if workload.get("output_length") not in (None, "fixed"):
-        params["output_length"] = workload["output_length"]
-    fixed = _same_for_all(sweep.get("requests_per_level") or {}, sweep.get("requests_per_level_rule"))
+        params["workload"] = repo_relative(workload.path)
+    if workload.output_length != "fixed":
+        params["output_length"] = workload.output_length
+    fixed = _same_for_all(sweep.requests_per_level or {}, sweep.requests_per_level_rule)
     if fixed is not None:
         params["requests_per_level"] = fixed
-    elif sweep.get("requests_per_level_rule") == "auto" and sweep.get("min_requests_per_level") not in (None, DEFAULT_MIN_REQUESTS):
-        params["min_requests_per_level"] = sweep["min_requests_per_level"]
+    elif sweep.requests_per_level_rule == "auto" and sweep.min_requests_per_level not in (None, DEFAULT_MIN_REQUESTS):
+        params["min_requests_per_level"] = sweep.min_requests_per_level
     for key, default in (("api", "auto"), ("repeats", 1), ("request_timeout_s", 600.0), ("seed", 0),
                          ("temperature", 0.0), ("client_workers", 1)):
-        if sweep.get(key) is not None and sweep.get(key) != default:
-            params[key] = sweep[key]
+        value = getattr(sweep, key)
+        if value is not None and value != default:
+            params[key] = value
     params["out_dir"] = out_dir
     return {k: v for k, v in params.items() if v is not None}
 
@@ -169,7 +172,7 @@ def _remeasure_lines(parameters: dict[str, Any]) -> list[str]:
             rs = load_result_set(found)
             params = sweep_parameters(rs.meta, folder)
             if params is None:
-                reference.append(str(rs.meta.get("label") or rs.arm))
+                reference.append(rs.label)
                 keep.append(str(found))
             else:
                 commands.append(shell_line(sweep_command(params)))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -11,17 +11,11 @@ from specsweep.analyze.compare import Comparison
 from specsweep.markup import md_text
 from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.report.reproduce import _workload_value, shell_line
+from specsweep.results.meta import Meta, Workload
 
 
-def _server_field(meta: dict[str, Any], key: str) -> Any:
-    server = meta.get("server") or {}
-    if key in server:
-        return server[key]
-    return (server.get("server_info") or {}).get(key)
-
-
-def _hardware(meta: dict[str, Any]) -> str | None:
-    hw = dict(meta.get("hardware") or {})
+def _hardware(meta: Meta) -> str | None:
+    hw = dict(meta.hardware)
     if not hw:
         return None
     head = " ".join(str(x) for x in (f"{hw.pop('gpus')}×" if "gpus" in hw else None, hw.pop("gpu_model", None)) if x)
@@ -33,40 +27,38 @@ def _hardware(meta: dict[str, Any]) -> str | None:
     return ", ".join(rest)
 
 
-def _server_name(meta: dict[str, Any]) -> str:
-    text = " ".join(str(x) for x in (_server_field(meta, "name"), _server_field(meta, "version")) if x)
-    if _server_field(meta, "simulated") and "simulated" not in text:
+def _server_name(meta: Meta) -> str:
+    text = " ".join(str(x) for x in (meta.server_field("name"), meta.server_field("version")) if x)
+    if meta.server_field("simulated") and "simulated" not in text:
         text += " (simulated)"
     return text
 
 
-def _requests_per_level(meta: dict[str, Any]) -> str | None:
-    sweep = meta.get("sweep") or {}
-    value = sweep.get("requests_per_level")
+def _requests_per_level(meta: Meta) -> str | None:
+    sweep = meta.sweep
+    value = sweep.requests_per_level
     if isinstance(value, dict):
-        rule = sweep.get("requests_per_level_rule")
+        rule = sweep.requests_per_level_rule
         text = ", ".join(str(v) for v in value.values())
-        least = sweep.get("min_requests_per_level") or DEFAULT_MIN_REQUESTS
+        least = sweep.min_requests_per_level or DEFAULT_MIN_REQUESTS
         return text + (f" (auto: max({least}, 2 × concurrency))" if rule == "auto" else "")
     return None if value is None else str(value)
 
 
-def _workload_line(meta: dict[str, Any]) -> str:
+def _workload_line(w: Workload) -> str:
     """The setup table's workload cell: the ``workload`` value, its description and why it was chosen;
     for result sets written before those were recorded, kind and token lengths."""
-    w = meta.get("workload") or {}
-    head = _workload_value(str(w["value"])) if w.get("value") else str(w.get("kind") or "unknown")
-    desc = w.get("description")
+    head = _workload_value(w.value) if w.value else w.kind or "unknown"
+    desc = w.description
     if not desc:
-        lengths = [f"{w[k]} {word}" for k, word in (("input_tokens", "in"), ("output_tokens", "out"))
-                   if w.get(k) is not None]
+        lengths = [f"{n} {word}" for n, word in ((w.input_tokens, "in"), (w.output_tokens, "out")) if n is not None]
         desc = " / ".join(lengths) if lengths else None
     text = f"{head}: {desc}" if desc else head
-    chosen = w.get("chosen_by")
+    chosen = w.chosen_by
     if chosen and chosen != "given":
         text += f" (chosen: {chosen})"
-    if w.get("output_length") and w.get("output_length") != "fixed" and "output" not in str(desc):
-        text += f"; output length {w['output_length']}"
+    if w.output_length != "fixed" and "output" not in str(desc):
+        text += f"; output length {w.output_length}"
     return text
 
 
@@ -95,59 +87,59 @@ def masked_argv(argv: Sequence[Any]) -> list[str]:
     return out
 
 
-def server_command(meta: dict[str, Any]) -> str | None:
+def server_command(meta: Meta) -> str | None:
     """How the arm's server was started, as one shell line (secrets masked), or None where the
     result set does not say: the argv ``specsweep.engines.llamacpp`` recorded in ``/props``
     (``server.launch.argv``; for llama.cpp the only record of its speculative settings), a
     ``serve.argv`` recorded with the run, or the embedded reference server's arguments."""
-    launch = _server_field(meta, "launch")
-    serve = meta.get("serve")
+    launch = meta.server_field("launch")
+    serve = meta.serve
     argv = None
     if isinstance(launch, dict) and isinstance(launch.get("argv"), list):
         argv = launch["argv"]
     elif isinstance(serve, dict) and isinstance(serve.get("argv"), list):
         argv = serve["argv"]
-    elif isinstance(meta.get("embedded_server"), dict):
-        e = meta["embedded_server"]
+    elif meta.embedded_server is not None:
+        e = meta.embedded_server
         argv = ["python", "-m", "specsweep.refserver", *[str(x) for x in e.get("argv") or e.get("args") or []]]
     return shell_line(masked_argv(argv)) if argv else None
 
 
-def _prompt_cache_line(meta: dict[str, Any]) -> str | None:
-    how = meta.get("prefix_cache_flush")
+def _prompt_cache_line(meta: Meta) -> str | None:
+    how = meta.prefix_cache_flush
     if how:
         return f"emptied before every level: {how}"
-    if (meta.get("sweep") or {}).get("flush_cache") is False and _server_field(meta, "name") == "llamacpp":
+    if meta.sweep.flush_cache is False and meta.server_field("name") == "llamacpp":
         return "not emptied between levels (flush_cache=false)"
     return None
 
 
 def setup_table(comp: Comparison) -> pd.DataFrame:
     """One column per arm: what was measured, against which server, with which settings."""
-    fields: list[tuple[str, Any]] = [
-        ("label", lambda m: m.get("label") or m["arm"]),
-        ("description", lambda m: m.get("description")),
-        ("kind", lambda m: "published reference data" if m.get("kind") == "reference" else "measured by specsweep"),
-        ("model", lambda m: m.get("model")),
+    fields: list[tuple[str, Callable[[Meta], Any]]] = [
+        ("label", lambda m: m.shown_label),
+        ("description", lambda m: m.description),
+        ("kind", lambda m: "published reference data" if m.kind == "reference" else "measured by specsweep"),
+        ("model", lambda m: m.model),
         ("hardware", _hardware),
         ("server", _server_name),
-        ("speculative algorithm", lambda m: _server_field(m, "speculative_algorithm") or "off"),
-        ("speculative steps / draft tokens", lambda m: "/".join(str(_server_field(m, k)) for k in ("speculative_num_steps", "speculative_num_draft_tokens")) if _server_field(m, "speculative_num_steps") else None),
-        ("max_running_requests", lambda m: _server_field(m, "max_running_requests")),
-        ("mem_fraction_static", lambda m: _server_field(m, "mem_fraction_static")),
+        ("speculative algorithm", lambda m: m.server_field("speculative_algorithm") or "off"),
+        ("speculative steps / draft tokens", lambda m: "/".join(str(m.server_field(k)) for k in ("speculative_num_steps", "speculative_num_draft_tokens")) if m.server_field("speculative_num_steps") else None),
+        ("max_running_requests", lambda m: m.server_field("max_running_requests")),
+        ("mem_fraction_static", lambda m: m.server_field("mem_fraction_static")),
         ("server command", server_command),
         ("prompt cache", _prompt_cache_line),
-        ("API", lambda m: m.get("api") + (" (auto: the model's chat template)" if m.get("api_chosen_by") else "")
-         if m.get("api") else None),
-        ("endpoint", lambda m: m.get("endpoint")),
-        ("workload", _workload_line),
-        ("concurrency levels", lambda m: ", ".join(map(str, (m.get("sweep") or {}).get("concurrency") or []))),
-        ("repeats", lambda m: (m.get("sweep") or {}).get("repeats")),
+        ("API", lambda m: m.api + (" (auto: the model's chat template)" if m.api_chosen_by else "")
+         if m.api else None),
+        ("endpoint", lambda m: m.endpoint),
+        ("workload", lambda m: _workload_line(m.workload)),
+        ("concurrency levels", lambda m: ", ".join(map(str, m.sweep.concurrency or []))),
+        ("repeats", lambda m: m.sweep.repeats),
         ("requests per level", _requests_per_level),
-        ("per-request samples", lambda m: "no (level-level figures only)" if m.get("level_only") else "yes"),
-        ("measured (UTC)", lambda m: m.get("started_utc")),
-        ("tool", lambda m: " ".join(str(x) for x in ((m.get("tool") or {}).get("name"), (m.get("tool") or {}).get("version")) if x)),
-        ("source", lambda m: (m.get("source") or {}).get("citation")),
+        ("per-request samples", lambda m: "no (level-level figures only)" if m.level_only else "yes"),
+        ("measured (UTC)", lambda m: m.started_utc),
+        ("tool", lambda m: " ".join(str(x) for x in ((m.tool or {}).get("name"), (m.tool or {}).get("version")) if x)),
+        ("source", lambda m: (m.source or {}).get("citation")),
     ]
     data = {}
     for arm in comp.arms:
@@ -165,7 +157,7 @@ def manual_agreement_markdown(sets: Sequence[Any], baseline: str = "baseline") -
     baseline is absent, or no request row carries an output digest. Names are escaped."""
     from specsweep.analyze.agreement import agreement_markdown, output_agreement
 
-    if not sets or any(isinstance(getattr(rs, "meta", {}).get("study"), dict) for rs in sets):
+    if not sets or any(rs.meta.study is not None for rs in sets):
         return ""
     table = output_agreement(sets, baseline)
     if table.empty:
@@ -189,11 +181,11 @@ def differences_markdown(comp: Comparison) -> str:
         lines.append("The arms' recorded settings do not differ; check that the speculative settings were captured.")
     from specsweep.analyze.workload_match import workload_differences
 
-    differing = [a for a in comp.spec_arms if workload_differences(comp.metas[a]["workload"], comp.workload)]
+    differing = [a for a in comp.spec_arms if workload_differences(comp.metas[a].workload, comp.workload)]
     if differing:
         lines.append("⚠ The arms' workloads differ (" + ", ".join(differing) + " vs the baseline); see the notes below.")
     else:
-        lines.append(f"All arms used the same workload: {md_text(_workload_line({'workload': comp.workload}))}.")
+        lines.append(f"All arms used the same workload: {md_text(_workload_line(comp.workload))}.")
     lines.extend(comp.notes)
     return "\n\n".join(lines)
 

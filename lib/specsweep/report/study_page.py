@@ -28,7 +28,7 @@ def run_order(sets: Sequence[ResultSet]) -> pd.DataFrame:
              "levels": ", ".join(map(str, run["levels"])) if run.get("levels") else "all",
              "prompt seed": run.get("seed"),
              "started (UTC)": run.get("started_utc"), "finished (UTC)": run.get("finished_utc")}
-            for rs in sets for run in rs.meta.get("study", {}).get("runs", [])]
+            for rs in sets if rs.meta.study is not None for run in rs.meta.study.runs]
     return pd.DataFrame(rows).sort_values("#").reset_index(drop=True) if rows else pd.DataFrame()
 
 
@@ -53,7 +53,7 @@ def cap_markdown(sets: Sequence[ResultSet]) -> str:
     each pair of arms whose servers differ only in the cap, the aggregate tok/s Δ % of the higher
     cap at the levels above the lower one. Empty when no arm reports a cap and running gauge."""
     lines: list[str] = []
-    info = {rs.arm: (rs, rs.meta.get("server") or {}, _running(rs)) for rs in sets}
+    info = {rs.arm: (rs, rs.meta.server, _running(rs)) for rs in sets}
     for arm, (rs, srv, run) in info.items():
         cap = srv.get("max_running_requests")
         if not cap or run.empty:
@@ -70,11 +70,11 @@ def cap_markdown(sets: Sequence[ResultSet]) -> str:
                          f"of {cap} binds.")
             continue
         why = ""
-        pool, wl = srv.get("max_total_num_tokens"), rs.meta.get("workload") or {}
-        per = (wl.get("input_tokens") or 0) + (wl.get("output_tokens") or 0)
+        pool, wl = srv.get("max_total_num_tokens"), rs.meta.workload
+        per = (wl.input_tokens or 0) + (wl.output_tokens or 0)
         if pool and per:
             why = (f": its KV pool of {pool:,} tokens holds about {pool // per} requests of {per:,} tokens "
-                   f"({wl.get('input_tokens')} in + {wl.get('output_tokens')} out), so the pool binds before the cap")
+                   f"({wl.input_tokens} in + {wl.output_tokens} out), so the pool binds before the cap")
         lines.append(f"- *{md_text(arm)}*: at {levels} the server ran at most {most} requests at once (its "
                      f"running-requests gauge), below its cap of {cap}{why}.")
     arms = list(info.items())
@@ -106,24 +106,24 @@ def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str
     """What a report says about the study behind its result sets: missing arms, how the runs were
     ordered, the study's notes (its own Markdown), what the running-request caps did
     (:func:`cap_markdown`), output agreement. Empty when no result set came from a study. Names are escaped."""
-    studies = [rs.meta["study"] for rs in sets if isinstance(rs.meta.get("study"), dict)]
+    studies = [rs.meta.study for rs in sets if rs.meta.study is not None]
     if not studies:
         return ""
     info = studies[0]
-    lines = [f"These arms were measured by the study *{md_text(info.get('name'))}* with {info.get('repeats')} "
+    lines = [f"These arms were measured by the study *{md_text(info.name)}* with {info.repeats} "
              f"repeat(s), each repeat of each arm a separate run with its own prompt seed (shared by all arms), in "
-             f"an interleaved order ({md_text(info.get('order'))}) so that a slow drift of the machine weighs on "
+             f"an interleaved order ({md_text(info.order)}) so that a slow drift of the machine weighs on "
              "every arm alike."]
-    missing = sorted({m for s in studies for m in s.get("missing_arms", [])})
+    missing = sorted({m for s in studies for m in s.missing_arms})
     if missing:
         lines.append(f"\n**Missing arm(s): {', '.join(md_text(m) for m in missing)}** — no complete run (the server "
                      "failed to start or died; the study's `study.json` has the tail of its log).")
-    partial = [(rs.arm, rs.meta["study"]["missing_repeats"]) for rs in sets
-               if rs.meta.get("study", {}).get("missing_repeats")]
+    partial = [(rs.arm, rs.meta.study.missing_repeats) for rs in sets
+               if rs.meta.study is not None and rs.meta.study.missing_repeats]
     for arm, reps in partial:
         lines.append(f"\n⚠ Arm *{md_text(arm)}* lacks repeat(s) {', '.join(map(str, reps))}.")
-    if info.get("notes"):
-        lines.append("\n" + str(info["notes"]).strip())
+    if info.notes:
+        lines.append("\n" + info.notes.strip())
     caps = cap_markdown(sets)
     if caps:
         lines.append("\n" + caps)

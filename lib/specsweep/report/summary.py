@@ -20,13 +20,14 @@ from specsweep.decide.claims import half_up
 from specsweep.decide.text import band_text
 from specsweep.markup import md_text
 from specsweep.report.decision import decision_markdown, verdict_prose
+from specsweep.results.meta import Meta
 
 #: the MIME type of the notebook output that carries the summary
 SUMMARY_MIME = "text/x-specsweep-summary+markdown"
 
 
-def _server_name(meta: dict[str, Any]) -> str:
-    server = meta.get("server") or {}
+def _server_name(meta: Meta) -> str:
+    server = meta.server
     name = str(server.get("name") or "?")
     return f"{name} (simulated)" if server.get("simulated") else name
 
@@ -64,7 +65,7 @@ def summary_markdown(comp: Comparison, recs: Sequence[Recommendation], title: st
                   "of the fitted curve)", "", numbers, ""]
     lines += ["**Arms**", ""]
     for a in comp.arms:
-        meta = comp.metas.get(a, {})
+        meta = comp.metas[a]
         lines.append(f"- {md_text(a)}: {md_text(comp.labels.get(a, a))} — server {md_text(_server_name(meta))}"
                      + (" (control)" if a in comp.controls else "") + (" (baseline)" if a == comp.baseline else ""))
     lines.append("")

@@ -267,7 +267,7 @@ def workload_caveat(comp: Comparison) -> str | None:
     """A caveat when any arm's workload is synthetic (:data:`SYNTHETIC_WORKLOADS`: random token IDs,
     random text, fixed token IDs), else None: speculation's gain follows acceptance, and acceptance
     on synthetic content is not that of real traffic."""
-    kinds = sorted({str((m.get("workload") or {}).get("kind")) for m in comp.metas.values()}
+    kinds = sorted({m.workload.kind for m in comp.metas.values()}
                    & set(SYNTHETIC_WORKLOADS))
     if not kinds:
         return None
@@ -289,9 +289,9 @@ def collect_warnings(comp: Comparison, recs: Sequence[Any] | None = None,
             "tokens, so its aggregate throughput, per-user speed and acceptance are not trusted: no throughput or "
             "acceptance verdict is given for it.", True,
             "Changes the verdict: the throughput and per-user verdicts are withheld for it.", "chunks"))
-    base = comp.metas.get(comp.baseline, {}).get("workload") or {}
+    base = comp.metas[comp.baseline].workload
     for arm in comp.spec_arms:
-        diffs = workload_differences((comp.metas.get(arm) or {}).get("workload") or {}, base)
+        diffs = workload_differences(comp.metas[arm].workload, base)
         if diffs:
             out.append(PageWarning(
                 "high", f"**{md_text(arm)}** and the baseline were measured with different "

@@ -28,16 +28,17 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from specsweep.errors import InputError, RunError
 from specsweep.results.atomic import atomic_file, atomic_write_bytes
+from specsweep.results.meta import Meta
 from specsweep.results.redact import redact, redact_frame
 from specsweep.results.study_record import study_arm_order
 
@@ -82,42 +83,12 @@ class SchemaError(InputError, ValueError):
     """A result-set file is missing, malformed, or does not match the schema."""
 
 
-class Workload(BaseModel):
-    """What each request asked for."""
-
-    model_config = ConfigDict(extra="allow")
-    kind: str = Field(description="random-ids | fixed-ids | prompt-file | ...")
-    input_tokens: int | None = Field(ge=1, description="prompt length, tokens")
-    output_tokens: int = Field(ge=1, description="requested output length, tokens")
-    ignore_eos: bool | None = None
-    seed: int | None = None
-    dataset_digest: str | None = None
-
-
-class Meta(BaseModel):
-    """The metadata record beside every result set (``meta.json``)."""
-
-    model_config = ConfigDict(extra="allow")
-    schema_version: int
-    kind: Literal["run", "reference"]
-    run_id: str = Field(min_length=1)
-    arm: str = Field(min_length=1)
-    label: str | None = None
-    complete: bool = True
-    level_only: bool = False
-    model: str | None = None
-    server: dict[str, Any] = Field(default_factory=dict)
-    workload: Workload
-    sweep: dict[str, Any] = Field(default_factory=dict)
-    metric_definitions: dict[str, str] = Field(default_factory=dict)
-
-
 @dataclass
 class ResultSet:
     """One arm's results, loaded and validated."""
 
     path: Path
-    meta: dict[str, Any]
+    meta: Meta
     levels: pd.DataFrame
     requests: pd.DataFrame | None = None
     server_metrics: pd.DataFrame | None = None
@@ -129,21 +100,21 @@ class ResultSet:
 
     @property
     def arm(self) -> str:
-        return str(self.meta["arm"])
+        return self.meta.arm
 
     @property
     def run_id(self) -> str:
-        return str(self.meta["run_id"])
+        return self.meta.run_id
 
     @property
     def label(self) -> str:
-        return str(self.meta.get("label") or self.meta["arm"])
+        return self.meta.shown_label
 
 
 # --------------------------------------------------------------------------------------- reading
 
 
-def read_meta(path: Path) -> dict[str, Any]:
+def read_meta(path: Path) -> Meta:
     """``path/meta.json``, validated; :class:`SchemaError` naming the file when it is missing or malformed."""
     meta_path = path / "meta.json"
     if not meta_path.is_file():
@@ -155,18 +126,18 @@ def read_meta(path: Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise SchemaError(f"{meta_path}: must hold a JSON object, found {type(raw).__name__}")
     try:
-        Meta.model_validate(raw)
+        meta = Meta.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
             f"field '{'.'.join(str(p) for p in err['loc'])}': {err['msg']}" for err in exc.errors()
         )
         raise SchemaError(f"{meta_path}: {problems}") from exc
-    if raw["schema_version"] > SCHEMA_VERSION:
+    if meta.schema_version > SCHEMA_VERSION:
         raise SchemaError(
-            f"{meta_path}: schema_version {raw['schema_version']} is newer than this specsweep "
+            f"{meta_path}: schema_version {meta.schema_version} is newer than this specsweep "
             f"understands ({SCHEMA_VERSION}); upgrade specsweep"
         )
-    return raw
+    return meta
 
 
 def _check_columns(frame: pd.DataFrame, required: dict[str, str], where: Path) -> None:
@@ -356,7 +327,7 @@ def load_result_set(path: str | os.PathLike[str]) -> ResultSet:
         rs.notes.append(f"{rs.levels.attrs['source']}: {len(rs.superseded_levels)} superseded level row(s) "
                         "(re-measured on resume) left out; they are in ResultSet.superseded_levels")
     rs.notes += _drop_unfinished_levels(rs)
-    if rs.requests is None and not meta.get("level_only", False):
+    if rs.requests is None and not meta.level_only:
         raise SchemaError(
             f"{path / 'requests.parquet'}: missing; a measured run stores one row per request "
             f"(set level_only: true in meta.json for published level-only data)"
@@ -376,15 +347,15 @@ def _check_rows(rs: ResultSet) -> None:
     """Refuse levels and requests that cannot be this result set's: no level of a complete run,
     rows of another arm than ``meta.json``'s, a level (concurrency, repeat) twice."""
     levels = rs.levels
-    if levels.empty and rs.meta.get("complete", True):
+    if levels.empty and rs.meta.complete:
         raise SchemaError(f"{levels.attrs['source']}: has no rows, but meta.json says the run is complete")
     for frame in (levels, rs.requests):
         if frame is None:
             continue
         arms = set(frame["arm"].astype(str))
-        if arms - {rs.meta["arm"]}:
+        if arms - {rs.meta.arm}:
             raise SchemaError(
-                f"{frame.attrs['source']}: arm(s) {sorted(arms)} do not match meta.json arm '{rs.meta['arm']}'"
+                f"{frame.attrs['source']}: arm(s) {sorted(arms)} do not match meta.json arm '{rs.meta.arm}'"
             )
     dupes = levels.duplicated(["concurrency", "repeat"])
     if dupes.any():
@@ -398,7 +369,7 @@ def _drop_impossible_values(rs: ResultSet) -> list[str]:
     """Drop level and request rows no measurement can have (:func:`validate_values`); the notes.
     A complete run left with no level is refused."""
     rs.levels, rs.requests, notes = validate_values(rs.levels, rs.requests)
-    if rs.levels.empty and rs.meta.get("complete", True):
+    if rs.levels.empty and rs.meta.complete:
         raise SchemaError(f"{rs.levels.attrs['source']}: no level row holds possible values; {notes[0] if notes else ''}")
     return notes
 
@@ -451,10 +422,10 @@ def _never_measured(path: Path) -> bool:
     if (path / "levels.parquet").exists() or (path / "levels.csv").exists():
         return False
     try:
-        meta = json.loads((path / "meta.json").read_text())
-    except (OSError, ValueError):
+        meta = read_meta(path)
+    except SchemaError:
         return False
-    return isinstance(meta, dict) and meta.get("kind") == "run" and meta.get("complete") is False
+    return meta.kind == "run" and not meta.complete
 
 
 def load_result_sets(paths: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) -> list[ResultSet]:
@@ -491,23 +462,22 @@ CONFIG_FIELDS: tuple[str, ...] = (
 _WORKLOAD_FIELDS: tuple[str, ...] = ("kind", "input_tokens", "output_tokens", "dataset_digest", "output_length", "order")
 
 
-def configuration(meta: dict[str, Any]) -> dict[str, Any]:
+def configuration(meta: Meta) -> dict[str, Any]:
     """What makes two runs measurements of one arm: the embedded server's profile, mode and arguments
     (else the server's reported settings, :data:`CONFIG_FIELDS`), the model, the workload and the levels."""
-    server = meta.get("server") or {}
-    workload = meta.get("workload") or {}
+    workload = meta.workload.model_dump()
     return {
-        "embedded": meta.get("embedded_server"),
-        "server": None if meta.get("embedded_server") else {k: server.get(k) for k in CONFIG_FIELDS},
-        "model": meta.get("model"),
+        "embedded": meta.embedded_server,
+        "server": None if meta.embedded_server else {k: meta.server.get(k) for k in CONFIG_FIELDS},
+        "model": meta.model,
         "workload": {k: workload.get(k) for k in _WORKLOAD_FIELDS},
-        "concurrency": sorted((meta.get("sweep") or {}).get("concurrency") or []),
+        "concurrency": sorted(meta.sweep.concurrency or []),
     }
 
 
 def _newest_key(rs: ResultSet) -> tuple[bool, str, str]:
     """Sort key of one arm's runs: complete ones last, then by start time (ISO 8601 UTC), then by path."""
-    return bool(rs.meta.get("complete", True)), str(rs.meta.get("started_utc") or ""), str(rs.path)
+    return rs.meta.complete, rs.meta.started_utc or "", str(rs.path)
 
 
 def newest_per_arm(sets: Sequence[ResultSet]) -> list[ResultSet]:
@@ -524,8 +494,8 @@ def newest_per_arm(sets: Sequence[ResultSet]) -> list[ResultSet]:
             out.append(group[0])
             continue
         first = configuration(group[0].meta)
-        other = next((rs for rs in group[1:] if configuration(rs.meta) != first or rs.meta.get("kind") != "run"
-                      or group[0].meta.get("kind") != "run"), None)
+        other = next((rs for rs in group[1:] if configuration(rs.meta) != first or rs.meta.kind != "run"
+                      or group[0].meta.kind != "run"), None)
         if other is not None:
             differ = [k for k, v in configuration(other.meta).items() if v != first[k]]
             how = (f", measured with a different {', '.join(differ)}" if differ else
@@ -538,7 +508,7 @@ def newest_per_arm(sets: Sequence[ResultSet]) -> list[ResultSet]:
         ordered = sorted(group, key=_newest_key)
         keep, older = ordered[-1], ordered[:-1]
         keep.notes.append(
-            f"measured again: this run ({keep.run_id}, started {keep.meta.get('started_utc') or 'at an unrecorded time'})"
+            f"measured again: this run ({keep.run_id}, started {keep.meta.started_utc or 'at an unrecorded time'})"
             f" is the newest complete run of the arm and supersedes {len(older)} older run(s) of the same "
             f"configuration, left out: {', '.join(rs.path.name for rs in older)}")
         out.append(keep)
@@ -548,13 +518,15 @@ def newest_per_arm(sets: Sequence[ResultSet]) -> list[ResultSet]:
 # --------------------------------------------------------------------------------------- writing
 
 
-def write_meta(run_dir: Path, meta: dict[str, Any]) -> None:
-    """Validate and atomically write ``meta.json`` (with the API key's value masked, see ``redact``)."""
+def write_meta(run_dir: Path, meta: Meta) -> None:
+    """Validate and atomically write ``meta.json`` (with the API key's value masked, see ``redact``):
+    the fields it was read with and those set since, in order (:meth:`Meta.to_json_dict`)."""
+    data = meta.to_json_dict()
     try:
-        Meta.model_validate(meta)
+        Meta.model_validate(data)
     except ValidationError as exc:
         raise SchemaError(f"{run_dir / 'meta.json'}: refusing to write invalid metadata: {exc}") from exc
-    atomic_write_bytes(run_dir / "meta.json", (json.dumps(redact(meta), indent=2, default=str) + "\n").encode())
+    atomic_write_bytes(run_dir / "meta.json", (json.dumps(redact(data), indent=2, default=str) + "\n").encode())
 
 
 #: array values (all array columns together) per Parquet row group when a frame is written in parts

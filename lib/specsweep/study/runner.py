@@ -51,7 +51,6 @@ import argparse
 import atexit
 import contextlib
 import functools
-import json
 import os
 import shlex
 import shutil
@@ -70,6 +69,7 @@ from specsweep.report import build_report
 # what a report says about a study lives in study_page (a report's kernel loads only that); re-exported here
 from specsweep.report.study_page import cap_markdown, run_order, study_markdown  # noqa: F401
 from specsweep.results import provenance
+from specsweep.results.meta import StudyMeta
 from specsweep.results.store import (
     exclusive_lock,
     holder_text,
@@ -170,22 +170,21 @@ def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] =
         if frames:
             write_frame(target, stem, pd.concat(frames, ignore_index=True))
     first = sets[min(sets)]
-    meta = json.loads(json.dumps(first.meta))
+    meta = first.meta.model_copy(deep=True)
     order = {(a.name, r): i for i, (r, a) in enumerate(study.plan(), 1)}
-    meta.update(
-        run_id=f"{study.name}-{arm.name}", complete=len(found) == len(runs),
-        started_utc=min(rs.meta.get("started_utc") or "" for rs in sets.values()),
-        finished_utc=max(rs.meta.get("finished_utc") or "" for rs in sets.values()),
-        warnings=sorted({w for rs in sets.values() for w in rs.meta.get("warnings", [])}),
-    )
-    meta["sweep"] = {**meta.get("sweep", {}), "repeats": len({s.repeat for s in slots.values() if not s.sentinel}),
-                     "seed": study.spec.sweep.get("seed", 0)}
+    meta.run_id = f"{study.name}-{arm.name}"
+    meta.complete = len(found) == len(runs)
+    meta.started_utc = min(rs.meta.started_utc or "" for rs in sets.values())
+    meta.finished_utc = max(rs.meta.finished_utc or "" for rs in sets.values())
+    meta.warnings = sorted({w for rs in sets.values() for w in rs.meta.warnings})
+    meta.sweep.repeats = len({s.repeat for s in slots.values() if not s.sentinel})
+    meta.sweep.seed = study.spec.sweep.get("seed", 0)
     if slots and any(s.levels is not None for s in slots.values()):
-        meta["sweep"]["concurrency"] = sorted({int(c) for s in slots.values() if not s.sentinel
-                                               for c in (s.levels or meta["sweep"].get("concurrency") or [])})
+        meta.sweep.concurrency = sorted({int(c) for s in slots.values() if not s.sentinel
+                                         for c in (s.levels or meta.sweep.concurrency or [])})
     if study.is_control(arm):
-        meta["control"] = True
-    meta["study"] = {
+        meta.control = True
+    meta.study = StudyMeta.model_validate({
         "name": study.name, "title": study.title, "notes": study.spec.notes, "repeats": study.spec.repeats,
         "order": ORDER_TEXT[study.spec.order] + (f"; up to {study.spec.parallel} sweeps at once, each in a worker "
                                                   "process" if study.spec.parallel > 1 else ""),
@@ -196,10 +195,10 @@ def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] =
         "runs": sorted(({"repeat": slots[r].repeat, "run": r, "sentinel": slots[r].sentinel,
                          "levels": list(slots[r].levels) if slots[r].levels is not None else None,
                          "run_id": rs.run_id, "run_dir": str(found[r]), "position": order[(arm.name, r)],
-                         "seed": rs.meta.get("workload", {}).get("seed"), "started_utc": rs.meta.get("started_utc"),
-                         "finished_utc": rs.meta.get("finished_utc")} for r, rs in sets.items()),
+                         "seed": rs.meta.workload.seed, "started_utc": rs.meta.started_utc,
+                         "finished_utc": rs.meta.finished_utc} for r, rs in sets.items()),
                         key=lambda d: d["position"]),
-    }
+    })
     write_meta(target, meta)
     return target
 

@@ -27,6 +27,7 @@ from specsweep.analyze.compare import Comparison
 from specsweep.analyze.whatif.model import ArmModel
 from specsweep.analyze.whatif.observe import _num, server_setting
 from specsweep.analyze.whatif.setting import model_for
+from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet
 
 __all__ = ["FACTORS", "decompose", "decomposition_sentence"]
@@ -40,7 +41,7 @@ FACTORS: dict[str, str] = {
 }
 
 
-def _accept(m: ArmModel, meta: dict[str, Any], i: int) -> tuple[float, str]:
+def _accept(m: ArmModel, meta: Meta, i: int) -> tuple[float, str]:
     d = m.data
     if d.speculative and not d.level_only and d.accept_length[i] > 1.0:
         return float(d.accept_length[i]), "measured"
@@ -58,7 +59,7 @@ def decompose(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = Non
         if a not in models:
             models[a] = model_for(comp, a, sets, n_boot=20)
     ma, mb = models[arm], models[comp.baseline]
-    meta = comp.metas.get(arm) or {}
+    meta = comp.metas[arm]
     rows = []
     for i, c in enumerate(ma.data.concurrency):
         j = np.flatnonzero(np.isclose(mb.data.concurrency, c))

@@ -31,6 +31,7 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.join import measured_requests
 from specsweep.errors import InputError
+from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet
 
 __all__ = ["ArmData", "ASSUMED_NOISE_PCT", "LEVEL_ONLY_ASSUMPTIONS", "WhatIfError", "gauge_limit", "observe", "queue_margin", "server_setting"]
@@ -122,10 +123,10 @@ def _num(value: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def server_setting(meta: dict[str, Any], key: str) -> Any:
+def server_setting(meta: Meta, key: str) -> Any:
     """A server setting from meta.json: ``server.<key>``, else the trimmed ``/server_info`` snapshot
     (its top level, then its ``internal_states``)."""
-    server = meta.get("server") or {}
+    server = meta.server
     if server.get(key) is not None:
         return server[key]
     snap = server.get("server_info") or {}
@@ -139,7 +140,7 @@ def server_setting(meta: dict[str, Any], key: str) -> Any:
     return None
 
 
-def _cap(meta: dict[str, Any], comp_cap: int | None) -> int | None:
+def _cap(meta: Meta, comp_cap: int | None) -> int | None:
     for value in (comp_cap, server_setting(meta, "max_running_requests"),
                   server_setting(meta, "effective_max_running_requests_per_dp")):
         x = _num(value)
@@ -152,11 +153,11 @@ def _cap(meta: dict[str, Any], comp_cap: int | None) -> int | None:
 _MEASURED_LEN = {"input_tokens": "prompt_tokens", "output_tokens": "output_tokens"}
 
 
-def _workload_len(comp: Comparison, meta: dict[str, Any], key: str, req: pd.DataFrame | None = None) -> float:
+def _workload_len(comp: Comparison, meta: Meta, key: str, req: pd.DataFrame | None = None) -> float:
     """The workload's ``key`` length (tokens): as the workload fixed it, else (prompt files, built-in
     prompts, natural lengths) the mean the arm's own requests measured."""
-    for source in (meta.get("workload") or {}, comp.workload or {}):
-        x = _num(source.get(key))
+    for source in (meta.workload, comp.workload):
+        x = _num(getattr(source, key))
         if x is not None and x > 0:
             return x
     col = _MEASURED_LEN[key]
@@ -165,7 +166,7 @@ def _workload_len(comp: Comparison, meta: dict[str, Any], key: str, req: pd.Data
         values = values[np.isfinite(values) & (values > 0)]
         if len(values):
             return float(values.mean())
-    raise WhatIfError(f"arm '{meta.get('arm')}': meta.json workload.{key} is missing; the what-if model needs the "
+    raise WhatIfError(f"arm '{meta.arm}': meta.json workload.{key} is missing; the what-if model needs the "
                       "prompt and output lengths of the measured workload")
 
 
@@ -240,7 +241,7 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
     meta, lv = _levels_to_observe(comp, arm, n_boot)
     rs = next((s for s in (sets or []) if s.arm == arm), None)
     req = measured_requests(rs) if rs is not None else None
-    level_only = bool(meta.get("level_only")) or req is None and "e2e_mean_s" not in lv.columns
+    level_only = meta.level_only or req is None and "e2e_mean_s" not in lv.columns
     rng = np.random.default_rng(seed)
     output_tokens = _workload_len(comp, meta, "output_tokens", req)
     prompt_tokens = _workload_len(comp, meta, "input_tokens", req)
@@ -261,14 +262,14 @@ def observe(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = None,
         accept_measured=bool(server.spec and obs.accept_seen.all()))
 
 
-def _levels_to_observe(comp: Comparison, arm: str, n_boot: int) -> tuple[dict[str, Any], pd.DataFrame]:
+def _levels_to_observe(comp: Comparison, arm: str, n_boot: int) -> tuple[Meta, pd.DataFrame]:
     """(the arm's meta.json record, its levels with an aggregate tok/s figure); a WhatIfError where the
     arm is not compared, ``n_boot`` is too small for a band, or no level has the figure."""
     if arm not in comp.arms:
         raise WhatIfError(f"arm={arm!r} is not in the comparison; its arms: {', '.join(comp.arms)}")
     if n_boot < 20:
         raise WhatIfError(f"n_boot={n_boot}: at least 20 bootstrap replicates are needed for a band")
-    meta = comp.metas.get(arm) or {}
+    meta = comp.metas[arm]
     lv = comp.arm_levels(arm)
     lv = lv[lv["output_tok_s"].notna() & (lv["output_tok_s"] > 0)].reset_index(drop=True)
     if lv.empty:
@@ -289,7 +290,7 @@ class _Server:
     spec: bool
 
 
-def _server(comp: Comparison, arm: str, meta: dict[str, Any]) -> _Server:
+def _server(comp: Comparison, arm: str, meta: Meta) -> _Server:
     """The arm's server settings: cap, KV pool, draft tokens, whether it speculates."""
     pool = _num(server_setting(meta, "max_total_num_tokens")) or _num(
         (server_setting(meta, "memory_usage") or {}).get("token_capacity") if isinstance(

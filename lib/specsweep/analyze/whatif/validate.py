@@ -105,7 +105,7 @@ def comparable_pairs(comp: Comparison) -> list[tuple[str, str, list[str]]]:
         for b in comp.arms:
             if a == b:
                 continue
-            ma, mb = comp.metas.get(a) or {}, comp.metas.get(b) or {}
+            ma, mb = comp.metas[a], comp.metas[b]
             if any(server_setting(ma, k) != server_setting(mb, k) for k in SAME):
                 continue
             if bool(server_setting(ma, "speculative_algorithm")) != bool(server_setting(mb, "speculative_algorithm")):
