@@ -168,3 +168,20 @@ def test_the_scan_sees_deferred_imports() -> None:
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
     assert _targets("specsweep.results.store", LIB / PKG / "results" / "store.py", node) == [
         "specsweep.analyze.compare"]
+
+
+def test_every_package_lists_its_public_names_and_nothing_private() -> None:
+    for name, path in modules().items():
+        if path.name != "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        listed = None
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
+                listed = node.value
+        assert listed is not None, f"{name}: its __init__ has no __all__"
+        if isinstance(listed, (ast.List, ast.Tuple)):
+            private = [e.value for e in listed.elts if isinstance(e, ast.Constant) and str(e.value).startswith("_")
+                       and not str(e.value).startswith("__")]
+            assert private == [], f"{name} exports private names: {private}"

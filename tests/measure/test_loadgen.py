@@ -197,7 +197,7 @@ def test_spilled_level_reads_back_every_response_exactly(server_url: str, tmp_pa
 
 
 def test_spool_round_trips_reads_times_and_errors(tmp_path: Any) -> None:
-    from specsweep.measure.loadgen import _Spool
+    from specsweep.measure.loadgen.spool import _Spool
 
     spool = _Spool(str(tmp_path))
     a = RawExchange(t_sent=1.0, t_end=2.0, http_status=200, content_type="text/event-stream",
@@ -211,17 +211,17 @@ def test_spool_round_trips_reads_times_and_errors(tmp_path: Any) -> None:
 def test_long_streams_spill_while_they_stream(server_url: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Over the budget, a stream in flight moves its reads to the spool every SPILL_STEP_BYTES of
     body (it never holds the whole response) and the level still parses to the same records."""
-    from specsweep.measure import loadgen
     from specsweep.measure.client import SPILL_STEP_BYTES
+    from specsweep.measure.loadgen import spool
 
     moved: list[int] = []
-    real_spill = loadgen._Spool.spill
+    real_spill = spool._Spool.spill
 
     def counting_spill(self: Any, raw: RawExchange) -> None:
         moved.append(raw.nbytes)
         real_spill(self, raw)
 
-    monkeypatch.setattr(loadgen._Spool, "spill", counting_spill)
+    monkeypatch.setattr(spool._Spool, "spill", counting_spill)
     # ≈ 2 MB a response (9,000 events of ≈ 220 bytes). A move is what a stream held below one step plus
     # its last read, and one read can be as large as the client's read buffer (256 KiB, more when the
     # loop runs late on a busy machine), so the response must be much larger than both for "never the
@@ -244,12 +244,12 @@ def test_long_streams_spill_while_they_stream(server_url: str, tmp_path: Any, mo
 
 def test_sglang_cumulative_streams_are_not_spilled_while_streaming(server_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Their bytes grow with the square of their length: parsed when they end, never spooled in steps."""
-    from specsweep.measure import loadgen
+    from specsweep.measure.loadgen import spool
 
     def refuse(self: Any, raw: RawExchange) -> None:
         raise AssertionError("an SGLang cumulative stream was spilled while streaming")
 
-    monkeypatch.setattr(loadgen._Spool, "spill", refuse)
+    monkeypatch.setattr(spool._Spool, "spill", refuse)
     bodies = [build_body("sglang", [i, 1, 2], 600, extra={"rid": i, "fastsse": {"k": 3}}) for i in range(3)]
     res = run_level(server_url, "sglang", bodies, 3, parse_budget_bytes=0)
     assert all(r.ok and r.output_tokens == 600 for r in res.records)
@@ -257,7 +257,7 @@ def test_sglang_cumulative_streams_are_not_spilled_while_streaming(server_url: s
 
 def test_spool_round_trips_a_response_spilled_in_steps(tmp_path: Any) -> None:
     """Blocks written while the response streamed, then its rest: read back as one exchange."""
-    from specsweep.measure.loadgen import _Spool
+    from specsweep.measure.loadgen.spool import _Spool
 
     reads = [bytes([65 + i % 26]) * (i + 1) for i in range(40)]
     times = [10.0 + i / 7 for i in range(40)]

@@ -3,3 +3,6 @@
 ``python -m specsweep.engines.llamacpp --help``: llama.cpp's own HTTP server, in-process through
 the ``xllamacpp`` wheel (the optional extra ``specsweep[llamacpp]``).
 """
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -51,17 +51,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specsweep.measure.client import ReadPath, TransportKind, encode_body
-from specsweep.measure.loadgen.engine import _Config, _engine, _EngineOut, _parse_all, _release_free_memory
+from specsweep.measure.loadgen.engine import _Config
 from specsweep.measure.loadgen.inprocess import InProcessRunner
 from specsweep.measure.loadgen.level import LevelResult, ProgressFn, split_concurrency
-from specsweep.measure.loadgen.spool import _Spilled, _Spool
 from specsweep.measure.loadgen.workers import WorkerPoolRunner
 from specsweep.servers.flavours import PATHS, Flavour
 
 __all__ = ["InProcessRunner", "LevelResult", "LoadGenerator", "ProgressFn", "WorkerPoolRunner", "run_level",
            "split_concurrency"]
-# the level's parts, reachable from the package (tests patch ``loadgen._Spool``)
-_REEXPORTED = (_Config, _EngineOut, _Spilled, _Spool, _engine, _parse_all, _release_free_memory)
 
 
 class LoadGenerator:
