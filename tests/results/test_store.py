@@ -350,7 +350,7 @@ def test_the_schema_is_what_pyarrow_infers_from_the_whole_frame() -> None:
         "b": lambda n: rng.random(n) < 0.5,
         "s": lambda n: pd.Series([f"r{i}" for i in range(n)], dtype="str"),
         "I": lambda n: pd.array([None if i % 3 == 0 else i for i in range(n)], dtype="Int64"),
-        "t": lambda n: pd.date_range("2026-01-01", periods=n, freq="s", tz="UTC"),
+        "t": lambda n: pd.date_range(pd.Timestamp(1_767_225_600, unit="s", tz="UTC"), periods=n, freq="s"),
         "c": lambda n: pd.Categorical(rng.choice(["a", "b"], n), categories=["a", "b"]),
         "o": lambda n: pd.Series([f"text {i}" if i % 4 else None for i in range(n)], dtype=object),
         "n": lambda n: pd.Series([None] * n, dtype=object),
