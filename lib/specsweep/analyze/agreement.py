@@ -30,7 +30,7 @@ are accepted without proper verification tends to differ early and at every leve
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -170,8 +170,20 @@ def _where_markdown(flagged: pd.DataFrame) -> str:
             f"(exact inside the first {HEAD_CHARS}, else to within {BLOCK_CHARS}): " + ", ".join(parts) + ". ")
 
 
+class DifferenceExample(TypedDict):
+    """One differing pair as :func:`first_difference_example` shows it (positions in characters)."""
+
+    concurrency: int
+    repeat: int
+    prompt_id: int
+    position: int
+    offset: int
+    baseline: str
+    arm: str
+
+
 def first_difference_example(sets: Sequence[ResultSet], arm: str, baseline: str = "baseline",
-                             width: int = 40) -> dict[str, object] | None:
+                             width: int = 40) -> DifferenceExample | None:
     """One differing pair of ``arm`` against the baseline, for display: the pair whose first
     difference comes earliest, with up to ``width`` characters either side of it from both heads.
 
@@ -184,7 +196,7 @@ def first_difference_example(sets: Sequence[ResultSet], arm: str, baseline: str 
     if baseline not in by_arm or arm not in by_arm:
         return None
     pairs = _paired(by_arm[arm], by_arm[baseline])
-    best: tuple[int, object] | None = None
+    best: tuple[int, Any] | None = None  # Any: a pandas itertuples row
     for r in pairs[pairs["output_digest"] != pairs["output_digest_base"]].itertuples():
         place = _place(r)
         if place is not None and place[1] and (best is None or place[0] < best[0]):

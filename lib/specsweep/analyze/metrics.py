@@ -83,14 +83,15 @@ class RequestMetrics:
     chunk_gap_p99_s: float
 
 
-def chunk_gaps(chunk_times: Sequence[float]) -> np.ndarray:
+def chunk_gaps(chunk_times: Sequence[float] | np.ndarray) -> np.ndarray:
     """Gaps between consecutive token-carrying chunks (seconds)."""
     times = np.asarray(chunk_times, dtype=float)
     return np.diff(times) if times.size > 1 else np.empty(0)
 
 
 def token_normalised_itl(
-    chunk_times: Sequence[float], chunk_tokens: Sequence[int] | None, output_tokens: int | None = None
+    chunk_times: Sequence[float] | np.ndarray, chunk_tokens: Sequence[int] | np.ndarray | None,
+    output_tokens: int | None = None,
 ) -> np.ndarray:
     """One observation per token after the first chunk: each gap / the tokens its chunk carried.
 
@@ -101,7 +102,8 @@ def token_normalised_itl(
 
 
 def weighted_itl(
-    chunk_times: Sequence[float], chunk_tokens: Sequence[int] | None, output_tokens: int | None = None
+    chunk_times: Sequence[float] | np.ndarray, chunk_tokens: Sequence[int] | np.ndarray | None,
+    output_tokens: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`token_normalised_itl` without the repeats: each gap / the tokens k its chunk carried
     (seconds/token) and k, the observations it stands for (None when every k is 1 or the tokens are

@@ -256,11 +256,11 @@ def draw_study(case: str, rng: np.random.Generator) -> list[ResultSet]:
         i = list(spec["levels"]).index(lv)
         e = rng.standard_normal(2)
         e[1] = 0.5 * e[0] + math.sqrt(0.75) * e[1]
-        slow = math.exp(-drift * clock / sweep_runs)
+        slow_now = math.exp(-drift * clock / sweep_runs)
         sentinel_rows.append({"run_id": "draw-baseline-sentinel", "arm": "baseline", "concurrency": int(lv),
                               "repeat": reps, "sentinel": True,
-                              "output_tok_s": float(agg0[i] * math.exp(sigma[i] * e[0]) * slow),
-                              "request_tok_s_mean": float(user0[i] * math.exp(sigma[i] * e[1]) * slow),
+                              "output_tok_s": float(agg0[i] * math.exp(sigma[i] * e[0]) * slow_now),
+                              "request_tok_s_mean": float(user0[i] * math.exp(sigma[i] * e[1]) * slow_now),
                               "started_utc": (t0 + pd.Timedelta(seconds=RUN_S * clock)).isoformat()})
         clock += 1
     for arm, _, _, control in arms:

@@ -128,7 +128,9 @@ def category_curves(comp: Comparison, sets: Sequence[Any], *, n_boot: int = 400,
     data: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}
     for arm in comp.arms:
         rs = by_arm.get(arm)
-        ok = measured_requests(rs) if rs is not None else None
+        if rs is None:
+            continue
+        ok = measured_requests(rs)
         if ok is None or ok.empty:
             continue
         data[arm] = (category_metrics(rs.requests), with_category(ok))
@@ -267,10 +269,10 @@ def category_deltas(comp: Comparison, sets: Sequence[Any],
                     lo, hi = _repeat_interval(a[col].tolist(), b[col].tolist())
                     kind, fit_pct = ("none" if math.isnan(lo) else "repeats"), math.nan
                     fit = fits.get((arm, cat, name))
-                    at = ([int(x) for x in fit.curve.concurrency].index(int(c))
-                          if fit is not None and fit.curve is not None and int(c) in fit.curve.concurrency else None)
-                    if at is not None:
-                        f, h = fit.curve.fitted[at], fit.curve.half_width[at]
+                    curve = fit.curve if fit is not None else None
+                    if curve is not None and int(c) in curve.concurrency:
+                        at = [int(x) for x in curve.concurrency].index(int(c))
+                        f, h = curve.fitted[at], curve.half_width[at]
                         fit_pct, lo, hi = ((math.exp(z) - 1) * 100 for z in (f, f - h, f + h))
                         kind = "band"
                     row.update({f"{name}_baseline": bv, f"{name}_arm": av,
@@ -402,7 +404,7 @@ def category_crossover_sentences(comp: Comparison, crossovers: pd.DataFrame) -> 
     """One sentence per spec arm and figure from :func:`category_crossovers`: the categories whose
     fitted delta curve credibly crosses 0 (where, between which levels), those with a curve and no
     crossover (where the band lies above and below 0), and those with too few levels for a curve."""
-    out = []
+    out: list[str] = []
     if crossovers is None or crossovers.empty:
         return out
     titles = dict(CATEGORY_FIGURES)

@@ -46,7 +46,7 @@ def tool() -> dict[str, Any]:
 
 def environment() -> dict[str, Any]:
     """Python, package versions and host of the measuring machine."""
-    packages = {}
+    packages: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             packages[name] = metadata.version(name)

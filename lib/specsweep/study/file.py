@@ -221,8 +221,8 @@ class RayOptions(BaseModel):
     """How the ``ray`` backend reaches its cluster and retries an arm whose node was lost."""
 
     model_config = ConfigDict(extra="forbid")
-    address: str | None = Field(None, description="Ray cluster address (e.g. 'auto'); None: RAY_ADDRESS, else a local instance")
-    max_retries: int = Field(1, ge=0, description="re-runs of an arm whose worker or node died (a failed server is not retried)")
+    address: str | None = Field(default=None, description="Ray cluster address (e.g. 'auto'); None: RAY_ADDRESS, else a local instance")
+    max_retries: int = Field(default=1, ge=0, description="re-runs of an arm whose worker or node died (a failed server is not retried)")
 
 
 class SentinelSpec(BaseModel):

@@ -45,7 +45,7 @@ STOP_WAIT_S = 60.0
 PRELOAD = ["specsweep.study.arm", "papermill", "nbclient", "jupyter_client"]
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context() -> multiprocessing.context.ForkServerContext | multiprocessing.context.SpawnContext:
     """``forkserver`` where the platform has it (a clean single-threaded process that imported
     :data:`PRELOAD` once forks each worker: cheap, and safe beside the runner's threads), else ``spawn``."""
     if "forkserver" in multiprocessing.get_all_start_methods():

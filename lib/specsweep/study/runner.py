@@ -100,7 +100,7 @@ from specsweep.study.arm import (  # noqa: F401
     port_holder,
     run_arm,
 )
-from specsweep.study.file import DEFAULT_MAX_ARMS, HARD_MAX_ARMS, ORDER_TEXT, Arm, Study, StudyError, load_study
+from specsweep.study.file import DEFAULT_MAX_ARMS, HARD_MAX_ARMS, ORDER_TEXT, Arm, Slot, Study, StudyError, load_study
 from specsweep.study.pid_file import PID_FILE
 
 Backend = Literal["local", "ray"]
@@ -193,7 +193,7 @@ def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] =
                                    if p is None and not study.slot(arm, r).sentinel}),
         "missing_arms": list(missing),
         "runs": sorted(({"repeat": slots[r].repeat, "run": r, "sentinel": slots[r].sentinel,
-                         "levels": list(slots[r].levels) if slots[r].levels is not None else None,
+                         "levels": _levels(slots[r]),
                          "run_id": rs.run_id, "run_dir": str(found[r]), "position": order[(arm.name, r)],
                          "seed": rs.meta.workload.seed, "started_utc": rs.meta.started_utc,
                          "finished_utc": rs.meta.finished_utc} for r, rs in sets.items()),
@@ -204,6 +204,11 @@ def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] =
 
 
 STUDY_LOCK = ".specsweep-study.lock"
+
+
+def _levels(slot: Slot) -> list[int] | None:
+    """The concurrency levels ``slot`` measures, as study.json lists them (None: all)."""
+    return list(slot.levels) if slot.levels is not None else None
 
 
 @contextlib.contextmanager
@@ -268,14 +273,15 @@ def _tell_how_to_resume(study: Study, out: Path) -> None:
     output reaches only the output notebook: say on the terminal (the kernel's own stderr) how to
     continue, now and once more when the kernel exits, after the kernel's and papermill's own
     shutdown messages (papermill's final ``Aborted!`` still follows)."""
-    if "ipykernel" not in sys.modules or sys.__stderr__ is None or sys.__stderr__ is sys.stderr:
+    terminal = sys.__stderr__
+    if "ipykernel" not in sys.modules or terminal is None or terminal is sys.stderr:
         return
     hint = resume_hint(study, out)
 
     def say() -> None:
         try:
-            sys.__stderr__.write(f"\n{hint}\n")
-            sys.__stderr__.flush()
+            terminal.write(f"\n{hint}\n")
+            terminal.flush()
         except (OSError, ValueError):
             pass
     say()

@@ -62,10 +62,10 @@ def decompose(comp: Comparison, arm: str, sets: Sequence[ResultSet] | None = Non
     meta = comp.metas[arm]
     rows = []
     for i, c in enumerate(ma.data.concurrency):
-        j = np.flatnonzero(np.isclose(mb.data.concurrency, c))
-        if not len(j):
+        hits = np.flatnonzero(np.isclose(mb.data.concurrency, c))
+        if not len(hits):
             continue
-        j = int(j[0])
+        j = int(hits[0])
         a_arm = float(ma.data.replicates["output_tok_s"][0, i])
         a_base = float(mb.data.replicates["output_tok_s"][0, j])
         u_arm = float(ma.data.replicates["user_tok_s"][0, i])

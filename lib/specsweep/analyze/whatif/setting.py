@@ -62,19 +62,15 @@ def _pool_limit(m: ArmModel, pool: int | None, out_tok: float) -> tuple[float, s
     foot_now = d.prompt_tokens + d.output_tokens
     foot_new = d.prompt_tokens + out_tok
     if m.pool_limit is not None:
-        # footprint consistent with the observed limit: P + O when floor(pool / (P + O)) matches it
-        if d.pool_tokens and math.floor(d.pool_tokens / foot_now) == round(m.pool_limit):
-            per_req = foot_now
-        elif d.pool_tokens:
-            per_req = d.pool_tokens / (m.pool_limit + 0.5)
-        else:
-            per_req = None
-        if per_req is None:
+        if not d.pool_tokens:
             if pool is not None:
                 return math.nan, "pool_tokens: this arm's meta.json gives no pool size to scale from"
             return m.pool_limit * foot_now / foot_new, None
-        size = pool if pool is not None else d.pool_tokens
-        return math.floor(size / (per_req * foot_new / foot_now)), None
+        # footprint consistent with the observed limit: P + O when floor(pool / (P + O)) matches it
+        per_req = (foot_now if math.floor(d.pool_tokens / foot_now) == round(m.pool_limit)
+                   else d.pool_tokens / (m.pool_limit + 0.5))
+        tokens = pool if pool is not None else d.pool_tokens
+        return math.floor(tokens / (per_req * foot_new / foot_now)), None
     size = pool if pool is not None else d.pool_tokens
     if size:
         return math.floor(size / foot_new), None
