@@ -22,7 +22,7 @@ from specsweep.markup import markdown_html, md_text
 
 
 @dataclass(frozen=True)
-class DecisionRow:
+class ScreenRow:
     """One profile's decision as the first screen shows it (strings are plain text, not yet escaped)."""
 
     profile: str
@@ -127,8 +127,8 @@ def _weakest(levels: pd.DataFrame, want: str) -> tuple[str, str]:
     return word, f"{word}: {r['deciding_band']} at {int(r['concurrency'])} ({weakest})"
 
 
-def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[DecisionRow]:
-    """One :class:`DecisionRow` per recommendation, from its verdict claim."""
+def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[ScreenRow]:
+    """One :class:`ScreenRow` per recommendation, from its verdict claim."""
     out = []
     for rec in recs:
         claim = _verdict_claim(rec)
@@ -147,7 +147,7 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Deci
         credible = int((lv["outcome"] != "neutral").sum()) if not lv.empty else 0
         levels_note = f"{credible} of {len(cs)} levels credible" if cs else "no levels judged"
         word, deciding = _deciding(comp, rec)
-        out.append(DecisionRow(profile=rec.profile.name, kind=kind, x=rec.decision_at, arm=rec.arm if rec.arm else (claim.arm if claim else None),
+        out.append(ScreenRow(profile=rec.profile.name, kind=kind, x=rec.decision_at, arm=rec.arm if rec.arm else (claim.arm if claim else None),
                                enable_at=enable_at, tested=tested, deciding=deciding, deciding_metric=word,
                                stability=levels_note, tied_with=tuple(getattr(rec, "tied_with", ()) or ())))
     return out
@@ -229,7 +229,7 @@ def verdict_prose(comp: Comparison, recs: Sequence[Recommendation]) -> str:
         if cross and cross.bounds:
             text += f"; the fitted curve crosses 0 near {cross.at:.0f}, between the tested {cross.bounds[0]} and {cross.bounds[1]}"
         lines.append(text + ".")
-    groups: dict[tuple[str, str, str], list[DecisionRow]] = {}
+    groups: dict[tuple[str, str, str], list[ScreenRow]] = {}
     for r in decision_rows(comp, recs):
         groups.setdefault((r.decision, r.arm or "", r.deciding_metric), []).append(r)
     for (decision, arm, metric), rows in groups.items():
