@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ def _allowed(key: str) -> set[str]:
 def _ruff() -> list[str]:
     if shutil.which("ruff", path=str(Path(sys.executable).parent)):
         return [sys.executable, "-m", "ruff"]
-    if ci := __import__("os").environ.get("CI"):
+    if ci := os.environ.get("CI"):
         pytest.fail(f"ruff is not installed (CI={ci}): pip install -e '.[lint]'")
     pytest.skip("ruff is not installed here: pip install -e '.[lint]' (or make lint)")
 

@@ -28,7 +28,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "key_numbers", "verdict_markdown", "shared_lines", "shared_markdown",
     ),
     "specsweep.report.warnings": (
-        "PageWarning", "SYNTHETIC_WORKLOADS", "collect_warnings", "warnings_markdown", "top_warnings",
+        "PageWarning", "collect_warnings", "warnings_markdown", "top_warnings",
         "shortest_wait", "workload_caveat",
     ),
     "specsweep.report.setup_info": (

@@ -37,6 +37,7 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.metrics import SIM_LAG_WARN_MS
 from specsweep.analyze.workload_match import workload_differences
+from specsweep.decide.profiles import SYNTHETIC_KINDS
 from specsweep.markup import md_text
 
 Severity = Literal["high", "medium", "low"]
@@ -260,15 +261,11 @@ def _recorded(comp: Comparison, min_effect: float) -> list[PageWarning]:
     return out
 
 
-SYNTHETIC_WORKLOADS: tuple[str, ...] = ("random-ids", "random-text", "fixed-ids")
-
-
 def workload_caveat(comp: Comparison) -> str | None:
-    """A caveat when any arm's workload is synthetic (:data:`SYNTHETIC_WORKLOADS`: random token IDs,
-    random text, fixed token IDs), else None: speculation's gain follows acceptance, and acceptance
+    """A caveat when any arm's workload is synthetic (:data:`~specsweep.decide.profiles.SYNTHETIC_KINDS`:
+    random token IDs, random text, fixed token IDs), else None: speculation's gain follows acceptance, and acceptance
     on synthetic content is not that of real traffic."""
-    kinds = sorted({m.workload.kind for m in comp.metas.values()}
-                   & set(SYNTHETIC_WORKLOADS))
+    kinds = sorted({m.workload.kind for m in comp.metas.values()} & SYNTHETIC_KINDS)
     if not kinds:
         return None
     return (f"⚠ The workload is {' and '.join(kinds)}: synthetic content, on which a drafter's acceptance (and so "
