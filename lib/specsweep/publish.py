@@ -17,12 +17,16 @@ competes with a measurement for the CPU. Published reports are generated, never 
 run in its out dir (``data/runs/studies/<name>``) instead of starting over: complete arms are not
 measured again, so only the report is rebuilt.
 
+The pages go to ``reports/fresh/`` (git-ignored), beside the committed ones in ``reports/``, which a
+run never touches: a fresh checkout stays clean, and every run compares with the committed pages'
+decisions, not with an earlier run of this machine. ``--out-dir reports`` replaces the committed
+pages (what a maintainer does to publish a change), after the same comparison.
+
 Each report's decision table (:mod:`specsweep.decide.decisions`: per profile the decision class and the arm
-chosen) goes to ``reports/decisions.json``; before it is replaced, the new table is compared with
-the one there (the committed pages' decisions) and every difference printed. ``--decisions`` only
+chosen) goes to ``<out-dir>/decisions.json``; before that, the new table is compared with the committed
+``reports/decisions.json`` (the committed pages' decisions) and every difference printed. ``--decisions`` only
 prints the tables of the data already measured (study out dirs) and compares them with that file
-(exit 1 on a difference): after a fresh ``make reports``, ``git diff reports/decisions.json`` shows
-the same.
+(exit 1 on a difference).
 """
 from __future__ import annotations
 
@@ -137,37 +141,56 @@ def decision_tables(pubs: Sequence[Published]) -> dict[str, list[decisions.Decis
     return out
 
 
-def record_decisions(path: Path, tables: dict[str, list[decisions.DecisionRow]]) -> list[str]:
-    """Compare ``tables`` with the saved file, print the table and every difference, then save them
-    into it (other reports' entries kept); returns the differences."""
-    saved = read_decisions(path)
+#: where ``make reports`` writes its pages: beside the committed ones, git-ignored
+FRESH_DIR = REPO_ROOT / "reports" / "fresh"
+#: the committed pages' decisions, which every run compares with and only ``--out-dir reports`` replaces
+COMMITTED_DECISIONS = REPO_ROOT / "reports" / DECISIONS_FILE
+
+
+def record_decisions(path: Path, tables: dict[str, list[decisions.DecisionRow]], *,
+                     against: Path | None = None) -> list[str]:
+    """Compare ``tables`` with the decisions in ``against`` (default: ``path`` itself, which this then
+    replaces), print the table and every difference, then save them into ``path`` (its other
+    reports' entries kept); returns the differences."""
+    against = path if against is None else against
+    saved = read_decisions(against)
     both = [k for k in tables if k in saved]
     diff = decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both})
     print(decisions.markdown_table(tables), flush=True)
     if not both:
         print(f"decisions: no earlier table of {', '.join(tables)} in {path} to compare with", flush=True)
     elif diff:
-        print(f"decisions: DIFFERENT from {path}:\n  " + "\n  ".join(diff), flush=True)
+        print(f"decisions: DIFFERENT from {_shown(against)}:\n  " + "\n  ".join(diff), flush=True)
     else:
-        print(f"decisions: the same as in {path}", flush=True)
+        print(f"decisions: the same as in {_shown(against)}", flush=True)
+    if against.resolve() != path.resolve():
+        print(f"  (this run's pages and decisions are in {_shown(path.parent)}; {_shown(against)} is left as committed)",
+              flush=True)
     moved = [d for d in decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both}, bracket=True)
              if d not in diff]
     if moved:
         print("  (crossover moved to other tested levels, same decision: " + "; ".join(moved) + ")", flush=True)
-    write_decisions(path, {**saved, **tables})
+    write_decisions(path, {**read_decisions(path), **tables})
     return diff
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the repository root where it lies inside it."""
+    return path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
 
 
 def _publish(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specsweep.publish", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", help="build only the named report(s)")
     parser.add_argument("--skip-sweeps", action="store_true", help="resume the last study run (complete arms are not measured again) instead of starting over")
-    parser.add_argument("--out-dir", default=str(REPO_ROOT / "reports"))
+    parser.add_argument("--out-dir", default=str(FRESH_DIR),
+                        help=f"where the pages go (default: {_shown(FRESH_DIR)}, git-ignored; 'reports' replaces the "
+                        "committed pages)")
     parser.add_argument("--studies-at-once", type=int, default=STUDIES_AT_ONCE, metavar="N",
                         help=f"measure N studies at the same time (default {STUDIES_AT_ONCE}: each runs its own parallel "
                         "sweeps, and more at once put the simulated servers behind their schedule on a small machine)")
     parser.add_argument("--decisions", action="store_true", help="measure and build nothing: print the decision tables "
-                        f"of the data measured now and compare them with <out-dir>/{DECISIONS_FILE} (exit 1 on a difference)")
+                        f"of the data measured now and compare them with {_shown(COMMITTED_DECISIONS)} (exit 1 on a difference)")
     args = parser.parse_args(argv)
     if args.studies_at_once < 1:
         parser.error(f"--studies-at-once {args.studies_at_once}: must be at least 1")
@@ -179,15 +202,15 @@ def _publish(argv: Sequence[str] | None) -> int:
     chosen = [p for p in PUBLISHED if not args.only or p.name in args.only]
     if args.decisions:
         tables = decision_tables(chosen)
-        saved = read_decisions(out_dir / DECISIONS_FILE)
+        saved = read_decisions(COMMITTED_DECISIONS)
         print(decisions.markdown_table(tables))
         missing = [k for k in tables if k not in saved]
         if missing:
-            print(f"no earlier table of {', '.join(missing)} in {out_dir / DECISIONS_FILE} to compare with")
+            print(f"no earlier table of {', '.join(missing)} in {COMMITTED_DECISIONS} to compare with")
         both = [k for k in tables if k in saved]
         diff = decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both})
-        print("\n".join([f"different from {out_dir / DECISIONS_FILE}:", *diff]) if diff
-              else f"the same decisions as {out_dir / DECISIONS_FILE}")
+        print("\n".join([f"different from {COMMITTED_DECISIONS}:", *diff]) if diff
+              else f"the same decisions as {COMMITTED_DECISIONS}")
         return 1 if diff else 0
     start = time.perf_counter()
     measure_studies(chosen, skip_sweeps=args.skip_sweeps, at_once=args.studies_at_once)
@@ -201,9 +224,8 @@ def _publish(argv: Sequence[str] | None) -> int:
         else:
             path = build_report([REPO_ROOT / p for p in pub.result_sets], pub.name, baseline=pub.baseline,
                                 title=pub.title, profiles=pub.profiles, out_dir=out_dir)
-        shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
-        print(f"  wrote {shown} ({path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - t0:.0f} s)", flush=True)
-        record_decisions(out_dir / DECISIONS_FILE, decision_tables([pub]))
+        print(f"  wrote {_shown(path)} ({path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - t0:.0f} s)", flush=True)
+        record_decisions(out_dir / DECISIONS_FILE, decision_tables([pub]), against=COMMITTED_DECISIONS)
     print(f"published {len(chosen)} report(s) in {time.perf_counter() - start:.0f} s", flush=True)
     return 0
 
