@@ -14,7 +14,8 @@ Each class keeps the built-in base it had (``ValueError``, ``RuntimeError``) bes
 code that catches it by that base still does. :func:`exit_status` is the one place that turns an
 exception into an exit status; every entry point (``specsweep``, ``python -m specsweep.study``,
 ``python -m specsweep.publish``) uses it. Standard library only, and nothing from specsweep: every
-layer may import this module.
+layer may import this module. In a notebook cell (IPython, papermill) each shows as its one line,
+not a traceback.
 """
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ OK, FAILED, BAD_INPUT = 0, 1, 2
 
 class SpecsweepError(Exception):
     """The root of every error specsweep raises on purpose."""
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for it in a notebook cell (and papermill then prints): the one line a
+        command prints, since the message already says what to do; a traceback would bury it."""
+        return [f"{type(self).__name__}: {self}"]
 
 
 class InputError(SpecsweepError):

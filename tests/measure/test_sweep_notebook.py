@@ -108,3 +108,41 @@ def test_ctrl_c_under_papermill_prints_the_resume_hint_not_a_traceback(tmp_path:
     # prints its own DeadKernelError (a race, seen under load) — any other traceback is a failure
     assert "Traceback" not in err or "DeadKernelError: Kernel died" in err, err[-3000:]
     assert json.loads((run_dir / "meta.json").read_text())["interrupted"]["level"] == [2, 0]
+
+
+def _papermill(tmp_path: Path, *params: str) -> subprocess.CompletedProcess[str]:
+    """``papermill notebooks/sweep.ipynb OUT`` as the README runs it (no --log-output), from the repository root."""
+    env = {k: v for k, v in os.environ.items() if k != "JPY_SESSION_NAME"}
+    env["PYTHONPATH"] = str(REPO_ROOT / "lib")
+    return subprocess.run([sys.executable, "-m", "papermill", str(SWEEP), str(tmp_path / "out.ipynb"), *params],
+                          cwd=str(REPO_ROOT), env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_plain_papermill_shows_each_level_and_explains_the_transport_warning(tmp_path: Path) -> None:
+    """papermill shows no cell output without --log-output: the sweep's lines reach its terminal anyway."""
+    done = _papermill(tmp_path, "-p", "embedded_profile", "tiny", "-y", "concurrency: [1, 2]", "-p", "input_tokens",
+                      "32", "-p", "output_tokens", "16", "-p", "requests_per_level", "2", "-p", "out_dir",
+                      str(tmp_path / "runs"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "starting the embedded reference server" in done.stderr
+    for c in (1, 2):
+        assert re.search(rf"^C={c} repeat 0: .* tok/s aggregate, .* — saved$", done.stderr, re.M), done.stderr[-3000:]
+    if "Kernel is running over TCP without encryption" in done.stderr:
+        assert "specsweep: Jupyter's warning above is about the link between papermill and this notebook's kernel" \
+            in done.stderr
+    lines = _outputs_text(nbformat.read(str(tmp_path / "out.ipynb"), as_version=4))
+    assert lines.count("C=1 repeat 0:") == 1  # once in the notebook: the terminal copy stays out of it
+
+
+def test_an_unreachable_endpoint_under_papermill_ends_in_one_line_not_a_traceback(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = _papermill(tmp_path, "-p", "endpoint", f"http://127.0.0.1:{port}", "-p", "arm", "mtp",
+                      "-p", "out_dir", str(tmp_path / "runs"))
+    assert done.returncode != 0
+    cell = done.stderr.split('Exception encountered at "In [', 1)[1].strip().splitlines()[1:]
+    assert len(cell) == 1 and cell[0].startswith(f"ProbeError: cannot reach an inference server at http://127.0.0.1:{port}"), \
+        done.stderr[-3000:]

@@ -66,6 +66,7 @@ from specsweep.measure.probe import (
     spec_level_figures,
     try_flush_prefix_cache,
 )
+from specsweep.notebooks.terminal import progress_stream
 from specsweep.results import provenance
 from specsweep.results.meta import Meta
 from specsweep.results.redact import redact_exception, redact_text
@@ -398,7 +399,7 @@ class _Progress:
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, unit="req", file=sys.stderr, mininterval=self.REFRESH_S,
+            self.bar = tqdm(total=total, desc=desc, unit="req", file=progress_stream(), mininterval=self.REFRESH_S,
                             leave=True, dynamic_ncols=False, ncols=100)
 
     def __call__(self, done: int, total: int) -> None:

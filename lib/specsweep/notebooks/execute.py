@@ -6,7 +6,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specsweep.notebooks.kernel import kernel_manager_class, kernel_manager_with_secrets, preload_arguments
+from specsweep.notebooks.kernel import (
+    kernel_manager_class,
+    kernel_manager_with_env,
+    kernel_manager_with_secrets,
+    preload_arguments,
+)
+from specsweep.notebooks.terminal import OUTPUT_SHOWN_ENV
 from specsweep.paths import REPO_ROOT
 
 __all__ = ["execute_notebook"]
@@ -34,6 +40,8 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict[str, Any], *
     manager = kernel_manager_class()
     if secrets is not None:
         manager = kernel_manager_with_secrets(manager, secrets)
+    if stream or log_output:  # the cells' output reaches the terminal this way: the notebook need not echo it
+        manager = kernel_manager_with_env(manager, lambda env: env.update({OUTPUT_SHOWN_ENV: "1"}))
     # unless streamed (a long run someone watches) or asked, the notebook is written once at the end
     # (and on error), not after every cell: each save re-encodes the whole notebook, the chart bundle included
     return pm.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(cwd),
