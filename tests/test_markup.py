@@ -36,3 +36,33 @@ def test_script_json_cannot_close_the_element() -> None:
     text = script_json(value)
     assert "</" not in text and "<!--" not in text and "\u2028" not in text
     assert json.loads(text) == value
+
+
+#: strings with Markdown syntax in every position it has one: each must render as itself
+LITERAL = ["# heading", "## two", "- item", "+ item", "1. one", "3) three", "> quote", "---", "===", "**bold**",
+           "_em_", "__strong__", "a_b_c", "`code`", "[a](b)", "![i](x.png)", "[ref][x]", "[x]: http://evil.example",
+           "~~gone~~", "~one~", "a | b", "<b>x</b>", "x\\", "\\(x\\)", "*", "2*3*4", "a * b", "mtp_cap128_", "tab\there"]
+
+
+def _text(html: str) -> str:
+    import html as html_mod
+    import re
+
+    return html_mod.unescape(re.sub(r"<[^>]+>", "", html)).strip()
+
+
+@pytest.mark.parametrize("value", LITERAL + PAYLOADS)
+def test_md_text_renders_as_itself_at_a_line_start_mid_line_and_in_a_table_cell(value: str) -> None:
+    assert _text(markdown_html(md_text(value))) == value
+    assert _text(markdown_html(f"profile {md_text(value)} here")) == f"profile {value} here"
+    cell = markdown_html(f"| a | b |\n|---|---|\n| {md_text(value)} | x |")
+    assert "<td>" in cell and _text(cell.split("<td>")[1].split("</td>")[0]) == value
+
+
+@pytest.mark.parametrize("value", ["Latency-sensitive (interactive, agentic)", "+8.6% [+3.1%, +14%]",
+                                   "-10% [-11%, -10%] at 4 → +10% [+10%, +11%] at 16", "mtp (tied with mtp-cap128)",
+                                   "mtp_cap128", "Interactive SLO: at least 60 tok/s per user", "1–128", "#3 run",
+                                   "C=16! really?", "{a}", "ends with a dot."])
+def test_md_text_leaves_what_is_not_markdown_there_as_it_is(value: str) -> None:
+    """A summary is pasted into chats that show Markdown as plain text: no backslash where none is needed."""
+    assert md_text(value) == value
