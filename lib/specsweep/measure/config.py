@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -200,10 +201,25 @@ class SweepConfig(BaseModel):
         return [(c, r) for c in self.concurrency for r in range(self.repeats)]
 
 
-def parse_config(params: dict[str, Any] | SweepConfig) -> SweepConfig:
-    """Validate notebook parameters; raise :class:`ConfigError` naming each bad parameter."""
+def _as_option(name: str) -> str:
+    """A parameter as the ``specsweep sweep`` option that sets it (``output_tokens.int`` → ``--output-tokens``)."""
+    return "--" + name.split(".")[0].replace("_", "-")
+
+
+#: how a message names a parameter and shows a list of levels, per front end: the notebook under
+#: papermill (the default) or the ``specsweep sweep`` command, which checks its options before a kernel starts
+SPELLINGS: dict[str, tuple[Callable[[str], str], str]] = {
+    "papermill": (lambda name: f"parameter '{name}'", "with papermill: -y 'concurrency: [1, 4, 16]'"),
+    "cli": (_as_option, "e.g. --concurrency '[1, 4, 16]'"),
+}
+
+
+def parse_config(params: dict[str, Any] | SweepConfig, *, spelling: str = "papermill") -> SweepConfig:
+    """Validate notebook parameters; raise :class:`ConfigError` naming each bad parameter as
+    ``spelling`` (a key of :data:`SPELLINGS`) spells it."""
     if isinstance(params, SweepConfig):
         return params
+    named, levels = SPELLINGS[spelling]
     try:
         cfg = SweepConfig.model_validate(params)
     except ValidationError as exc:
@@ -214,12 +230,12 @@ def parse_config(params: dict[str, Any] | SweepConfig) -> SweepConfig:
             if err["type"] == "extra_forbidden":
                 msg = f"unknown parameter{_closest_hint(name)} (papermill --help-notebook notebooks/sweep.ipynb lists them)"
             elif name == "concurrency" or name.startswith("concurrency."):
-                msg += " — give a list of integers, with papermill: -y 'concurrency: [1, 4, 16]'"
-            problems.append(f"parameter '{name}': {msg} (got {err.get('input')!r})")
+                msg += f" — give a list of integers, {levels}"
+            problems.append(f"{named(name)}: {msg} (got {err.get('input')!r})")
         raise ConfigError("; ".join(problems)) from exc
     cross = cfg.cross_field_problems()
     if cross:
-        raise ConfigError("; ".join(f"parameter '{name}': {msg}" for name, msg in cross))
+        raise ConfigError("; ".join(f"{named(name)}: {msg}" for name, msg in cross))
     return cfg
 
 

@@ -1,10 +1,11 @@
-"""Command line: ``python -m specsweep.refserver --profile NAME [options]``.
+"""Command line: ``python -m specsweep.refserver [--profile NAME] [options]`` (``specsweep serve``).
 
 Starts the simulated SGLang server (or, with ``--api-surface vllm``, the same simulated engine
 behind a vLLM-shaped OpenAI API), prints ``specsweep refserver ready: http://HOST:PORT`` on
 stdout once it accepts connections, and exits with status 0 on SIGINT/SIGTERM. A bad flag, an
 unknown profile or a bad override exits with status 2 and a message saying what is wrong (and,
-for a profile, which profiles exist); a port that cannot be bound exits with status 1.
+for a profile, which profiles exist); without ``--profile`` it serves the one calibrated to the seed
+measurement; a port that cannot be bound exits with status 1.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from specsweep.refserver import READY_PREFIX
+from specsweep.refserver.calibration import SEED_PROFILE
 from specsweep.refserver.faults import DataFaults, FaultConfig
 from specsweep.refserver.model import resolve
 from specsweep.refserver.profiles import ProfileError, available_profiles, load_profile
@@ -111,20 +113,24 @@ _posint = _checked(int, lambda v: v >= 1, "must be >= 1")
 _port = _checked(int, lambda v: 0 <= v <= 65535, "must be within 0..65535")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The CLI parser (also documents every flag in ``--help``)."""
+PROG = "python -m specsweep.refserver"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The CLI parser (also documents every flag in ``--help``); ``prog``: the command as typed."""
     p = argparse.ArgumentParser(
-        prog="python -m specsweep.refserver",
-        usage="python -m specsweep.refserver --profile NAME [--spec off|mtp] "
+        prog=prog,
+        usage=f"{prog} [--profile NAME] [--spec off|mtp] "
               "[--max-running-requests N] [--host H] [--port P] [--seed S] [--set KEY=VALUE ...] "
               "[--api-surface sglang|vllm|llamacpp] [options]",
         description="Simulated SGLang (or vLLM) inference server with continuous batching and "
                     "speculative decoding (specsweep's reference server). Prints "
                     f"'{READY_PREFIX}http://HOST:PORT' on stdout once ready.",
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profile", metavar="NAME",
+    p.add_argument("--profile", metavar="NAME", default=SEED_PROFILE,
                    help="performance profile: one of " + ", ".join(available_profiles())
-                        + ", or a path to a profile .json file (required)")
+                        + f", or a path to a profile .json file (default: {SEED_PROFILE}, calibrated to the "
+                        "seed measurement)")
     p.add_argument("--list-profiles", action="store_true", help="print the profiles and exit")
     p.add_argument("--spec", choices=("off", "mtp"), default="off",
                    help="speculative decoding: off (baseline) or mtp (SGLang NEXTN, reported as "
@@ -300,15 +306,15 @@ async def _watch_parent(pid: int, stop: asyncio.Event, interval_s: float = 0.5) 
         await asyncio.sleep(interval_s)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the server; returns the exit status."""
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    """Run the server; returns the exit status. ``prog``: the command as typed (its help and errors name it)."""
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.list_profiles:
         print("\n".join(available_profiles()))
         return 0
     if not args.profile:
-        parser.error("--profile is required; valid profiles: " + ", ".join(available_profiles()))
+        parser.error("--profile: give a profile name or file; valid profiles: " + ", ".join(available_profiles()))
     overrides = list(args.overrides)
     if args.mean_accept_length is not None:
         overrides.append(f"speculative.mean_accept_length={args.mean_accept_length}")

@@ -466,9 +466,10 @@ def failure_summary(result: StudyResult) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI; exit status 0 all complete, 1 some arm failed or is missing, 2 a bad study file."""
-    parser = argparse.ArgumentParser(prog="python -m specsweep.study", description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, prog: str = "python -m specsweep.study") -> int:
+    """CLI; exit status 0 all complete, 1 some arm failed or is missing, 2 a bad study file. ``prog``: the
+    command as typed (``specsweep study``), which its help names."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("study", help="study file (YAML), e.g. data/studies/demo.yaml")
     parser.add_argument("--out-dir", default=None, help="result sets go here (default: the study's out_dir or data/runs/studies/<name>)")
     parser.add_argument("--report-dir", default=None, help="the report goes here as <name>.html (default: the study's report_dir, reports)")
