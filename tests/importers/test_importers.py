@@ -262,6 +262,53 @@ def test_table_reads_the_seeds_pasted_markdown_for_each_arm(tmp_path):
     assert list(seed.levels["output_tok_s"]) == list(sets["baseline"].levels["output_tok_s"])
 
 
+def test_table_with_natural_headers_reads_each_arm_and_the_summary_names_no_server(tmp_path):
+    """Headers as people write them: a rate and the arm's name, no 'agg'; the summary then says the server
+    was not recorded (the table names none) instead of a bare '?'."""
+    from specsweep.decide import DEFAULT_PROFILES, recommend
+    from specsweep.report.summary import summary_markdown
+
+    figures = {1: (108, 121.5, 110, 123.1), 4: (286, 400.5, 82, 118.6), 16: (873, 1209, 61, 84.4)}
+    path = _write(tmp_path, "pasted.md", "| Concurrency | Baseline tok/s | MTP tok/s | Baseline per-user tok/s | "
+                  "MTP per-user tok/s |\n|---|---|---|---|---|\n"
+                  + "".join(f"| {c} | {' | '.join(map(str, f))} |\n" for c, f in figures.items()))
+    for arm in ("baseline", "mtp"):
+        import_files("table", [path], arm, tmp_path / "out", output_tokens=1000)
+    sets = {rs.arm: rs for rs in load_result_sets(tmp_path / "out")}
+    for c, (b_agg, m_agg, b_per, m_per) in figures.items():
+        b = sets["baseline"].levels.set_index("concurrency").loc[c]
+        m = sets["mtp"].levels.set_index("concurrency").loc[c]
+        assert (b["output_tok_s"], m["output_tok_s"], b["request_tok_s_mean"], m["request_tok_s_mean"]) == \
+            (b_agg, m_agg, b_per, m_per)
+    comp = compare(list(sets.values()))
+    summary = summary_markdown(comp, [recommend(comp, p) for p in DEFAULT_PROFILES], "pasted")
+    assert "server ?" not in summary and "— server not recorded (results table)" in summary
+
+
+def test_a_table_without_the_columns_shows_the_shape_it_needs(tmp_path):
+    path = _write(tmp_path, "odd.md", "| load | baseline | mtp |\n|---|---|---|\n| 1 | 108 | 121.5 |\n")
+    with pytest.raises(BadInput, match=r"no concurrency column .* as in \| concurrency \| baseline tok/s \| mtp tok/s \|"):
+        import_files("table", [path], "baseline", tmp_path / "out", output_tokens=8)
+    path = _write(tmp_path, "odd2.md", "| concurrency | baseline | mtp |\n|---|---|---|\n| 1 | 108 | 121.5 |\n")
+    with pytest.raises(BadInput, match=r"no aggregate tok/s column .* as in \| concurrency \| baseline tok/s"):
+        import_files("table", [path], "baseline", tmp_path / "out", output_tokens=8)
+
+
+def test_readme_and_docs_name_each_tools_source_command_as_import_help_does():
+    """One description of each importer's source command: the comment beside each README / docs import line
+    is the start of the tool's description in ``specsweep import --help``."""
+    import re
+
+    from specsweep.importers import TOOLS
+
+    root = Path(__file__).parents[2]
+    for doc in ("README.md", "docs/importers.md"):
+        said = dict(re.findall(r"specsweep import (\w+) .*?#\s*(.+)$", (root / doc).read_text(), re.M))
+        assert set(said) == set(TOOLS), doc
+        for tool, comment in said.items():
+            assert TOOLS[tool][1].startswith(comment.split(";")[0].strip()), (doc, tool, comment)
+
+
 def test_llamacpp_batched_bench_compares_only_with_itself(tmp_path):
     base = load_result_set(import_files("llamacpp", [FIX / "llamacpp" / "baseline.jsonl"], "baseline", tmp_path))
     fa = load_result_set(import_files("llamacpp", [FIX / "llamacpp" / "flash-attn.jsonl"], "fa", tmp_path))

@@ -14,15 +14,21 @@ from typing import Any
 
 from specsweep.importers.common import BadInput, ToolRun, write_result_set
 
-#: tool name on the command line -> (module, what files it reads)
+#: tool name on the command line -> (module, the command that writes the files it reads: the one description,
+#: which README.md and docs/importers.md quote)
 TOOLS: dict[str, tuple[str, str]] = {
-    "vllm": ("specsweep.importers.vllm", "vllm bench serve --save-result JSON (one per concurrency; --save-detailed "
-                                         "adds per-request rows)"),
-    "sglang": ("specsweep.importers.sglang", "SGLang bench_serving --output-file JSON lines (one line per run)"),
-    "guidellm": ("specsweep.importers.guidellm", "guidellm benchmark --outputs benchmarks.json"),
-    "aiperf": ("specsweep.importers.aiperf", "aiperf profile_export_aiperf.json (one per concurrency)"),
-    "llamacpp": ("specsweep.importers.llamacpp", "llama.cpp llama-bench -o json / jsonl (parallel sequences as concurrency)"),
-    "table": ("specsweep.importers.table", "a Markdown or CSV table: concurrency x aggregate / per-request tok/s"),
+    "vllm": ("specsweep.importers.vllm", "vllm bench serve --max-concurrency C --save-result [--save-detailed]: "
+                                         "one JSON per concurrency (--save-detailed adds per-request rows)"),
+    "sglang": ("specsweep.importers.sglang", "python -m sglang.bench_serving --max-concurrency C --output-file "
+                                             "base.jsonl: JSON lines, one per run"),
+    "guidellm": ("specsweep.importers.guidellm", "guidellm run --profile kind=concurrent ... --output kind=json: "
+                                                 "benchmarks.json (older releases: guidellm benchmark --outputs)"),
+    "aiperf": ("specsweep.importers.aiperf", "aiperf profile --concurrency C (add --use-server-token-count): "
+                                             "profile_export_aiperf.json, one per concurrency"),
+    "llamacpp": ("specsweep.importers.llamacpp", "llama-batched-bench -npl 1,4,16 --output-format jsonl: "
+                                                 "parallel sequences as the concurrency"),
+    "table": ("specsweep.importers.table", "a pasted Markdown or CSV table: | concurrency | baseline tok/s | "
+                                           "mtp tok/s | (per-user tok/s columns optional)"),
 }
 
 

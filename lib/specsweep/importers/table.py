@@ -9,8 +9,9 @@ seed's operator did (``data/reference/seed-qwen3.5-122b-a10b``)::
 
 Columns are recognised by their headers (case-insensitive): the concurrency column names
 ``concurrency`` (or ``conc``, ``c``, ``users``, ``clients``); an aggregate column says ``agg``,
-``aggregate``, ``total`` or ``throughput``; a per-request column says ``per-request``,
-``per request``, ``per-user``, ``per user`` or ``/user``. With several arms side by side, the arm's
+``aggregate``, ``total`` or ``throughput``, or only a rate (``tok/s``, ``tokens/s``, ``t/s``,
+``tps``), as in ``| Concurrency | Baseline tok/s | MTP tok/s |``; a per-request column says
+``per-request``, ``per request``, ``per-user``, ``per user`` or ``/user``. With several arms side by side, the arm's
 columns are those whose header contains the ``select`` word (default: the arm name), e.g.
 ``MTP agg tok/s`` for ``--arm mtp``. Values are taken as published (commas as thousands
 separators allowed; ``-``, ``n/a`` or empty for not measured); nothing is recomputed, and what the
@@ -29,7 +30,11 @@ from specsweep.importers.common import BadInput, Level, ToolRun
 TOOL = "results table"
 READER = "specsweep.importers.table"
 CONC = re.compile(r"^\s*(concurrency|concurrent( requests)?|conc|c|users|clients|batch( size)?)\b", re.I)
-AGG = re.compile(r"\b(agg|aggregate|total|throughput|output tok/?s)\b", re.I)
+AGG = re.compile(r"\b(agg|aggregate|total|throughput|output tok/?s)\b|\b(tok(en)?s?|t)\s*/\s*s\b|\btps\b"
+                 r"|tokens per second", re.I)
+#: the shape every message about a missing column shows
+SHAPE = ("| concurrency | baseline tok/s | mtp tok/s | baseline per-user tok/s | mtp per-user tok/s | "
+         "(per-user columns optional; one arm's columns name it, or --select WORD)")
 PER = re.compile(r"(per[- ]request|per[- ]user|/\s*user|per[- ]req)\b", re.I)
 AGG_ID = "aggregate output tok/s as published in a table (window not stated)"
 PER_ID = "per-request tok/s as published in a table (definition not stated)"
@@ -91,10 +96,12 @@ def read(path: Path, *, select: str) -> ToolRun:
     line, headers = rows[0]
     conc = next((i for i, h in enumerate(headers) if CONC.search(h)), None)
     if conc is None:
-        raise BadInput(f"{path}, line {line}: no concurrency column among {headers}; name it 'concurrency'")
+        raise BadInput(f"{path}, line {line}: no concurrency column among {headers}; name it 'concurrency', "
+                       f"as in {SHAPE}")
     agg = _pick(headers, AGG, select, path, "aggregate")
     if agg is None:
-        raise BadInput(f"{path}, line {line}: no aggregate tok/s column among {headers}; name it e.g. 'agg tok/s'")
+        raise BadInput(f"{path}, line {line}: no aggregate tok/s column among {headers}; name it e.g. "
+                       f"'baseline tok/s', as in {SHAPE}")
     per = _pick(headers, PER, select, path, "per-request")
     levels = []
     for n, cells in rows[1:]:

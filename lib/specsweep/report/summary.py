@@ -27,8 +27,10 @@ SUMMARY_MIME = "text/x-specsweep-summary+markdown"
 
 
 def _server_name(meta: Meta) -> str:
+    """The server's name, or what the result set says instead (an imported one names its tool)."""
     server = meta.server
-    name = str(server.get("name") or "?")
+    tool = (meta.source or {}).get("tool")
+    name = str(server.get("name") or (f"not recorded ({tool})" if tool else "not recorded"))
     return f"{name} (simulated)" if server.get("simulated") else name
 
 
