@@ -122,7 +122,8 @@ def _add_sweep(sub: Any) -> None:
                        help=f"{param.help} (default: {json.dumps(param.default)})".replace("%", "%%"))
     p.add_argument("--output-notebook", metavar="PATH", default=None,
                    help="where the executed notebook goes (default: OUT_DIR/sweep-ARM.ipynb)")
-    p.add_argument("--log-output", action="store_true", help="stream the notebook's output (progress bars) to stderr")
+    p.add_argument("--log-output", action="store_true", help="log every cell's output through papermill (the sweep's "
+                   "progress and level lines show without it)")
     p.set_defaults(func=_run_sweep)
 
 

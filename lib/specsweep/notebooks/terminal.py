@@ -81,7 +81,8 @@ def explain_transport_warning() -> None:
     if (out is None or kernel is None or kernel.transport != "tcp"
             or getattr(kernel, "curve_secretkey", None) is not None):
         return
-    out.write(f"specsweep: Jupyter's warning above is about the link between papermill and this notebook's kernel, "
+    # on a new line: papermill's own progress bar is drawn without one
+    out.write(f"\nspecsweep: Jupyter's warning above is about the link between papermill and this notebook's kernel, "
               f"ports on {kernel.ip} with signed, unencrypted messages; `specsweep sweep` runs the same notebook "
               "over private unix sockets and prints no such warning\n")
     out.flush()
