@@ -131,6 +131,19 @@ def test_make_reports_writes_beside_the_committed_pages_in_a_git_ignored_folder(
     assert tracked.stdout == ""
 
 
+def test_make_real_report_writes_its_page_beside_the_committed_one() -> None:
+    """``make real-report`` runs the real-engine study with a report folder of its own, ignored like make reports'."""
+    import shlex
+    import subprocess
+
+    recipe = (REPO_ROOT / "Makefile").read_text().split("\nreal-report:", 1)[1].split("\n\n", 1)[0]
+    argv = shlex.split(recipe.splitlines()[1])
+    assert "data/studies/real-llamacpp.yaml" in argv and "--report-dir" in argv
+    folder = REPO_ROOT / argv[argv.index("--report-dir") + 1]
+    for name in ("real-llamacpp.html", "real-llamacpp.md"):
+        assert subprocess.run(["git", "check-ignore", "-q", str(folder / name)], cwd=REPO_ROOT).returncode == 0, name
+
+
 def test_a_published_report_goes_beside_and_is_compared_with_the_committed_decisions(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The seed's page (no measurement) with the default out dir: written to the fresh folder, its decisions

@@ -1,4 +1,5 @@
-"""Hygiene: every committed notebook has no outputs and exactly one cell tagged 'parameters'."""
+"""Hygiene: every committed notebook has no outputs and exactly one cell tagged 'parameters'; the documented
+papermill commands write where git ignores."""
 from __future__ import annotations
 
 import ast
@@ -36,3 +37,18 @@ def test_parameters_cell_documents_each_parameter(path: Path) -> None:
     lines = {line.split("=")[0].strip(): line for line in cell.source.splitlines() if "=" in line and not line.startswith("#")}
     for name in names:
         assert "# type:" in lines[name], f"{path.name}: parameter '{name}' needs a '# type: T  help' comment"
+
+
+def test_the_documented_papermill_commands_write_only_where_git_ignores() -> None:
+    """README's and the docs' papermill commands, run from the repository root, leave ``git status`` clean:
+    each executed notebook goes to an ignored path."""
+    import re
+    import subprocess
+
+    root = NOTEBOOKS[0].parents[1]
+    texts = [root / "README.md", *sorted((root / "docs").glob("*.md")), *NOTEBOOKS]
+    outputs = {(p.name, m) for p in texts for m in re.findall(r"papermill notebooks/\w+\.ipynb (\S+\.ipynb)", p.read_text())}
+    assert len(outputs) >= 3
+    for where, out in sorted(outputs):
+        ignored = subprocess.run(["git", "check-ignore", "-q", out], cwd=root).returncode == 0
+        assert ignored, f"{where}: papermill writes {out}, which git does not ignore"
