@@ -48,6 +48,7 @@ from specsweep.analyze.workload_match import check_workloads
 from specsweep.results.columns import METRICS, MetricInfo, metric_info
 from specsweep.results.meta import Meta, Workload
 from specsweep.results.store import ResultSet
+from specsweep.servers import dialect_of
 
 #: the curve model and band, as the report states it (one definition, see the module docstring)
 METHOD: str = (
@@ -431,16 +432,10 @@ def _comparison(join: _Join, levels: pd.DataFrame, user_metric: str, rows: list[
 
 
 def _cap(meta: Meta) -> int | None:
-    """The running-request cap meta.json records (``server`` or its ``/server_info`` snapshot), or None."""
-    server = meta.server
-    cap = server.get("max_running_requests")
-    if cap is None:
-        snapshot = server.get("server_info") or {}
-        cap = snapshot.get("max_running_requests")
-    try:
-        return int(cap) if cap is not None else None
-    except (TypeError, ValueError):
-        return None
+    """The running-request cap meta.json records, as the server's dialect reads it (``running_cap``:
+    ``max_running_requests`` of ``server`` or its ``/server_info`` snapshot; SGLang's scheduler's
+    effective cap where that was left unset), or None."""
+    return dialect_of(str(meta.server.get("name") or "sglang")).running_cap(meta.server)
 
 
 def _chunk_counted(rs: ResultSet) -> str | None:

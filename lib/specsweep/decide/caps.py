@@ -30,7 +30,8 @@ def server_kind(meta_server: dict) -> str:
 
 def cap_argv(kind: str, n: int) -> tuple[str, ...]:
     """The server arguments that set the running-request cap to ``n`` on a server ``kind``."""
-    flag = {"vllm": "--max-num-seqs", "llama.cpp": "--parallel", "llamacpp": "--parallel"}.get(kind, "--max-running-requests")
+    flag = {"vllm": "--max-num-seqs", "llama.cpp": "--parallel", "llamacpp": "--parallel",
+            "trtllm": "--max_batch_size"}.get(kind, "--max-running-requests")
     return (flag, str(n))
 
 
@@ -38,12 +39,15 @@ def memory_argv(kind: str, fraction: float) -> tuple[str, ...]:
     """The server arguments that give the speculative server ``fraction`` of GPU memory for weights and KV.
 
     The embedded reference server takes it as a profile override (its own argparse has no
-    ``--mem-fraction-static``); SGLang as ``--mem-fraction-static``; vLLM as ``--gpu-memory-utilization``.
+    ``--mem-fraction-static``); SGLang as ``--mem-fraction-static``; vLLM as ``--gpu-memory-utilization``;
+    TensorRT-LLM's trtllm-serve as ``--kv_cache_free_gpu_memory_fraction``.
     """
     if kind == "refserver":
         return ("--set", f"speculative.mem_fraction_static={fraction:.2f}")
     if kind == "vllm":
         return ("--gpu-memory-utilization", f"{fraction:.2f}")
+    if kind == "trtllm":  # trtllm-serve: the KV cache's share of the memory left after the weights
+        return ("--kv_cache_free_gpu_memory_fraction", f"{fraction:.2f}")
     return ("--mem-fraction-static", f"{fraction:.2f}")
 
 

@@ -187,8 +187,8 @@ def _look(client: httpx.Client, base: str) -> _Seen:
     if not found and not models and version is None:
         raise ProbeError(f"cannot reach an inference server at {base}: tried " + "; ".join(tried)
                          + ". Is the server running, listening on that host and port, and reachable from here?")
-    try:
-        metrics = client.get("/metrics").status_code == 200
+    try:  # the dialect's Prometheus route (TensorRT-LLM's /metrics is JSON, not Prometheus text)
+        metrics = dialect.metrics_path is not None and client.get(dialect.metrics_path).status_code == 200
     except httpx.HTTPError:
         metrics = False
     return _Seen(dialect, settings, models, version, vocab_size, metrics)
@@ -412,11 +412,12 @@ def counters(samples: list[tuple[str, dict[str, str], float]], server: str) -> d
     return out
 
 
-def scrape(client: httpx.Client, names: Collection[str] | None = None) -> list[tuple[str, dict[str, str], float]] | None:
-    """GET /metrics and parse it (only the samples of ``names``, when given: :func:`parse_metrics`);
-    None when unavailable or unparsable."""
+def scrape(client: httpx.Client, names: Collection[str] | None = None,
+           path: str = "/metrics") -> list[tuple[str, dict[str, str], float]] | None:
+    """GET ``path`` (the dialect's ``metrics_path``) and parse it (only the samples of ``names``,
+    when given: :func:`parse_metrics`); None when unavailable or unparsable."""
     try:
-        resp = client.get("/metrics")
+        resp = client.get(path)
         if resp.status_code != 200:
             return None
         return parse_metrics(resp.text, names)
@@ -451,16 +452,17 @@ class MetricsPoller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gauges, self._counters = metric_names(server, "gauges"), metric_names(server, "counters")
+        self._path = dialect_of(server).metrics_path or "/metrics"
 
     def snapshot(self) -> dict[str, float]:
         """Counters right now (for deltas)."""
-        samples = scrape(self._client, self._counters)
+        samples = scrape(self._client, self._counters, self._path)
         return counters(samples, self.server) if samples else {}
 
     def _run(self) -> None:
         while not self._stop.is_set():
             t = time.perf_counter()
-            samples = scrape(self._client, self._gauges)
+            samples = scrape(self._client, self._gauges, self._path)
             if samples:
                 for key, value in gauges(samples, self.server).items():
                     self.samples.append((t, key, value))
