@@ -11,7 +11,6 @@ import pytest
 
 from specsweep.measure.probe import parse_metrics
 from specsweep.measure.sweep import run_sweep
-from specsweep.refserver.launch import RefServer
 from specsweep.report.setup_info import _prompt_cache_line
 from specsweep.results.store import load_result_set
 

@@ -117,3 +117,12 @@ def test_every_dialect_says_what_its_accept_length_counts_and_vllm_its_cap_is_no
     assert "empty" in dialect_of("vllm").acceptance_definition or "nothing" in dialect_of("vllm").acceptance_definition
     assert dialect_of("vllm").running_cap({"name": "vllm"}) is None
     assert dialect_of("vllm").cap_unexposed and dialect_of("vllm").cap_unexposed.startswith("not exposed")
+
+
+def test_trtllm_advice_names_its_own_flags() -> None:
+    from specsweep.decide.caps import cap_argv, memory_argv
+    from specsweep.report.consistency import advice_error
+
+    for argv in (cap_argv("trtllm", 128), memory_argv("trtllm", 0.85)):
+        assert advice_error("trtllm", argv) is None
+        assert advice_error("vllm", argv) is not None  # not vLLM's flags, as it was read before

@@ -55,6 +55,8 @@ def _fetcher(answers: dict[str, Any]) -> tuple[list[str], Any]:
     ({}, "vllm", "vllm", ["/server_info", "/get_server_info", "/version", "/props"]),
     ({"/props": {"total_slots": 4}}, "vllm", "vllm", ["/server_info", "/get_server_info", "/version", "/props"]),
     ({"/server_info": {}}, "llamacpp", "sglang", ["/server_info", "/version"]),  # owned_by does not overrule SGLang
+    # trtllm-serve answers SGLang's /server_info and vLLM's /version; its owned_by overrules both
+    ({"/server_info": {}, "/version": {"version": "1.2.0rc2"}}, "tensorrt_llm", "trtllm", ["/server_info", "/version"]),
     ({"/props": {"unrelated": 1}}, "someone", "openai-compatible",
      ["/server_info", "/get_server_info", "/version", "/props"]),
 ])

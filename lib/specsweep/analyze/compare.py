@@ -100,6 +100,9 @@ class Comparison:
     workload: Workload
     caps: dict[str, int | None]
     notes: list[str] = field(default_factory=list)
+    #: arms whose server states no cap but whose running-request gauge held at a ceiling while requests
+    #: waited (``server_queued_max`` > 0): that ceiling, the cap as observed
+    observed_caps: dict[str, int] = field(default_factory=dict)
     #: the fitted delta curve per (arm, metric); absent where no curve could be fitted
     curves: dict[tuple[str, str], DeltaCurve] = field(default_factory=dict)
     #: arms whose token counts came from SSE chunks (arm -> where), so token-based figures are not trusted
@@ -415,6 +418,8 @@ def _comparison(join: _Join, levels: pd.DataFrame, user_metric: str, rows: list[
         workload=by_arm[join.baseline].meta.workload,
         caps={a: _cap(by_arm[a].meta) for a in arms},
         notes=notes,
+        observed_caps={a: c for a in arms if _cap(by_arm[a].meta) is None
+                       and (c := observed_cap(by_arm[a].levels)) is not None},
         curves=curves,
         chunk_counted={a: w for a in arms if (w := _chunk_counted(by_arm[a]))},
         assumed_noise_pct=join.assumed_noise_pct,
@@ -436,6 +441,16 @@ def _cap(meta: Meta) -> int | None:
     ``max_running_requests`` of ``server`` or its ``/server_info`` snapshot; SGLang's scheduler's
     effective cap where that was left unset), or None."""
     return dialect_of(str(meta.server.get("name") or "sglang")).running_cap(meta.server)
+
+
+def observed_cap(levels: pd.DataFrame | None) -> int | None:
+    """The running-request cap a server showed without stating it: the most requests its running
+    gauge saw (``server_running_max``) at the levels where requests also waited
+    (``server_queued_max`` > 0); None where none waited or the gauges were not polled."""
+    if levels is None or not {"server_running_max", "server_queued_max"} <= set(levels.columns):
+        return None
+    waited = levels[(levels["server_queued_max"] > 0) & levels["server_running_max"].notna()]
+    return int(waited["server_running_max"].max()) if len(waited) else None
 
 
 def _chunk_counted(rs: ResultSet) -> str | None:

@@ -86,6 +86,8 @@ def cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
                    min_effect: float, profile: str = "") -> tuple[list[Claim], Claim | None]:
     """Claims about the arm's running-request cap (each with its sentence), and the advice that would test it."""
     cap = comp.caps.get(arm)
+    if cap is None:  # a server that states none (vLLM): the ceiling its gauges showed while requests waited
+        cap = comp.observed_caps.get(arm)
     losses = judged.loc[judged["aggregate_delta_pct"] < -min_effect, "concurrency"].tolist()
     max_c = int(comp.levels["concurrency"].max())
     if cap is None or cap >= max_c or not losses:
@@ -126,11 +128,14 @@ def _cap_claim(comp: Comparison, arm: str, label: str, cap: int, above: list[int
     level where the arm's aggregate throughput is lower, or only the lowest ones)."""
     base_cap = comp.caps.get(comp.baseline)
     agg = comp.delta_rows(arm, "output_tok_s")
+    observed = comp.caps.get(arm) is None
     return Claim(
         kind="cap", arm=arm, metric="output_tok_s", levels=tuple(above),
         values=tuple(float(agg[c]["delta_pct"]) for c in above if c in agg), credible=True, profile=profile,
-        extra={"cap": cap}, sentence=(
-            f"The {label} server ran with max_running_requests = {cap}"
+        extra={"cap": cap, "observed": observed}, sentence=(
+            (f"The {label} server states no running-request cap, but its gauges never showed more than {cap} "
+             "requests running while others waited" if observed else
+             f"The {label} server ran with max_running_requests = {cap}")
             + (f" (the baseline's was {base_cap})" if base_cap else " (the baseline set none)")
             + f", below the {int(comp.levels['concurrency'].max())} concurrent requests tested; "
             + ("every level where its aggregate throughput is lower" if every else "the levels where it is lowest")
