@@ -88,6 +88,19 @@ def _request(req: dict[str, Any], where: str, failed: bool) -> Any:
     return rec, chunks
 
 
+def _check_sampled(bench: dict[str, Any], reqs: dict[str, Any], where: str) -> None:
+    """Refuse a benchmark whose file keeps fewer request rows than it ran (``--metrics …
+    sample_size=N``): figures recomputed from a sample's rows over the whole window would be too
+    low, and guidellm's own aggregates are rate distributions, not specsweep's figures."""
+    for group in ("successful", "errored"):
+        ran = _num(_dig(bench, "metrics", "request_totals", group))
+        kept = len(reqs.get(group) or [])
+        if ran is not None and kept < ran:
+            raise BadInput(f"{where}: the file keeps {kept} of the {int(ran)} {group} requests guidellm ran (a request "
+                           "sample limit, --metrics … sample_size=N), so throughput recomputed from them would be too "
+                           "low; re-run guidellm without sample_size")
+
+
 def read(path: Path) -> ToolRun:
     """One ``benchmarks.json``: a level per closed-loop benchmark."""
     (line, doc), *rest = read_json_objects(path)
@@ -114,6 +127,7 @@ def read(path: Path) -> ToolRun:
         if not records:
             raise BadInput(f"{where}: no per-request samples (requests.successful is empty); re-run guidellm without "
                            "a request sample limit")
+        _check_sampled(bench, reqs, where)
         m = bench.get("metrics") or {}
         fig = {
             "guidellm_tpot_mean_s": (_num(_dig(m, "time_per_output_token_ms", "successful", "mean")) or math.nan) / 1000,
