@@ -65,7 +65,7 @@ def acceptance_definitions(comp: Comparison) -> list[str]:
         return []
     names = dict.fromkeys(str(comp.metas[a].server.get("name") or "") for a in comp.arms)
     said = [dialect_of(n).acceptance_definition for n in names if dialect_of(n).acceptance_definition]
-    return [f"- **Accept length, as the server counts it**: {md_text(text)}." for text in dict.fromkeys(said)]
+    return [f"- **Accept length, as the server counts it**: {text}." for text in dict.fromkeys(said)]  # our own text
 
 
 def glossary_markdown(comp: Comparison) -> str:
