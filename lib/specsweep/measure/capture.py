@@ -40,7 +40,9 @@ def capture(endpoint: str, *, max_tokens: int = 16, timeout_s: float = 60.0) -> 
     info = probe(endpoint, timeout_s=min(timeout_s, 10.0))
     dialect = dialect_of(info.server)
     with _client(info.base_url, timeout_s) as client:
-        routes = [_answer(client, "GET", path) for path in PROBE_ROUTES]
+        # /metrics as a route too where it is not the Prometheus text (trtllm-serve's JSON iteration stats)
+        extra_routes = ("/metrics",) if dialect.metrics_path != "/metrics" else ()
+        routes = [_answer(client, "GET", path) for path in (*PROBE_ROUTES, *extra_routes)]
         before = _metrics(client, dialect)
         streams = [_stream(client, info, flavour, spec, max_tokens)
                    for flavour in info.flavours for spec in _spec_choices(dialect, flavour)]
