@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -238,6 +239,18 @@ def _merge_unique(items: Iterable[str]) -> list[str]:
     return out
 
 
+def _without_folders(notes: Iterable[str], runs: Sequence[ToolRun]) -> list[str]:
+    """``notes`` with the imported files' folders taken out (a note names the file, never a local path)."""
+    folders = sorted({str(r.source.parent) + os.sep for r in runs if str(r.source.parent) not in ("", ".")},
+                     key=len, reverse=True)
+    out = []
+    for note in notes:
+        for folder in folders:
+            note = note.replace(folder, "")
+        out.append(note)
+    return out
+
+
 def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFrame, *, level_only: bool,
                label: str | None = None, output_tokens: int | None = None, input_tokens: int | None = None,
                workload_kind: str | None = None) -> Meta:
@@ -308,7 +321,7 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
         "metric_definitions": definitions,
         "metric_definition_ids": ids,
         "warnings": _merge_unique(w for r in runs for w in r.warnings),
-        "notes": _merge_unique([*(n for r in runs for n in r.notes), derived_note or ""]),
+        "notes": _merge_unique(_without_folders([*(n for r in runs for n in r.notes), derived_note or ""], runs)),
         **({"level_only_note": f"Imported from {first.tool} result files holding level figures only: no per-request "
                                "samples, so no per-request bootstrap; each figure means what the tool's definition "
                                "says (see the definitions)."} if level_only else {}),

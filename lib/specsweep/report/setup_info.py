@@ -206,7 +206,20 @@ def differences_markdown(comp: Comparison) -> str:
     else:
         lines.append(f"All arms used the same workload: {md_text(_workload_line(comp.workload))}.")
     lines.extend(comp.notes)
+    lines.extend(_import_notes(comp))
     return "\n\n".join(lines)
+
+
+def _import_notes(comp: Comparison) -> list[str]:
+    """What each imported arm's reader noted about its files (meta.json ``notes``), one line per arm."""
+    out = []
+    for arm in comp.arms:
+        meta = comp.metas[arm]
+        notes = (meta.model_extra or {}).get("notes")
+        if meta.imported and isinstance(notes, list) and notes:
+            out.append(f"Import notes ({md_text(comp.labels[arm])}): "
+                       + "; ".join(md_text(str(n)) for n in notes) + ".")
+    return out
 
 
 def diagnostics_markdown(comp: Comparison) -> str:
