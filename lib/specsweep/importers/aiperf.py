@@ -33,6 +33,9 @@ CLIENT_TOKENS = "output tokens counted by aiperf's client tokenizer"
 DEFINITIONS: dict[str, str] = {
     "aiperf_icl_mean_s": "aiperf inter-chunk latency, mean: raw gaps between stream responses",
     "aiperf_icl_p99_s": "aiperf inter-chunk latency, p99",
+    "aiperf_output_tok_s": "aiperf's own output_token_throughput: Σ output tokens / benchmark_duration (its window, "
+                           "not specsweep's first-sent to last-finished)",
+    "aiperf_request_per_s": "aiperf's own request_throughput: requests / benchmark_duration",
 }
 WARNING = ("Imported from aiperf: its 'ITL' is (latency − TTFT)/(OSL − 1) per request, i.e. specsweep's TPOT, and "
            "appears here as TPOT (not as a distribution over token gaps); its per-user tok/s is the mean of 1/ITL, "
@@ -80,6 +83,14 @@ def _concurrency(cfg: dict[str, Any], where: str) -> int:
 RECORDS = ("profile_export.jsonl", "profile_export.jsonl.gz")
 
 
+def _record_names(path: Path) -> list[str]:
+    """Where aiperf wrote the per-request export beside the summary ``path``: ``P.jsonl`` beside
+    ``P_aiperf.json`` (``--profile-export-prefix P``; ``profile_export`` by default), then the default names."""
+    stem = path.name.removesuffix("_aiperf.json")
+    own = [f"{stem}.jsonl", f"{stem}.jsonl.gz"] if stem != path.name else []
+    return list(dict.fromkeys([*own, *RECORDS]))
+
+
 def _records(path: Path, server_counts: bool) -> tuple[list[Any], Path] | None:
     """The profiling requests of ``profile_export.jsonl`` beside ``path`` as records, or None when absent.
 
@@ -87,7 +98,7 @@ def _records(path: Path, server_counts: bool) -> tuple[list[Any], Path] | None:
     ``request_latency`` and ``inter_chunk_latency`` (ms; one gap per token-carrying response after
     the first), ``output_sequence_length`` (the count aiperf used), ``error``.
     """
-    sibling = next((path.parent / n for n in RECORDS if (path.parent / n).is_file()), None)
+    sibling = next((path.parent / n for n in _record_names(path) if (path.parent / n).is_file()), None)
     if sibling is None:
         return None
     out = []
@@ -128,6 +139,9 @@ def read(path: Path) -> ToolRun:
     conc = _concurrency(cfg, where)
     f: dict[str, float] = {
         "output_tok_s": _stat(doc, "output_token_throughput", "avg", where),
+        # aiperf's own headline figures, kept beside specsweep's (recomputed from the rows where they exist)
+        "aiperf_output_tok_s": _stat(doc, "output_token_throughput", "avg", where),
+        "aiperf_request_per_s": _stat(doc, "request_throughput", "avg", where),
         "request_per_s": _stat(doc, "request_throughput", "avg", where),
         "n_ok": _stat(doc, "completed_request_count", "avg", where),
         "output_tokens": _stat(doc, "total_output_tokens", "avg", where),
