@@ -129,6 +129,9 @@ def _records(path: Path, server_counts: bool) -> tuple[list[Any], Path] | None:
 
 def read(path: Path) -> ToolRun:
     """One ``profile_export_aiperf.json``: one level."""
+    if path.suffix.lower() == ".csv":
+        raise BadInput(f"{path}: aiperf's CSV export is a summary table without its configuration; pass the "
+                       f"{path.name.removesuffix('.csv')}.json the same run wrote beside it")
     (line, doc), *rest = read_json_objects(path)
     where = str(path)
     if rest or "output_token_throughput" not in doc or not isinstance(doc.get("input_config"), dict):

@@ -101,9 +101,31 @@ def _check_sampled(bench: dict[str, Any], reqs: dict[str, Any], where: str) -> N
                            "low; re-run guidellm without sample_size")
 
 
+def _document(path: Path) -> tuple[dict[str, Any], list[Any]]:
+    """The report in ``path``: JSON, or YAML (``--outputs yaml`` writes the same document); a CSV or
+    HTML output (a summary table, not the requests) is refused naming the file to give instead."""
+    suffixes = [x.lower() for x in path.suffixes]
+    if {".csv", ".html", ".htm"} & set(suffixes):
+        raise BadInput(f"{path}: guidellm's CSV and HTML outputs hold summary tables, not the per-request samples; "
+                       "pass the benchmarks.json (or .yaml) the same run wrote (guidellm --outputs json)")
+    if {".yaml", ".yml"} & set(suffixes):
+        import yaml  # deferred: only YAML reports need it
+
+        try:
+            text = path.read_text(encoding="utf-8")
+            doc = yaml.safe_load(text)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise BadInput(f"{path}: cannot be read as guidellm's YAML report ({type(exc).__name__})") from None
+        if not isinstance(doc, dict):
+            raise BadInput(f"{path}: holds no YAML mapping; pass guidellm's benchmarks.yaml or benchmarks.json")
+        return doc, []
+    (_, doc), *rest = read_json_objects(path)
+    return doc, rest
+
+
 def read(path: Path) -> ToolRun:
-    """One ``benchmarks.json``: a level per closed-loop benchmark."""
-    (line, doc), *rest = read_json_objects(path)
+    """One ``benchmarks.json`` (or the same report as ``benchmarks.yaml``): a level per closed-loop benchmark."""
+    doc, rest = _document(path)
     if rest or not isinstance(doc.get("benchmarks"), list):
         raise BadInput(f"{path}: no 'benchmarks' list: not a guidellm benchmarks.json")
     version = _dig(doc, "metadata", "guidellm_version")
