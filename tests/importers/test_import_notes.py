@@ -1,5 +1,5 @@
-"""An importer's notes about the files it read reach the page's Setup section, and name files, not
-the folders they were read from."""
+"""Provenance of imported files: an importer's notes reach the page's Setup section and name files, not
+the folders they were read from; a version the file gives for the server is not the tool's."""
 from __future__ import annotations
 
 import gzip
@@ -37,3 +37,10 @@ def test_import_notes_reach_the_page_without_local_folders(tmp_path: Path) -> No
     page = differences_markdown(comp)
     assert "Import notes" in page and "incomplete request" in page and "mtp.json" in page
     assert str(folder) not in page and str(folder) not in (arm / "meta.json").read_text()
+
+
+def test_sglangs_file_names_the_servers_version_not_the_tools(tmp_path: Path) -> None:
+    sg = Path(__file__).parents[1] / "fixtures" / "importers" / "sglang" / "baseline.jsonl"
+    meta = load_result_set(import_files("sglang", [sg], "baseline", tmp_path)).meta
+    assert meta.server["version"] == "0.0.0-refserver"  # server_info.version: the server's
+    assert meta.tool["version"] is None and (meta.source or {}).get("version") is None
