@@ -51,3 +51,11 @@ def test_the_api_key_a_server_echoes_is_redacted_from_the_bundle(refserver_facto
     text = path.read_text()
     assert key not in text and "[redacted SPECSWEEP_API_KEY]" in text
     assert all(s.status in (500, 503) for s in read_bundle(path).streams)  # injected faults
+
+
+@pytest.mark.fast
+def test_a_bundle_that_cannot_be_written_is_bad_input(tmp_path: Path) -> None:
+    from specsweep.errors import InputError
+
+    with pytest.raises(InputError, match="cannot write the capture bundle"):
+        write_bundle({"format": "specsweep-capture"}, tmp_path / "no-such-folder" / "x.capture.json")

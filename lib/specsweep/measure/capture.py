@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from specsweep import __version__
+from specsweep.errors import InputError
 from specsweep.measure.probe import ServerProbe, _client, probe
 from specsweep.results.redact import redact_text
 from specsweep.servers import FLUSH_ROUTES, Dialect, dialect_of
@@ -58,9 +59,14 @@ def capture(endpoint: str, *, max_tokens: int = 16, timeout_s: float = 60.0) -> 
 
 
 def write_bundle(bundle: dict[str, Any], path: str | Path) -> Path:
-    """Write ``bundle`` to ``path`` (JSON, UTF-8); returns the path."""
+    """Write ``bundle`` to ``path`` (JSON, UTF-8); returns the path. :class:`InputError` naming the
+    path when it cannot be written."""
     out = Path(path)
-    out.write_text(json.dumps(bundle, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    try:
+        out.write_text(json.dumps(bundle, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"{out}: cannot write the capture bundle ({exc.strerror or type(exc).__name__}); "
+                         "give --out a path in a folder you can write") from None
     return out
 
 
