@@ -54,7 +54,7 @@ from specsweep.measure.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepCon
 from specsweep.measure.cpushare import CpuShare, level_suffix
 from specsweep.measure.loadgen import LevelResult, LoadGenerator
 from specsweep.measure.plausibility import PREFIX as PLAUSIBILITY_PREFIX
-from specsweep.measure.plausibility import implausible_count, reject_implausible, suspect_count
+from specsweep.measure.plausibility import implausible_count, padded_outputs, reject_implausible, suspect_count
 from specsweep.measure.probe import (
     FlushOutcome,
     MetricsPoller,
@@ -1017,6 +1017,9 @@ def _save_level(lv: _Levels, c: int, r: int, measured: _Measured,
     for w in result.warnings:
         lv.warn(f"C={c} repeat {r}: {w}")
     _warn_counts(level.iloc[0], req, c, r, lv.meta.preflight_token_source, lv.warn, lv.meta)
+    padded = padded_outputs(req) if lv.cfg.output_length == "natural" else None
+    if padded:
+        lv.warn(f"C={c} repeat {r}: {padded}")
     write_meta(lv.run_dir, lv.meta)
     row = level.iloc[0]
     # the CPU share, and a simulator's lag where it fell behind its schedule
