@@ -5,8 +5,9 @@ Detection (facts in the design notes' server-API reference) asks each server's d
 (``specsweep.servers``): SGLang answers ``/server_info`` (or the older ``/get_server_info``) and
 has no ``/version``; vLLM answers ``/version`` and ``/v1/models`` with ``owned_by: "vllm"``;
 llama.cpp's ``llama-server`` answers ``/props`` with ``default_generation_settings`` and
-``total_slots`` (and ``/v1/models`` with ``owned_by: "llamacpp"``); any other OpenAI-compatible
-server answers ``/v1/models``. ``api="auto"`` picks the dialect's first flavour: ``sglang`` on
+``total_slots`` (and ``/v1/models`` with ``owned_by: "llamacpp"``); TensorRT-LLM's trtllm-serve
+answers ``/version`` and ``/server_info`` too, and ``/v1/models`` with ``owned_by: "tensorrt_llm"``,
+which takes precedence; any other OpenAI-compatible server answers ``/v1/models``. ``api="auto"`` picks the dialect's first flavour: ``sglang`` on
 SGLang and ``openai-completions`` elsewhere.
 
 Vocabulary: where a server says how many token IDs its model has (llama.cpp: ``/v1/models``
@@ -54,7 +55,7 @@ class ServerProbe:
     """What the probe found (meta.json keeps it as the server snapshot)."""
 
     base_url: str
-    server: str  # "sglang" | "vllm" | "llamacpp" | "openai-compatible"
+    server: str  # "sglang" | "vllm" | "trtllm" | "llamacpp" | "openai-compatible"
     flavour: Flavour
     flavours: list[Flavour]
     model: str | None
