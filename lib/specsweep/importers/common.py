@@ -332,6 +332,18 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
         raise BadInput(f"{first.source}: the imported metadata is invalid: {exc}") from None
 
 
+def _check_one_server_setting(runs: Sequence[ToolRun]) -> None:
+    """Refuse files of different server settings as one arm (a sweep tool's serve-parameter sets,
+    ``server["sweep_serve"]``): their levels would become repeats of each other."""
+    settings: dict[str, list[str]] = {}
+    for r in runs:
+        if "sweep_serve" in r.server:
+            settings.setdefault(str(r.server["sweep_serve"]) or "(unmodified)", []).append(r.source.name)
+    if len(settings) > 1:
+        raise BadInput("these files come from different server settings (" + "; ".join(
+            f"SERVE--{k}: {', '.join(v)}" for k, v in settings.items()) + "); import each setting as its own --arm")
+
+
 def write_result_set(runs: Sequence[ToolRun], arm: str, out_dir: str | Path, *, label: str | None = None,
                      output_tokens: int | None = None, input_tokens: int | None = None,
                      workload_kind: str | None = None, force: bool = False) -> Path:
@@ -341,6 +353,7 @@ def write_result_set(runs: Sequence[ToolRun], arm: str, out_dir: str | Path, *, 
     """
     if not runs:
         raise BadInput("no result files given")
+    _check_one_server_setting(runs)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", arm):
         raise BadInput(f"--arm {arm!r}: use letters, digits, '.', '_' and '-' (it names a folder), e.g. baseline or mtp")
     run_dir = Path(out_dir) / arm
