@@ -9,7 +9,10 @@ its metric definitions in ai-dynamo/aiperf ``aiperf/metrics/types/*.py``. What t
 - ``output_sequence_length`` (OSL) per request: output (+ reasoning) tokens counted **by aiperf's
   client tokenizer** unless ``input_config.endpoint.use_server_token_count`` is true (then the
   server's ``usage.completion_tokens``). Every token-based figure follows that count.
-- ``output_token_throughput`` = Σ OSL / ``benchmark_duration`` (tok/s): specsweep's aggregate.
+- ``output_token_throughput`` = Σ OSL / ``benchmark_duration`` (tok/s), kept as
+  ``aiperf_output_tok_s``. Where the per-request export is read, specsweep's ``output_tok_s`` is
+  recomputed over its own window (first request sent → last finished), which can be longer than
+  aiperf's, so the two can differ by a few tenths of a percent (more where requests straggle).
 - ``inter_token_latency`` = (request_latency − TTFT)/(OSL − 1) per request: specsweep's TPOT;
   ``output_token_throughput_per_user`` = mean over requests of 1/ITL: specsweep's per-user speed.
 - ``request_latency``: request sent → last *content* response (usage-only chunks left out,
