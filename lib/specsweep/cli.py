@@ -6,6 +6,7 @@
     specsweep serve  [...]                                            the reference server (python -m specsweep.refserver)
     specsweep serve llamacpp [...]                                    specsweep.engines.llamacpp, when installed
     specsweep import TOOL FILE [FILE ...] --arm NAME [--out DIR]      a peer tool's results as a result set
+    specsweep capture --endpoint URL --out FILE                      a live server's shapes, for serve --replay
 
 Exit status: 0 done; 1 the command ran and failed (a sweep or a report that did not finish);
 2 bad input (an unknown option, a bad value, a file that cannot be read), with a message naming it.
@@ -266,6 +267,30 @@ def _run_import(args: argparse.Namespace) -> int:
     return OK
 
 
+# --------------------------------------------------------------------------------- capture
+
+
+def _add_capture(sub: Any) -> None:
+    p = sub.add_parser("capture", help="record a live server's shapes into a small redacted bundle",
+                       description="Probe the server, record its routes, /metrics before and after, the first and "
+                                   "last events of a short stream per API flavour, /tokenize and its flush routes, "
+                                   "and write them (API key redacted) to OUT; `specsweep serve --replay OUT` serves "
+                                   "them back. Attach OUT to a bug report, or drop it into the tests.")
+    p.add_argument("--endpoint", required=True, metavar="URL", help="the server, e.g. http://127.0.0.1:30000")
+    p.add_argument("--out", required=True, metavar="FILE", help="the bundle to write, e.g. vllm.capture.json")
+    p.add_argument("--max-tokens", type=_positive, default=16, metavar="N",
+                   help="output tokens of each recorded stream (default 16)")
+    p.set_defaults(func=_run_capture)
+
+
+def _run_capture(args: argparse.Namespace) -> int:
+    from specsweep.measure.capture import capture, write_bundle
+
+    path = write_bundle(capture(args.endpoint, max_tokens=args.max_tokens), args.out)
+    print(f"wrote {path}")
+    return OK
+
+
 # --------------------------------------------------------------------- pass-through commands
 
 
@@ -318,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (_, text) in PASS_THROUGH.items():
         sub.add_parser(name, help=text, add_help=False)
     _add_import(sub)
+    _add_capture(sub)
     return parser
 
 

@@ -14,7 +14,7 @@ from specsweep.servers import DIALECTS, detect, dialect_of, owner
 pytestmark = pytest.mark.fast  # no server, socket or subprocess
 
 #: the names ServerProbe.server takes (and meta.json's server.name keeps)
-PROBED = {"sglang", "vllm", "llamacpp", "openai-compatible"}
+PROBED = {"sglang", "vllm", "trtllm", "llamacpp", "openai-compatible"}
 
 
 def test_the_registry_covers_every_server_the_probe_can_detect() -> None:
@@ -55,6 +55,8 @@ def _fetcher(answers: dict[str, Any]) -> tuple[list[str], Any]:
     ({}, "vllm", "vllm", ["/server_info", "/get_server_info", "/version", "/props"]),
     ({"/props": {"total_slots": 4}}, "vllm", "vllm", ["/server_info", "/get_server_info", "/version", "/props"]),
     ({"/server_info": {}}, "llamacpp", "sglang", ["/server_info", "/version"]),  # owned_by does not overrule SGLang
+    # trtllm-serve answers SGLang's /server_info and vLLM's /version; its owned_by overrules both
+    ({"/server_info": {}, "/version": {"version": "1.2.0rc2"}}, "tensorrt_llm", "trtllm", ["/server_info", "/version"]),
     ({"/props": {"unrelated": 1}}, "someone", "openai-compatible",
      ["/server_info", "/get_server_info", "/version", "/props"]),
 ])
@@ -95,7 +97,7 @@ def test_acceptance_from_hand_computed_counter_deltas() -> None:
 
 def test_an_unknown_server_gets_the_generic_openai_dialect() -> None:
     generic = DIALECTS["openai-compatible"]
-    for name in ("trtllm", "", "llama.cpp", "SGLang"):
+    for name in ("tensorrt_llm", "", "llama.cpp", "SGLang"):
         assert dialect_of(name) is generic
     assert generic.spec_request_options("openai-chat") == {}  # it may reject a field it does not know
     assert generic.flush_routes is None and not generic.counters and not generic.gauges

@@ -244,7 +244,7 @@ def test_flush_prefix_cache_uses_the_route_the_server_offers() -> None:
 
 def test_flush_prefix_cache_on_each_api_surface(refserver, refserver_factory) -> None:  # noqa: ANN001 - fixtures
     assert flush_prefix_cache(refserver.url) == "/flush_cache"  # SGLang
-    assert flush_prefix_cache(refserver_factory(args=["--api-surface", "vllm"]).url) == "/reset_prefix_cache"
+    assert flush_prefix_cache(refserver_factory(args=["--api-surface", "vllm", "--vllm-dev-mode"]).url) == "/reset_prefix_cache"
     assert flush_prefix_cache(refserver_factory(args=["--api-surface", "llamacpp"]).url) is None  # no such route
 
 

@@ -48,6 +48,7 @@ from specsweep.analyze.workload_match import check_workloads
 from specsweep.results.columns import METRICS, MetricInfo, metric_info
 from specsweep.results.meta import Meta, Workload
 from specsweep.results.store import ResultSet
+from specsweep.servers import dialect_of
 
 #: the curve model and band, as the report states it (one definition, see the module docstring)
 METHOD: str = (
@@ -99,6 +100,9 @@ class Comparison:
     workload: Workload
     caps: dict[str, int | None]
     notes: list[str] = field(default_factory=list)
+    #: arms whose server states no cap but whose running-request gauge held at a ceiling while requests
+    #: waited (``server_queued_max`` > 0): that ceiling, the cap as observed
+    observed_caps: dict[str, int] = field(default_factory=dict)
     #: the fitted delta curve per (arm, metric); absent where no curve could be fitted
     curves: dict[tuple[str, str], DeltaCurve] = field(default_factory=dict)
     #: arms whose token counts came from SSE chunks (arm -> where), so token-based figures are not trusted
@@ -414,6 +418,8 @@ def _comparison(join: _Join, levels: pd.DataFrame, user_metric: str, rows: list[
         workload=by_arm[join.baseline].meta.workload,
         caps={a: _cap(by_arm[a].meta) for a in arms},
         notes=notes,
+        observed_caps={a: c for a in arms if _cap(by_arm[a].meta) is None
+                       and (c := observed_cap(by_arm[a].levels)) is not None},
         curves=curves,
         chunk_counted={a: w for a in arms if (w := _chunk_counted(by_arm[a]))},
         assumed_noise_pct=join.assumed_noise_pct,
@@ -431,16 +437,20 @@ def _comparison(join: _Join, levels: pd.DataFrame, user_metric: str, rows: list[
 
 
 def _cap(meta: Meta) -> int | None:
-    """The running-request cap meta.json records (``server`` or its ``/server_info`` snapshot), or None."""
-    server = meta.server
-    cap = server.get("max_running_requests")
-    if cap is None:
-        snapshot = server.get("server_info") or {}
-        cap = snapshot.get("max_running_requests")
-    try:
-        return int(cap) if cap is not None else None
-    except (TypeError, ValueError):
+    """The running-request cap meta.json records, as the server's dialect reads it (``running_cap``:
+    ``max_running_requests`` of ``server`` or its ``/server_info`` snapshot; SGLang's scheduler's
+    effective cap where that was left unset), or None."""
+    return dialect_of(str(meta.server.get("name") or "sglang")).running_cap(meta.server)
+
+
+def observed_cap(levels: pd.DataFrame | None) -> int | None:
+    """The running-request cap a server showed without stating it: the most requests its running
+    gauge saw (``server_running_max``) at the levels where requests also waited
+    (``server_queued_max`` > 0); None where none waited or the gauges were not polled."""
+    if levels is None or not {"server_running_max", "server_queued_max"} <= set(levels.columns):
         return None
+    waited = levels[(levels["server_queued_max"] > 0) & levels["server_running_max"].notna()]
+    return int(waited["server_running_max"].max()) if len(waited) else None
 
 
 def _chunk_counted(rs: ResultSet) -> str | None:

@@ -233,11 +233,21 @@ def _request_row(rec: RequestRecord, level: dict[str, Any], index: int, prompt_i
         "output_blocks": rec.output_blocks,
         "server_e2e_latency_s": rec.server.get("e2e_latency_s"),
         "spec_accept_length": rec.server.get("spec_accept_length"),
-        "spec_verify_ct": rec.server.get("spec_verify_ct"),
+        "spec_verify_ct": rec.server.get("spec_verify_ct", _steps_from_rate(rec)),
         "spec_draft_tokens": rec.server.get("spec_draft_tokens"),
         "spec_accepted_tokens": rec.server.get("spec_accepted_tokens"),
         **{k: v for k, v in rec.server.items() if k.startswith("spec_accepted_pos_")},
     }
+
+
+def _steps_from_rate(rec: RequestRecord) -> float | None:
+    """A request's verify steps where the server gave only its tokens per step
+    (``spec_tokens_per_iter``: TensorRT-LLM's ``avg_decoded_tokens_per_iter``): its completion
+    tokens ÷ that figure; None otherwise."""
+    rate = rec.server.get("spec_tokens_per_iter")
+    if rate is None or rate <= 0 or not rec.output_tokens:
+        return None
+    return rec.output_tokens / rate
 
 
 def _undrafted(row: dict[str, Any], rec: RequestRecord) -> None:

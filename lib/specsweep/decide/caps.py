@@ -30,7 +30,8 @@ def server_kind(meta_server: dict) -> str:
 
 def cap_argv(kind: str, n: int) -> tuple[str, ...]:
     """The server arguments that set the running-request cap to ``n`` on a server ``kind``."""
-    flag = {"vllm": "--max-num-seqs", "llama.cpp": "--parallel", "llamacpp": "--parallel"}.get(kind, "--max-running-requests")
+    flag = {"vllm": "--max-num-seqs", "llama.cpp": "--parallel", "llamacpp": "--parallel",
+            "trtllm": "--max_batch_size"}.get(kind, "--max-running-requests")
     return (flag, str(n))
 
 
@@ -38,12 +39,15 @@ def memory_argv(kind: str, fraction: float) -> tuple[str, ...]:
     """The server arguments that give the speculative server ``fraction`` of GPU memory for weights and KV.
 
     The embedded reference server takes it as a profile override (its own argparse has no
-    ``--mem-fraction-static``); SGLang as ``--mem-fraction-static``; vLLM as ``--gpu-memory-utilization``.
+    ``--mem-fraction-static``); SGLang as ``--mem-fraction-static``; vLLM as ``--gpu-memory-utilization``;
+    TensorRT-LLM's trtllm-serve as ``--kv_cache_free_gpu_memory_fraction``.
     """
     if kind == "refserver":
         return ("--set", f"speculative.mem_fraction_static={fraction:.2f}")
     if kind == "vllm":
         return ("--gpu-memory-utilization", f"{fraction:.2f}")
+    if kind == "trtllm":  # trtllm-serve: the KV cache's share of the memory left after the weights
+        return ("--kv_cache_free_gpu_memory_fraction", f"{fraction:.2f}")
     return ("--mem-fraction-static", f"{fraction:.2f}")
 
 
@@ -82,6 +86,8 @@ def cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
                    min_effect: float, profile: str = "") -> tuple[list[Claim], Claim | None]:
     """Claims about the arm's running-request cap (each with its sentence), and the advice that would test it."""
     cap = comp.caps.get(arm)
+    if cap is None:  # a server that states none (vLLM): the ceiling its gauges showed while requests waited
+        cap = comp.observed_caps.get(arm)
     losses = judged.loc[judged["aggregate_delta_pct"] < -min_effect, "concurrency"].tolist()
     max_c = int(comp.levels["concurrency"].max())
     if cap is None or cap >= max_c or not losses:
@@ -122,11 +128,14 @@ def _cap_claim(comp: Comparison, arm: str, label: str, cap: int, above: list[int
     level where the arm's aggregate throughput is lower, or only the lowest ones)."""
     base_cap = comp.caps.get(comp.baseline)
     agg = comp.delta_rows(arm, "output_tok_s")
+    observed = comp.caps.get(arm) is None
     return Claim(
         kind="cap", arm=arm, metric="output_tok_s", levels=tuple(above),
         values=tuple(float(agg[c]["delta_pct"]) for c in above if c in agg), credible=True, profile=profile,
-        extra={"cap": cap}, sentence=(
-            f"The {label} server ran with max_running_requests = {cap}"
+        extra={"cap": cap, "observed": observed}, sentence=(
+            (f"The {label} server states no running-request cap, but its gauges never showed more than {cap} "
+             "requests running while others waited" if observed else
+             f"The {label} server ran with max_running_requests = {cap}")
             + (f" (the baseline's was {base_cap})" if base_cap else " (the baseline set none)")
             + f", below the {int(comp.levels['concurrency'].max())} concurrent requests tested; "
             + ("every level where its aggregate throughput is lower" if every else "the levels where it is lowest")

@@ -9,7 +9,10 @@ its metric definitions in ai-dynamo/aiperf ``aiperf/metrics/types/*.py``. What t
 - ``output_sequence_length`` (OSL) per request: output (+ reasoning) tokens counted **by aiperf's
   client tokenizer** unless ``input_config.endpoint.use_server_token_count`` is true (then the
   server's ``usage.completion_tokens``). Every token-based figure follows that count.
-- ``output_token_throughput`` = Σ OSL / ``benchmark_duration`` (tok/s): specsweep's aggregate.
+- ``output_token_throughput`` = Σ OSL / ``benchmark_duration`` (tok/s), kept as
+  ``aiperf_output_tok_s``. Where the per-request export is read, specsweep's ``output_tok_s`` is
+  recomputed over its own window (first request sent → last finished), which can be longer than
+  aiperf's, so the two can differ by a few tenths of a percent (more where requests straggle).
 - ``inter_token_latency`` = (request_latency − TTFT)/(OSL − 1) per request: specsweep's TPOT;
   ``output_token_throughput_per_user`` = mean over requests of 1/ITL: specsweep's per-user speed.
 - ``request_latency``: request sent → last *content* response (usage-only chunks left out,
@@ -33,6 +36,9 @@ CLIENT_TOKENS = "output tokens counted by aiperf's client tokenizer"
 DEFINITIONS: dict[str, str] = {
     "aiperf_icl_mean_s": "aiperf inter-chunk latency, mean: raw gaps between stream responses",
     "aiperf_icl_p99_s": "aiperf inter-chunk latency, p99",
+    "aiperf_output_tok_s": "aiperf's own output_token_throughput: Σ output tokens / benchmark_duration (its window, "
+                           "not specsweep's first-sent to last-finished)",
+    "aiperf_request_per_s": "aiperf's own request_throughput: requests / benchmark_duration",
 }
 WARNING = ("Imported from aiperf: its 'ITL' is (latency − TTFT)/(OSL − 1) per request, i.e. specsweep's TPOT, and "
            "appears here as TPOT (not as a distribution over token gaps); its per-user tok/s is the mean of 1/ITL, "
@@ -80,6 +86,14 @@ def _concurrency(cfg: dict[str, Any], where: str) -> int:
 RECORDS = ("profile_export.jsonl", "profile_export.jsonl.gz")
 
 
+def _record_names(path: Path) -> list[str]:
+    """Where aiperf wrote the per-request export beside the summary ``path``: ``P.jsonl`` beside
+    ``P_aiperf.json`` (``--profile-export-prefix P``; ``profile_export`` by default), then the default names."""
+    stem = path.name.removesuffix("_aiperf.json")
+    own = [f"{stem}.jsonl", f"{stem}.jsonl.gz"] if stem != path.name else []
+    return list(dict.fromkeys([*own, *RECORDS]))
+
+
 def _records(path: Path, server_counts: bool) -> tuple[list[Any], Path] | None:
     """The profiling requests of ``profile_export.jsonl`` beside ``path`` as records, or None when absent.
 
@@ -87,7 +101,7 @@ def _records(path: Path, server_counts: bool) -> tuple[list[Any], Path] | None:
     ``request_latency`` and ``inter_chunk_latency`` (ms; one gap per token-carrying response after
     the first), ``output_sequence_length`` (the count aiperf used), ``error``.
     """
-    sibling = next((path.parent / n for n in RECORDS if (path.parent / n).is_file()), None)
+    sibling = next((path.parent / n for n in _record_names(path) if (path.parent / n).is_file()), None)
     if sibling is None:
         return None
     out = []
@@ -118,6 +132,9 @@ def _records(path: Path, server_counts: bool) -> tuple[list[Any], Path] | None:
 
 def read(path: Path) -> ToolRun:
     """One ``profile_export_aiperf.json``: one level."""
+    if path.suffix.lower() == ".csv":
+        raise BadInput(f"{path}: aiperf's CSV export is a summary table without its configuration; pass the "
+                       f"{path.name.removesuffix('.csv')}.json the same run wrote beside it")
     (line, doc), *rest = read_json_objects(path)
     where = str(path)
     if rest or "output_token_throughput" not in doc or not isinstance(doc.get("input_config"), dict):
@@ -128,6 +145,9 @@ def read(path: Path) -> ToolRun:
     conc = _concurrency(cfg, where)
     f: dict[str, float] = {
         "output_tok_s": _stat(doc, "output_token_throughput", "avg", where),
+        # aiperf's own headline figures, kept beside specsweep's (recomputed from the rows where they exist)
+        "aiperf_output_tok_s": _stat(doc, "output_token_throughput", "avg", where),
+        "aiperf_request_per_s": _stat(doc, "request_throughput", "avg", where),
         "request_per_s": _stat(doc, "request_throughput", "avg", where),
         "n_ok": _stat(doc, "completed_request_count", "avg", where),
         "output_tokens": _stat(doc, "total_output_tokens", "avg", where),

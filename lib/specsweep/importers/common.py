@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -238,6 +239,18 @@ def _merge_unique(items: Iterable[str]) -> list[str]:
     return out
 
 
+def _without_folders(notes: Iterable[str], runs: Sequence[ToolRun]) -> list[str]:
+    """``notes`` with the imported files' folders taken out (a note names the file, never a local path)."""
+    folders = sorted({str(r.source.parent) + os.sep for r in runs if str(r.source.parent) not in ("", ".")},
+                     key=len, reverse=True)
+    out = []
+    for note in notes:
+        for folder in folders:
+            note = note.replace(folder, "")
+        out.append(note)
+    return out
+
+
 def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFrame, *, level_only: bool,
                label: str | None = None, output_tokens: int | None = None, input_tokens: int | None = None,
                workload_kind: str | None = None) -> Meta:
@@ -308,7 +321,7 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
         "metric_definitions": definitions,
         "metric_definition_ids": ids,
         "warnings": _merge_unique(w for r in runs for w in r.warnings),
-        "notes": _merge_unique([*(n for r in runs for n in r.notes), derived_note or ""]),
+        "notes": _merge_unique(_without_folders([*(n for r in runs for n in r.notes), derived_note or ""], runs)),
         **({"level_only_note": f"Imported from {first.tool} result files holding level figures only: no per-request "
                                "samples, so no per-request bootstrap; each figure means what the tool's definition "
                                "says (see the definitions)."} if level_only else {}),
@@ -317,6 +330,18 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
         return Meta.model_validate(meta)
     except ValidationError as exc:
         raise BadInput(f"{first.source}: the imported metadata is invalid: {exc}") from None
+
+
+def _check_one_server_setting(runs: Sequence[ToolRun]) -> None:
+    """Refuse files of different server settings as one arm (a sweep tool's serve-parameter sets,
+    ``server["sweep_serve"]``): their levels would become repeats of each other."""
+    settings: dict[str, list[str]] = {}
+    for r in runs:
+        if "sweep_serve" in r.server:
+            settings.setdefault(str(r.server["sweep_serve"]) or "(unmodified)", []).append(r.source.name)
+    if len(settings) > 1:
+        raise BadInput("these files come from different server settings (" + "; ".join(
+            f"SERVE--{k}: {', '.join(v)}" for k, v in settings.items()) + "); import each setting as its own --arm")
 
 
 def write_result_set(runs: Sequence[ToolRun], arm: str, out_dir: str | Path, *, label: str | None = None,
@@ -328,6 +353,7 @@ def write_result_set(runs: Sequence[ToolRun], arm: str, out_dir: str | Path, *, 
     """
     if not runs:
         raise BadInput("no result files given")
+    _check_one_server_setting(runs)
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", arm):
         raise BadInput(f"--arm {arm!r}: use letters, digits, '.', '_' and '-' (it names a folder), e.g. baseline or mtp")
     run_dir = Path(out_dir) / arm

@@ -88,9 +88,44 @@ def _request(req: dict[str, Any], where: str, failed: bool) -> Any:
     return rec, chunks
 
 
+def _check_sampled(bench: dict[str, Any], reqs: dict[str, Any], where: str) -> None:
+    """Refuse a benchmark whose file keeps fewer request rows than it ran (``--metrics …
+    sample_size=N``): figures recomputed from a sample's rows over the whole window would be too
+    low, and guidellm's own aggregates are rate distributions, not specsweep's figures."""
+    for group in ("successful", "errored"):
+        ran = _num(_dig(bench, "metrics", "request_totals", group))
+        kept = len(reqs.get(group) or [])
+        if ran is not None and kept < ran:
+            raise BadInput(f"{where}: the file keeps {kept} of the {int(ran)} {group} requests guidellm ran (a request "
+                           "sample limit, --metrics … sample_size=N), so throughput recomputed from them would be too "
+                           "low; re-run guidellm without sample_size")
+
+
+def _document(path: Path) -> tuple[dict[str, Any], list[Any]]:
+    """The report in ``path``: JSON, or YAML (``--outputs yaml`` writes the same document); a CSV or
+    HTML output (a summary table, not the requests) is refused naming the file to give instead."""
+    suffixes = [x.lower() for x in path.suffixes]
+    if {".csv", ".html", ".htm"} & set(suffixes):
+        raise BadInput(f"{path}: guidellm's CSV and HTML outputs hold summary tables, not the per-request samples; "
+                       "pass the benchmarks.json (or .yaml) the same run wrote (guidellm --outputs json)")
+    if {".yaml", ".yml"} & set(suffixes):
+        import yaml  # deferred: only YAML reports need it
+
+        try:
+            text = path.read_text(encoding="utf-8")
+            doc = yaml.safe_load(text)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise BadInput(f"{path}: cannot be read as guidellm's YAML report ({type(exc).__name__})") from None
+        if not isinstance(doc, dict):
+            raise BadInput(f"{path}: holds no YAML mapping; pass guidellm's benchmarks.yaml or benchmarks.json")
+        return doc, []
+    (_, doc), *rest = read_json_objects(path)
+    return doc, rest
+
+
 def read(path: Path) -> ToolRun:
-    """One ``benchmarks.json``: a level per closed-loop benchmark."""
-    (line, doc), *rest = read_json_objects(path)
+    """One ``benchmarks.json`` (or the same report as ``benchmarks.yaml``): a level per closed-loop benchmark."""
+    doc, rest = _document(path)
     if rest or not isinstance(doc.get("benchmarks"), list):
         raise BadInput(f"{path}: no 'benchmarks' list: not a guidellm benchmarks.json")
     version = _dig(doc, "metadata", "guidellm_version")
@@ -114,6 +149,7 @@ def read(path: Path) -> ToolRun:
         if not records:
             raise BadInput(f"{where}: no per-request samples (requests.successful is empty); re-run guidellm without "
                            "a request sample limit")
+        _check_sampled(bench, reqs, where)
         m = bench.get("metrics") or {}
         fig = {
             "guidellm_tpot_mean_s": (_num(_dig(m, "time_per_output_token_ms", "successful", "mean")) or math.nan) / 1000,

@@ -133,7 +133,8 @@ def read(path: Path) -> ToolRun:
             ids[col] = f"{col} to the stream's last line ([DONE]), SGLang OpenAI path"
             definitions[col] = "as specsweep's e2e, but timed to the stream's last line ([DONE]), not the last token"
         warnings.append(WARNING_OAI.format(backend=backend))
-    return ToolRun(tool=TOOL, version=str(version) if version else None, levels=levels, source=path,
+    # the file names the server's version (server_info), not bench_serving's: never the tool's
+    return ToolRun(tool=TOOL, version=None, levels=levels, source=path,
                    model=str(model) if model else None, workload=workload, definitions=definitions,
                    definition_ids=ids, warnings=warnings, notes=notes, reader=READER,
                    server={"name": "sglang", "version": version})

@@ -22,9 +22,16 @@ Written against vLLM's writer at commit 009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1
   after the run: specsweep's counter-delta acceptance length.
 - Per-request arrays (``ttfts``, ``itls``, ``output_lens``, ``start_times``, ``errors``) are
   written only with ``--save-detailed``; without them the level holds vLLM's figures only.
+
+``vllm bench sweep serve`` (``vllm/benchmarks/sweep/serve.py``) writes the same objects, one per
+run, as ``EXPERIMENT/SERVE--<serve params>-BENCH--<bench params>/run=N.json`` (with the overrides
+and ``run_number`` merged in), a ``summary.json`` per folder (the list of its runs) and a
+``summary.csv`` over all folders. A file's serve-parameter set (its folder's ``SERVE--`` part) is
+kept as ``server["sweep_serve"]``: files of different server settings are never one arm.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -134,14 +141,42 @@ def _level_requests(obj: dict[str, Any], where: str) -> list:
     return records
 
 
+#: a ``vllm bench sweep serve`` run folder: its serve-parameter set (None: the unmodified command)
+_SWEEP_FOLDER = re.compile(r"^SERVE--(?P<serve>.*?)(?:-BENCH--.*)?$")
+
+
+def _objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The run objects of ``path``: a ``--save-result`` file, or a sweep folder's ``summary.json``
+    (a JSON list of them); a sweep's ``summary.csv`` is refused naming the files to give."""
+    if path.suffix.lower() == ".csv":
+        raise BadInput(f"{path}: vllm bench sweep's summary.csv flattens every folder's runs into one table; pass "
+                       "each SERVE-… folder's summary.json (or its run=N.json files) as one arm instead")
+    if path.name == "summary.json":
+        try:
+            runs = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise BadInput(f"{path}: cannot be read as vllm bench sweep's summary.json ({type(exc).__name__})") from None
+        if isinstance(runs, list) and runs and all(isinstance(r, dict) for r in runs):
+            return [(i + 1, r) for i, r in enumerate(runs)]
+    return read_json_objects(path)
+
+
+def sweep_serve(path: Path) -> str | None:
+    """The serve-parameter set of a ``vllm bench sweep serve`` run file (its folder's ``SERVE--``
+    part, ``""`` for the unmodified command), or None for a file outside such a folder."""
+    m = _SWEEP_FOLDER.match(path.parent.name)
+    return m.group("serve") if m else None
+
+
 def read(path: Path) -> ToolRun:
-    """One ``--save-result`` file (a JSON object, or JSON lines from ``--append-result``)."""
+    """One ``--save-result`` file (a JSON object, or JSON lines from ``--append-result``), or a
+    ``vllm bench sweep serve`` folder's ``summary.json``."""
     levels = []
     model, version = None, None
     ids: dict[str, str] = {}
     workload: dict[str, Any] = {}
     notes: list[str] = []
-    for line, obj in read_json_objects(path):
+    for line, obj in _objects(path):
         where = f"{path}, line {line}" if line > 1 else str(path)
         if "output_throughput" not in obj or "duration" not in obj:
             raise BadInput(f"{where}: no 'output_throughput'/'duration': not a vllm bench serve --save-result file")
@@ -169,4 +204,5 @@ def read(path: Path) -> ToolRun:
     return ToolRun(tool=TOOL, version=str(version) if version else None, levels=levels, source=path,
                    model=str(model) if model else None, workload={"kind": "vllm bench serve (dataset not recorded in the file)"},
                    definitions=dict(DEFINITIONS, user_tok_s_mean=USER_FROM_MEAN_TPOT) if ids else dict(DEFINITIONS),
-                   definition_ids=ids, warnings=[WARNING], notes=notes, reader=READER)
+                   definition_ids=ids, warnings=[WARNING], notes=notes, reader=READER,
+                   server={"sweep_serve": serve} if (serve := sweep_serve(path)) is not None else {})

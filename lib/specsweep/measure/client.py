@@ -55,7 +55,7 @@ from aiohttp.client_proto import ResponseHandler
 from specsweep.measure.sse import SSEEvent, decode_reads
 from specsweep.measure.token_accounting import MAX_COUNT, account_tokens, drop_implausible
 from specsweep.results.records import RequestRecord, output_fingerprint, tokens_array
-from specsweep.servers import CHUNK_FIGURES
+from specsweep.servers import CHOICE_FIGURES, CHUNK_FIGURES
 from specsweep.servers.flavours import PATHS, Flavour, check_flavour
 from specsweep.servers.sglang import meta_figures as sglang_meta_figures
 
@@ -739,7 +739,8 @@ _FINISH_RE = re.compile(rb'"finish_reason":("[^"\\]*(?:\\.[^"\\]*)*")')
 _PROMPT_RE = re.compile(rb'"prompt_tokens":(\d+)[,}]')
 #: bytes that send a stream to the general parser: errors, server figures (every dialect's chunk
 #: keys), reasoning text, a second choice, CR line ends (each is one memchr-speed scan)
-_SLOW_MARKS = (b"\r", b'"error"', *(f'"{key}"'.encode() for key, _ in CHUNK_FIGURES), b'"index":1')
+_SLOW_MARKS = (b"\r", b'"error"', *(f'"{key}"'.encode() for key, _ in (*CHUNK_FIGURES, *CHOICE_FIGURES)),
+               b'"index":1')
 
 
 def _json_list(items: list[bytes]) -> list[Any]:
@@ -1027,7 +1028,8 @@ def _read_openai(events: list[SSEEvent], ev_times: list[float], acc: _Events, *,
     Counts and the prompt count come from ``usage``; a chunk carries content when its first choice
     has text or ``token_ids``. Server figures: every chunk key a dialect reads
     (``specsweep.servers.CHUNK_FIGURES``: vLLM's ``metrics``, SGLang's ``sglext``, llama.cpp's
-    ``timings``).
+    ``timings``) and every key of the first choice a dialect reads (``CHOICE_FIGURES``: vLLM's
+    earlier ``speculative_decoding_stats``, TensorRT-LLM's ``avg_decoded_tokens_per_iter``).
     """
     t_add, c_add, has_add = acc.times.append, acc.counts.append, acc.contents.append
     loads = orjson.loads
@@ -1067,19 +1069,7 @@ def _read_openai(events: list[SSEEvent], ev_times: list[float], acc: _Events, *,
                 read_figures(figures, server)
         choices = obj.get("choices")
         if choices and isinstance(choices, list) and isinstance(choices[0], dict):
-            ch = choices[0]
-            if chat:  # reasoning text, then content
-                delta = ch.get("delta")
-                if not isinstance(delta, dict):
-                    delta = _NO_FIELDS
-                parts = [delta.get(k) for k in ("reasoning_content", "reasoning", "content")]
-                text = "".join(p for p in parts if isinstance(p, str))
-            else:
-                t_txt = ch.get("text")
-                if isinstance(t_txt, str):
-                    text = t_txt
-            has_content = bool(text) or bool(ch.get("token_ids"))
-            fr = ch.get("finish_reason")
+            text, has_content, fr = _read_choice(choices[0], server, chat)
             if fr is not None:
                 finish = _norm_finish(fr)
         t_add(t)
@@ -1088,6 +1078,28 @@ def _read_openai(events: list[SSEEvent], ev_times: list[float], acc: _Events, *,
         texts.append(text)
     acc.prompt_tokens, acc.finish, acc.huge = prompt_tokens, finish, huge
     return "".join(texts) if texts else None
+
+
+def _read_choice(ch: Mapping[str, Any], server: dict[str, float], chat: bool) -> tuple[str, bool, object]:
+    """A streamed chunk's first choice: its text (chat: reasoning text, then content), whether it
+    carried content (text or ``token_ids``) and its finish reason (None: not yet); the figures a
+    dialect reads from a choice (``CHOICE_FIGURES``: vLLM's earlier ``speculative_decoding_stats``,
+    TensorRT-LLM's ``avg_decoded_tokens_per_iter``) go to ``server``."""
+    text = ""
+    if chat:
+        delta = ch.get("delta")
+        if not isinstance(delta, dict):
+            delta = _NO_FIELDS
+        parts = [delta.get(k) for k in ("reasoning_content", "reasoning", "content")]
+        text = "".join(p for p in parts if isinstance(p, str))
+    else:
+        t_txt = ch.get("text")
+        if isinstance(t_txt, str):
+            text = t_txt
+    for key, read_value in CHOICE_FIGURES:
+        if key in ch:
+            read_value(ch[key], server)
+    return text, bool(text) or bool(ch.get("token_ids")), ch.get("finish_reason")
 
 
 def _stream_end_error(raw: RawExchange, acc: _Events, trailing: SSEEvent | None) -> str | None:

@@ -17,13 +17,18 @@ with the reason (its tokens then count toward no throughput), rather than a figu
 A server's own count is also compared with the text that arrived (:func:`suspect_count`): more
 tokens than the text has bytes is flagged, not refused, since tokens that decode to nothing
 (special tokens generated under ``ignore_eos``) are possible.
+
+A level of natural-length requests that all report exactly the requested count and finish by
+``length`` while their texts differ in length :data:`PADDED_TEXT_RATIO`-fold or more is flagged
+(:func:`padded_outputs`): a server that pads every stream to a fixed length with end-of-sequence
+tokens (SGLang's proposed ``--padded-output-tokens``) reports the padding as completion tokens.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["implausible_count", "reject_implausible", "suspect_count"]
+__all__ = ["PADDED_TEXT_RATIO", "implausible_count", "padded_outputs", "reject_implausible", "suspect_count"]
 
 #: prefix of the error of a request whose count was refused (what the report and tests look for)
 PREFIX = "implausible token count"
@@ -69,6 +74,41 @@ def suspect_count(rec: Any) -> str | None:
         return (f"the server claims {n:,} completion tokens for a text of at most {chars:,} characters "
                 f"({4 * chars:,} bytes)")
     return None
+
+
+#: how many times longer the longest text of a level must be than its shortest (both at the same
+#: reported count) before the counts are suspected of padding
+PADDED_TEXT_RATIO = 3
+#: fewest requests a level needs before :func:`padded_outputs` judges it
+PADDED_MIN_REQUESTS = 4
+
+
+def padded_outputs(requests: Any) -> str | None:
+    """Why a natural-length level's counts look padded, or None (see the module notes).
+
+    ``requests``: the level's request rows (``output_tokens``, ``requested_output_tokens``,
+    ``finish_reason``, ``output_blocks``, ``error``). Text lengths come from the fingerprint (one
+    8-byte hash per 64 characters), so the shortest text is at most ``64 × its blocks`` characters
+    and the longest more than ``64 × (its blocks − 1)``.
+    """
+    from specsweep.results.records import BLOCK_CHARS, DIGEST_BYTES
+
+    ok = requests[requests["error"].isna() & (requests["output_tokens"].fillna(0) > 0)]
+    if len(ok) < PADDED_MIN_REQUESTS or not (ok["output_tokens"] == ok["requested_output_tokens"]).all():
+        return None
+    if not (ok["finish_reason"] == "length").all():
+        return None
+    blocks = [len(b) // DIGEST_BYTES for b in ok["output_blocks"] if isinstance(b, (bytes, bytearray))]
+    if len(blocks) < len(ok) or min(blocks) < 1:
+        return None
+    shortest, longest = min(blocks) * BLOCK_CHARS, (max(blocks) - 1) * BLOCK_CHARS
+    if longest < PADDED_TEXT_RATIO * shortest:
+        return None
+    n = int(ok["output_tokens"].iloc[0])
+    return (f"all {len(ok)} natural-length requests report exactly the {n:,} tokens requested and finish by 'length', "
+            f"yet their texts run from at most {shortest:,} to over {longest:,} characters: a server that pads every "
+            "stream to a fixed length (SGLang's --padded-output-tokens) counts the padding as completion tokens, "
+            "so check the server's flags before trusting this level's throughput")
 
 
 def reject_implausible(records: Sequence[Any], max_tokens: Sequence[int | None]) -> list[str]:

@@ -5,8 +5,9 @@ Detection (facts in the design notes' server-API reference) asks each server's d
 (``specsweep.servers``): SGLang answers ``/server_info`` (or the older ``/get_server_info``) and
 has no ``/version``; vLLM answers ``/version`` and ``/v1/models`` with ``owned_by: "vllm"``;
 llama.cpp's ``llama-server`` answers ``/props`` with ``default_generation_settings`` and
-``total_slots`` (and ``/v1/models`` with ``owned_by: "llamacpp"``); any other OpenAI-compatible
-server answers ``/v1/models``. ``api="auto"`` picks the dialect's first flavour: ``sglang`` on
+``total_slots`` (and ``/v1/models`` with ``owned_by: "llamacpp"``); TensorRT-LLM's trtllm-serve
+answers ``/version`` and ``/server_info`` too, and ``/v1/models`` with ``owned_by: "tensorrt_llm"``,
+which takes precedence; any other OpenAI-compatible server answers ``/v1/models``. ``api="auto"`` picks the dialect's first flavour: ``sglang`` on
 SGLang and ``openai-completions`` elsewhere.
 
 Vocabulary: where a server says how many token IDs its model has (llama.cpp: ``/v1/models``
@@ -54,7 +55,7 @@ class ServerProbe:
     """What the probe found (meta.json keeps it as the server snapshot)."""
 
     base_url: str
-    server: str  # "sglang" | "vllm" | "llamacpp" | "openai-compatible"
+    server: str  # "sglang" | "vllm" | "trtllm" | "llamacpp" | "openai-compatible"
     flavour: Flavour
     flavours: list[Flavour]
     model: str | None
@@ -187,8 +188,8 @@ def _look(client: httpx.Client, base: str) -> _Seen:
     if not found and not models and version is None:
         raise ProbeError(f"cannot reach an inference server at {base}: tried " + "; ".join(tried)
                          + ". Is the server running, listening on that host and port, and reachable from here?")
-    try:
-        metrics = client.get("/metrics").status_code == 200
+    try:  # the dialect's Prometheus route (TensorRT-LLM's /metrics is JSON, not Prometheus text)
+        metrics = dialect.metrics_path is not None and client.get(dialect.metrics_path).status_code == 200
     except httpx.HTTPError:
         metrics = False
     return _Seen(dialect, settings, models, version, vocab_size, metrics)
@@ -412,11 +413,12 @@ def counters(samples: list[tuple[str, dict[str, str], float]], server: str) -> d
     return out
 
 
-def scrape(client: httpx.Client, names: Collection[str] | None = None) -> list[tuple[str, dict[str, str], float]] | None:
-    """GET /metrics and parse it (only the samples of ``names``, when given: :func:`parse_metrics`);
-    None when unavailable or unparsable."""
+def scrape(client: httpx.Client, names: Collection[str] | None = None,
+           path: str = "/metrics") -> list[tuple[str, dict[str, str], float]] | None:
+    """GET ``path`` (the dialect's ``metrics_path``) and parse it (only the samples of ``names``,
+    when given: :func:`parse_metrics`); None when unavailable or unparsable."""
     try:
-        resp = client.get("/metrics")
+        resp = client.get(path)
         if resp.status_code != 200:
             return None
         return parse_metrics(resp.text, names)
@@ -451,16 +453,17 @@ class MetricsPoller:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._gauges, self._counters = metric_names(server, "gauges"), metric_names(server, "counters")
+        self._path = dialect_of(server).metrics_path or "/metrics"
 
     def snapshot(self) -> dict[str, float]:
         """Counters right now (for deltas)."""
-        samples = scrape(self._client, self._counters)
+        samples = scrape(self._client, self._counters, self._path)
         return counters(samples, self.server) if samples else {}
 
     def _run(self) -> None:
         while not self._stop.is_set():
             t = time.perf_counter()
-            samples = scrape(self._client, self._gauges)
+            samples = scrape(self._client, self._gauges, self._path)
             if samples:
                 for key, value in gauges(samples, self.server).items():
                     self.samples.append((t, key, value))

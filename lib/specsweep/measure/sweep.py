@@ -54,8 +54,9 @@ from specsweep.measure.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepCon
 from specsweep.measure.cpushare import CpuShare, level_suffix
 from specsweep.measure.loadgen import LevelResult, LoadGenerator
 from specsweep.measure.plausibility import PREFIX as PLAUSIBILITY_PREFIX
-from specsweep.measure.plausibility import implausible_count, reject_implausible, suspect_count
+from specsweep.measure.plausibility import implausible_count, padded_outputs, reject_implausible, suspect_count
 from specsweep.measure.probe import (
+    FlushOutcome,
     MetricsPoller,
     ProbeError,
     ServerProbe,
@@ -82,6 +83,7 @@ from specsweep.results.store import (
     write_meta,
 )
 from specsweep.servers import SIM_COUNTERS, Dialect, dialect_of
+from specsweep.servers.dialect import CACHE_SALT_NOTE
 from specsweep.workloads.prompts import Workload, check_vocabulary, explain_rejection, make_workload, warmup_workload
 
 WARMUP_INDEX_BASE = 1_000_000_000
@@ -863,6 +865,8 @@ class _Levels:
     offsets: dict[tuple[int, int], int]
     evidence: _Evidence
     options: dict[str, Any] = field(default_factory=dict)
+    #: the level's own request-body keys (a ``cache_salt`` where no route empties the cache)
+    level_options: dict[str, Any] = field(default_factory=dict)
     erase_slots: bool = False
     poller: MetricsPoller | None = None
     cpu_meter: CpuShare | None = None
@@ -923,11 +927,27 @@ def _empty_cache(lv: _Levels, c: int, r: int) -> str | None:
         lv.meta.prefix_cache_flush = flush_note = flushed.describe
         if flushed.failure and not flushed.route:
             failure = flushed.failure
+        if not flushed.route and lv.dialect.cache_salt:
+            lv.meta.prefix_cache_flush = flush_note = _salt_level(lv, c, r, flushed)
+            failure = None  # the salt keeps the level cold: said in the note, warned about once
     if failure:
         lv.meta.prefix_cache_flush_failed = [*lv.meta.prefix_cache_flush_failed, {"level": [c, r], "why": failure}]
         lv.warn(f"C={c} repeat {r}: the prefix-cache flush failed ({failure}), so this level may "
                 "read prompts an earlier level left in the server's cache (a warm cache: shorter TTFT)")
     return flush_note
+
+
+def _salt_level(lv: _Levels, c: int, r: int, flushed: FlushOutcome) -> str:
+    """Where no route emptied the cache of a server that takes a per-request ``cache_salt``: every
+    request of level (``c``, ``r``) carries the level's own salt, so no level reads cached prefixes
+    another level (or run) left; warns once, naming what makes the route exist. Returns the note."""
+    lv.level_options = {"cache_salt": f"specsweep-{lv.meta.run_id}-c{c}-r{r}"}
+    why = flushed.describe.removeprefix("none: ").removeprefix("failed: ")
+    if not any("cache_salt" in w for w in lv.meta.warnings):
+        hint = f" ({lv.dialect.flush_hint})" if lv.dialect.flush_hint else ""
+        lv.warn(f"{lv.dialect.label}'s prefix cache could not be emptied ({why}){hint}: each level's requests carry "
+                "their own cache_salt instead, so no level reuses prefixes another cached; the cache is not emptied")
+    return f"{CACHE_SALT_NOTE} (not emptied: {why})"
 
 
 def _warm_up(lv: _Levels, c: int, r: int) -> None:
@@ -940,7 +960,7 @@ def _warm_up(lv: _Levels, c: int, r: int) -> None:
     warm = lv.warm_workload.bodies(lv.info.flavour, range(first, first + n_warm), model=lv.info.model,
                                    temperature=lv.cfg.temperature,
                                    output_tokens=min(WARMUP_OUTPUT_TOKENS, lv.workload.output_tokens),
-                                   extra=lv.options)
+                                   extra={**lv.options, **lv.level_options})
     wres = lv.gen.run_level(warm, min(c, n_warm), stop=lv.stop)
     if wres.stopped or (lv.stop is not None and lv.stop.is_set()):
         raise KeyboardInterrupt
@@ -956,7 +976,7 @@ def _run_measured(lv: _Levels, c: int, r: int) -> _Measured:
     n = lv.cfg.requests_for(c)
     start = lv.offsets[(c, r)]
     bodies = lv.workload.bodies(lv.info.flavour, range(start, start + n), model=lv.info.model,
-                                temperature=lv.cfg.temperature, extra=lv.options)
+                                temperature=lv.cfg.temperature, extra={**lv.options, **lv.level_options})
     before = poller.snapshot() if poller else {}
     if poller:
         poller.start()
@@ -998,6 +1018,9 @@ def _save_level(lv: _Levels, c: int, r: int, measured: _Measured,
     for w in result.warnings:
         lv.warn(f"C={c} repeat {r}: {w}")
     _warn_counts(level.iloc[0], req, c, r, lv.meta.preflight_token_source, lv.warn, lv.meta)
+    padded = padded_outputs(req) if lv.cfg.output_length == "natural" else None
+    if padded:
+        lv.warn(f"C={c} repeat {r}: {padded}")
     write_meta(lv.run_dir, lv.meta)
     row = level.iloc[0]
     # the CPU share, and a simulator's lag where it fell behind its schedule

@@ -7,7 +7,9 @@ acceptance) is the same under both:
 * ``vllm``: vLLM 0.33's OpenAI server. Routes: ``POST /v1/completions``,
   ``POST /v1/chat/completions``, ``GET /v1/models`` (``owned_by: "vllm"``, ``max_model_len``),
   ``GET /version``, ``GET /health`` (instant, empty), ``GET /load``, ``GET /metrics`` (vLLM's
-  names, ``vllm_metrics.py``), ``POST /reset_prefix_cache``. ``/generate``, ``/server_info``, ``/get_server_info``,
+  names, ``vllm_metrics.py``), and ``POST /reset_prefix_cache`` only with ``--vllm-dev-mode`` (vLLM's
+  ``VLLM_SERVER_DEV_MODE=1``); a per-request ``cache_salt`` keys its prefix-cache hit counters.
+  ``/generate``, ``/server_info``, ``/get_server_info``,
   ``/model_info``, ``/get_model_info``, ``/health_generate`` and ``/ready`` answer 404 like any
   unknown route. OpenAI semantics that differ: per-chunk (continuous) usage only when
   ``stream_options`` has **both** ``include_usage`` and ``continuous_usage_stats``; a ``model``
@@ -212,6 +214,8 @@ class _Gen:
     #: the prompt as text (chat: the messages' contents joined by newlines; token IDs: ""), for
     #: the content-dependent acceptance rule (``acceptance.py``)
     prompt_text: str = ""
+    #: vLLM's per-request ``cache_salt`` (None: none sent)
+    cache_salt: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,6 +273,7 @@ class Handlers:
         if why:
             st.counts["rejected"] += 1
             raise ApiError(400, why, param="max_tokens")
+        st.note_prefix(gen.cache_salt, gen.digest, gen.prompt_tokens)
         req, output = self._new_request(gen, index, arrival)
         rid = st.rid(index)
         if kind != "sglang":
@@ -429,11 +434,14 @@ class Handlers:
         if not isinstance(so, dict):
             raise ApiError(400, "stream_options must be an object", param="stream_options")
         seed = body.get("seed")
+        salt = body.get("cache_salt")
+        if salt is not None and (not isinstance(salt, str) or not salt):
+            raise ApiError(400, "Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt")
         gen = _Gen(prompt_tokens=n, digest=digest, max_new_tokens=max_new, min_new_tokens=min_new,
                    ignore_eos=_bool_param(body.get("ignore_eos"), "ignore_eos"),
                    temperature=_float_param(body.get("temperature"), "temperature", 1.0),
                    sampling_seed=seed if isinstance(seed, int) else None, stream=stream,
-                   prompt_text=prompt_text)
+                   prompt_text=prompt_text, cache_salt=salt)
         include_usage = _bool_param(so.get("include_usage"), "stream_options.include_usage")
         continuous = _bool_param(so.get("continuous_usage_stats"),
                                  "stream_options.continuous_usage_stats")
@@ -582,6 +590,7 @@ class Handlers:
             return web.Response(status=500)  # never reaches the client
         if self.state.engine.core.has_work():
             return web.Response(status=400, text="Cache not flushed: requests are running or waiting.\n")
+        self.state.prefix_cache.clear()
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} refserver {request.path}: prefix cache flushed "
               "(simulated: the engine keeps no prefix cache)", file=sys.stderr, flush=True)
         return web.Response(status=200, text="Cache flushed.\n")
@@ -640,7 +649,8 @@ def build_app(state: ServerState) -> web.Application:
         app.router.add_post("/v1/chat/completions", h.chat)
         app.router.add_post("/tokenize", h.tokenize)
         add_vllm_routes(app, state)
-        app.router.add_post("/reset_prefix_cache", h.flush_cache)
+        if state.options.vllm_dev_mode:  # vLLM serves it only with VLLM_SERVER_DEV_MODE=1
+            app.router.add_post("/reset_prefix_cache", h.flush_cache)
         app.router.add_get("/metrics", h.metrics)
         app.on_response_prepare.append(_vllm_headers)
     else:

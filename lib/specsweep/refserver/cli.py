@@ -150,6 +150,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "(acceptance length, draft acceptance rate, acceptance histogram, step and token "
                         "counts) to the final usage chunk, 'detailed' also per-step arrays; needs --spec "
                         "mtp (default none)")
+    p.add_argument("--replay", metavar="BUNDLE",
+                   help="serve a capture bundle (written by `specsweep capture`) instead of the simulated engine: "
+                        "the recorded server's own answers and streams; --host, --port and --parent-pid apply")
+    p.add_argument("--vllm-dev-mode", action="store_true",
+                   help="vLLM surface only, as VLLM_SERVER_DEV_MODE=1: serve POST /reset_prefix_cache (vLLM "
+                        "serves it in dev mode only; without it clients must keep levels apart by cache_salt)")
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=_port, default=30000,
                    help="port (default 30000; 0 picks a free one, see the ready line)")
@@ -258,9 +264,24 @@ def _no_client_ca_store() -> Iterator[None]:
 
 
 async def _serve(state: ServerState) -> int:
-    from aiohttp import web
-
     from specsweep.refserver.app import build_app
+
+    cfg, opts = state.cfg, state.options
+    banner = (f"specsweep refserver (SIMULATED) profile={cfg.profile.name} spec="
+              f"{'mtp' if cfg.spec else 'off'} max_running_requests={cfg.max_running_requests} "
+              f"max_total_num_tokens={cfg.max_total_num_tokens}"
+              + (f" api_surface={opts.api_surface}" if opts.api_surface != "sglang" else ""))
+
+    def bound(port: int) -> None:
+        opts.port = port
+    return await _serve_app(build_app(state), opts.host, opts.port, banner, opts.parent_pid, bound)
+
+
+async def _serve_app(app: Any, host: str, port: int, banner: str, parent_pid: int | None,
+                     bound: Callable[[int], None] | None = None) -> int:
+    """Serve ``app`` on ``host:port`` until SIGINT/SIGTERM (or the parent is gone); prints
+    ``banner`` on stderr and the ready line on stdout once bound. Returns the exit status."""
+    from aiohttp import web
 
     # SIGINT/SIGTERM stop the server cleanly (status 0) from here on: before the ready line, so that
     # a launcher that signals the moment it reads that line never meets the default action (killed)
@@ -268,33 +289,43 @@ async def _serve(state: ServerState) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    app = build_app(state)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
-    opts = state.options
-    site = web.TCPSite(runner, opts.host, opts.port, backlog=2048, reuse_address=True)
+    site = web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
-        print(f"specsweep refserver: cannot bind {opts.host}:{opts.port}: {exc}", file=sys.stderr)
+        print(f"specsweep refserver: cannot bind {host}:{port}: {exc}", file=sys.stderr)
         return 1
     port = runner.addresses[0][1]
-    opts.port = port
-    host = f"[{opts.host}]" if ":" in opts.host else opts.host
-    cfg = state.cfg
-    print(f"specsweep refserver (SIMULATED) profile={cfg.profile.name} spec="
-          f"{'mtp' if cfg.spec else 'off'} max_running_requests={cfg.max_running_requests} "
-          f"max_total_num_tokens={cfg.max_total_num_tokens}"
-          + (f" api_surface={opts.api_surface}" if opts.api_surface != "sglang" else ""),
-          file=sys.stderr, flush=True)
-    print(f"{READY_PREFIX}http://{host}:{port}", flush=True)
-    if state.options.parent_pid:
-        loop.create_task(_watch_parent(state.options.parent_pid, stop))
+    if bound is not None:
+        bound(port)
+    shown = f"[{host}]" if ":" in host else host
+    print(banner, file=sys.stderr, flush=True)
+    print(f"{READY_PREFIX}http://{shown}:{port}", flush=True)
+    if parent_pid:
+        loop.create_task(_watch_parent(parent_pid, stop))
     gc.freeze()  # keep startup objects out of the collector's way
     await stop.wait()
     await runner.cleanup()
     return 0
+
+
+def _replay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``--replay BUNDLE``: serve a capture bundle's recorded answers (``replay.py``)."""
+    from specsweep.servers.capture_bundle import BundleError, read_bundle
+    try:
+        bundle = read_bundle(args.replay)
+    except BundleError as exc:
+        parser.error(str(exc))
+    with _no_client_ca_store():
+        from specsweep.refserver.replay import build_replay_app  # the HTTP stack (aiohttp) loads here
+    banner = (f"specsweep refserver: REPLAYING {args.replay} (a {bundle.dialect} server's recorded answers, "
+              f"{len(bundle.routes)} routes, {len(bundle.streams)} streams)")
+    app = build_replay_app(bundle)
+    with asyncio.Runner() as runner:
+        return runner.run(_serve_app(app, args.host, args.port, banner, args.parent_pid))
 
 
 async def _watch_parent(pid: int, stop: asyncio.Event, interval_s: float = 0.5) -> None:
@@ -313,6 +344,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if args.list_profiles:
         print("\n".join(available_profiles()))
         return 0
+    if args.replay:
+        return _replay(args, parser)
     if not args.profile:
         parser.error("--profile: give a profile name or file; valid profiles: " + ", ".join(available_profiles()))
     overrides = list(args.overrides)
@@ -348,6 +381,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         if args.spec != "mtp":  # vLLM refuses the flag without --speculative-config
             parser.error("--per-request-spec-decode-metrics requires speculative decoding to be enabled "
                          "(--spec mtp), as vLLM requires --speculative-config")
+    if args.vllm_dev_mode and args.api_surface != "vllm":
+        parser.error("--vllm-dev-mode is vLLM's VLLM_SERVER_DEV_MODE: use it with --api-surface vllm")
     if args.describe:
         print(json.dumps({"profile": profile.name, **cfg.describe()}, indent=2))
         return 0
@@ -365,7 +400,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         launch_command="python -m specsweep.refserver " + shlex.join(argv_list),
         profile_name=profile.name, faults=faults, api_surface=args.api_surface,
         fault_echo_auth=args.fault_echo_auth, parent_pid=args.parent_pid,
-        per_request_spec_decode_metrics=args.per_request_spec_decode_metrics, data_faults=data_faults)
+        per_request_spec_decode_metrics=args.per_request_spec_decode_metrics, data_faults=data_faults,
+        vllm_dev_mode=args.vllm_dev_mode)
     state = ServerState(cfg, options)
     loop_factory = None
     if not args.no_uvloop:

@@ -23,6 +23,8 @@ from specsweep.refserver.vllm_metrics import VllmMetrics
 
 #: the APIs the server can present (``--api-surface``)
 API_SURFACES = ("sglang", "vllm", "llamacpp")
+#: prompts a simulated prefix cache remembers before it starts again
+PREFIX_CACHE_ENTRIES = 100_000
 #: vLLM's ``--per-request-spec-decode-metrics`` levels
 SPEC_DECODE_METRICS_LEVELS = ("none", "summary", "detailed")
 
@@ -55,6 +57,8 @@ class ServerOptions:
     per_request_spec_decode_metrics: str = "none"
     #: faults in what the server claims: counts, /tokenize, cache flushes, quoted env values
     data_faults: DataFaults = field(default_factory=DataFaults)
+    #: vLLM surface: as ``VLLM_SERVER_DEV_MODE=1``, which alone makes vLLM serve ``POST /reset_prefix_cache``
+    vllm_dev_mode: bool = False
 
     def __post_init__(self) -> None:
         if self.api_surface not in API_SURFACES:
@@ -65,6 +69,8 @@ class ServerOptions:
                              f"{', '.join(SPEC_DECODE_METRICS_LEVELS)}; got {self.per_request_spec_decode_metrics!r}")
         if self.per_request_spec_decode_metrics != "none" and self.api_surface != "vllm":
             raise ValueError("per_request_spec_decode_metrics is a vLLM flag: it needs api_surface 'vllm'")
+        if self.vllm_dev_mode and self.api_surface != "vllm":
+            raise ValueError("vllm_dev_mode is vLLM's VLLM_SERVER_DEV_MODE: it needs api_surface 'vllm'")
 
 
 class ServerState:
@@ -115,6 +121,9 @@ class ServerState:
         self.faults = options.faults
         self.next_index = 0
         self.started_wall = time.time()
+        #: the prompts whose prefixes a vLLM surface holds, by (cache_salt, prompt digest): the engine
+        #: keeps no KV, but hits are counted as vLLM's ``prefix_cache_hits`` counter counts them
+        self.prefix_cache: set[tuple[str | None, int]] = set()
         self.counts = {"requests": 0, "errors_injected": 0, "drops_injected": 0,
                        "stalls_injected": 0, "malformed_injected": 0, "rejected": 0}
 
@@ -124,6 +133,19 @@ class ServerState:
         self.next_index += 1
         self.counts["requests"] += 1
         return index, self.faults.plan(index)
+
+    def note_prefix(self, cache_salt: str | None, digest: int, prompt_tokens: int) -> None:
+        """A vLLM surface's prefix-cache lookup of one prompt: a hit when the same prompt came
+        before with the same ``cache_salt`` (vLLM keys cached blocks by the salt) since the last
+        flush; counted in tokens on ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits``."""
+        if not isinstance(self.metrics, VllmMetrics):
+            return
+        key = (cache_salt, digest)
+        hit = key in self.prefix_cache
+        if not hit and len(self.prefix_cache) >= PREFIX_CACHE_ENTRIES:
+            self.prefix_cache.clear()  # bounded, as a real cache evicts
+        self.prefix_cache.add(key)
+        self.metrics.observe_prefix(prompt_tokens, hit)
 
     def rid(self, index: int) -> str:
         """A request id, stable under ``--seed``."""

@@ -20,6 +20,8 @@ adds ``position`` (``0..K-1``).
   ``1 + Δaccepted / Δdrafts`` is the tokens per verify step, the simulated mean accept length.
 * Histograms, seconds: ``vllm:time_to_first_token_seconds`` (arrival to the end of the step that
   produced the first token) and ``vllm:e2e_request_latency_seconds`` (arrival to the last token).
+* ``vllm:prefix_cache_queries`` / ``vllm:prefix_cache_hits`` (tokens): each prompt is looked up by
+  its digest and ``cache_salt`` (``ServerState.note_prefix``); a flush empties the cache.
 
 That the server is simulated is said by ``specsweep_refserver_info{simulated="true",...} 1`` (the
 SGLang surface's gauge, plus an ``api_surface`` label).
@@ -81,6 +83,10 @@ class VllmMetrics:
         self.e2e = Histogram("vllm:e2e_request_latency_seconds",
                              "Histogram of e2e request latency in seconds.", names,
                              buckets=_E2E_BUCKETS, registry=r).labels(*values)
+        self.prefix_queries = Counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of "
+                                      "queried tokens.", names, registry=r).labels(*values)
+        self.prefix_hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached "
+                                   "tokens.", names, registry=r).labels(*values)
         self.spec_drafts: Counter | None = None
         self.spec_draft_tokens: Counter | None = None
         self.spec_accepted: Counter | None = None
@@ -113,6 +119,12 @@ class VllmMetrics:
         self._running.set_function(lambda: core.num_admitted)
         self._waiting.set_function(lambda: len(core.waiting))
         self._kv_usage.set_function(lambda: core.kv_tokens / pool)
+
+    def observe_prefix(self, prompt_tokens: int, hit: bool) -> None:
+        """One prompt looked up in the (simulated) prefix cache: its tokens queried, and hit or not."""
+        self.prefix_queries.inc(prompt_tokens)
+        if hit:
+            self.prefix_hits.inc(prompt_tokens)
 
     def observe_step(self, step: Step, emitted: list[SimRequest], t_sched: float) -> None:
         """Count one committed step (``t_sched``: its scheduled end, perf_counter seconds)."""

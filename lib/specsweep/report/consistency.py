@@ -47,6 +47,7 @@ REAL_SERVER_FLAGS: dict[str, set[str]] = {
     "vllm": {"--max-num-seqs", "--gpu-memory-utilization"},
     "llama.cpp": {"--parallel", "-np", "--ctx-size", "-c"},
     "llamacpp": {"--parallel", "-np", "--ctx-size", "-c"},
+    "trtllm": {"--max_batch_size", "--kv_cache_free_gpu_memory_fraction", "--max_num_tokens"},
 }
 
 #: a verb right after "is"/"are": "mtp is looks faster", "MTP (tiny) is takes longer"

@@ -8,6 +8,7 @@ import pandas as pd
 from specsweep.analyze.compare import DERIVED, METHOD, Comparison, info
 from specsweep.markup import md_text
 from specsweep.results.columns import METRICS
+from specsweep.servers import dialect_of
 
 #: per-draft-position columns shown in the full-data table (the rest stay in levels.parquet)
 DATA_TABLE_POSITIONS = 4
@@ -55,6 +56,16 @@ GLOSSARY: dict[str, str] = {
     "Credible": "a difference whose 95% simultaneous band excludes 0 (and that exceeds the profile's minimum effect); "
                 "anything else is *no measurable difference*.",
 }
+
+
+def acceptance_definitions(comp: Comparison) -> list[str]:
+    """What each measured server's accept length counts (its dialect's ``acceptance_definition``),
+    one item per server the arms ran on, where the page shows an accept length at all."""
+    if "spec_accept_length" not in comp.levels or not comp.levels["spec_accept_length"].notna().any():
+        return []
+    names = dict.fromkeys(str(comp.metas[a].server.get("name") or "") for a in comp.arms)
+    said = [dialect_of(n).acceptance_definition for n in names if dialect_of(n).acceptance_definition]
+    return [f"- **Accept length, as the server counts it**: {text}." for text in dict.fromkeys(said)]  # our own text
 
 
 def glossary_markdown(comp: Comparison) -> str:
@@ -118,6 +129,7 @@ def definitions_markdown(comp: Comparison) -> str:
         "- Tokens are the server's own counts (`usage.completion_tokens`, SGLang `meta_info.completion_tokens`), never "
         "SSE chunks: under speculation one chunk carries several tokens.",
     ]
+    lines += acceptance_definitions(comp)
     if draws.QUOTED:
         lines.append("- **How often these verdicts are right**, measured by the test suite (`tests/test_verdict_draws.py`) "
                      "on 500 fresh synthetic arm pairs per case from this noise model: " + draws.MODEL_TEXT)

@@ -12,6 +12,8 @@ from specsweep.markup import md_text
 from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.report.reproduce import _workload_value, shell_line
 from specsweep.results.meta import Meta, Workload
+from specsweep.servers import dialect_of
+from specsweep.servers.dialect import CACHE_SALT_NOTE
 
 
 def _hardware(meta: Meta) -> str | None:
@@ -105,8 +107,25 @@ def server_command(meta: Meta) -> str | None:
     return shell_line(masked_argv(argv)) if argv else None
 
 
+def _cap_line(meta: Meta) -> Any:
+    """The running-request cap as the server's dialect reads it, or why the server states none
+    ("not exposed: vLLM reports no --max-num-seqs …"), or None (nothing known)."""
+    dialect = dialect_of(str(meta.server.get("name") or "sglang"))
+    cap = dialect.running_cap(meta.server)
+    if cap is not None:
+        return cap
+    return dialect.cap_unexposed if meta.kind != "reference" else None
+
+
 def _prompt_cache_line(meta: Meta) -> str | None:
+    """What the sweep did to the server's prompt cache between levels: "emptied" only where a route
+    or slot erase did it; a cold cache by per-level ``cache_salt``, or no flush at all, as such."""
     how = meta.prefix_cache_flush
+    if how and how.startswith(CACHE_SALT_NOTE):
+        return ("not emptied; each level's requests carried a cache_salt of their own, so no level read "
+                f"prefixes another cached ({how})")
+    if how and how.startswith(("none", "failed")):
+        return f"not emptied between levels ({how})"
     if how:
         return f"emptied before every level: {how}"
     if meta.sweep.flush_cache is False and meta.server_field("name") == "llamacpp":
@@ -125,7 +144,7 @@ def setup_table(comp: Comparison) -> pd.DataFrame:
         ("server", _server_name),
         ("speculative algorithm", lambda m: m.server_field("speculative_algorithm") or "off"),
         ("speculative steps / draft tokens", lambda m: "/".join(str(m.server_field(k)) for k in ("speculative_num_steps", "speculative_num_draft_tokens")) if m.server_field("speculative_num_steps") else None),
-        ("max_running_requests", lambda m: m.server_field("max_running_requests")),
+        ("max_running_requests", _cap_line),
         ("mem_fraction_static", lambda m: m.server_field("mem_fraction_static")),
         ("server command", server_command),
         ("prompt cache", _prompt_cache_line),
@@ -187,7 +206,20 @@ def differences_markdown(comp: Comparison) -> str:
     else:
         lines.append(f"All arms used the same workload: {md_text(_workload_line(comp.workload))}.")
     lines.extend(comp.notes)
+    lines.extend(_import_notes(comp))
     return "\n\n".join(lines)
+
+
+def _import_notes(comp: Comparison) -> list[str]:
+    """What each imported arm's reader noted about its files (meta.json ``notes``), one line per arm."""
+    out = []
+    for arm in comp.arms:
+        meta = comp.metas[arm]
+        notes = (meta.model_extra or {}).get("notes")
+        if meta.imported and isinstance(notes, list) and notes:
+            out.append(f"Import notes ({md_text(comp.labels[arm])}): "
+                       + "; ".join(md_text(str(n)) for n in notes) + ".")
+    return out
 
 
 def diagnostics_markdown(comp: Comparison) -> str:

@@ -9,16 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from specsweep.servers import llamacpp, openai, sglang, vllm
-from specsweep.servers.dialect import SIM_COUNTERS, Dialect, Fetch, FigureReader, Sign
+from specsweep.servers import llamacpp, openai, sglang, trtllm, vllm
+from specsweep.servers.dialect import SIM_COUNTERS, ChoiceReader, Dialect, Fetch, FigureReader, Sign
 
-__all__ = ["CHUNK_FIGURES", "DIALECTS", "FLUSH_ROUTES", "SIM_COUNTERS", "Dialect", "Fetch", "FigureReader", "Sign",
+__all__ = ["CHOICE_FIGURES", "CHUNK_FIGURES", "DIALECTS", "FLUSH_ROUTES", "SIM_COUNTERS", "ChoiceReader", "Dialect", "Fetch", "FigureReader", "Sign",
            "detect", "dialect_of", "owner"]
 
 #: every dialect by the name the probe stores (``ServerProbe.server``, meta.json ``server.name``)
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     sglang.DIALECT,
     vllm.DIALECT,
+    trtllm.DIALECT,
     llamacpp.DIALECT,
     openai.DIALECT,
 )}
@@ -27,6 +28,10 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
 #: which server sent the figures, so a stream is read without knowing the server
 CHUNK_FIGURES: tuple[tuple[str, FigureReader], ...] = tuple(
     item for d in DIALECTS.values() for item in d.chunk_figures.items())
+
+#: (key of a streamed OpenAI chunk's first choice, its reader) of every dialect, read the same way
+CHOICE_FIGURES: tuple[tuple[str, ChoiceReader], ...] = tuple(
+    item for d in DIALECTS.values() for item in d.choice_figures.items())
 
 #: every dialect's prefix-cache flush routes, in registry order: what a server of unknown kind is tried with
 FLUSH_ROUTES: tuple[str, ...] = tuple(dict.fromkeys(r for d in DIALECTS.values() for r in d.flush_routes or ()))

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # annotations only: the dialects need no pandas at import
     import pandas as pd
 
 __all__ = [
+    "CACHE_SALT_NOTE",
     "OPENAI_FLAVOURS",
     "SIM_COUNTERS",
     "Dialect",
@@ -30,14 +31,20 @@ __all__ = [
     "FigureReader",
     "Sign",
     "TimingsAcceptance",
+    "ChoiceReader",
     "accepted_per_draft",
     "accepted_per_position",
+    "configured_cap",
     "histogram",
     "number",
 ]
 
 #: the OpenAI routes every server here offers
 OPENAI_FLAVOURS: tuple[Flavour, ...] = ("openai-completions", "openai-chat")
+
+#: how meta.json's ``prefix_cache_flush`` (and a level row) starts where each level carried its own
+#: ``cache_salt`` because no route emptied the cache: a cold cache per level, never a flush
+CACHE_SALT_NOTE = "cache_salt per level"
 
 #: the reference server's schedule counters (``refserver/schedule_metrics.py``), the same names under
 #: every surface it simulates; no real server has them, so they are read only from a simulator
@@ -52,6 +59,9 @@ SIM_COUNTERS: dict[str, str] = {
 
 #: reads one figure object of a streamed chunk into a request's ``server`` dict (in place)
 FigureReader = Callable[[Mapping[str, Any], dict[str, float]], None]
+#: reads one key's value of a streamed chunk's first choice (any JSON value) into a request's
+#: ``server`` dict (in place)
+ChoiceReader = Callable[[Any, dict[str, float]], None]
 #: ``GET path`` on the server: its JSON body when it answered 200, else None
 Fetch = Callable[[str], Any]
 
@@ -85,6 +95,20 @@ def _no_acceptance(deltas: Mapping[str, float]) -> float | None:
     return None
 
 
+def configured_cap(server: Mapping[str, Any]) -> int | None:
+    """The running-request cap a meta.json ``server`` record states: its ``max_running_requests``,
+    else that of its ``server_info`` snapshot (a whole number, or text or a float that is one); None
+    when neither states one."""
+    snapshot = server.get("server_info")
+    value = server.get("max_running_requests")
+    if value is None and isinstance(snapshot, Mapping):
+        value = snapshot.get("max_running_requests")
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
 def _openai_tokenize_body(text: str, model: str | None) -> dict[str, Any]:
     """``POST /tokenize`` body of SGLang and vLLM (``{"tokens", "count", "max_model_len"}`` back)."""
     body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
@@ -105,19 +129,28 @@ class Dialect:
 
     Requests: ``spec_options`` (per flavour) are top-level body keys that ask for per-request
     speculation figures; ``tokenize_body(text, model)`` is the ``POST /tokenize`` body;
-    ``chunk_figures`` maps a top-level key of a streamed OpenAI chunk to the reader of its figures.
+    ``chunk_figures`` maps a top-level key of a streamed OpenAI chunk to the reader of its figures,
+    ``choice_figures`` a key of its first choice to the reader of that key's value.
 
     ``/metrics``: ``gauges`` (key → (name, how ranks combine: ``"sum"``/``"max"``)) are polled
     during a level; ``counters`` (key → name) and ``per_position`` (accepted tokens per draft
     position, label ``position``) are read before and after it. ``acceptance(deltas)`` is the
     level's acceptance length (tokens per verify step, bonus token included) from the counter
     deltas (keys of ``counters``), None when they did not move; ``acceptance_formula`` says how.
-    ``timings``: see :class:`TimingsAcceptance`.
+    ``timings``: see :class:`TimingsAcceptance`. ``metrics_path``: the route of its Prometheus text
+    (None: it has none). ``acceptance_definition``: what its accept length counts, in a sentence
+    for the page.
+
+    Caps: ``running_cap(server)`` is the running-request cap a meta.json ``server`` record states
+    (None: not stated); ``cap_unexposed``: why none is stated where the server never reports one.
 
     Prefix cache: ``flush_routes`` are ``POST`` routes that empty it (None: unknown, every
     dialect's route is tried); ``erase_slots``: the cache lives in slots emptied one by one
     (``POST /slots/{id}?action=erase``) instead; ``no_cache_options``: body keys that turn its
-    reuse off, sent when it cannot be emptied.
+    reuse off, sent when it cannot be emptied. ``cache_salt``: the server takes a per-request
+    ``cache_salt`` that keeps requests of different salts from sharing cached prefixes (a cold cache
+    per level where no route empties it); ``flush_hint``: what makes its flush route exist, named in
+    the warning when it answered 404.
     """
 
     name: str
@@ -130,15 +163,22 @@ class Dialect:
     spec_options: Mapping[Flavour, Mapping[str, Any]] = field(default_factory=dict)
     tokenize_body: Callable[[str, str | None], dict[str, Any]] = _openai_tokenize_body
     chunk_figures: Mapping[str, FigureReader] = field(default_factory=dict)
+    choice_figures: Mapping[str, ChoiceReader] = field(default_factory=dict)
     gauges: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     counters: Mapping[str, str] = field(default_factory=dict)
     per_position: str | None = None
     acceptance: Callable[[Mapping[str, float]], float | None] = _no_acceptance
     acceptance_formula: str = ""
+    acceptance_definition: str = ""
     timings: TimingsAcceptance | None = None
+    metrics_path: str | None = "/metrics"
+    running_cap: Callable[[Mapping[str, Any]], int | None] = configured_cap
+    cap_unexposed: str | None = None
     flush_routes: tuple[str, ...] | None = ()
     erase_slots: bool = False
     no_cache_options: Mapping[str, Any] = field(default_factory=dict)
+    cache_salt: bool = False
+    flush_hint: str | None = None
 
     def spec_request_options(self, flavour: Flavour) -> dict[str, Any]:
         """Top-level body keys that ask this server for per-request speculation figures on

@@ -206,6 +206,8 @@ DIALECT = Dialect(
     per_position="llamacpp:spec_decode_num_accepted_tokens_per_pos_total",
     acceptance=accepted_per_draft,
     acceptance_formula="1 + Δllamacpp:spec_decode_num_accepted_tokens / Δllamacpp:spec_decode_num_drafts",
+    acceptance_definition=("llama.cpp's accept length is 1 + accepted draft tokens per verification step (its "
+                           "counters); its timings count every target forward, steps that drafted nothing included"),
     timings=TIMINGS,
     erase_slots=True,
     no_cache_options=NO_PROMPT_CACHE,

@@ -5,8 +5,13 @@ SGLang answers ``/server_info`` (or the older ``/get_server_info``) and has no `
 per-request speculation figures come in the final ``meta_info`` of ``/generate`` (0.5.23
 ``tokenizer_manager._calculate_spec_decoding_metrics``, sent only when the request had a verify
 step) and, on the OpenAI routes asked with ``return_spec_tokens_details``, in the
-``sglext.spec_tokens_details`` object built from them. Its acceptance length over a level is
-Δgeneration tokens / Δverify calls (the prefill's token included).
+``sglext.spec_tokens_details`` object built from them. Builds before a rename send the draft
+counts and histogram under older names (``spec_accepted_drafts``, ``spec_proposed_drafts``,
+``spec_accept_histogram``; for a while both sets): either set is read, the newer winning, each
+figure once. Its acceptance length over a level is Δgeneration tokens / Δverify calls (the
+prefill's token included). Its running-request cap is ``max_running_requests``; left unset (null
+in ``/server_info``) the real one is ``internal_states[0].effective_max_running_requests_per_dp``
+per data-parallel rank.
 """
 from __future__ import annotations
 
@@ -20,12 +25,13 @@ from specsweep.servers.dialect import (
     Fetch,
     Sign,
     accepted_per_position,
+    configured_cap,
     histogram,
     number,
 )
 
-__all__ = ["DIALECT", "INTERNAL_STATE_KEYS", "SERVER_INFO_KEYS", "SPEC_KEYS", "meta_figures", "sglext_figures",
-           "spec_figures", "trim_server_info"]
+__all__ = ["DIALECT", "INTERNAL_STATE_KEYS", "OLD_SPEC_KEYS", "SERVER_INFO_KEYS", "SPEC_KEYS", "meta_figures",
+           "running_cap", "sglext_figures", "spec_figures", "trim_server_info"]
 
 #: server_info keys kept in meta.json (the rest is trimmed: it can be large and is not needed)
 SERVER_INFO_KEYS = (
@@ -45,6 +51,12 @@ SPEC_KEYS = {
     "spec_num_correct_drafts": "spec_num_correct_drafts",
     "spec_num_proposed_drafts": "spec_num_proposed_drafts",
 }
+#: the same figures' names before SGLang renamed them (newer name → older name); the histogram's too
+OLD_SPEC_KEYS = {
+    "spec_num_correct_drafts": "spec_accepted_drafts",
+    "spec_num_proposed_drafts": "spec_proposed_drafts",
+    "spec_correct_drafts_histogram": "spec_accept_histogram",
+}
 
 
 def trim_server_info(info: dict[str, Any]) -> dict[str, Any]:
@@ -63,12 +75,20 @@ def _settings(found: Mapping[str, dict[str, Any]], fetch: Fetch) -> dict[str, An
 
 def spec_figures(src: Mapping[str, Any], server: dict[str, float]) -> None:
     """SGLang's figures from a final ``meta_info`` or an ``sglext.spec_tokens_details`` object,
-    its ``spec_correct_drafts_histogram`` as accepted tokens per draft position."""
+    its ``spec_correct_drafts_histogram`` as accepted tokens per draft position. A figure sent under
+    both its names (:data:`OLD_SPEC_KEYS`) is read once, by its newer name."""
     for k, name in SPEC_KEYS.items():
-        v = number(src.get(k))
+        v = number(_either(src, k))
         if v is not None:
             server[name] = v
-    accepted_per_position(histogram(src.get("spec_correct_drafts_histogram")), server)
+    accepted_per_position(histogram(_either(src, "spec_correct_drafts_histogram")), server)
+
+
+def _either(src: Mapping[str, Any], key: str) -> Any:
+    """``src[key]``, else the value under the key's older name, else None."""
+    value = src.get(key)
+    old = OLD_SPEC_KEYS.get(key)
+    return src.get(old) if value is None and old is not None else value
 
 
 def meta_figures(meta: Mapping[str, Any], server: dict[str, float]) -> None:
@@ -88,6 +108,22 @@ def sglext_figures(sglext: Mapping[str, Any], server: dict[str, float]) -> None:
         details = details[0] if details else None
     if isinstance(details, Mapping) and (number(details.get("spec_verify_ct")) or 0) > 0:
         spec_figures(details, server)
+
+
+def running_cap(server: Mapping[str, Any]) -> int | None:
+    """SGLang's running-request cap from a meta.json ``server`` record: ``max_running_requests``
+    where set, else ``internal_states[0].effective_max_running_requests_per_dp`` × ``dp_size``
+    (what the scheduler resolved when the flag was left unset); None when neither is known."""
+    cap = configured_cap(server)
+    if cap is not None:
+        return cap
+    snapshot = server.get("server_info")
+    states = snapshot.get("internal_states") if isinstance(snapshot, Mapping) else None
+    state = states[0] if isinstance(states, list) and states and isinstance(states[0], Mapping) else {}
+    per_dp, dp = state.get("effective_max_running_requests_per_dp"), snapshot.get("dp_size") if snapshot else None
+    if not isinstance(per_dp, int) or isinstance(per_dp, bool) or per_dp < 1:
+        return None
+    return per_dp * (dp if isinstance(dp, int) and not isinstance(dp, bool) and dp >= 1 else 1)
 
 
 def _acceptance(deltas: Mapping[str, float]) -> float | None:
@@ -118,5 +154,9 @@ DIALECT = Dialect(
               **SIM_COUNTERS},
     acceptance=_acceptance,
     acceptance_formula="Δsglang:generation_tokens / Δsglang:spec_verify_calls",
+    acceptance_definition=("SGLang's accept length counts every generated token per verify step: accepted drafts, "
+                           "the bonus token and the prefill's first token (completion tokens ÷ verify steps)"),
+    running_cap=running_cap,
     flush_routes=("/flush_cache",),
+    cache_salt=True,
 )

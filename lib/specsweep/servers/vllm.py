@@ -2,9 +2,16 @@
 figures, ``vllm:*`` metrics, ``POST /reset_prefix_cache``.
 
 vLLM answers ``/version`` (and ``/server_info`` too in its dev mode, which is not SGLang's and is
-not kept). Per-request speculation figures need a server flag (``--per-request-spec-decode-metrics
-summary|detailed``, vLLM PR #48915), not a request field; they come as the top-level ``metrics``
-of the final usage chunk. Its acceptance length over a level is 1 + Δaccepted / Δdrafts.
+not kept). Per-request speculation figures need a server flag, not a request field, and have had
+two shapes: the top-level ``metrics.speculative_decoding`` of the final usage chunk
+(``--per-request-spec-decode-metrics summary|detailed``) and, before it, the terminal chunk's
+``choices[].speculative_decoding_stats`` (``--per-request-spec-decode-stats``), the same fields;
+either is read, each figure once. Its acceptance length over a level is 1 + Δaccepted / Δdrafts;
+with async scheduling its counters also count draft steps that proposed nothing, which lowers it.
+
+``POST /reset_prefix_cache`` exists only with ``VLLM_SERVER_DEV_MODE=1``; without it every request
+of a level carries that level's own ``cache_salt`` (vLLM keys cached blocks by it), so no level
+reads blocks another left. vLLM reports no ``--max-num-seqs`` on any route.
 """
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ from specsweep.servers.dialect import (
     number,
 )
 
-__all__ = ["DIALECT", "SPEC_KEYS", "metrics_figures", "spec_figures"]
+__all__ = ["DIALECT", "SPEC_KEYS", "choice_stats_figures", "metrics_figures", "spec_figures"]
 
 #: vLLM's ``metrics.speculative_decoding`` → ``RequestRecord.server`` names
 SPEC_KEYS = {
@@ -63,6 +70,13 @@ def metrics_figures(metrics: Mapping[str, Any], server: dict[str, float]) -> Non
         spec_figures(spec, server)
 
 
+def choice_stats_figures(stats: Any, server: dict[str, float]) -> None:
+    """A choice's ``speculative_decoding_stats`` (the earlier per-choice shape; null on a request
+    that did not speculate): the same fields as ``metrics.speculative_decoding``."""
+    if isinstance(stats, Mapping):
+        spec_figures(stats, server)
+
+
 def _has_version(body: dict[str, Any]) -> bool:
     return "version" in body  # SGLang has no /version
 
@@ -74,6 +88,7 @@ DIALECT = Dialect(
     owned_by="vllm",
     precedence=3,  # a vLLM in dev mode answers /server_info as well
     chunk_figures={"metrics": metrics_figures},
+    choice_figures={"speculative_decoding_stats": choice_stats_figures},
     gauges={"running_requests": ("vllm:num_requests_running", "sum"),
             "queued_requests": ("vllm:num_requests_waiting", "sum"),
             "kv_usage": ("vllm:kv_cache_usage_perc", "max")},
@@ -84,5 +99,11 @@ DIALECT = Dialect(
     per_position="vllm:spec_decode_num_accepted_tokens_per_pos_total",
     acceptance=accepted_per_draft,
     acceptance_formula="1 + Δvllm:spec_decode_num_accepted_tokens / Δvllm:spec_decode_num_drafts",
+    acceptance_definition=("vLLM's accept length is 1 + accepted draft tokens per draft step (the bonus token "
+                           "included, the prefill's token not); with async scheduling its counters also count "
+                           "draft steps that proposed nothing, which lowers it"),
+    cap_unexposed="not exposed: vLLM reports no --max-num-seqs on any route",
     flush_routes=("/reset_prefix_cache",),
+    cache_salt=True,
+    flush_hint="vLLM serves POST /reset_prefix_cache only when started with VLLM_SERVER_DEV_MODE=1",
 )

@@ -33,6 +33,7 @@ from specsweep.analyze.join import measured_requests
 from specsweep.errors import InputError
 from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet
+from specsweep.servers import dialect_of
 
 __all__ = ["ArmData", "ASSUMED_NOISE_PCT", "LEVEL_ONLY_ASSUMPTIONS", "WhatIfError", "gauge_limit", "observe", "queue_margin", "server_setting"]
 
@@ -141,8 +142,7 @@ def server_setting(meta: Meta, key: str) -> Any:
 
 
 def _cap(meta: Meta, comp_cap: int | None) -> int | None:
-    for value in (comp_cap, server_setting(meta, "max_running_requests"),
-                  server_setting(meta, "effective_max_running_requests_per_dp")):
+    for value in (comp_cap, dialect_of(str(meta.server.get("name") or "sglang")).running_cap(meta.server)):
         x = _num(value)
         if x is not None and x >= 1:
             return int(x)
