@@ -85,6 +85,18 @@ def test_an_integer_longer_than_python_converts_is_one_line(tmp_path: Path) -> N
              r"long\.json: not a readable JSON value")
 
 
+def test_a_figure_of_hundreds_of_digits_is_one_line(tmp_path: Path) -> None:
+    line = (FIX / "sglang" / "baseline.jsonl").read_text().splitlines()[0]
+    huge = line.replace('"output_throughput": ', '"output_throughput": ' + "9" * 401 + ", \"was\": ", 1)
+    _refused(_cli("sglang", _write(tmp_path / "s.jsonl", huge), "--arm", "x", "--out", tmp_path / "out"),
+             r"s\.jsonl, line 1: field 'output_throughput' holds a 401-digit number")
+    doc = json.loads((FIX / "aiperf" / "mtp-c1" / "profile_export_aiperf.json").read_text())
+    doc["output_token_throughput"]["avg"] = 0
+    text = json.dumps(doc).replace('"avg": 0', '"avg": ' + "9" * 401, 1)
+    _refused(_cli("aiperf", _write(tmp_path / "a.json", text), "--arm", "x", "--out", tmp_path / "out"),
+             r"a\.json: field '\w+\.avg' holds a 401-digit number")
+
+
 @pytest.mark.parametrize(("key", "value", "message"), [
     ("start_times", "x", r"request 3: the start time must be a number, found \"x\""),
     ("ttfts", {"a": 1}, r"request 3: the time to first token must be a number"),

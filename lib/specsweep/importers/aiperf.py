@@ -25,7 +25,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specsweep.importers.common import BadInput, Level, ToolRun, concurrency_of, read_json_objects, record
+from specsweep.importers.common import (
+    BadInput,
+    Level,
+    ToolRun,
+    concurrency_of,
+    finite_float,
+    read_json_objects,
+    record,
+)
 
 TOOL = "aiperf"
 READER = "specsweep.importers.aiperf (aiperf 0.13.0, profile_export_aiperf.json schema 1.4)"
@@ -62,7 +70,7 @@ def _stat(doc: dict[str, Any], metric: str, stat: str, where: str) -> float:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadInput(f"{where}: '{metric}.{stat}' must be a number, found {value!r}")
-    return float(value)
+    return finite_float(value, where, f"{metric}.{stat}")
 
 
 def _concurrency(cfg: dict[str, Any], where: str) -> int:

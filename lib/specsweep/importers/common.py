@@ -145,6 +145,24 @@ def check_levels(count: int, where: object) -> None:
                        "to raise the limit")
 
 
+def nonblank_lines(text: str, path: Path, *, extra: int = 0) -> list[tuple[int, str]]:
+    """(line number, line) of the non-blank lines of ``text``, taken one at a time and refused
+    (:func:`check_levels`) past :data:`MAX_LEVELS` + ``extra`` (header lines): a file of millions
+    of lines is never split whole."""
+    limit = env_limit(MAX_LEVELS_ENV, MAX_LEVELS, BadInput) + extra
+    out: list[tuple[int, str]] = []
+    start, n = 0, 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line, start, n = text[start:end].rstrip("\r"), end + 1, n + 1
+        if line.strip():
+            out.append((n, line))
+            if len(out) > limit:
+                check_levels(len(out) - extra, path)
+    return out
+
+
 def read_json_objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """The JSON objects of a file that holds one JSON object or JSON lines, as (line, object);
     a ``.gz`` file is read through gzip (:func:`read_text`: bounded in bytes; lines bounded by
@@ -165,10 +183,7 @@ def read_json_objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
     if whole is not None:
         raise BadInput(f"{path}: holds a JSON {type(whole).__name__}, not an object; pass the tool's result file")
     out: list[tuple[int, dict[str, Any]]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        check_levels(len(out) + 1, path)
+    for n, line in nonblank_lines(text, path):
         try:
             obj = parse_json(line, f"{path}, line {n}", BadInput)
         except json.JSONDecodeError as exc:

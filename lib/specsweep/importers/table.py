@@ -24,7 +24,7 @@ import math
 import re
 from pathlib import Path
 
-from specsweep.importers.common import BadInput, Level, ToolRun, check_levels, read_text
+from specsweep.importers.common import BadInput, Level, ToolRun, check_levels, nonblank_lines, read_text
 from specsweep.results.store import MAX_KEY
 
 TOOL = "results table"
@@ -38,9 +38,7 @@ PER_ID = "per-request tok/s as published in a table (definition not stated)"
 
 def _rows(path: Path) -> list[tuple[int, list[str]]]:
     """(line number, cells) of a Markdown pipe table or a CSV file; separator rows dropped."""
-    text = read_text(path)
-    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
-    check_levels(len(lines) - 1, path)  # before splitting cells: a header and one row per level
+    lines = nonblank_lines(read_text(path), path, extra=2)  # a header, a separator and one row per level
     piped = [(n, ln) for n, ln in lines if ln.strip().startswith("|")]
     out: list[tuple[int, list[str]]] = []
     if piped:
@@ -85,6 +83,7 @@ def read(path: Path, *, select: str) -> ToolRun:
     if len(rows) < 2:
         raise BadInput(f"{path}: no table found (a header row and at least one row of values, as Markdown "
                        "'| concurrency | agg tok/s | ... |' or CSV)")
+    check_levels(len(rows) - 1, path)
     line, headers = rows[0]
     conc = next((i for i, h in enumerate(headers) if CONC.search(h)), None)
     if conc is None:
