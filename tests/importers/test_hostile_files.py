@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from specsweep.importers import BadInput, import_files
+from specsweep.importers.common import STAGING
 from specsweep.results.store import load_result_set
 
 FIX = Path(__file__).parents[1] / "fixtures" / "importers"
@@ -55,6 +56,12 @@ def _entry(doc: dict, key: str, i: int, value: object) -> dict:
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+def _held(out: Path) -> list[str]:
+    """What an out folder holds besides the import's staging folder, and any staged set left in that."""
+    staged = [f"{STAGING}/{p.name}" for p in (out / STAGING).glob("*") if not p.name.endswith(".lock")]
+    return sorted([p.name for p in out.iterdir() if p.name != STAGING] + staged)
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -251,7 +258,7 @@ def test_a_failed_import_over_an_imported_set_leaves_it_whole(tmp_path: Path) ->
     assert _digests(first) == before  # meta.json, levels and requests all as they were
     rs = load_result_set(first)
     assert sorted(rs.levels["concurrency"]) == [1, 8, 64] and rs.requests is not None
-    assert sorted(p.name for p in out.iterdir()) == ["arm"]  # no staging folder left behind
+    assert _held(out) == ["arm"]  # no staged set left behind
 
 
 def test_a_write_that_fails_midway_leaves_the_old_set_whole(tmp_path: Path) -> None:
@@ -272,7 +279,27 @@ def test_a_write_that_fails_midway_leaves_the_old_set_whole(tmp_path: Path) -> N
     assert proc.returncode != 0 and "File too large" in proc.stderr
     assert _digests(first) == before
     assert load_result_set(first).meta.level_only
-    assert sorted(p.name for p in out.iterdir()) == ["arm"]
+    assert _held(out) == ["arm"]
+
+
+def test_an_import_of_an_arm_another_import_is_writing_is_refused_naming_it(tmp_path: Path) -> None:
+    from specsweep.results.store import exclusive_lock
+
+    out = tmp_path / "out"
+    (out / STAGING).mkdir(parents=True)
+    with exclusive_lock(out / STAGING / "arm.lock", RuntimeError):  # as a second import holds it
+        proc = _cli("vllm", FIX / "vllm" / "baseline-summary.jsonl", "--arm", "arm", "--out", out)
+    assert proc.returncode == 1 and "another import is writing this arm (pid " in proc.stderr
+    assert not (out / "arm").exists()
+
+
+def test_a_set_staged_by_a_killed_import_is_cleared_by_the_next(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    killed = out / STAGING / "arm~dead"
+    killed.mkdir(parents=True)
+    (killed / "meta.json").write_text("{}")
+    import_files("vllm", [FIX / "vllm" / "baseline-summary.jsonl"], "arm", out)
+    assert _held(out) == ["arm"]
 
 
 def test_a_forced_import_replaces_the_whole_imported_set(tmp_path: Path) -> None:
@@ -281,7 +308,7 @@ def test_a_forced_import_replaces_the_whole_imported_set(tmp_path: Path) -> None
     again = import_files("vllm", [FIX / "vllm" / "baseline-summary.jsonl"], "arm", out, force=True)
     rs = load_result_set(again)
     assert rs.meta.level_only and rs.requests is None and not (again / "requests.parquet").exists()
-    assert sorted(p.name for p in out.iterdir()) == ["arm"]
+    assert _held(out) == ["arm"]
 
 
 @pytest.mark.parametrize("force", [False, True])

@@ -27,7 +27,6 @@ SHA-256 digest and size, and the reader that read it (``import``).
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -52,7 +51,10 @@ from specsweep.results.store import (
     MAX_KEY,
     MAX_METRIC,
     SCHEMA_VERSION,
+    RunLocked,
     SchemaError,
+    exclusive_lock,
+    holder_text,
     level_problems,
     read_meta,
     request_problems,
@@ -113,8 +115,9 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-#: where an import writes its result set before putting it in place: inside the out folder (one
-#: file system, so the swap is a rename) and two levels down, where no reader looks for result sets
+#: where an import writes its result set before putting it in place (``<arm>~XXXX``, beside the
+#: arm's lock file ``<arm>.lock``): inside the out folder (one file system, so the swap is a
+#: rename) and two levels down, where no reader looks for result sets
 STAGING = ".specsweep-import"
 #: the most bytes an import reads from one file (decompressed for ``.gz``); the environment variable raises it
 MAX_BYTES = 256 << 20
@@ -488,21 +491,29 @@ def write_result_set(runs: Sequence[ToolRun], arm: str, out_dir: str | Path, *, 
                       output_tokens=output_tokens, input_tokens=input_tokens, workload_kind=workload_kind)
     staging = Path(out_dir) / STAGING
     staging.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f"{arm}.", dir=staging))
-    try:
+    with exclusive_lock(staging / f"{arm}.lock", lambda holder: RunLocked(
+            f"{run_dir}: another import is writing this arm ({holder_text(holder)}); wait for it to finish")):
+        _check_free(run_dir, force)  # again: another import may have finished meanwhile
+        for stale in staging.glob(f"{arm}~*"):  # left by an import that was killed ('~' is in no arm name)
+            shutil.rmtree(stale, ignore_errors=True)
+        stage = Path(tempfile.mkdtemp(prefix=f"{arm}~", dir=staging))
         try:
-            write_meta(stage, meta)  # validated before any frame is written
-        except SchemaError as exc:
-            raise BadInput(str(exc).replace(str(stage), str(run_dir))) from None
-        if requests is not None:
-            write_frame(stage, "requests", requests)
-        write_frame(stage, "levels", levels)
-        replace_dir(stage, run_dir)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)  # the new set on failure, else the old one
-        with contextlib.suppress(OSError):
-            staging.rmdir()  # only when no other import is staging there
+            _write_staged(stage, run_dir, meta, levels, requests)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)  # the new set on failure, else the old one
     return run_dir
+
+
+def _write_staged(stage: Path, run_dir: Path, meta: Meta, levels: pd.DataFrame, requests: pd.DataFrame | None) -> None:
+    """Write the result set into ``stage`` (metadata first: validated before any frame) and swap it in at ``run_dir``."""
+    try:
+        write_meta(stage, meta)
+    except SchemaError as exc:
+        raise BadInput(str(exc).replace(str(stage), str(run_dir))) from None
+    if requests is not None:
+        write_frame(stage, "requests", requests)
+    write_frame(stage, "levels", levels)
+    replace_dir(stage, run_dir)
 
 
 def _opt_number(value: Any, name: str, where: str) -> float | None:
