@@ -335,3 +335,53 @@ def test_an_import_that_fails_before_writing_leaves_no_trace(tmp_path: Path) -> 
     with pytest.raises(BadInput):
         import_files("aiperf", [_aiperf_with_model(tmp_path, ["a", "list"])], "arm", tmp_path / "out")
     assert not (tmp_path / "out" / "arm").exists()
+
+
+# ------------------------------------------------------------------ damage anywhere: one named line
+
+_DAMAGE = ["x", None, -1, -1e-9, 0, 1e308, 10**40, [], {}, [1, "a"], {"a": 1}, True, 1e-320]
+
+
+def _fields(obj: object, at: tuple = ()) -> list[tuple]:
+    """Paths to every field of ``obj`` (first, middle and last item of each list)."""
+    out = [at] if at else []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _fields(v, (*at, k))
+    elif isinstance(obj, list) and obj:
+        for i in sorted({0, len(obj) // 2, len(obj) - 1}):
+            out += _fields(obj[i], (*at, i))
+    return out
+
+
+@pytest.mark.parametrize(("tool", "source"), [
+    ("vllm", FIX / "vllm" / "baseline-c1.json.gz"), ("vllm", FIX / "vllm" / "baseline-summary.jsonl"),
+    ("sglang", FIX / "sglang" / "mtp-oai.jsonl"), ("guidellm", FIX / "guidellm" / "baseline.json.gz"),
+    ("aiperf", FIX / "aiperf" / "baseline-c1" / "profile_export_aiperf.json"),
+    ("llamacpp", FIX / "llamacpp" / "baseline.jsonl"),
+])
+def test_any_field_damaged_imports_or_is_one_named_line(tmp_path: Path, tool: str, source: Path) -> None:
+    """Many random draws: one field of a real file set to a value of another type or an absurd size."""
+    import random
+
+    from specsweep.errors import InputError
+
+    text = gzip.open(source, "rt").read() if source.suffix == ".gz" else source.read_text()
+    docs = [json.loads(line) for line in text.splitlines() if line.strip()] if source.suffix == ".jsonl" \
+        else [json.loads(text)]
+    fields = [(i, f) for i, doc in enumerate(docs) for f in _fields(doc)]
+    rng = random.Random(f"{tool}-{source.name}")
+    for trial in range(40):
+        damaged = json.loads(json.dumps(docs))
+        i, field = rng.choice(fields)
+        target = damaged[i]
+        for key in field[:-1]:
+            target = target[key]
+        target[field[-1]] = value = rng.choice(_DAMAGE)
+        path = tmp_path / f"t{trial}" / ("profile_export_aiperf.json" if tool == "aiperf" else source.name.removesuffix(".gz"))
+        path.parent.mkdir()
+        path.write_text("\n".join(json.dumps(d) for d in damaged))
+        try:
+            import_files(tool, [path], "x", tmp_path / f"out{trial}", output_tokens=64)
+        except InputError as exc:
+            assert "\n" not in str(exc) and str(path) in str(exc), (field, value, str(exc)[:500])
