@@ -252,6 +252,68 @@ def test_impossible_request_values_are_dropped_and_said(tmp_path: Path, column: 
     assert "requests.parquet" in note and f"column '{column}'" in note and "row 3" in note
 
 
+def _poke_cell(folder: Path, stem: str, row: int, column: str, value: object) -> None:
+    frame = pd.read_parquet(folder / f"{stem}.parquet")
+    frame.at[row, column] = value
+    frame.to_parquet(folder / f"{stem}.parquet")
+
+
+@pytest.mark.parametrize(("column", "value", "why"), [
+    ("tpot_s", float("inf"), "infinite"), ("user_tok_s", -5.0, "negative"), ("request_tok_s", 1e14, "beyond"),
+    ("itl_p99_s", float("-inf"), "infinite"), ("chunk_gap_mean_s", 1e9, "beyond"),
+    ("ttft_s", "tenfold", "exceeds 'e2e_s'"),
+    ("chunk_t_s", np.array([np.nan, 0.5]), "chunk time"), ("chunk_t_s", np.array([0.1, np.inf]), "chunk time"),
+    ("chunk_t_s", np.array([-1.0, 0.2]), "chunk time"),
+])
+def test_implausible_request_rows_are_dropped_and_said_on_the_page(tmp_path: Path, column: str, value: object,
+                                                                   why: str) -> None:
+    from specsweep.analyze.compare import compare
+    from specsweep.report.setup_info import differences_markdown
+    from specsweep.results.store import load_result_sets
+
+    base, mtp = _two_arms(tmp_path)
+    before = load_result_set(mtp).requests
+    if isinstance(value, str):  # ten times the request's own e2e
+        value = float(before["e2e_s"].iloc[3]) * 10
+    _poke_cell(mtp, "requests", 3, column, value)
+    rs = load_result_set(mtp)
+    assert len(rs.requests) == len(before) - 1
+    assert not rs.requests["request_index"].eq(before["request_index"].iloc[3]).all()
+    note = next(n for n in rs.notes if "impossible values dropped" in n)
+    assert "requests.parquet" in note and "row 3" in note and why in note and f"'{column}'" in note
+    page = differences_markdown(compare(load_result_sets([base, mtp]), baseline="baseline"))
+    assert "impossible values dropped" in page and "row 3" in page  # said on the page, in the setup's notes
+
+
+@pytest.mark.parametrize(("column", "value", "why"), [
+    ("ttft_p50_s", "50 x p99", "exceeds 'ttft_p90_s'"), ("tpot_p90_s", "10 x p99", "exceeds 'tpot_p99_s'"),
+    ("e2e_p50_s", "3 x p99", "exceeds"), ("output_tok_s", 1e14, "beyond"), ("user_tok_s_mean", 1e10, "beyond"),
+    ("ttft_mean_s", 1e9, "beyond"),  # below the bound of any metric (1e15), above those of rates and durations
+])
+def test_implausible_level_rows_are_dropped_and_said(tmp_path: Path, column: str, value: float | str,
+                                                     why: str) -> None:
+    _, mtp = _two_arms(tmp_path)
+    levels = pd.read_parquet(mtp / "levels.parquet")
+    if isinstance(value, str):  # a multiple of the same figure's p99
+        value = float(value.split()[0]) * float(levels[column.rsplit("_p", 1)[0] + "_p99_s"].iloc[1])
+    _poke(mtp, "levels", 1, column, value)
+    rs = load_result_set(mtp)
+    assert list(rs.levels["concurrency"]) == [1, 8] and set(rs.requests["concurrency"]) == {1, 8}
+    note = next(n for n in rs.notes if "impossible values dropped" in n)
+    assert "row 1 (concurrency 4" in note and why in note and f"'{column}'" in note
+
+
+def test_percentiles_in_order_and_equal_times_are_kept(tmp_path: Path) -> None:
+    # a request whose only chunk carried every token: ttft equals e2e; a level whose p50 equals its p99
+    _, mtp = _two_arms(tmp_path)
+    req = pd.read_parquet(mtp / "requests.parquet")
+    _poke(mtp, "requests", 2, "ttft_s", float(req["e2e_s"].iloc[2]))
+    _poke(mtp, "levels", 0, "ttft_p50_s", float(pd.read_parquet(mtp / "levels.parquet")["ttft_p99_s"].iloc[0]))
+    _poke(mtp, "levels", 0, "ttft_p90_s", float(pd.read_parquet(mtp / "levels.parquet")["ttft_p99_s"].iloc[0]))
+    rs = load_result_set(mtp)
+    assert len(rs.levels) == 3 and not rs.notes
+
+
 def test_a_clean_result_set_has_nothing_dropped(tmp_path: Path) -> None:
     _, mtp = _two_arms(tmp_path)
     rs = load_result_set(mtp)

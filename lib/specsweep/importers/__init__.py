@@ -42,7 +42,14 @@ def read_files(tool: str, files: Sequence[str | Path], **options: Any) -> list[T
         path = Path(f)
         if not path.is_file():
             raise BadInput(f"{path}: no such file")
-        runs.append(module.read(path, **options) if options else module.read(path))
+        try:
+            runs.append(module.read(path, **options) if options else module.read(path))
+        except BadInput:
+            raise
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError, ArithmeticError, RecursionError,
+                MemoryError) as exc:  # a shape the reader does not expect: the file, not specsweep, is at fault
+            raise BadInput(f"{path}: not a {tool} result file specsweep can read ({type(exc).__name__}: "
+                           f"{str(exc)[:120]}); pass the file the tool wrote, unedited") from None
     return runs
 
 

@@ -28,7 +28,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specsweep.importers.common import BadInput, Level, ToolRun, concurrency_of, read_json_objects, record
+from specsweep.importers.common import (
+    BadInput,
+    Level,
+    ToolRun,
+    concurrency_of,
+    finite_float,
+    read_json_objects,
+    record,
+)
 
 TOOL = "aiperf"
 READER = "specsweep.importers.aiperf (aiperf 0.13.0, profile_export_aiperf.json schema 1.4)"
@@ -68,7 +76,7 @@ def _stat(doc: dict[str, Any], metric: str, stat: str, where: str) -> float:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadInput(f"{where}: '{metric}.{stat}' must be a number, found {value!r}")
-    return float(value)
+    return finite_float(value, where, f"{metric}.{stat}")
 
 
 def _concurrency(cfg: dict[str, Any], where: str) -> int:
@@ -80,6 +88,11 @@ def _concurrency(cfg: dict[str, Any], where: str) -> int:
             return concurrency_of(phase.get("concurrency"), where, "input_config.phases[].concurrency")
     loadgen = cfg.get("loadgen") or {}
     return concurrency_of(loadgen.get("concurrency"), where, "input_config.loadgen.concurrency")
+
+
+def _seconds(ms: Any) -> Any:
+    """A millisecond figure as seconds; anything else as it is (``record`` refuses what is no number)."""
+    return ms / 1000 if isinstance(ms, (int, float)) and not isinstance(ms, bool) else ms
 
 
 #: aiperf's per-request export, written beside profile_export_aiperf.json
@@ -116,17 +129,16 @@ def _records(path: Path, server_counts: bool) -> tuple[list[Any], Path] | None:
             return entry.get("value") if isinstance(entry, dict) else None
 
         start = meta.get("request_start_ns")
-        if not isinstance(start, (int, float)):
+        if isinstance(start, bool) or not isinstance(start, (int, float)):
             raise BadInput(f"{where}: no metadata.request_start_ns; the file was edited or truncated")
         error = rec.get("error")
         err = (error.get("message") or error.get("type") or "error") if isinstance(error, dict) else error
         gaps = value("inter_chunk_latency")
         ttft, lat, osl = value("time_to_first_token"), value("request_latency"), value("output_sequence_length")
-        out.append(record(start / 1e9, ttft / 1000 if isinstance(ttft, (int, float)) else None,
-                          [g / 1000 for g in gaps] if isinstance(gaps, list) else [],
-                          lat / 1000 if isinstance(lat, (int, float)) else None, osl,
-                          error=str(err) if err else None, prompt_tokens=value("input_sequence_length"),
-                          token_source="usage" if server_counts else "tokenize"))
+        out.append(record(start / 1e9, _seconds(ttft), [_seconds(g) for g in gaps] if isinstance(gaps, list) else gaps,
+                          _seconds(lat), osl, error=str(err) if err else None,
+                          prompt_tokens=value("input_sequence_length"),
+                          token_source="usage" if server_counts else "tokenize", where=f"{where} (a request)"))
     return (out, sibling) if out else None
 
 

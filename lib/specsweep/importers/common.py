@@ -32,6 +32,8 @@ import json
 import math
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,9 +45,25 @@ from pydantic import ValidationError
 
 from specsweep.analyze.metrics import level_metrics, requests_frame
 from specsweep.errors import InputError
+from specsweep.results.atomic import replace_dir
 from specsweep.results.meta import Meta
-from specsweep.results.records import RequestRecord
-from specsweep.results.store import SCHEMA_VERSION, SchemaError, read_meta, write_frame, write_meta
+from specsweep.results.records import MAX_COUNT, RequestRecord
+from specsweep.results.store import (
+    MAX_KEY,
+    MAX_METRIC,
+    SCHEMA_VERSION,
+    RunLocked,
+    SchemaError,
+    exclusive_lock,
+    holder_text,
+    level_problems,
+    read_meta,
+    request_problems,
+    validation_problems,
+    write_frame,
+    write_meta,
+)
+from specsweep.results.untrusted import decode_utf8, env_limit, parse_json, read_bounded
 
 
 class BadInput(InputError, ValueError):
@@ -98,41 +116,80 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+#: where an import writes its result set before putting it in place (``<arm>~XXXX``, beside the
+#: arm's lock file ``<arm>.lock``): inside the out folder (one file system, so the swap is a
+#: rename) and two levels down, where no reader looks for result sets
+STAGING = ".specsweep-import"
+#: the most bytes an import reads from one file (decompressed for ``.gz``); the environment variable raises it
+MAX_BYTES = 256 << 20
+MAX_BYTES_ENV = "SPECSWEEP_IMPORT_MAX_BYTES"
+#: the most levels one import holds (table rows, JSON lines, benchmarks, all files together): a
+#: sweep has tens; the environment variable raises it
+MAX_LEVELS = 10_000
+MAX_LEVELS_ENV = "SPECSWEEP_IMPORT_MAX_LEVELS"
+
+
+def read_text(path: Path) -> str:
+    """A result file's text (through gzip for ``.gz``), at most :data:`MAX_BYTES` bytes read in
+    blocks; :class:`BadInput` naming the file when it is larger, unreadable or not UTF-8."""
+    limit = env_limit(MAX_BYTES_ENV, MAX_BYTES, BadInput)
+    packed = "decompressed " if path.name.endswith(".gz") else ""
+    data = read_bounded(path, limit, BadInput,
+                        too_big=f"holds more than {limit:,} {packed}bytes, the most an import reads from one file; "
+                                f"if this is the tool's result file, set {MAX_BYTES_ENV}=N (bytes) to raise the limit")
+    return decode_utf8(data, path, BadInput, fix="pass the file the tool wrote, unedited")
+
+
+def check_levels(count: int, where: object) -> None:
+    """:class:`BadInput` when ``count`` levels (rows, lines, benchmarks) exceed :data:`MAX_LEVELS`."""
+    limit = env_limit(MAX_LEVELS_ENV, MAX_LEVELS, BadInput)
+    if count > limit:
+        raise BadInput(f"{where}: more than {limit:,} levels (table rows, result lines or benchmarks), the most one "
+                       f"import holds; a sweep has tens. If these are the tool's results, set {MAX_LEVELS_ENV}=N "
+                       "to raise the limit")
+
+
+def nonblank_lines(text: str, path: Path, *, extra: int = 0) -> list[tuple[int, str]]:
+    """(line number, line) of the non-blank lines of ``text``, taken one at a time and refused
+    (:func:`check_levels`) past :data:`MAX_LEVELS` + ``extra`` (header lines): a file of millions
+    of lines is never split whole."""
+    limit = env_limit(MAX_LEVELS_ENV, MAX_LEVELS, BadInput) + extra
+    out: list[tuple[int, str]] = []
+    start, n = 0, 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line, start, n = text[start:end].rstrip("\r"), end + 1, n + 1
+        if line.strip():
+            out.append((n, line))
+            if len(out) > limit:
+                check_levels(len(out) - extra, path)
+    return out
+
+
 def read_json_objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """The JSON objects of a file that holds one JSON object or JSON lines, as (line, object);
-    a ``.gz`` file is read through gzip.
+    a ``.gz`` file is read through gzip (:func:`read_text`: bounded in bytes; lines bounded by
+    :func:`check_levels`).
 
     :class:`BadInput` naming the file and line when it is neither.
     """
-    try:
-        if path.suffix == ".gz":
-            import gzip
-
-            with gzip.open(path, "rt", encoding="utf-8") as handle:
-                text = handle.read()
-        else:
-            text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
-        raise BadInput(f"{path}: cannot be read as UTF-8 text ({exc})") from None
+    text = read_text(path)
     stripped = text.strip()
     if not stripped:
         raise BadInput(f"{path}: the file is empty; pass the result file the tool wrote")
     try:
-        whole = json.loads(stripped)
+        whole = parse_json(stripped, path, BadInput)
     except json.JSONDecodeError:
         whole = None
     if isinstance(whole, dict):
         return [(1, whole)]
     if whole is not None:
         raise BadInput(f"{path}: holds a JSON {type(whole).__name__}, not an object; pass the tool's result file")
-    out = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    out: list[tuple[int, dict[str, Any]]] = []
+    for n, line in nonblank_lines(text, path):
         try:
-            obj = json.loads(line)
+            obj = parse_json(line, f"{path}, line {n}", BadInput)
         except json.JSONDecodeError as exc:
             raise BadInput(f"{path}, line {n}: not valid JSON ({exc.msg}); pass the file the tool wrote, unedited") from None
         if not isinstance(obj, dict):
@@ -150,7 +207,7 @@ def number(obj: dict[str, Any], key: str, where: str, *, required: bool = False)
         return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadInput(f"{where}: field '{key}' must be a number, found {json.dumps(value)[:60]}")
-    value = float(value)
+    value = finite_float(value, where, key)
     if not math.isfinite(value):
         if required:
             raise BadInput(f"{where}: field '{key}' is {value}, not a finite number")
@@ -158,13 +215,49 @@ def number(obj: dict[str, Any], key: str, where: str, *, required: bool = False)
     return value
 
 
+def finite_float(value: int | float, where: str, key: str) -> float:
+    """A JSON number as a float; an integer too long for a float (hundreds of digits) is :class:`BadInput`."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise BadInput(f"{where}: field '{key}' holds a {len(str(abs(int(value))))}-digit number, beyond any "
+                       "measurement; pass the file the tool wrote, unedited") from None
+
+
 def concurrency_of(value: Any, where: str, key: str) -> int:
-    """A concurrency claim checked: a whole number >= 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 1 \
-            or value != int(value):
-        raise BadInput(f"{where}: '{key}' is {json.dumps(value)}; specsweep compares closed-loop levels and needs a "
-                       "whole concurrency >= 1 (re-run the tool with a fixed concurrency, e.g. --max-concurrency N)")
+    """A concurrency claim checked: a whole number in [1, :data:`~specsweep.results.store.MAX_KEY`]."""
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float))
+          and 1 <= value <= MAX_KEY and value == int(value))  # comparisons first: int() of inf or NaN raises
+    if not ok:
+        shown = json.dumps(value) if not isinstance(value, int) or abs(value) < 10**30 else \
+            f"a {len(str(abs(value)))}-digit number"
+        raise BadInput(f"{where}: '{key}' is {shown[:60]}; specsweep compares closed-loop levels and needs a whole "
+                       f"concurrency from 1 to {MAX_KEY:,} (re-run the tool with a fixed concurrency, e.g. "
+                       "--max-concurrency N)")
     return int(value)
+
+
+#: keys that only one tool's result lines hold, by the tool's ``specsweep import`` name: vLLM's
+#: ``serve.py`` ``result_json`` and SGLang's ``serving.py`` ``result`` share most field names
+OWN_KEYS: dict[str, frozenset[str]] = {
+    "vllm": frozenset({"endpoint_type", "tokenizer_id", "model_id", "mean_e2el_ms", "median_e2el_ms", "rtfx"}),
+    "sglang": frozenset({"mean_e2e_latency_ms", "median_e2e_latency_ms", "total_output_tokens_retokenized",
+                         "random_range_ratio", "sharegpt_output_len", "accept_length"}),
+}
+
+
+def refuse_foreign(obj: dict[str, Any], where: str, tool: str) -> None:
+    """:class:`BadInput` when ``obj`` holds another tool's own keys (:data:`OWN_KEYS`) and none of
+    ``tool``'s: a file is read only by the importer of the tool that wrote it, whatever its
+    ``backend`` field says (both tools' clients can talk to either server)."""
+    keys = set(obj)
+    if keys & OWN_KEYS[tool]:
+        return
+    for other, own in OWN_KEYS.items():
+        found = sorted(keys & own)
+        if other != tool and found:
+            raise BadInput(f"{where}: a {other} result (it holds {', '.join(repr(k) for k in found[:3])}, which "
+                           f"{tool} never writes), not a {tool} one; import it with `specsweep import {other}`")
 
 
 def section(obj: dict[str, Any], key: str) -> dict[str, Any]:
@@ -251,6 +344,15 @@ def _without_folders(notes: Iterable[str], runs: Sequence[ToolRun]) -> list[str]
     return out
 
 
+def _check_lengths(workload: dict[str, Any], source: Path) -> None:
+    """Refuse a request length (tokens) no request can have: beyond :data:`MAX_COUNT`."""
+    for key in ("output_tokens", "input_tokens"):
+        n = workload.get(key)
+        if isinstance(n, int) and n > MAX_COUNT:
+            raise BadInput(f"{source}: {n:.3g} {key.replace('_', ' ')} per request (--{key.replace('_', '-')} "
+                           f"or the file) is more than any request can have ({MAX_COUNT:,}); give the real length")
+
+
 def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFrame, *, level_only: bool,
                label: str | None = None, output_tokens: int | None = None, input_tokens: int | None = None,
                workload_kind: str | None = None) -> Meta:
@@ -282,6 +384,7 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
     if not isinstance(workload.get("output_tokens"), int) or workload["output_tokens"] < 1:
         raise BadInput(f"{first.source}: the file does not say how many output tokens each request asked for; "
                        "pass --output-tokens N")
+    _check_lengths(workload, first.source)
     if workload.get("input_tokens") is not None and (not isinstance(workload["input_tokens"], int)
                                                      or workload["input_tokens"] < 1):
         workload["input_tokens"] = None
@@ -329,7 +432,7 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
     try:
         return Meta.model_validate(meta)
     except ValidationError as exc:
-        raise BadInput(f"{first.source}: the imported metadata is invalid: {exc}") from None
+        raise BadInput(f"{first.source}: the imported metadata is invalid: {validation_problems(exc)}") from None
 
 
 def _check_one_server_setting(runs: Sequence[ToolRun]) -> None:
@@ -344,19 +447,9 @@ def _check_one_server_setting(runs: Sequence[ToolRun]) -> None:
             f"SERVE--{k}: {', '.join(v)}" for k, v in settings.items()) + "); import each setting as its own --arm")
 
 
-def write_result_set(runs: Sequence[ToolRun], arm: str, out_dir: str | Path, *, label: str | None = None,
-                     output_tokens: int | None = None, input_tokens: int | None = None,
-                     workload_kind: str | None = None, force: bool = False) -> Path:
-    """Write the runs of one arm as a result set ``out_dir/arm`` and return its path.
-
-    An existing folder there is replaced only with ``force`` (never a measured run's folder).
-    """
-    if not runs:
-        raise BadInput("no result files given")
-    _check_one_server_setting(runs)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", arm):
-        raise BadInput(f"--arm {arm!r}: use letters, digits, '.', '_' and '-' (it names a folder), e.g. baseline or mtp")
-    run_dir = Path(out_dir) / arm
+def _check_free(run_dir: Path, force: bool) -> None:
+    """Refuse ``run_dir`` unless it is absent, empty, or (with ``force``) an imported result set:
+    a folder with data but no ``meta.json`` may be a sweep that stopped early, so never replaced."""
     if (run_dir / "meta.json").exists():
         try:
             imported = read_meta(run_dir).imported
@@ -365,38 +458,147 @@ def write_result_set(runs: Sequence[ToolRun], arm: str, out_dir: str | Path, *, 
         if not force or not imported:
             raise BadInput(f"{run_dir}: a result set is already there; choose another --out or --arm"
                            + (", or pass --force to replace this imported one" if imported else ""))
+    elif run_dir.is_dir() and any(run_dir.iterdir()):
+        held = sorted(p.name for p in run_dir.iterdir())
+        raise BadInput(f"{run_dir}: holds {', '.join(held[:3])}{' …' if len(held) > 3 else ''} but no meta.json (a "
+                       "sweep that stopped early?); --force never replaces it: move it away, or choose another "
+                       "--out or --arm")
+    elif run_dir.exists() and not run_dir.is_dir():
+        raise BadInput(f"{run_dir}: a file, not a folder; choose another --out or --arm")
+
+
+def _where(runs: Sequence[ToolRun], concurrency: int, repeat: int) -> str:
+    """The source (file, line) of the level ``(concurrency, repeat)`` as :func:`build_frames` numbers repeats."""
+    found = [lv.where or str(r.source) for r in runs for lv in r.levels if lv.concurrency == concurrency]
+    return found[repeat] if repeat < len(found) else str(runs[0].source)
+
+
+def refuse_impossible(runs: Sequence[ToolRun], levels: pd.DataFrame, requests: pd.DataFrame | None) -> None:
+    """:class:`BadInput` naming the file, the level (and request) and the column of the first row
+    that loading would drop as impossible (:func:`~specsweep.results.store.validate_values`)."""
+    bad = request_problems(requests) if requests is not None else {}
+    if bad:
+        row = requests.iloc[min(bad)]  # type: ignore[union-attr]
+        c, r = int(row["concurrency"]), int(row["repeat"])
+        raise BadInput(f"{_where(runs, c, r)}: request {int(row['request_index'])} of the level at concurrency {c}: "
+                       f"{bad[min(bad)]}; no measurement has that ({len(bad)} such request(s)): pass the file the "
+                       "tool wrote, unedited")
+    bad = level_problems(levels)
+    if bad:
+        row = levels.iloc[min(bad)]
+        c, r = int(row["concurrency"]), int(row["repeat"])
+        raise BadInput(f"{_where(runs, c, r)}: the level at concurrency {c}: {bad[min(bad)]}; no measurement has "
+                       f"that ({len(bad)} such level(s)): pass the file the tool wrote, unedited")
+
+
+def write_result_set(runs: Sequence[ToolRun], arm: str, out_dir: str | Path, *, label: str | None = None,
+                     output_tokens: int | None = None, input_tokens: int | None = None,
+                     workload_kind: str | None = None, force: bool = False) -> Path:
+    """Write the runs of one arm as a result set ``out_dir/arm`` and return its path.
+
+    An existing folder there is replaced only with ``force`` and only when it is an imported
+    result set (never a measured run's folder, nor one with data but no ``meta.json``). Everything
+    is checked first (levels, requests, metadata), then written to a staging folder beside it and
+    put in place in one step (:func:`~specsweep.results.atomic.replace_dir`): a failed import
+    leaves the old result set whole.
+    """
+    if not runs:
+        raise BadInput("no result files given")
+    _check_one_server_setting(runs)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", arm):
+        raise BadInput(f"--arm {arm!r}: use letters, digits, '.', '_' and '-' (it names a folder), e.g. baseline or mtp")
+    run_dir = Path(out_dir) / arm
+    _check_free(run_dir, force)
+    check_levels(sum(len(r.levels) for r in runs), ", ".join(str(r.source) for r in runs[:3]))
     run_id = f"imported-{slug(runs[0].tool)}-{arm}"
     levels, requests = build_frames(runs, run_id, arm)
+    refuse_impossible(runs, levels, requests)
     meta = build_meta(runs, run_id, arm, levels, level_only=requests is None, label=label,
                       output_tokens=output_tokens, input_tokens=input_tokens, workload_kind=workload_kind)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("levels.parquet", "requests.parquet", "levels.csv"):
-        (run_dir / stale).unlink(missing_ok=True)
-    if requests is not None:
-        write_frame(run_dir, "requests", requests)
-    write_frame(run_dir, "levels", levels)
-    try:
-        write_meta(run_dir, meta)
-    except SchemaError as exc:
-        raise BadInput(str(exc)) from None
+    staging = Path(out_dir) / STAGING
+    staging.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(staging / f"{arm}.lock", lambda holder: RunLocked(
+            f"{run_dir}: another import is writing this arm ({holder_text(holder)}); wait for it to finish")):
+        _check_free(run_dir, force)  # again: another import may have finished meanwhile
+        for stale in staging.glob(f"{arm}~*"):  # left by an import that was killed ('~' is in no arm name)
+            shutil.rmtree(stale, ignore_errors=True)
+        stage = Path(tempfile.mkdtemp(prefix=f"{arm}~", dir=staging))
+        try:
+            _write_staged(stage, run_dir, meta, levels, requests)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)  # the new set on failure, else the old one
     return run_dir
+
+
+def _write_staged(stage: Path, run_dir: Path, meta: Meta, levels: pd.DataFrame, requests: pd.DataFrame | None) -> None:
+    """Write the result set into ``stage`` (metadata first: validated before any frame) and swap it in at ``run_dir``."""
+    try:
+        write_meta(stage, meta)
+    except SchemaError as exc:
+        raise BadInput(str(exc).replace(str(stage), str(run_dir))) from None
+    if requests is not None:
+        write_frame(stage, "requests", requests)
+    write_frame(stage, "levels", levels)
+    replace_dir(stage, run_dir)
+
+
+def _opt_number(value: Any, name: str, where: str) -> float | None:
+    """A per-request figure: None when absent, else a float (NaN and inf pass; the caller judges
+    them); :class:`BadInput` for another type (text, a list, an object) or an over-long integer."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise BadInput(f"{where}: {name} must be a number, found {json.dumps(value, default=str)[:60]}")
+    return finite_float(value, where, name)  # type: ignore[arg-type]
+
+
+def token_count(value: Any, name: str, where: str) -> int | None:
+    """A token count: None when absent or NaN, else a whole number in [0, MAX_COUNT]."""
+    x = _opt_number(value, name, where)
+    if x is None or x != x:
+        return None
+    if not 0 <= x <= MAX_COUNT or x != int(x):
+        raise BadInput(f"{where}: {name} is {x:g}; a token count is a whole number from 0 to {MAX_COUNT:,}")
+    return int(x)
+
+
+def _gaps(gaps: Sequence[float] | None, where: str) -> np.ndarray:
+    """Gaps between token-carrying chunks (seconds): finite, >= 0, at most MAX_METRIC each."""
+    if gaps is None:
+        return np.empty(0)
+    if not isinstance(gaps, (list, tuple, np.ndarray)):
+        raise BadInput(f"{where}: the chunk gaps must be a list of seconds, found {json.dumps(gaps, default=str)[:60]}")
+    out = np.asarray([_opt_number(g, "a chunk gap", where) for g in gaps], dtype=float)
+    bad = ~np.isfinite(out) | (out < 0) | (out > MAX_METRIC)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise BadInput(f"{where}: chunk gap {i} is {float(out[i])!r}; gaps are finite, non-negative seconds")
+    return out
 
 
 def record(t_sent: float, ttft: float | None, gaps: Sequence[float] | None, latency: float | None,
            output_tokens: float | None, *, error: str | None = None, prompt_tokens: float | None = None,
-           token_source: str = "usage", chunk_tokens: Sequence[int] | None = None) -> RequestRecord:
+           token_source: str = "usage", chunk_tokens: Sequence[int] | None = None, where: str = "") -> RequestRecord:
     """A :class:`RequestRecord` from a tool's per-request figures (seconds): the first token-carrying
     chunk at ``t_sent + ttft``, then one chunk after each of ``gaps``; the request ends at
-    ``t_sent + latency`` (or at the last chunk). A failed request (``error``) keeps no chunks."""
-    if error or ttft is None or not (isinstance(ttft, (int, float)) and math.isfinite(ttft)):
-        end = t_sent + (latency if latency and math.isfinite(latency) else 0.0)
-        return RequestRecord(t_sent=t_sent, t_end=end, http_status=None, error=error or "no first token recorded")
-    times = t_sent + float(ttft) + np.concatenate([[0.0], np.cumsum(np.asarray(gaps or [], dtype=float))])
-    end = t_sent + float(latency) if latency is not None and math.isfinite(latency) else float(times[-1])
+    ``t_sent + latency`` (or at the last chunk). A failed request (``error``) keeps no chunks.
+    A figure of the wrong type, a token count out of range or a gap that is no duration is
+    :class:`BadInput` naming ``where`` (file and request)."""
+    where = where or "a request"
+    start = _opt_number(t_sent, "the start time", where)
+    if start is None or not math.isfinite(start):
+        raise BadInput(f"{where}: the start time is {t_sent!r}; a request needs a finite start time")
+    first, lat = _opt_number(ttft, "the time to first token", where), _opt_number(latency, "the latency", where)
+    if error or first is None or not math.isfinite(first):
+        end = start + (lat if lat and math.isfinite(lat) else 0.0)
+        return RequestRecord(t_sent=start, t_end=end, http_status=None, error=error or "no first token recorded")
+    times = start + first + np.concatenate([[0.0], np.cumsum(_gaps(gaps, where))])
+    end = start + lat if lat is not None and math.isfinite(lat) else float(times[-1])
     end = max(end, float(times[-1]))
-    out = int(output_tokens) if output_tokens is not None and output_tokens == output_tokens else None
     return RequestRecord(
-        t_sent=t_sent, t_end=end, http_status=200, chunk_times=times,
-        chunk_tokens=None if chunk_tokens is None else np.asarray(chunk_tokens, dtype=np.int32),
-        prompt_tokens=int(prompt_tokens) if prompt_tokens is not None and prompt_tokens == prompt_tokens else None,
-        output_tokens=out, token_source=token_source, finish_reason=None)  # type: ignore[arg-type]
+        t_sent=start, t_end=end, http_status=200, chunk_times=times,
+        chunk_tokens=None if chunk_tokens is None else np.asarray(
+            [token_count(t, "a chunk's token count", where) or 0 for t in chunk_tokens], dtype=np.int32),
+        prompt_tokens=token_count(prompt_tokens, "the prompt token count", where),
+        output_tokens=token_count(output_tokens, "the output token count", where),
+        token_source=token_source, finish_reason=None)  # type: ignore[arg-type]

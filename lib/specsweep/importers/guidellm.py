@@ -28,7 +28,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specsweep.importers.common import BadInput, Level, ToolRun, concurrency_of, read_json_objects, record
+from specsweep.importers.common import (
+    BadInput,
+    Level,
+    ToolRun,
+    concurrency_of,
+    read_json_objects,
+    record,
+    token_count,
+)
 
 TOOL = "guidellm"
 READER = "specsweep.importers.guidellm (guidellm 0.8.1; source at commit ee7a77457ba668b4b5ccb40f110518829893b36a)"
@@ -77,14 +85,14 @@ def _request(req: dict[str, Any], where: str, failed: bool) -> Any:
     first, last = _num(t.get("first_token_iteration")), _num(t.get("last_token_iteration"))
     if failed or first is None:
         err = _dig(req, "info", "error") or ("errored" if failed else "no token received")
-        return record(start, None, None, (end - start) if end else None, None, error=str(err)), None
+        return record(start, None, None, (end - start) if end else None, None, error=str(err), where=where), None
     usage = _num(_dig(req, "output_metrics", "total_tokens"))
-    chunks = int(t.get("token_iterations") or 0)
-    tokens = usage if usage is not None else float(chunks or 0)
+    chunks = token_count(t.get("token_iterations"), "info.timings.token_iterations", where) or 0
+    tokens = usage if usage is not None else float(chunks)
     last = last if last is not None else first
     rec = record(start, first - start, [last - first] if last > first else [], (end - start) if end else None,
                  tokens, prompt_tokens=_num(req.get("prompt_tokens")),
-                 token_source="usage" if usage is not None else "chunks")
+                 token_source="usage" if usage is not None else "chunks", where=where)
     return rec, chunks
 
 
@@ -139,11 +147,12 @@ def read(path: Path) -> ToolRun:
         if conc is None:
             skipped.append(str(_dig(bench, "config", "strategy", "type_")))
             continue
-        reqs = bench.get("requests") or {}
+        reqs: dict[str, Any] = bench["requests"] if isinstance(bench.get("requests"), dict) else {}
         records, chunks = [], []
         for group, failed in (("successful", False), ("errored", True)):
-            for req in reqs.get(group) or []:
-                rec, n = _request(req, where, failed)
+            members = reqs.get(group)
+            for k, req in enumerate(members if isinstance(members, list) else []):
+                rec, n = _request(req, f"{where}, requests.{group}[{k}]", failed)
                 records.append(rec)
                 chunks.append(n)
         if not records:

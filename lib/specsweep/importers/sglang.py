@@ -34,6 +34,7 @@ from specsweep.importers.common import (
     ms,
     number,
     read_json_objects,
+    refuse_foreign,
     section,
 )
 
@@ -74,6 +75,7 @@ def read(path: Path) -> ToolRun:
         where = f"{path}, line {line}"
         if "output_throughput" not in obj or "duration" not in obj:
             raise BadInput(f"{where}: no 'output_throughput'/'duration': not an SGLang bench_serving --output-file line")
+        refuse_foreign(obj, where, "sglang")
         conc = concurrency_of(obj.get("max_concurrency"), where, "max_concurrency")
         backend = str(obj.get("backend") or "sglang")
         backends.add(backend)

@@ -25,7 +25,8 @@ import math
 import re
 from pathlib import Path
 
-from specsweep.importers.common import BadInput, Level, ToolRun
+from specsweep.importers.common import BadInput, Level, ToolRun, check_levels, nonblank_lines, read_text
+from specsweep.results.store import MAX_KEY
 
 TOOL = "results table"
 READER = "specsweep.importers.table"
@@ -42,13 +43,7 @@ PER_ID = "per-request tok/s as published in a table (definition not stated)"
 
 def _rows(path: Path) -> list[tuple[int, list[str]]]:
     """(line number, cells) of a Markdown pipe table or a CSV file; separator rows dropped."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot be read as UTF-8 text ({exc})") from None
-    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    lines = nonblank_lines(read_text(path), path, extra=2)  # a header, a separator and one row per level
     piped = [(n, ln) for n, ln in lines if ln.strip().startswith("|")]
     out: list[tuple[int, list[str]]] = []
     if piped:
@@ -93,6 +88,7 @@ def read(path: Path, *, select: str) -> ToolRun:
     if len(rows) < 2:
         raise BadInput(f"{path}: no table found (a header row and at least one row of values, as Markdown "
                        "'| concurrency | agg tok/s | ... |' or CSV)")
+    check_levels(len(rows) - 1, path)
     line, headers = rows[0]
     conc = next((i for i, h in enumerate(headers) if CONC.search(h)), None)
     if conc is None:
@@ -104,18 +100,23 @@ def read(path: Path, *, select: str) -> ToolRun:
                        f"'baseline tok/s', as in {SHAPE}")
     per = _pick(headers, PER, select, path, "per-request")
     levels = []
+    seen: dict[int, str] = {}
     for n, cells in rows[1:]:
         where = f"{path}, line {n}"
         if len(cells) != len(headers):
             raise BadInput(f"{where}: {len(cells)} cells, the header has {len(headers)}")
         c = _value(cells[conc], where)
-        if not (c >= 1 and c == int(c)):
-            raise BadInput(f"{where}: concurrency '{cells[conc]}' must be a whole number >= 1")
+        if not (1 <= c <= MAX_KEY and c == int(c)):  # the range first: int() of inf raises
+            raise BadInput(f"{where}: concurrency '{cells[conc][:40]}' must be a whole number from 1 to {MAX_KEY:,}")
         figures = {"output_tok_s": _value(cells[agg], where)}
         if per is not None:
             figures["request_tok_s_mean"] = _value(cells[per], where)
         if math.isnan(figures["output_tok_s"]):
             continue
+        if int(c) in seen:
+            raise BadInput(f"{where}: concurrency {int(c)} again (first at {seen[int(c)]}); a table holds one row per "
+                           "concurrency: remove one, or import repeats as the tool's own result files")
+        seen[int(c)] = f"line {n}"
         levels.append(Level(int(c), {k: v for k, v in figures.items() if v == v}, None, where))
     if not levels:
         raise BadInput(f"{path}: column '{headers[agg]}' holds no numbers")

@@ -37,7 +37,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-from specsweep.importers.common import BadInput, Level, ToolRun, concurrency_of, ms, number, read_json_objects, record
+from specsweep.importers.common import (
+    BadInput,
+    Level,
+    ToolRun,
+    concurrency_of,
+    ms,
+    number,
+    read_json_objects,
+    record,
+    refuse_foreign,
+)
 
 TOOL = "vllm bench serve"
 READER = "specsweep.importers.vllm (vLLM serve.py at commit 009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1)"
@@ -129,15 +139,19 @@ def _level_requests(obj: dict[str, Any], where: str) -> list:
         inputs = [None] * n
     records = []
     for i in range(n):
-        err = errors[i] or None
+        err = str(errors[i]) if errors[i] else None
         gaps = obj["itls"][i]
         if not isinstance(gaps, list) or not all(isinstance(g, (int, float)) and g >= 0 for g in gaps):
             raise BadInput(f"{where}: itls[{i}] must be a list of non-negative seconds")
         out = obj["output_lens"][i]
-        if not err and (not isinstance(out, (int, float)) or out < 1):
-            err = f"vLLM recorded {out!r} output tokens for a successful request"
-        records.append(record(float(obj["start_times"][i]), obj["ttfts"][i], gaps, obj["latencies"][i],
-                              out, error=err, prompt_tokens=inputs[i] if i < len(inputs) else None))
+        if out is not None and (isinstance(out, bool) or not isinstance(out, (int, float))):
+            raise BadInput(f"{where}: output_lens[{i}] must be a number of tokens, found {json.dumps(out)[:40]}")
+        if not err and not (isinstance(out, (int, float)) and out >= 1):
+            err = f"vLLM recorded {json.dumps(out)[:40]} output tokens for a successful request"
+            out = None
+        records.append(record(obj["start_times"][i], obj["ttfts"][i], gaps, obj["latencies"][i],
+                              out, error=err, prompt_tokens=inputs[i] if i < len(inputs) else None,
+                              where=f"{where}, request {i}"))
     return records
 
 
@@ -180,6 +194,7 @@ def read(path: Path) -> ToolRun:
         where = f"{path}, line {line}" if line > 1 else str(path)
         if "output_throughput" not in obj or "duration" not in obj:
             raise BadInput(f"{where}: no 'output_throughput'/'duration': not a vllm bench serve --save-result file")
+        refuse_foreign(obj, where, "vllm")
         conc = concurrency_of(obj.get("max_concurrency"), where, "max_concurrency")
         detailed = all(isinstance(obj.get(k), list) for k in _DETAIL)
         figures, level_ids = _figures(obj, where, detailed)

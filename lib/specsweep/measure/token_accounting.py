@@ -27,13 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specsweep.results.records import TokenSource, times_array, tokens_array
+# MAX_COUNT: a larger claim makes the request an error row (``client.parse_exchange``), never an OverflowError
+from specsweep.results.records import MAX_COUNT, TokenSource, times_array, tokens_array
 
 __all__ = ["MAX_COUNT", "TokenAccount", "account_tokens", "drop_implausible"]
-
-#: the largest token count a server can claim for one request (int32: no context is longer); a
-#: larger one makes the request an error row (``client.parse_exchange``), never an ``OverflowError``
-MAX_COUNT = 2**31 - 1
 
 
 @dataclass(slots=True)

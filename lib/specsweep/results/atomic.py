@@ -1,7 +1,8 @@
 """Writing a file so that a reader sees the old one or the new one, never a torn one.
 
-Standard library only: :mod:`specsweep.results.study_record` writes ``study.json`` with it and is
-read by the report builder before its kernel has loaded pandas. Files follow the user's umask.
+A folder is replaced the same way (:func:`replace_dir`). Standard library only:
+:mod:`specsweep.results.study_record` writes ``study.json`` with it and is read by the report
+builder before its kernel has loaded pandas. Files follow the user's umask.
 """
 from __future__ import annotations
 
@@ -49,3 +50,47 @@ def atomic_write_bytes(target: Path, data: bytes) -> None:
     """Write ``data`` to ``target`` so readers see the old file or the new one, never a torn one."""
     with atomic_file(target) as handle:
         handle.write(data)
+
+
+#: Linux ``renameat2`` arguments: the current directory as base, and swap the two paths
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the paths ``a`` and ``b`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``); False
+    where the C library or the file system does not offer it."""
+    import ctypes
+    import errno
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_dir(new: Path, target: Path) -> None:
+    """Put the folder ``new`` at ``target`` so a reader sees the old folder or the new one, never a
+    mix of both: a rename where ``target`` does not exist, else an atomic exchange; afterwards
+    ``new`` holds the old folder's contents, for the caller to delete. Where no exchange is
+    offered, the old folder is renamed aside first (for an instant there is none at ``target``;
+    its contents are never lost)."""
+    if not target.exists():
+        os.rename(new, target)
+    elif not _exchange(new, target):
+        aside = new.with_name(new.name + ".old")
+        os.rename(target, aside)
+        os.rename(new, target)
+        os.rename(aside, new)
+    with contextlib.suppress(OSError):  # make the rename durable where the file system allows
+        fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -20,6 +20,9 @@ TokenSource = Literal["usage", "tokenize", "chunks"]
 
 #: characters of generated text kept for display (``output_head``)
 HEAD_CHARS = 200
+#: the largest token count one request can have (int32: no context is longer); a larger claim is no
+#: measurement (the client makes it an error row, an importer refuses it)
+MAX_COUNT = 2**31 - 1
 #: characters per block of ``output_blocks`` (the resolution of a first difference past the head)
 BLOCK_CHARS = 64
 #: bytes of BLAKE2b per block, and of ``output_digest`` (16 hex digits)

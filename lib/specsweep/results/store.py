@@ -24,6 +24,7 @@ import io
 import itertools
 import json
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -114,6 +115,11 @@ class ResultSet:
 # --------------------------------------------------------------------------------------- reading
 
 
+def validation_problems(exc: ValidationError) -> str:
+    """A pydantic error as one line: ``field 'a.b': what is wrong; …`` (offending values cut short)."""
+    return "; ".join(f"field '{'.'.join(str(p) for p in err['loc'])}': {err['msg']}" for err in exc.errors())
+
+
 def read_meta(path: Path) -> Meta:
     """``path/meta.json``, validated; :class:`SchemaError` naming the file when it is missing or malformed."""
     meta_path = path / "meta.json"
@@ -128,10 +134,7 @@ def read_meta(path: Path) -> Meta:
     try:
         meta = Meta.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"field '{'.'.join(str(p) for p in err['loc'])}': {err['msg']}" for err in exc.errors()
-        )
-        raise SchemaError(f"{meta_path}: {problems}") from exc
+        raise SchemaError(f"{meta_path}: {validation_problems(exc)}") from exc
     if meta.schema_version > SCHEMA_VERSION:
         raise SchemaError(
             f"{meta_path}: schema_version {meta.schema_version} is newer than this specsweep "
@@ -201,8 +204,30 @@ def _read_frame(path: Path, stem: str, required: dict[str, str], *, optional: bo
 MAX_KEY = 10**9
 #: the largest magnitude a metric may have (1e15 tok/s, s, requests): anything beyond is no measurement
 MAX_METRIC = 1e15
+#: the largest rate (tok/s, requests/s) a level or request may have: a thousand times any server's
+MAX_RATE = 1e9
+#: the longest duration (seconds) a level or request may have: about four months
+MAX_DURATION_S = 1e7
 #: request columns that are durations (seconds from a request's start): never negative
 REQUEST_DURATIONS = ("ttft_s", "e2e_s")
+#: request columns that are times since the level's start (a warm-up request may start before it)
+REQUEST_TIMES = ("t_start_s", "t_end_s")
+#: slack of the order checks (ttft <= e2e, p50 <= p90 <= p99): float rounding, not measurement
+ORDER_SLACK = 1e-9
+
+
+def is_rate(name: str) -> bool:
+    """A column of tokens or requests per second (``output_tok_s``, ``user_tok_s_p10``, ``request_per_s`` …)."""
+    return "tok_s" in name or "per_s" in name or "throughput" in name
+
+
+def is_duration(name: str) -> bool:
+    """A column of seconds (``ttft_p99_s``, ``vllm_itl_mean_s``, ``window_s`` …), rates aside."""
+    return name.endswith("_s") and not is_rate(name)
+
+
+def _metric_bound(name: str) -> float:
+    return MAX_RATE if is_rate(name) else MAX_DURATION_S if is_duration(name) else MAX_METRIC
 
 
 def _check_int_range(frame: pd.DataFrame, col: str, source: Path) -> None:
@@ -219,28 +244,80 @@ def _metric_columns(frame: pd.DataFrame, names: Iterable[str]) -> list[str]:
             and not pd.api.types.is_bool_dtype(frame[c])]
 
 
-def _impossible_rows(frame: pd.DataFrame, columns: list[str], *, nan_bad: tuple[str, ...] = ()) -> dict[int, str]:
+def _values(frame: pd.DataFrame, col: str) -> np.ndarray:
+    return frame[col].to_numpy(dtype=float, na_value=np.nan)
+
+
+def _impossible_rows(frame: pd.DataFrame, columns: list[str], *, nan_bad: tuple[str, ...] = (),
+                     signed: tuple[str, ...] = ()) -> dict[int, str]:
     """``{row position: why}`` of rows holding a value no measurement can have in ``columns``:
-    ±inf, negative, beyond :data:`MAX_METRIC`, or NaN in one of ``nan_bad``."""
+    ±inf, negative (except in ``signed``), beyond the column's bound (:data:`MAX_RATE` for rates,
+    :data:`MAX_DURATION_S` for durations, else :data:`MAX_METRIC`), or NaN in one of ``nan_bad``."""
     out: dict[int, str] = {}
     for col in columns:
-        v = frame[col].to_numpy(dtype=float, na_value=np.nan)
+        v = _values(frame, col)
+        bound = _metric_bound(col)
         bad = ~np.isfinite(v) if col in nan_bad else np.isinf(v)
-        bad |= (v < 0) | (np.abs(v) > MAX_METRIC)
+        bad |= (np.abs(v) > bound) | ((v < 0) & (col not in signed))
         for i in np.flatnonzero(bad):
             if int(i) in out:
                 continue
             x = float(v[i])
             why = ("no value (NaN)" if np.isnan(x) else "infinite" if np.isinf(x) else
-                   "negative" if x < 0 else f"beyond {MAX_METRIC:g}")
+                   f"beyond {bound:g}" if abs(x) > bound else "negative")
             out[int(i)] = f"column '{col}' holds {x!r} ({why})"
     return out
 
 
-def _drop_impossible(frame: pd.DataFrame, columns: list[str], what: str, *,
-                     nan_bad: tuple[str, ...] = ()) -> tuple[pd.DataFrame, list[str]]:
-    """``frame`` without rows of impossible values, and a note naming the file, rows and columns."""
-    bad = _impossible_rows(frame, columns, nan_bad=nan_bad)
+def _percentile_columns(frame: pd.DataFrame) -> dict[str, list[tuple[int, str]]]:
+    """``{stem: [(percentile, column), …]}`` of numeric ``<stem>_p<P>[_s]`` columns, by percentile."""
+    out: dict[str, list[tuple[int, str]]] = {}
+    for col in _metric_columns(frame, [c for c in frame.columns if isinstance(c, str)]):
+        m = re.fullmatch(r"(.+)_p(\d+)(_s)?", col)
+        if m:
+            out.setdefault(m.group(1) + (m.group(3) or ""), []).append((int(m.group(2)), col))
+    return {k: sorted(v) for k, v in out.items() if len(v) > 1}
+
+
+def _out_of_order(frame: pd.DataFrame, pairs: Iterable[tuple[str, str]], how: str) -> dict[int, str]:
+    """``{row position: why}`` of rows where column ``a`` exceeds column ``b`` (both present) for a pair."""
+    out: dict[int, str] = {}
+    for a, b in pairs:
+        va, vb = _values(frame, a), _values(frame, b)
+        bad = (va > vb + ORDER_SLACK * np.maximum(np.abs(vb), 1.0)) & np.isfinite(va) & np.isfinite(vb)
+        for i in np.flatnonzero(bad):
+            out.setdefault(int(i), f"'{a}' {float(va[i])!r} exceeds '{b}' {float(vb[i])!r} ({how})")
+    return out
+
+
+def _disordered_percentiles(frame: pd.DataFrame) -> dict[int, str]:
+    """Level rows whose percentiles of one figure fall as the percentile rises (p50 > p99 …)."""
+    pairs = [(lo, hi) for cols in _percentile_columns(frame).values()
+             for (_, lo), (_, hi) in zip(cols, cols[1:])]
+    return _out_of_order(frame, pairs, "a lower percentile above a higher one")
+
+
+def _impossible_chunks(frame: pd.DataFrame) -> dict[int, str]:
+    """Request rows whose chunk times (``chunk_t_s``) are not finite, come before the request was
+    sent (``t_start_s``) or lie beyond :data:`MAX_DURATION_S`."""
+    if "chunk_t_s" not in frame.columns or frame.empty:
+        return {}
+    cells = [np.asarray(v, dtype=float) if v is not None and not _is_missing(v) else np.empty(0)
+             for v in frame["chunk_t_s"]]
+    sizes = np.fromiter((c.size for c in cells), np.int64, len(cells))
+    flat = np.concatenate(cells) if sizes.sum() else np.empty(0)
+    row = np.repeat(np.arange(len(cells)), sizes)
+    start = np.nan_to_num(_values(frame, "t_start_s"), nan=-np.inf) if "t_start_s" in frame else np.full(len(cells), -np.inf)
+    bad = ~np.isfinite(flat) | (flat < start[row] - ORDER_SLACK) | (np.abs(flat) > MAX_DURATION_S)
+    out: dict[int, str] = {}
+    for i in np.flatnonzero(bad):
+        out.setdefault(int(row[i]), f"column 'chunk_t_s' holds {float(flat[i])!r} (a chunk time that is not finite, "
+                                    "before the request was sent, or absurd)")
+    return out
+
+
+def _drop_rows(frame: pd.DataFrame, bad: dict[int, str], what: str) -> tuple[pd.DataFrame, list[str]]:
+    """``frame`` without the rows ``bad`` names, and a note naming the file, rows and why."""
     if not bad:
         return frame, []
     rows = sorted(bad)
@@ -254,25 +331,43 @@ def _drop_impossible(frame: pd.DataFrame, columns: list[str], what: str, *,
     return kept, [note]
 
 
+def level_problems(levels: pd.DataFrame) -> dict[int, str]:
+    """``{row position: why}`` of level rows no measurement can have (see :func:`validate_values`)."""
+    from specsweep.results.columns import METRICS
+
+    names = list(dict.fromkeys([*METRICS, *(c for c in levels.columns if isinstance(c, str)
+                                            and (c.endswith("_s") or c.startswith("n_") or is_rate(c)))]))
+    return {**_disordered_percentiles(levels),
+            **_impossible_rows(levels, _metric_columns(levels, names), nan_bad=("output_tok_s",))}
+
+
+def request_problems(requests: pd.DataFrame) -> dict[int, str]:
+    """``{row position: why}`` of request rows no measurement can have (see :func:`validate_values`)."""
+    names = [c for c in requests.columns if isinstance(c, str) and (is_duration(c) or is_rate(c))]
+    columns = _metric_columns(requests, [*REQUEST_DURATIONS, *names, "output_tokens"])
+    return {**_impossible_chunks(requests),
+            **_out_of_order(requests, [("ttft_s", "e2e_s")] if {"ttft_s", "e2e_s"} <= set(requests) else [],
+                            "the first token after the last"),
+            **_impossible_rows(requests, columns, signed=REQUEST_TIMES)}
+
+
 def validate_values(levels: pd.DataFrame, requests: pd.DataFrame | None
                     ) -> tuple[pd.DataFrame, pd.DataFrame | None, list[str]]:
     """Drop level and request rows whose values no measurement can have; notes say what went.
 
-    Level metrics (every column ``columns.METRICS`` names, and every other numeric ``*_s`` or
-    ``n_*`` column) must be finite, >= 0 and at most :data:`MAX_METRIC`, and ``output_tok_s``
-    present (not NaN); other NaN metrics mean "not measured" and stay. Requests: ``ttft_s`` and
-    ``e2e_s`` must not be negative or infinite, ``output_tokens`` not negative, infinite or absurd.
-    Requests of a dropped level go with it.
+    Level metrics (every column ``columns.METRICS`` names, every other numeric ``*_s``, ``n_*``
+    or rate column) must be finite, >= 0 and within their bound (:data:`MAX_RATE` for rates,
+    :data:`MAX_DURATION_S` for durations, else :data:`MAX_METRIC`), ``output_tok_s`` present (not
+    NaN), and the percentiles of one figure must not fall as the percentile rises (p50 <= p90 <=
+    p99); other NaN metrics mean "not measured" and stay. Requests: every duration and rate column
+    the same (``t_start_s``/``t_end_s`` may be negative: a warm-up request may start before the
+    level), ``ttft_s <= e2e_s``, chunk times finite and not before the request was sent,
+    ``output_tokens`` not negative, infinite or absurd. Requests of a dropped level go with it.
     """
-    from specsweep.results.columns import METRICS
-
-    names = list(dict.fromkeys([*METRICS, *(c for c in levels.columns if isinstance(c, str)
-                                            and (c.endswith("_s") or c.startswith("n_")))]))
-    levels, notes = _drop_impossible(levels, _metric_columns(levels, names), "level", nan_bad=("output_tok_s",))
+    levels, notes = _drop_rows(levels, level_problems(levels), "level")
     level_dropped = bool(notes)
     if requests is not None and not requests.empty:
-        requests, more = _drop_impossible(requests, _metric_columns(requests, [*REQUEST_DURATIONS, "output_tokens"]),
-                                          "request")
+        requests, more = _drop_rows(requests, request_problems(requests), "request")
         notes += more
         keys = levels[["concurrency", "repeat"]].drop_duplicates()
         keep = requests.merge(keys, on=["concurrency", "repeat"], how="left", indicator=True)["_merge"].eq("both")
@@ -525,7 +620,8 @@ def write_meta(run_dir: Path, meta: Meta) -> None:
     try:
         Meta.model_validate(data)
     except ValidationError as exc:
-        raise SchemaError(f"{run_dir / 'meta.json'}: refusing to write invalid metadata: {exc}") from exc
+        raise SchemaError(f"{run_dir / 'meta.json'}: refusing to write invalid metadata: {validation_problems(exc)}") \
+            from exc
     atomic_write_bytes(run_dir / "meta.json", (json.dumps(redact(data), indent=2, default=str) + "\n").encode())
 
 

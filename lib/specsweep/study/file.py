@@ -75,6 +75,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from specsweep.decide import Profile
 from specsweep.errors import InputError
 from specsweep.measure.config import ARM_PATTERN, SERVER_OUTPUT_TOKENS, SweepConfig
+from specsweep.results.untrusted import decode_utf8, read_bounded
 
 #: sweep-notebook parameters the study sets per arm (not allowed in the shared ``sweep`` section)
 RUNNER_PARAMETERS: dict[str, str] = {
@@ -846,21 +847,10 @@ def load_study(path: str | Path, *, allow_large_grid: bool = False) -> Study:
     path = Path(path)
     if not path.is_file():
         raise StudyError(f"{path}: no such study file; give the path of a .yaml study (e.g. data/studies/demo.yaml)")
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_STUDY_BYTES + 1)
-    except OSError as exc:
-        raise StudyError(f"{path}: cannot read the study file ({exc.strerror or exc})") from exc
-    if len(data) > MAX_STUDY_BYTES:
-        raise StudyError(f"{path}: larger than a study file may be ({MAX_STUDY_BYTES:,} bytes); is this the study "
-                         "file? Long lists belong in grids, prompts in a workload file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise StudyError(f"{path} line {line}: byte 0x{data[exc.start]:02x} at column {column} is not UTF-8 text; "
-                         "save the study file as UTF-8") from exc
+    data = read_bounded(path, MAX_STUDY_BYTES, StudyError,
+                        too_big=f"larger than a study file may be ({MAX_STUDY_BYTES:,} bytes); is this the study "
+                                "file? Long lists belong in grids, prompts in a workload file")
+    text = decode_utf8(data, path, StudyError, fix="save the study file as UTF-8")
     study = parse_study(text, str(path), allow_large_grid=allow_large_grid)
     study.path = path
     return study

@@ -53,6 +53,7 @@ from typing import Any
 import pandas as pd
 
 from specsweep.errors import InputError
+from specsweep.results.untrusted import parse_json
 from specsweep.workloads.order import record_index
 
 __all__ = [
@@ -355,12 +356,10 @@ def _jsonl_rows(path: Path, text: str) -> Iterator[tuple[str, Any]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = parse_json(line, f"{path}:{n}", DatasetError)
         except json.JSONDecodeError as exc:
             raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg} at column {exc.colno}); each line "
                                "must be one JSON object") from exc
-        except RecursionError:
-            raise DatasetError(f"{path}:{n}: {_TOO_DEEP}") from None
         yield f"{path}:{n}", obj
 
 
