@@ -131,12 +131,13 @@ def test_a_failing_flush_is_told_from_a_missing_route(tmp_path: Path, refserver_
     assert outcome.describe.startswith("failed:")
     lines: list[str] = []
     res = run_sweep(small(tmp_path, srv.url, flush_cache=True), progress=False, log=lines.append)
-    assert res.meta.prefix_cache_flush.startswith("failed:")
-    assert res.meta.prefix_cache_flush_failed[0]["level"] == [2, 0]
-    assert any("flush failed" in line and "warm cache" in line for line in lines)
+    # SGLang takes a per-request cache_salt: the levels stay cold by salt, and every record says the
+    # cache was not emptied and why (the route failed), never "emptied" and never "no route"
+    assert res.meta.prefix_cache_flush.startswith("cache_salt per level (not emptied:")
+    assert "/flush_cache" in res.meta.prefix_cache_flush and "no route" not in res.meta.prefix_cache_flush
+    assert any("could not be emptied" in line and "/flush_cache" in line for line in lines)
     rs = load_result_set(res.run_dir)
-    assert rs.levels["prefix_cache_flush"].iloc[0].startswith("failed:")
-    assert any("may have read a warm cache" in n for n in rs.notes)
+    assert all("not emptied" in v and "/flush_cache" in v for v in rs.levels["prefix_cache_flush"])
 
 
 def test_a_hanging_flush_is_a_failure(refserver_factory) -> None:
