@@ -119,14 +119,14 @@ def wls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.nda
 def fit_delta_curve(
     concurrency: Sequence[float], y: Sequence[float], v: Sequence[float] | None = None,
     noise_var: float | None = None, noise_df: float = 0.0, noise: str = "residuals", alpha: float = ALPHA,
-    family: int = 1, force_model: str | None = None,
+    family: int = 1, force_model: str | None = None, shape_var: float | None = None,
 ) -> DeltaCurve | None:
     """Fit the delta curve y = ln(arm / baseline) against x = log2(concurrency).
 
     ``v``: per-level variance factors (Var(y_i) = σ² v_i; 1/n_arm + 1/n_baseline with repeats,
     the bootstrap variance with ``noise_var`` = 1 and ``noise_df`` = inf). With an independent
     noise estimate (``noise_var`` with ``noise_df`` ≥ 2) the lowest polynomial degree (0..3) whose
-    lack-of-fit F-test passes at ``alpha`` is used, else the level values themselves; without one,
+    lack-of-fit F-test passes at ``alpha`` and whose next term is not significant at ``alpha`` is used, else the level values themselves; without one,
     backward elimination from degree min(3, k − 3) with the residual variance as noise. None when
     there are fewer than 3 levels and no independent noise estimate. The band is simultaneous over the
     k levels of ``family`` curves: each level's two-sided test runs at ``alpha`` / (k × family).
@@ -134,6 +134,11 @@ def fit_delta_curve(
     ``force_model`` (one of :data:`MODEL_RANK`): use that curve family instead of choosing one, so arms
     compared on one page share it (:func:`shared_models`); a degree the levels cannot carry (more than
     k − 2 with a noise estimate, k − 3 without) falls back to the level values, resp. the highest they carry.
+
+    ``shape_var``: the noise variance (infinite degrees of freedom, same units as ``noise_var``) the
+    curve family is chosen under, where it differs from the band's: an assumed noise that a
+    significantly larger measured scatter replaced. The larger figure widens the band but never lets
+    a simpler curve pass.
     """
     c = np.asarray(concurrency, float)
     ys = np.asarray(y, float)
@@ -148,20 +153,26 @@ def fit_delta_curve(
     if independent:
         assert noise_var is not None  # what ``independent`` means
         s2, df = float(noise_var), float(noise_df)
-        poly, model = _lowest_degree_within(x, ys, w, (x0, sc), s2, df, alpha, force_model)
+        shape = (s2, df) if shape_var is None else (float(shape_var), math.inf)
+        poly, model = _lowest_degree_within(x, ys, w, (x0, sc), shape, alpha, force_model)
+        if poly is not None and shape[0] > 0:  # the chosen family's coefficients carry the band's noise
+            poly = (poly[0], poly[1], poly[2], poly[3] * (s2 / shape[0]))
     else:
         poly, model, s2, df = _backward_elimination(x, ys, w, (x0, sc), alpha, force_model)
         noise = "the residuals of the fitted curve (no repeats)"
     return _banded(c, ys, vs, x, poly, model, (s2, df), noise, alpha, family)
 
 
-def _lowest_degree_within(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: tuple[float, float], s2: float,
-                          df: float, alpha: float, force_model: str | None) -> tuple[Poly | None, str]:
-    """With an independent noise estimate (variance ``s2`` on ``df`` degrees of freedom): the lowest
-    degree whose lack-of-fit F-test passes at ``alpha`` (or the forced one), else None: the level values."""
+def _lowest_degree_within(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: tuple[float, float],
+                          noise: tuple[float, float], alpha: float, force_model: str | None) -> tuple[Poly | None, str]:
+    """With an independent noise estimate ``noise`` = (variance s2, degrees of freedom df): the lowest
+    degree whose lack-of-fit F-test passes at ``alpha`` and whose next term is not significant
+    (:func:`_next_term_significant`), or the forced one; else None: the level values. The
+    polynomial's covariance is scaled by s2."""
     from scipy import special  # deferred, and not scipy.stats: slow to import, see bench/import_time.py
 
     x0, sc = centre
+    s2, df = noise
     k = len(ys)
     forced = MODEL_RANK.get(force_model) if force_model is not None else None
     for d in range(0, min(MAX_DEGREE, k - 2) + 1):
@@ -172,9 +183,26 @@ def _lowest_degree_within(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: 
         f = (rss / (k - d - 1)) / s2 if s2 > 0 else math.inf
         # F(d1, ∞) is χ²(d1) / d1 (scipy's F gives NaN for an infinite denominator)
         p_fit = special.fdtrc(k - d - 1, df, f) if math.isfinite(df) else special.chdtrc(k - d - 1, f * (k - d - 1))
-        if p_fit >= alpha or forced is not None:
+        if forced is not None or (p_fit >= alpha and not _next_term_significant(x, ys, w, centre, d, noise, alpha)):
             return (x0, sc, beta, cov * s2), DEGREE_NAMES[d]
     return None, LEVEL_MODEL
+
+
+def _next_term_significant(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: tuple[float, float], d: int,
+                           noise: tuple[float, float], alpha: float) -> bool:
+    """Whether the degree-(d + 1) coefficient, fitted with it, differs from 0 at ``alpha`` (two-sided,
+    under ``noise`` = (variance, df)). The lack-of-fit test spreads a bend over all its degrees of
+    freedom and lets a straight line through a curve in 4 draws of 10 where this one-degree test
+    finds the bend; False where the levels cannot carry degree d + 1."""
+    from scipy import special  # deferred, and not scipy.stats: slow to import, see bench/import_time.py
+
+    s2, df = noise
+    if d + 1 > min(MAX_DEGREE, len(ys) - 2) or s2 <= 0:
+        return False
+    beta, cov, _ = wls(design_matrix(x, d + 1, *centre), ys, w)
+    t = abs(float(beta[-1])) / math.sqrt(max(float(cov[-1, -1]) * s2, 1e-300))
+    p = 2 * (special.stdtr(df, -t) if math.isfinite(df) else special.ndtr(-t))
+    return bool(p < alpha)
 
 
 def _backward_elimination(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: tuple[float, float], alpha: float,

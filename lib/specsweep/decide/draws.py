@@ -171,6 +171,14 @@ def _crossover_24(c: np.ndarray) -> np.ndarray:
     return np.exp(-0.10 * (np.log2(c) - np.log2(24.0)))
 
 
+def _curved_24(c: np.ndarray) -> np.ndarray:
+    """A delta that bends down with load (ln ratio quadratic in log2 C): 0 at 24, +6 % at 16, −5 % at 32,
+    +27 % at 1 and −28 % at 128; a straight line in log2 C through it crosses 0 too early."""
+    x = np.log2(c)
+    b = math.log(1.06) / (math.log2(24.0) ** 2 - 16.0)
+    return np.exp(b * (math.log2(24.0) ** 2 - x * x))
+
+
 #: case -> (levels, repeats, noise σ(C) as a function, aggregate ratio, per-user ratio, drift,
 #: sentinel levels, control arm)
 HARD_CASES: dict[str, dict[str, Any]] = {
@@ -192,6 +200,12 @@ HARD_CASES: dict[str, dict[str, Any]] = {
                                  user=lambda c: _crossover_24(c) * 1.15),
     "latency_crossover_24_3runs": dict(levels=SEED_GRID, repeats=3, sigma=lambda c: 0.03 + 0 * c,
                                        agg=_crossover_24, user=lambda c: _crossover_24(c) * 1.15),
+    "curved_24_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_curved_24,
+                              user=_curved_24),
+    "plus6_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c,
+                          agg=lambda c: 1.06 + 0 * c, user=lambda c: 1.06 + 0 * c),
+    "nominal_none_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none,
+                                 user=_ratio_none),
 }
 HARD_CASE_TEXT: dict[str, str] = {
     "nominal_none": "no difference, 3% noise, 3 runs per level",
@@ -204,6 +218,9 @@ HARD_CASE_TEXT: dict[str, str] = {
     "growing_noise": "no difference, noise growing from 1% at C=1 to 8% at C=128, 3 runs per level",
     "latency_crossover_24": "crossover at 24 on levels 1, 4, 16, 32, 64, 128 (per-user +15% more), one run per level",
     "latency_crossover_24_3runs": "crossover at 24 on levels 1, 4, 16, 32, 64, 128 (per-user +15% more), 3 runs",
+    "curved_24_one_run": "a bending delta crossing 0 at 24 on levels 1, 2, …, 128 (+6% at 16, −5% at 32), one run",
+    "plus6_one_run": "+6% everywhere, 3% noise, one run per level",
+    "nominal_none_one_run": "no difference, 3% noise (the assumption exactly), one run per level",
 }
 HARD_MODEL_TEXT: str = (
     "levels 1, 2, 4, …, 128 (or the seed's 1, 4, 16, 32, 64, 128); baseline per-request 120 ÷ (1 + C/20)^0.6 tok/s, "
@@ -282,7 +299,8 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     names = [p["name"] for p in DEFAULT_PROFILES]
     keys = ["no_difference", "any_crossover", "drift_named", "drift_caveat", "control_chosen", "throughput_enable",
-            "latency_wrong_sign", "latency_disagrees"] + [f"false_claim:{nm}" for nm in names]
+            "latency_wrong_sign", "latency_disagrees", "crossover_16_32", "noise_replaced",
+            ] + [f"false_claim:{nm}" for nm in names]
     counts = dict.fromkeys(keys, 0)
     truth = true_wait_longer(case)
     from specsweep.decide.caveats import drift_sentences
@@ -295,10 +313,14 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
         for (p, _), f in zip(decs, flat):
             counts[f"false_claim:{p.name}"] += not f
         cx = comp.crossover("spec", "output_tok_s")
+        thr = next(d for p, d in decs if p.objective == "throughput" and not p.min_user_tok_s)
         counts["any_crossover"] += len(cx) > 0
+        counts["crossover_16_32"] += (len(cx) == 1 and 16 <= cx.iloc[0].crossover_concurrency <= 32
+                                      and thr.verdict == Verdict.ENABLE_UP_TO and 16 <= (thr.up_to or 0) <= 32)
+        curve = comp.curve("spec", "output_tok_s")
+        counts["noise_replaced"] += curve is not None and "so it is used" in curve.noise
         counts["drift_named"] += comp.drift is not None and comp.drift.credible()
         counts["control_chosen"] += any(d.arm in comp.controls for _, d in decs)
-        thr = next(d for p, d in decs if p.objective == "throughput" and not p.min_user_tok_s)
         lat = next(d for p, d in decs if p.objective == "latency")
         counts["throughput_enable"] += thr.verdict == Verdict.ENABLE
         wrong = any((o == "gain" and truth[int(c)] > 0) or (o == "loss" and truth[int(c)] < 0)
@@ -319,6 +341,8 @@ HARD_RESULT_TEXT: dict[str, str] = {
     "control_chosen": "the control arm recommended",
     "latency_wrong_sign": "latency: a level of the wrong sign",
     "latency_disagrees": "latency and throughput disagree on “up to”",
+    "crossover_16_32": "one crossover, between 16 and 32, and enable up to it",
+    "noise_replaced": "the assumed noise replaced by the levels' scatter",
 }
 #: which results each hard case is quoted on (the report's table; tests/test_verdict_draws_hard.py)
 HARD_JUDGED: dict[str, tuple[str, ...]] = {
