@@ -20,6 +20,8 @@ import numpy as np
 
 #: family-wise error rate of every band and credible call (two-sided)
 ALPHA: float = 0.05
+#: two-sided level at which the next polynomial term, fitted, keeps a lower degree from being chosen
+NEXT_TERM_ALPHA: float = 0.05
 #: highest polynomial degree tried for a delta curve
 MAX_DEGREE: int = 3
 DEGREE_NAMES = {0: "constant", 1: "linear", 2: "quadratic", 3: "cubic"}
@@ -183,7 +185,7 @@ def _lowest_degree_within(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: 
         f = (rss / (k - d - 1)) / s2 if s2 > 0 else math.inf
         # F(d1, ∞) is χ²(d1) / d1 (scipy's F gives NaN for an infinite denominator)
         p_fit = special.fdtrc(k - d - 1, df, f) if math.isfinite(df) else special.chdtrc(k - d - 1, f * (k - d - 1))
-        if forced is not None or (p_fit >= alpha and not _next_term_significant(x, ys, w, centre, d, noise, alpha)):
+        if forced is not None or (p_fit >= alpha and not _next_term_significant(x, ys, w, centre, d, noise, NEXT_TERM_ALPHA)):
             return (x0, sc, beta, cov * s2), DEGREE_NAMES[d]
     return None, LEVEL_MODEL
 
