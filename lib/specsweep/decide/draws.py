@@ -179,6 +179,16 @@ def _curved_24(c: np.ndarray) -> np.ndarray:
     return np.exp(b * (math.log2(24.0) ** 2 - x * x))
 
 
+def _edge_loss_high(c: np.ndarray) -> np.ndarray:
+    """+6.7 % up to 64, −10 % at 128: the right answer is 'enable up to X', 64 < X < 128."""
+    return np.where(c >= 128, 0.90, 1.067)
+
+
+def _edge_loss_low(c: np.ndarray) -> np.ndarray:
+    """−10 % at 1, +6.7 % from 2: the right answer is 'enable from X', 1 < X < 2."""
+    return np.where(c <= 1, 0.90, 1.067)
+
+
 #: case -> (levels, repeats, noise σ(C) as a function, aggregate ratio, per-user ratio, drift,
 #: sentinel levels, control arm)
 HARD_CASES: dict[str, dict[str, Any]] = {
@@ -204,6 +214,12 @@ HARD_CASES: dict[str, dict[str, Any]] = {
                               user=_curved_24),
     "plus6_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c,
                           agg=lambda c: 1.06 + 0 * c, user=lambda c: 1.06 + 0 * c),
+    "edge_loss_high": dict(levels=GRID, repeats=3, sigma=lambda c: 0.03 + 0 * c, agg=_edge_loss_high,
+                           user=lambda c: 1.25 + 0 * c),
+    "edge_loss_high_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_edge_loss_high,
+                                   user=lambda c: 1.25 + 0 * c),
+    "edge_loss_low": dict(levels=GRID, repeats=3, sigma=lambda c: 0.03 + 0 * c, agg=_edge_loss_low,
+                          user=lambda c: 1.25 + 0 * c),
     "nominal_none_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none,
                                  user=_ratio_none),
 }
@@ -220,6 +236,9 @@ HARD_CASE_TEXT: dict[str, str] = {
     "latency_crossover_24_3runs": "crossover at 24 on levels 1, 4, 16, 32, 64, 128 (per-user +15% more), 3 runs",
     "curved_24_one_run": "a bending delta crossing 0 at 24 on levels 1, 2, …, 128 (+6% at 16, −5% at 32), one run",
     "plus6_one_run": "+6% everywhere, 3% noise, one run per level",
+    "edge_loss_high": "aggregate +6.7% up to 64, −10% at 128 (per-user +25%), 3 runs per level",
+    "edge_loss_high_one_run": "aggregate +6.7% up to 64, −10% at 128 (per-user +25%), one run per level",
+    "edge_loss_low": "aggregate −10% at 1, +6.7% from 2 (per-user +25%), 3 runs per level",
     "nominal_none_one_run": "no difference, 3% noise (the assumption exactly), one run per level",
 }
 HARD_MODEL_TEXT: str = (
@@ -294,15 +313,38 @@ def true_wait_longer(case: str) -> dict[int, int]:
     return {int(x): (1 if v < 1 - 1e-9 else -1 if v > 1 + 1e-9 else 0) for x, v in zip(c, r)}
 
 
+def _wrong_sign(thr: Any, agg: Any) -> bool:
+    """Whether the throughput decision calls a level a gain where the true aggregate ratio is below 1, or the reverse."""
+    truth = agg(thr.judged["concurrency"].to_numpy(float))
+    return bool(any((o == "gain" and r < 1 - 1e-9) or (o == "loss" and r > 1 + 1e-9)
+                    for o, r in zip(thr.judged["outcome"], truth)))
+
+
+def _edge_right(thr: Any, agg: Any, levels: Any) -> bool:
+    """Whether an edge loss is found: 'enable up to X' between the last two levels (loss at the top),
+    'enable from X' between the first two (loss at the bottom), or 'not established' (the end level
+    unresolved); False for any other decision or where no end level loses."""
+    ends = np.array([levels[0], levels[-1]], float)
+    r = agg(ends)
+    if r[1] < 1:
+        found = thr.verdict == Verdict.ENABLE_UP_TO and levels[-2] <= (thr.up_to or 0) <= levels[-1]
+    elif r[0] < 1:
+        found = thr.verdict == Verdict.ENABLE_FROM and levels[0] <= (thr.from_c or 0) <= levels[1]
+    else:
+        return False
+    return bool(found or thr.decision == DecisionKind.NOT_ESTABLISHED)
+
+
 def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
     """Fractions of ``n`` draws of ``case`` with each outcome (keys as :data:`HARD_RESULT_TEXT`)."""
     rng = np.random.default_rng(seed)
     names = [p["name"] for p in DEFAULT_PROFILES]
     keys = ["no_difference", "any_crossover", "drift_named", "drift_caveat", "control_chosen", "throughput_enable",
-            "latency_wrong_sign", "latency_disagrees", "crossover_16_32", "noise_replaced",
+            "latency_wrong_sign", "latency_disagrees", "crossover_16_32", "noise_replaced", "edge_wrong_sign", "edge_right",
             ] + [f"false_claim:{nm}" for nm in names]
     counts = dict.fromkeys(keys, 0)
     truth = true_wait_longer(case)
+    spec = HARD_CASES[case]
     from specsweep.decide.caveats import drift_sentences
 
     for _ in range(n):
@@ -317,6 +359,8 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
         counts["any_crossover"] += len(cx) > 0
         counts["crossover_16_32"] += (len(cx) == 1 and 16 <= cx.iloc[0].crossover_concurrency <= 32
                                       and thr.verdict == Verdict.ENABLE_UP_TO and 16 <= (thr.up_to or 0) <= 32)
+        counts["edge_wrong_sign"] += _wrong_sign(thr, spec["agg"])
+        counts["edge_right"] += _edge_right(thr, spec["agg"], spec["levels"])
         curve = comp.curve("spec", "output_tok_s")
         counts["noise_replaced"] += curve is not None and "so it is used" in curve.noise
         counts["drift_named"] += comp.drift is not None and comp.drift.credible()
@@ -343,6 +387,8 @@ HARD_RESULT_TEXT: dict[str, str] = {
     "latency_disagrees": "latency and throughput disagree on “up to”",
     "crossover_16_32": "one crossover, between 16 and 32, and enable up to it",
     "noise_replaced": "the assumed noise replaced by the levels' scatter",
+    "edge_wrong_sign": "batch throughput: a level of the wrong sign",
+    "edge_right": "batch throughput: the edge loss found, or called not established",
 }
 #: which results each hard case is quoted on (the report's table; tests/test_verdict_draws_hard.py)
 HARD_JUDGED: dict[str, tuple[str, ...]] = {
