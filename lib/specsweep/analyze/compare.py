@@ -342,7 +342,8 @@ def _banded(fits: dict[tuple[str, str], DeltaCurve | None], join: _Join, drift: 
 
 #: the columns of :attr:`Comparison.deltas`
 DELTA_COLUMNS: list[str] = ["arm", "concurrency", "metric", "baseline_value", "arm_value", "delta_pct", "fit_delta_pct",
-                            "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "credible", "better"]
+                            "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "credible", "better",
+                            "level_delta_pct", "level_noise_ln"]
 
 
 def _delta_rows(join: _Join, curves: dict[tuple[str, str], DeltaCurve]) -> list[dict[str, Any]]:
@@ -364,13 +365,15 @@ def _delta_row(arm: str, metric: str, c: int, b: float, v: float, curve: DeltaCu
                i: int | None) -> dict[str, Any]:
     """One delta row: the baseline's value ``b`` and the arm's ``v`` at level ``c``, the fitted delta,
     its band and credibility where the curve has the level (its index ``i``)."""
-    fit = lo = hi = math.nan
+    fit = lo = hi = own = own_se = math.nan
     cred = 0
     fitted = curve is not None and i is not None
     if curve is not None and i is not None:
         f, h = curve.fitted[i], curve.half_width[i]
         fit, lo, hi = ((math.exp(z) - 1.0) * 100.0 for z in (f, f - h, f + h))
         cred = int(curve.credible[i])
+        own = (math.exp(float(curve.observed[i])) - 1.0) * 100.0
+        own_se = float(curve.own_se[i]) if curve.own_se is not None else math.nan
     return {
         "arm": arm, "concurrency": c, "metric": metric,
         "baseline_value": b, "arm_value": v,
@@ -381,6 +384,7 @@ def _delta_row(arm: str, metric: str, c: int, b: float, v: float, curve: DeltaCu
         "within_noise": (cred == 0) if fitted else None,
         "credible": cred,
         "better": info(metric).better,
+        "level_delta_pct": own, "level_noise_ln": own_se,
     }
 
 

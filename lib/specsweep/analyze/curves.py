@@ -60,11 +60,18 @@ class DeltaCurve:
     family_label: str = "verdict metrics"
     #: what widened the band beyond the fit's own (drift correction, a control arm)
     widened: list[str] = field(default_factory=list)
+    #: per tested level, one standard deviation of its own measured ln-ratio (``observed``); None: unknown
+    own_se: np.ndarray | None = None
 
     @property
     def credible(self) -> np.ndarray:
-        """+1 where the band lies above 0, −1 below, 0 where it spans 0."""
-        return np.where(self.fitted - self.half_width > 0, 1, np.where(self.fitted + self.half_width < 0, -1, 0))
+        """+1 where the band lies above 0, −1 below, 0 where it spans 0 — or where the level's own
+        measured ln-ratio lies on the other side of 0 by more than its own noise (:func:`contradicted`):
+        a smooth curve carried there by its neighbours is no finding at that level."""
+        cred = np.where(self.fitted - self.half_width > 0, 1, np.where(self.fitted + self.half_width < 0, -1, 0))
+        if self.own_se is None:
+            return cred
+        return np.where(contradicted(cred, self.observed, self.own_se), 0, cred)
 
     def predict(self, concurrency: float) -> tuple[float, float]:
         """Fitted ln-ratio and its standard error at any concurrency within the tested range."""
@@ -102,6 +109,12 @@ class DeltaCurve:
         extra = "".join(f"; widened by {w}" for w in self.widened)
         return (f"{self.model} fit on log2(concurrency), noise from {self.noise}; 95% simultaneous band "
                 f"(Bonferroni over {over}){extra}")
+
+
+def contradicted(sign: np.ndarray, observed: np.ndarray, own_se: np.ndarray) -> np.ndarray:
+    """Where a level's own measured ln-ratio ``observed`` lies on the other side of 0 from ``sign``
+    (+1/−1/0) by more than one standard deviation of its own noise ``own_se``."""
+    return np.asarray(sign) * np.asarray(observed) < -np.asarray(own_se)
 
 
 def design_matrix(x: np.ndarray, degree: int, x0: float, sc: float) -> np.ndarray:
@@ -257,7 +270,8 @@ def _banded(c: np.ndarray, ys: np.ndarray, vs: np.ndarray, x: np.ndarray, poly: 
         se = np.sqrt(var)
     q = 1 - alpha / (2 * k * family)
     crit = float(special.stdtrit(df, q)) if math.isfinite(df) else float(special.ndtri(q))
-    return DeltaCurve(c, ys, fitted, se, crit * se, crit, df, noise, model, poly, var, family)
+    return DeltaCurve(c, ys, fitted, se, crit * se, crit, df, noise, model, poly, var, family,
+                      own_se=np.sqrt(np.maximum(s2 * vs, 0.0)))
 
 
 def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8) -> float:
