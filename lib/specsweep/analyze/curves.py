@@ -66,12 +66,15 @@ class DeltaCurve:
     @property
     def credible(self) -> np.ndarray:
         """+1 where the band lies above 0, −1 below, 0 where it spans 0 — or where the level's own
-        measured ln-ratio lies on the other side of 0 by more than its own noise (:func:`contradicted`):
-        a smooth curve carried there by its neighbours is no finding at that level."""
+        measured ln-ratio lies on the other side of 0 by more than its own noise (:func:`contradicted`;
+        at the lowest and highest level, on the other side at all): a smooth curve carried there by its
+        neighbours is no finding at that level."""
         cred = np.where(self.fitted - self.half_width > 0, 1, np.where(self.fitted + self.half_width < 0, -1, 0))
         if self.own_se is None:
             return cred
-        return np.where(contradicted(cred, self.observed, self.own_se), 0, cred)
+        se = self.own_se.copy()
+        se[[0, -1]] = 0.0  # an end level's fit leans on neighbours on one side only: any contrary sign voids it
+        return np.where(contradicted(cred, self.observed, se), 0, cred)
 
     def predict(self, concurrency: float) -> tuple[float, float]:
         """Fitted ln-ratio and its standard error at any concurrency within the tested range."""
