@@ -277,12 +277,14 @@ def _banded(c: np.ndarray, ys: np.ndarray, vs: np.ndarray, x: np.ndarray, poly: 
                       own_se=np.sqrt(np.maximum(s2 * vs, 0.0)))
 
 
-def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8) -> float:
-    """The smallest |delta| (in %) the band would call credible with ``power`` at the best-measured level."""
+def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8, at: int | None = None) -> float:
+    """The smallest |delta| (in %) the band would call credible with ``power`` at the best-measured
+    level, or at the level of index ``at``."""
     from scipy import special  # deferred, and not scipy.stats: slow to import, see bench/import_time.py
 
     z = float(special.ndtri(power))
-    return (math.exp((curve.crit + z) * float(curve.se.min())) - 1.0) * 100.0
+    se = float(curve.se.min()) if at is None else float(curve.se[at])
+    return (math.exp((curve.crit + z) * se) - 1.0) * 100.0
 
 
 def widen(curve: DeltaCurve, extra_se: np.ndarray | None, floor: np.ndarray | None, why: str) -> None:

@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -15,6 +14,7 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.crossover import zero_between
 from specsweep.decide.caveats import caveat_sentences
+from specsweep.decide.ends import unsettled_ends
 from specsweep.decide.experiments import next_experiments
 from specsweep.decide.judge import _slo_checks, _verdict, judge_levels, wait_metrics
 from specsweep.decide.profiles import Profile, parse_profile
@@ -48,39 +48,12 @@ def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequ
     arm, tied = _choose_arm(comp, profile, per_arm)
     judged = per_arm[arm]
     verdict, up_to, from_c = _verdict(judged)
-    if verdict in (Verdict.ENABLE, Verdict.DISABLE) and _unsettled_ends(comp, arm, judged, verdict):
+    if verdict in (Verdict.ENABLE, Verdict.DISABLE) and unsettled_ends(comp, arm, judged, verdict):
         verdict = Verdict.NO_VERDICT
     if verdict in (Verdict.ENABLE_UP_TO, Verdict.ENABLE_FROM):
         x = _crossover(comp, arm, judged, up=verdict == Verdict.ENABLE_UP_TO)
         up_to, from_c = (x, None) if verdict == Verdict.ENABLE_UP_TO else (None, x)
     return Decision(verdict, arm, judged, per_arm, up_to, from_c, tied)
-
-
-#: the rule of an end level whose own measured delta points against the verdict (:func:`_unsettled_ends`)
-END_AGAINST: str = "end level: its own measured Δ points the other way"
-
-
-def _unsettled_ends(comp: Comparison, arm: str, judged: pd.DataFrame, verdict: Verdict) -> list[int]:
-    """The end levels (lowest, highest) of an 'enable' (or a 'keep off') that are neutral while their
-    own measured Δ of the deciding metric points the other way by more than its own noise; each is
-    marked in ``judged`` (``rule`` :data:`END_AGAINST`). A polynomial's end has the widest band and
-    its neighbours on one side only, so a loss at the edge of the grid is smoothed into the range's
-    gain; such a level gets its own say and the verdict is not established."""
-    want = 1 if verdict == Verdict.ENABLE else -1
-    if verdict == Verdict.DISABLE and not (judged["outcome"] == "loss").any():
-        return []
-    ends = sorted({0, len(judged) - 1}) if len(judged) > 2 else []
-    out = []
-    for i in ends:
-        r = judged.iloc[i]
-        row = comp.delta_rows(arm, str(r["decided_by"])).get(int(r["concurrency"]))
-        if r["outcome"] != "neutral" or row is None or pd.isna(row.get("level_noise_ln", math.nan)):
-            continue
-        flip = -1 if row["better"] == "lower" else 1
-        if want * flip * math.log1p(float(row["level_delta_pct"]) / 100) < -float(row["level_noise_ln"]):
-            judged.loc[judged.index[i], "rule"] = END_AGAINST
-            out.append(int(r["concurrency"]))
-    return out
 
 
 def _choose_arm(comp: Comparison, profile: Profile, per_arm: dict[str, pd.DataFrame]) -> tuple[str, list[str]]:
