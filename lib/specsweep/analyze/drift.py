@@ -162,6 +162,17 @@ def correct_for_drift(raw: dict[str, pd.DataFrame], drift: Drift | None
     return raw, times
 
 
+def level_times(raw: dict[str, pd.DataFrame]) -> dict[str, dict[int, float]]:
+    """{arm: {concurrency: mean start of its runs there, seconds since the epoch}} of the arms whose
+    every row has a start time."""
+    times: dict[str, dict[int, float]] = {}
+    for a, lv in raw.items():
+        t = _row_seconds(lv)
+        if t is not None:
+            times[a] = pd.Series(t).groupby(lv["concurrency"].to_numpy()).mean().to_dict()
+    return times
+
+
 def _correct_drift(lv: pd.DataFrame, drift: Drift, t0: float) -> pd.DataFrame:
     """An arm's level rows with every drifted metric divided by exp(rate × (t − t0))."""
     t = _row_seconds(lv)

@@ -202,7 +202,9 @@ HARD_CASES: dict[str, dict[str, Any]] = {
                            drift=0.04, sentinel=(1, 128)),
     "drift_control": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none, user=_ratio_none,
                           drift=0.04, control=True),
-    "control_noise_only": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none,
+    "drift_control_between": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none,
+                                  user=_ratio_none, drift=0.04, control=True, control_between=True),
+        "control_noise_only": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none,
                                user=_ratio_none, control=True),
     "growing_noise": dict(levels=GRID, repeats=3, sigma=lambda c: 0.01 * 8 ** (np.log2(c) / 7), agg=_ratio_none,
                           user=_ratio_none),
@@ -230,7 +232,9 @@ HARD_CASE_TEXT: dict[str, str] = {
     "drift_no_sentinel": "no difference, machine 4% slower per arm, one run per level, no sentinel",
     "drift_sentinel": "no difference, machine 4% slower per arm, one run per level, baseline re-measured at 1 and 128",
     "drift_control": "no difference, machine 4% slower per arm, one run per level, a control arm measured last",
-    "control_noise_only": "no difference, a control arm that differs by noise alone, one run per level",
+    "drift_control_between": "no difference, machine 4% slower per arm, one run per level, a control arm measured "
+                             "between the baseline and the candidate",
+        "control_noise_only": "no difference, a control arm that differs by noise alone, one run per level",
     "growing_noise": "no difference, noise growing from 1% at C=1 to 8% at C=128, 3 runs per level",
     "latency_crossover_24": "crossover at 24 on levels 1, 4, 16, 32, 64, 128 (per-user +15% more), one run per level",
     "latency_crossover_24_3runs": "crossover at 24 on levels 1, 4, 16, 32, 64, 128 (per-user +15% more), 3 runs",
@@ -268,7 +272,8 @@ def draw_study(case: str, rng: np.random.Generator) -> list[ResultSet]:
     agg0 = levels * user0 * 0.97
     arms = [("baseline", np.ones(k), np.ones(k), False), ("spec", spec["agg"](levels), spec["user"](levels), False)]
     if spec.get("control"):
-        arms.append(("control", np.ones(k), np.ones(k), True))
+        # measured last, or (``control_between``) between the baseline and the candidate
+        arms.insert(1 if spec.get("control_between") else 2, ("control", np.ones(k), np.ones(k), True))
     sweep_runs = k * reps
     drift = float(spec.get("drift", 0.0))
     t0 = pd.Timestamp(1_767_225_600, unit="s", tz="UTC")  # an arbitrary origin; only differences matter
