@@ -173,6 +173,19 @@ def level_times(raw: dict[str, pd.DataFrame]) -> dict[str, dict[int, float]]:
     return times
 
 
+def arms_interleaved(raw: dict[str, pd.DataFrame]) -> bool | None:
+    """Whether the arms' runs were interleaved in time (order abba, repeats taken in turns): some
+    arm's runs started both before and after another arm's; None where a start time is missing, so
+    the study's stated order is all there is."""
+    spans = []
+    for lv in raw.values():
+        t = _row_seconds(lv)
+        if t is None or not len(t):
+            return None
+        spans.append((float(np.min(t)), float(np.max(t))))
+    return any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for b0, b1 in spans[i + 1:])
+
+
 def _correct_drift(lv: pd.DataFrame, drift: Drift, t0: float) -> pd.DataFrame:
     """An arm's level rows with every drifted metric divided by exp(rate × (t − t0))."""
     t = _row_seconds(lv)
