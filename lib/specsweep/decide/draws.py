@@ -26,6 +26,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, decide, parse_profile
+from specsweep.decide.judge import carried_by_one
 from specsweep.decide.verdicts import DecisionKind, Verdict
 from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet
@@ -189,6 +190,11 @@ def _edge_loss_low(c: np.ndarray) -> np.ndarray:
     return np.where(c <= 1, 0.90, 1.067)
 
 
+def _stall_32(c: np.ndarray) -> np.ndarray:
+    """No difference, but every run of level 32 stalled (−30 %): a pause that hit one whole level."""
+    return np.where(c == 32, 0.70, 1.0)
+
+
 #: case -> (levels, repeats, noise σ(C) as a function, aggregate ratio, per-user ratio, drift,
 #: sentinel levels, control arm)
 HARD_CASES: dict[str, dict[str, Any]] = {
@@ -222,6 +228,7 @@ HARD_CASES: dict[str, dict[str, Any]] = {
                                    user=lambda c: 1.25 + 0 * c),
     "edge_loss_low": dict(levels=GRID, repeats=3, sigma=lambda c: 0.03 + 0 * c, agg=_edge_loss_low,
                           user=lambda c: 1.25 + 0 * c),
+    "stalled_level": dict(levels=GRID, repeats=3, sigma=lambda c: 0.03 + 0 * c, agg=_stall_32, user=_stall_32),
     "nominal_none_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none,
                                  user=_ratio_none),
 }
@@ -243,6 +250,7 @@ HARD_CASE_TEXT: dict[str, str] = {
     "edge_loss_high": "aggregate +6.7% up to 64, −10% at 128 (per-user +25%), 3 runs per level",
     "edge_loss_high_one_run": "aggregate +6.7% up to 64, −10% at 128 (per-user +25%), one run per level",
     "edge_loss_low": "aggregate −10% at 1, +6.7% from 2 (per-user +25%), 3 runs per level",
+    "stalled_level": "no difference but level 32 stalled in the arm (−30% in all 3 runs), 3 runs per level",
     "nominal_none_one_run": "no difference, 3% noise (the assumption exactly), one run per level",
 }
 HARD_MODEL_TEXT: str = (
@@ -318,6 +326,11 @@ def true_wait_longer(case: str) -> dict[int, int]:
     return {int(x): (1 if v < 1 - 1e-9 else -1 if v > 1 + 1e-9 else 0) for x, v in zip(c, r)}
 
 
+def flat_of(d: Any) -> bool:
+    """Whether a decision says no measurable difference."""
+    return bool(d.decision == DecisionKind.NO_DIFFERENCE)
+
+
 def _wrong_sign(thr: Any, agg: Any) -> bool:
     """Whether the throughput decision calls a level a gain where the true aggregate ratio is below 1, or the reverse."""
     truth = agg(thr.judged["concurrency"].to_numpy(float))
@@ -345,7 +358,7 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
     rng = np.random.default_rng(seed)
     names = [p["name"] for p in DEFAULT_PROFILES]
     keys = ["no_difference", "any_crossover", "drift_named", "drift_caveat", "control_chosen", "throughput_enable",
-            "latency_wrong_sign", "latency_disagrees", "crossover_16_32", "noise_replaced", "edge_wrong_sign", "edge_right",
+            "latency_wrong_sign", "latency_disagrees", "crossover_16_32", "noise_replaced", "edge_wrong_sign", "edge_right", "one_level_flagged",
             ] + [f"false_claim:{nm}" for nm in names]
     counts = dict.fromkeys(keys, 0)
     truth = true_wait_longer(case)
@@ -364,6 +377,7 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
         counts["any_crossover"] += len(cx) > 0
         counts["crossover_16_32"] += (len(cx) == 1 and 16 <= cx.iloc[0].crossover_concurrency <= 32
                                       and thr.verdict == Verdict.ENABLE_UP_TO and 16 <= (thr.up_to or 0) <= 32)
+        counts["one_level_flagged"] += all(carried_by_one(d.judged) is not None for _, d in decs if not flat_of(d))
         counts["edge_wrong_sign"] += _wrong_sign(thr, spec["agg"])
         counts["edge_right"] += _edge_right(thr, spec["agg"], spec["levels"])
         curve = comp.curve("spec", "output_tok_s")
@@ -394,6 +408,7 @@ HARD_RESULT_TEXT: dict[str, str] = {
     "noise_replaced": "the assumed noise replaced by the levels' scatter",
     "edge_wrong_sign": "batch throughput: a level of the wrong sign",
     "edge_right": "batch throughput: the edge loss found, or called not established",
+    "one_level_flagged": "every verdict resting on one level is flagged as such",
 }
 #: which results each hard case is quoted on (the report's table; tests/test_verdict_draws_hard.py)
 HARD_JUDGED: dict[str, tuple[str, ...]] = {

@@ -17,6 +17,7 @@ from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
 from specsweep.decide.claims import Claim, join_and, pct
 from specsweep.decide.caveats import DRIFT_NOT_EXCLUDED, arms_interleaved_in, control_bounds_drift, unguarded
+from specsweep.decide.judge import carried_by_one
 from specsweep.decide.text import band_text, deciding_word
 from specsweep.decide.verdicts import DecisionKind
 from specsweep.markup import markdown_html, md_text
@@ -146,6 +147,9 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Scre
             enable_at = "—"
         credible = int((lv["outcome"] != "neutral").sum()) if not lv.empty else 0
         levels_note = f"{credible} of {len(cs)} levels credible" if cs else "no levels judged"
+        lone = carried_by_one(lv) if not lv.empty else None
+        if lone is not None:
+            levels_note += f"; one level ({lone}) carries this verdict: re-measure it"
         if kind in (DecisionKind.ENABLE, DecisionKind.KEEP_OFF) and unguarded(comp):
             levels_note += f"; {DRIFT_NOT_EXCLUDED}"
         word, deciding = _deciding(comp, rec)
