@@ -256,8 +256,8 @@ HARD_CASE_TEXT: dict[str, str] = {
 HARD_MODEL_TEXT: str = (
     "levels 1, 2, 4, …, 128 (or the seed's 1, 4, 16, 32, 64, 128); baseline per-request 120 ÷ (1 + C/20)^0.6 tok/s, "
     "aggregate C × that × 0.97; the arm is the baseline times a true ratio on each figure; log-normal noise on every "
-    "run, a run's two figures correlated (ρ = 0.5); runs in time order (the baseline's levels, then each arm's, then "
-    "any sentinel), a run a minute; drift: every figure × exp(−0.04 × t ÷ one arm's sweep time); the three default "
+    "run, a run's two figures correlated (ρ = 0.5); runs in time order (the baseline's levels, then each arm's — a "
+    "control arm last, or in one case between the baseline and the arm — then any sentinel), a run a minute; drift: every figure × exp(−0.04 × t ÷ one arm's sweep time); the three default "
     "profiles.")
 
 
@@ -405,7 +405,7 @@ HARD_RESULT_TEXT: dict[str, str] = {
     "latency_wrong_sign": "latency: a level of the wrong sign",
     "latency_disagrees": "latency and throughput disagree on “up to”",
     "crossover_16_32": "one crossover, between 16 and 32, and enable up to it",
-    "noise_replaced": "the assumed noise replaced by the levels' scatter",
+    "noise_replaced": "the band widened to the levels' scatter (larger than the assumption)",
     "edge_wrong_sign": "batch throughput: a level of the wrong sign",
     "edge_right": "batch throughput: the edge loss found, or called not established",
     "one_level_flagged": "every verdict resting on one level is flagged as such",
@@ -422,6 +422,14 @@ HARD_JUDGED: dict[str, tuple[str, ...]] = {
     "growing_noise": ("no_difference",),
     "latency_crossover_24": ("latency_wrong_sign", "latency_disagrees", "any_crossover"),
     "latency_crossover_24_3runs": ("latency_wrong_sign", "latency_disagrees", "any_crossover"),
+    "curved_24_one_run": ("crossover_16_32",),
+    "plus6_one_run": ("throughput_enable",),
+    "nominal_none_one_run": ("no_difference", "noise_replaced"),
+    "edge_loss_high": ("edge_wrong_sign", "edge_right"),
+    "edge_loss_low": ("edge_wrong_sign", "edge_right"),
+    "edge_loss_high_one_run": ("edge_wrong_sign",),
+    "drift_control_between": ("no_difference", "control_chosen"),
+    "stalled_level": ("one_level_flagged",),
 }
 HARD_N: int = 200
 #: hard_rates(case, n=HARD_N, seed=0) for the HARD_JUDGED results (python -m specsweep.decide.draws hard)

@@ -15,8 +15,8 @@ import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
-from specsweep.decide.claims import Claim, join_and, pct
 from specsweep.decide.caveats import DRIFT_NOT_EXCLUDED, arms_interleaved_in, control_bounds_drift, unguarded
+from specsweep.decide.claims import Claim, join_and, pct
 from specsweep.decide.judge import carried_by_one
 from specsweep.decide.text import band_text, deciding_word
 from specsweep.decide.verdicts import DecisionKind
