@@ -69,3 +69,16 @@ def test_a_verdict_resting_on_one_level_is_named() -> None:
     assert carried_by_one(judged(["gain", "neutral", "loss", "neutral"])) is None
     assert carried_by_one(judged(["gain", "gain", "neutral"])) is None
     assert carried_by_one(judged(["neutral", "gain"])) is None  # two levels: nothing to stand out from
+
+
+def test_one_stalled_level_is_named_on_the_first_screen_and_in_what_to_measure_next() -> None:
+    from specsweep.decide import draws
+    from specsweep.report.decision import decision_rows
+
+    comp = compare(draws.draw_study("stalled_level", np.random.default_rng(3)), n_boot=0)
+    rec = recommend(comp, THROUGHPUT)
+    assert rec.decision == DecisionKind.KEEP_OFF, rec.headline
+    assert rec.next_experiments[0].startswith("Re-measure concurrency 32: it alone carries this verdict")
+    (row,) = decision_rows(comp, [rec])
+    assert "one level (32) carries this verdict: re-measure it" in row.stability
+    assert check_page(comp, [rec]) == []

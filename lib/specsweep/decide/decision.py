@@ -16,7 +16,7 @@ from specsweep.analyze.crossover import zero_between
 from specsweep.decide.caveats import caveat_sentences
 from specsweep.decide.ends import unsettled_ends
 from specsweep.decide.experiments import next_experiments
-from specsweep.decide.judge import _slo_checks, _verdict, judge_levels, wait_metrics
+from specsweep.decide.judge import _slo_checks, _verdict, carried_by_one, judge_levels, wait_metrics
 from specsweep.decide.profiles import Profile, parse_profile
 from specsweep.decide.result import Decision, Recommendation
 from specsweep.decide.sentences import band_sentences, headline_sentences, reason_sentences, withheld_sentences
@@ -97,6 +97,10 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     headline, head_claims = headline_sentences(comp, profile, d, metric)
     reasons, reason_claims, advice = reason_sentences(comp, profile, d)
     experiments, experiment_claims = next_experiments(comp, profile, d.arm, d.judged, metric, advice)
+    lone = carried_by_one(d.judged)
+    if lone is not None:  # a stall or a pause in one level's runs reads exactly like this
+        experiments = [f"Re-measure concurrency {lone}: it alone carries this verdict, its neighbours show nothing; "
+                       f"repeat it (or name it as a sentinel level) before relying on the verdict.", *experiments]
     levels = pd.concat(d.per_arm.values(), ignore_index=True)
     return Recommendation(
         profile=profile, verdict=d.verdict, decision=d.decision, arm=None if d.verdict == Verdict.DISABLE else d.arm,
