@@ -30,10 +30,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsweep.analyze.control import Deviation, add_control, widen_for_controls
+from specsweep.analyze.control import (
+    ControlPoints,
+    Deviation,
+    add_control,
+    control_points,
+    drift_floor,
+    widen_for_controls,
+)
 from specsweep.analyze.crossover import crossover_table
 from specsweep.analyze.curves import DeltaCurve, fit_shared
-from specsweep.analyze.drift import Drift, correct_for_drift, estimate_drift, split_sentinels, widen_for_drift
+from specsweep.analyze.drift import (
+    Drift,
+    correct_for_drift,
+    estimate_drift,
+    level_times,
+    split_sentinels,
+    widen_for_drift,
+)
 from specsweep.analyze.join import (
     NOT_METRICS,
     compared_metrics,
@@ -60,13 +74,18 @@ METHOD: str = (
     "than the run-to-run noise below); else, with one run per level, an assumed run-to-run noise per run and arm "
     "(the report parameter assumed_noise_pct, 3% unless set; a stated assumption, not a measurement: repeats replace "
     "it) — but where 7 or more levels let the data show their scatter about a cubic and that scatter, pooled with "
-    "the assumption counted as 2 degrees of freedom, is larger, the pooled figure is used (with its degrees of "
-    "freedom), so the page is never more confident than the data. The curve is the lowest-degree polynomial in x "
-    "(degree 0 to 3) that fits within that noise (lack-of-fit F-test at 5%), else the level values joined by "
-    "straight lines; every arm's curve of one metric is fitted with the same family, the most flexible any arm's "
-    "own fit needed, so equal measurements get equal fits. The band is a 95% simultaneous band around the fitted curve at the tested levels: Bonferroni "
+    "the assumption counted as 2 degrees of freedom, is larger, the pooled figure is used for the band (with its "
+    "degrees of freedom; the page says whether the scatter is significantly larger, one-sided χ² test at 5%), so "
+    "the page is never more confident than the data. The curve is the lowest-degree polynomial in x (degree 0 to "
+    "3) that fits within the noise — the assumed one where there is no measurement, so a larger scatter widens "
+    "the band but never simplifies the curve — (lack-of-fit F-test at 5%) and whose next term, fitted, is not "
+    "significant at 5%, else the level values joined by straight lines; every arm's curve of one metric is "
+    "fitted with the same family, the most flexible any arm's own fit needed, so equal measurements get equal "
+    "fits. The band is a 95% simultaneous band around the fitted curve at the tested levels: Bonferroni "
     "over the k levels of the m metrics a verdict reads (aggregate, per-user speed and the waits), i.e. each level "
-    "at t quantile 1 − 0.025 ÷ (k × m). Drift: where a study re-measured levels at its end (sentinel runs), the "
+    "at t quantile 1 − 0.025 ÷ (k × m). A level is credible where the band excludes 0 and its own measured delta "
+    "does not lie on the other side of 0 by more than one standard deviation of its own noise (at the lowest and "
+    "highest level: not on the other side at all). Drift: where a study re-measured levels at its end (sentinel runs), the "
     "drift of each metric is the slope of ln(value) against time through the sentinel pairs; every run is divided "
     "by exp(slope × time), and each level's band widened (in quadrature) by the slope's standard error × the time "
     "between the arm's and the baseline's runs there. A control arm (configured like the baseline) is never a "
@@ -329,6 +348,8 @@ def _banded(fits: dict[tuple[str, str], DeltaCurve | None], join: _Join, drift: 
     curves: dict[tuple[str, str], DeltaCurve] = {}
     control_dev: Deviation = {}
     labels = ", ".join(join.by_arm[a].label for a in join.controls)
+    run_times = level_times(join.raw_levels) if join.controls else {}
+    points: dict[str, ControlPoints] = {}
     for arm in sorted(join.arms, key=lambda a: a not in join.controls):
         for metric in join.metrics:
             curve = fits.get((arm, metric))
@@ -338,15 +359,18 @@ def _banded(fits: dict[tuple[str, str], DeltaCurve | None], join: _Join, drift: 
                 widen_for_drift(curve, drift, metric, times, arm, join.baseline)
             if arm in join.controls:
                 add_control(control_dev, metric, curve)
+                points.setdefault(metric, []).extend(control_points(curve, run_times, arm, join.baseline))
             elif control_dev.get(metric):
-                widen_for_controls(curve, control_dev[metric], labels)
+                floor = drift_floor(curve, points.get(metric, []), run_times, arm, join.baseline)
+                widen_for_controls(curve, control_dev[metric], labels, floor)
             curves[(arm, metric)] = curve
     return curves
 
 
 #: the columns of :attr:`Comparison.deltas`
 DELTA_COLUMNS: list[str] = ["arm", "concurrency", "metric", "baseline_value", "arm_value", "delta_pct", "fit_delta_pct",
-                            "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "credible", "better"]
+                            "ci_low_pct", "ci_high_pct", "ci_kind", "within_noise", "credible", "better",
+                            "level_delta_pct", "level_noise_ln"]
 
 
 def _delta_rows(join: _Join, curves: dict[tuple[str, str], DeltaCurve]) -> list[dict[str, Any]]:
@@ -368,13 +392,15 @@ def _delta_row(arm: str, metric: str, c: int, b: float, v: float, curve: DeltaCu
                i: int | None) -> dict[str, Any]:
     """One delta row: the baseline's value ``b`` and the arm's ``v`` at level ``c``, the fitted delta,
     its band and credibility where the curve has the level (its index ``i``)."""
-    fit = lo = hi = math.nan
+    fit = lo = hi = own = own_se = math.nan
     cred = 0
     fitted = curve is not None and i is not None
     if curve is not None and i is not None:
         f, h = curve.fitted[i], curve.half_width[i]
         fit, lo, hi = ((math.exp(z) - 1.0) * 100.0 for z in (f, f - h, f + h))
         cred = int(curve.credible[i])
+        own = (math.exp(float(curve.observed[i])) - 1.0) * 100.0
+        own_se = float(curve.own_se[i]) if curve.own_se is not None else math.nan
     return {
         "arm": arm, "concurrency": c, "metric": metric,
         "baseline_value": b, "arm_value": v,
@@ -385,6 +411,7 @@ def _delta_row(arm: str, metric: str, c: int, b: float, v: float, curve: DeltaCu
         "within_noise": (cred == 0) if fitted else None,
         "credible": cred,
         "better": info(metric).better,
+        "level_delta_pct": own, "level_noise_ln": own_se,
     }
 
 

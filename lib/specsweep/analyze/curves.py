@@ -20,6 +20,8 @@ import numpy as np
 
 #: family-wise error rate of every band and credible call (two-sided)
 ALPHA: float = 0.05
+#: two-sided level at which the next polynomial term, fitted, keeps a lower degree from being chosen
+NEXT_TERM_ALPHA: float = 0.05
 #: highest polynomial degree tried for a delta curve
 MAX_DEGREE: int = 3
 DEGREE_NAMES = {0: "constant", 1: "linear", 2: "quadratic", 3: "cubic"}
@@ -58,11 +60,21 @@ class DeltaCurve:
     family_label: str = "verdict metrics"
     #: what widened the band beyond the fit's own (drift correction, a control arm)
     widened: list[str] = field(default_factory=list)
+    #: per tested level, one standard deviation of its own measured ln-ratio (``observed``); None: unknown
+    own_se: np.ndarray | None = None
 
     @property
     def credible(self) -> np.ndarray:
-        """+1 where the band lies above 0, −1 below, 0 where it spans 0."""
-        return np.where(self.fitted - self.half_width > 0, 1, np.where(self.fitted + self.half_width < 0, -1, 0))
+        """+1 where the band lies above 0, −1 below, 0 where it spans 0 — or where the level's own
+        measured ln-ratio lies on the other side of 0 by more than its own noise (:func:`contradicted`;
+        at the lowest and highest level, on the other side at all): a smooth curve carried there by its
+        neighbours is no finding at that level."""
+        cred = np.where(self.fitted - self.half_width > 0, 1, np.where(self.fitted + self.half_width < 0, -1, 0))
+        if self.own_se is None:
+            return cred
+        se = self.own_se.copy()
+        se[[0, -1]] = 0.0  # an end level's fit leans on neighbours on one side only: any contrary sign voids it
+        return np.where(contradicted(cred, self.observed, se), 0, cred)
 
     def predict(self, concurrency: float) -> tuple[float, float]:
         """Fitted ln-ratio and its standard error at any concurrency within the tested range."""
@@ -102,6 +114,12 @@ class DeltaCurve:
                 f"(Bonferroni over {over}){extra}")
 
 
+def contradicted(sign: np.ndarray, observed: np.ndarray, own_se: np.ndarray) -> np.ndarray:
+    """Where a level's own measured ln-ratio ``observed`` lies on the other side of 0 from ``sign``
+    (+1/−1/0) by more than one standard deviation of its own noise ``own_se``."""
+    return np.asarray(sign) * np.asarray(observed) < -np.asarray(own_se)
+
+
 def design_matrix(x: np.ndarray, degree: int, x0: float, sc: float) -> np.ndarray:
     """Columns z⁰ … z^degree of z = (x − x0) ÷ sc, one row per x."""
     z = (x - x0) / sc
@@ -119,14 +137,14 @@ def wls(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.nda
 def fit_delta_curve(
     concurrency: Sequence[float], y: Sequence[float], v: Sequence[float] | None = None,
     noise_var: float | None = None, noise_df: float = 0.0, noise: str = "residuals", alpha: float = ALPHA,
-    family: int = 1, force_model: str | None = None,
+    family: int = 1, force_model: str | None = None, shape_var: float | None = None,
 ) -> DeltaCurve | None:
     """Fit the delta curve y = ln(arm / baseline) against x = log2(concurrency).
 
     ``v``: per-level variance factors (Var(y_i) = σ² v_i; 1/n_arm + 1/n_baseline with repeats,
     the bootstrap variance with ``noise_var`` = 1 and ``noise_df`` = inf). With an independent
     noise estimate (``noise_var`` with ``noise_df`` ≥ 2) the lowest polynomial degree (0..3) whose
-    lack-of-fit F-test passes at ``alpha`` is used, else the level values themselves; without one,
+    lack-of-fit F-test passes at ``alpha`` and whose next term is not significant at ``alpha`` is used, else the level values themselves; without one,
     backward elimination from degree min(3, k − 3) with the residual variance as noise. None when
     there are fewer than 3 levels and no independent noise estimate. The band is simultaneous over the
     k levels of ``family`` curves: each level's two-sided test runs at ``alpha`` / (k × family).
@@ -134,6 +152,11 @@ def fit_delta_curve(
     ``force_model`` (one of :data:`MODEL_RANK`): use that curve family instead of choosing one, so arms
     compared on one page share it (:func:`shared_models`); a degree the levels cannot carry (more than
     k − 2 with a noise estimate, k − 3 without) falls back to the level values, resp. the highest they carry.
+
+    ``shape_var``: the noise variance (infinite degrees of freedom, same units as ``noise_var``) the
+    curve family is chosen under, where it differs from the band's: an assumed noise that a
+    significantly larger measured scatter replaced. The larger figure widens the band but never lets
+    a simpler curve pass.
     """
     c = np.asarray(concurrency, float)
     ys = np.asarray(y, float)
@@ -148,20 +171,26 @@ def fit_delta_curve(
     if independent:
         assert noise_var is not None  # what ``independent`` means
         s2, df = float(noise_var), float(noise_df)
-        poly, model = _lowest_degree_within(x, ys, w, (x0, sc), s2, df, alpha, force_model)
+        shape = (s2, df) if shape_var is None else (float(shape_var), math.inf)
+        poly, model = _lowest_degree_within(x, ys, w, (x0, sc), shape, alpha, force_model)
+        if poly is not None and shape[0] > 0:  # the chosen family's coefficients carry the band's noise
+            poly = (poly[0], poly[1], poly[2], poly[3] * (s2 / shape[0]))
     else:
         poly, model, s2, df = _backward_elimination(x, ys, w, (x0, sc), alpha, force_model)
         noise = "the residuals of the fitted curve (no repeats)"
     return _banded(c, ys, vs, x, poly, model, (s2, df), noise, alpha, family)
 
 
-def _lowest_degree_within(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: tuple[float, float], s2: float,
-                          df: float, alpha: float, force_model: str | None) -> tuple[Poly | None, str]:
-    """With an independent noise estimate (variance ``s2`` on ``df`` degrees of freedom): the lowest
-    degree whose lack-of-fit F-test passes at ``alpha`` (or the forced one), else None: the level values."""
+def _lowest_degree_within(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: tuple[float, float],
+                          noise: tuple[float, float], alpha: float, force_model: str | None) -> tuple[Poly | None, str]:
+    """With an independent noise estimate ``noise`` = (variance s2, degrees of freedom df): the lowest
+    degree whose lack-of-fit F-test passes at ``alpha`` and whose next term is not significant
+    (:func:`_next_term_significant`), or the forced one; else None: the level values. The
+    polynomial's covariance is scaled by s2."""
     from scipy import special  # deferred, and not scipy.stats: slow to import, see bench/import_time.py
 
     x0, sc = centre
+    s2, df = noise
     k = len(ys)
     forced = MODEL_RANK.get(force_model) if force_model is not None else None
     for d in range(0, min(MAX_DEGREE, k - 2) + 1):
@@ -172,9 +201,26 @@ def _lowest_degree_within(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: 
         f = (rss / (k - d - 1)) / s2 if s2 > 0 else math.inf
         # F(d1, ∞) is χ²(d1) / d1 (scipy's F gives NaN for an infinite denominator)
         p_fit = special.fdtrc(k - d - 1, df, f) if math.isfinite(df) else special.chdtrc(k - d - 1, f * (k - d - 1))
-        if p_fit >= alpha or forced is not None:
+        if forced is not None or (p_fit >= alpha and not _next_term_significant(x, ys, w, centre, d, noise, NEXT_TERM_ALPHA)):
             return (x0, sc, beta, cov * s2), DEGREE_NAMES[d]
     return None, LEVEL_MODEL
+
+
+def _next_term_significant(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: tuple[float, float], d: int,
+                           noise: tuple[float, float], alpha: float) -> bool:
+    """Whether the degree-(d + 1) coefficient, fitted with it, differs from 0 at ``alpha`` (two-sided,
+    under ``noise`` = (variance, df)). The lack-of-fit test spreads a bend over all its degrees of
+    freedom and lets a straight line through a curve in 4 draws of 10 where this one-degree test
+    finds the bend; False where the levels cannot carry degree d + 1."""
+    from scipy import special  # deferred, and not scipy.stats: slow to import, see bench/import_time.py
+
+    s2, df = noise
+    if d + 1 > min(MAX_DEGREE, len(ys) - 2) or s2 <= 0:
+        return False
+    beta, cov, _ = wls(design_matrix(x, d + 1, *centre), ys, w)
+    t = abs(float(beta[-1])) / math.sqrt(max(float(cov[-1, -1]) * s2, 1e-300))
+    p = 2 * (special.stdtr(df, -t) if math.isfinite(df) else special.ndtr(-t))
+    return bool(p < alpha)
 
 
 def _backward_elimination(x: np.ndarray, ys: np.ndarray, w: np.ndarray, centre: tuple[float, float], alpha: float,
@@ -227,15 +273,18 @@ def _banded(c: np.ndarray, ys: np.ndarray, vs: np.ndarray, x: np.ndarray, poly: 
         se = np.sqrt(var)
     q = 1 - alpha / (2 * k * family)
     crit = float(special.stdtrit(df, q)) if math.isfinite(df) else float(special.ndtri(q))
-    return DeltaCurve(c, ys, fitted, se, crit * se, crit, df, noise, model, poly, var, family)
+    return DeltaCurve(c, ys, fitted, se, crit * se, crit, df, noise, model, poly, var, family,
+                      own_se=np.sqrt(np.maximum(s2 * vs, 0.0)))
 
 
-def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8) -> float:
-    """The smallest |delta| (in %) the band would call credible with ``power`` at the best-measured level."""
+def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8, at: int | None = None) -> float:
+    """The smallest |delta| (in %) the band would call credible with ``power`` at the best-measured
+    level, or at the level of index ``at``."""
     from scipy import special  # deferred, and not scipy.stats: slow to import, see bench/import_time.py
 
     z = float(special.ndtri(power))
-    return (math.exp((curve.crit + z) * float(curve.se.min())) - 1.0) * 100.0
+    se = float(curve.se.min()) if at is None else float(curve.se[at])
+    return (math.exp((curve.crit + z) * se) - 1.0) * 100.0
 
 
 def widen(curve: DeltaCurve, extra_se: np.ndarray | None, floor: np.ndarray | None, why: str) -> None:

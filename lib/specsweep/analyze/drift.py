@@ -162,6 +162,30 @@ def correct_for_drift(raw: dict[str, pd.DataFrame], drift: Drift | None
     return raw, times
 
 
+def level_times(raw: dict[str, pd.DataFrame]) -> dict[str, dict[int, float]]:
+    """{arm: {concurrency: mean start of its runs there, seconds since the epoch}} of the arms whose
+    every row has a start time."""
+    times: dict[str, dict[int, float]] = {}
+    for a, lv in raw.items():
+        t = _row_seconds(lv)
+        if t is not None:
+            times[a] = pd.Series(t).groupby(lv["concurrency"].to_numpy()).mean().to_dict()
+    return times
+
+
+def arms_interleaved(raw: dict[str, pd.DataFrame]) -> bool | None:
+    """Whether the arms' runs were interleaved in time (order abba, repeats taken in turns): some
+    arm's runs started both before and after another arm's; None where a start time is missing, so
+    the study's stated order is all there is."""
+    spans = []
+    for lv in raw.values():
+        t = _row_seconds(lv)
+        if t is None or not len(t):
+            return None
+        spans.append((float(np.min(t)), float(np.max(t))))
+    return any(a0 < b1 and b0 < a1 for i, (a0, a1) in enumerate(spans) for b0, b1 in spans[i + 1:])
+
+
 def _correct_drift(lv: pd.DataFrame, drift: Drift, t0: float) -> pd.DataFrame:
     """An arm's level rows with every drifted metric divided by exp(rate × (t − t0))."""
     t = _row_seconds(lv)

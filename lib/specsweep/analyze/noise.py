@@ -7,8 +7,10 @@ measured, their request rows. Output: :func:`fit_metric`, the metric's
 The sources, in order (docs/method.md, "How a verdict is reached"): repeats (each level's own
 variance of ln(value), :func:`level_variance`); else, for per-request statistics of single runs, a
 bootstrap over each level's requests, floored at the assumed run-to-run noise; else, one run per
-level, :data:`ASSUMED_NOISE_PCT` per run and arm, replaced by the levels' scatter about a cubic
-pooled with it (:func:`residual_scatter`) where that is larger. Invariant: the page is never more
+level, :data:`ASSUMED_NOISE_PCT` per run and arm, widened to the levels' scatter about a cubic
+pooled with it (:func:`residual_scatter`) where that is larger, the page saying whether it is
+significantly larger (:func:`significantly_larger`); the curve family is chosen under the
+assumption either way (a larger noise widens the band, never simplifies the curve). Invariant: the page is never more
 confident than the data — an assumption only ever widens to a larger measured scatter.
 """
 from __future__ import annotations
@@ -180,10 +182,12 @@ def _fit_on_bootstrap(logs: LevelLogs, boot: list[float], floor: float | None, a
         boot = [max(b, MIN_BOOT_VAR) for b in boot]
         return fit(cs, ys, boot, 1.0, math.inf,
                    noise="a bootstrap over each level's requests (one run: within-run noise only)")
-    scatter = _with_assumption(residual_scatter(cs, ys), floor)
+    raw = residual_scatter(cs, ys)
+    scatter = _with_assumption(raw, floor)
     if scatter is not None and scatter[0] > max(boot) and scatter[0] > floor:
         s2, sdf = scatter
-        return fit(cs, ys, [max(b, s2) / s2 for b in boot], s2, sdf, noise=_scatter_text(s2, sdf, assumed_noise_pct))
+        text = _scatter_text(s2, sdf, assumed_noise_pct, significantly_larger(raw, floor))
+        return fit(cs, ys, [max(b, s2) / s2 for b in boot], s2, sdf, noise=text, shape_var=floor / s2)
     boot = [max(b, floor) for b in boot]
     return fit(cs, ys, boot, 1.0, math.inf,
                noise=f"a bootstrap over each level's requests (one run: within-run noise), at "
@@ -193,12 +197,15 @@ def _fit_on_bootstrap(logs: LevelLogs, boot: list[float], floor: float | None, a
 def _fit_on_assumption(logs: LevelLogs, floor: float, assumed_noise_pct: float | None,
                        fit: FitCurve) -> DeltaCurve | None:
     """One run per level: the assumed run-to-run noise ``floor`` (variance of y), or the levels'
-    scatter about a cubic pooled with it where that is larger."""
+    scatter about a cubic pooled with it where that is larger (the band only: the curve family is
+    chosen under the assumption either way, so a larger noise never lets a simpler curve pass)."""
     cs, ys = logs.cs, logs.ys
-    scatter = _with_assumption(residual_scatter(cs, ys), floor)
+    raw = residual_scatter(cs, ys)
+    scatter = _with_assumption(raw, floor)
     if scatter is not None and scatter[0] > floor:
         s2, sdf = scatter
-        return fit(cs, ys, [2.0] * len(cs), s2 / 2, sdf, noise=_scatter_text(s2, sdf, assumed_noise_pct))
+        text = _scatter_text(s2, sdf, assumed_noise_pct, significantly_larger(raw, floor))
+        return fit(cs, ys, [2.0] * len(cs), s2 / 2, sdf, noise=text, shape_var=floor / 2)
     checked = ("; the levels' scatter about a cubic is within it" if scatter is not None else
                f"; {len(cs)} levels are too few to check it against their scatter (needs {MAX_DEGREE + 4})")
     return fit(cs, ys, [2.0] * len(cs), floor / 2, math.inf,
@@ -228,6 +235,26 @@ def residual_scatter(cs: Sequence[float], ys: Sequence[float]) -> tuple[float, i
     return rss / df, df
 
 
+#: one-sided level of the test that the levels' scatter exceeds the assumed noise
+SCATTER_ALPHA: float = 0.05
+
+
+def significantly_larger(scatter: tuple[float, int] | None, assumed_var: float) -> bool:
+    """Whether the levels' scatter ``(variance, df)`` is significantly larger than ``assumed_var``:
+    a one-sided χ² test at :data:`SCATTER_ALPHA` (df × scatter ÷ assumed ~ χ²(df) when the assumption
+    holds). The page says which: a larger scatter is the larger of two noisy figures in about 40 % of
+    draws where the assumption is right. It still widens the band then — with one run per level and
+    4 degrees of freedom the test finds noise twice the assumption in only 2 draws of 3, and a band
+    kept at the assumption in the third makes a false claim in 1 draw of 4 (decide.draws,
+    ``noise_2x_one_run``)."""
+    from scipy import special  # deferred, and not scipy.stats: slow to import, see bench/import_time.py
+
+    if scatter is None or assumed_var <= 0:
+        return False
+    s2, df = scatter
+    return bool(special.chdtrc(df, df * s2 / assumed_var) < SCATTER_ALPHA)
+
+
 #: degrees of freedom the assumed noise counts for where it is pooled with the levels' scatter
 #: (a stated prior: the assumption is as good as a scatter on this many degrees of freedom)
 ASSUMPTION_DF: float = 2.0
@@ -241,11 +268,13 @@ def _with_assumption(scatter: tuple[float, int] | None, assumed_var: float) -> t
     return (ASSUMPTION_DF * assumed_var + df * s2) / (ASSUMPTION_DF + df), ASSUMPTION_DF + df
 
 
-def _scatter_text(s2: float, df: float, assumed_noise_pct: float | None) -> str:
+def _scatter_text(s2: float, df: float, assumed_noise_pct: float | None, significant: bool) -> str:
     per_run = (math.exp(math.sqrt(s2 / 2)) - 1) * 100
+    how = "significantly larger than" if significant else "larger than (not significantly)"
     return (f"the levels' scatter about a cubic pooled with the assumed {assumed_noise_pct:g}% per run (counted as "
             f"{ASSUMPTION_DF:g} degrees of freedom): {per_run:.1f}% per run and arm on {df:g} degrees of freedom, "
-            "larger than the assumption, so it is used (one run per level)")
+            f"{how} the assumption, so it is used for the band (one run per level; the curve's shape is "
+            "chosen under the assumption)")
 
 
 def level_variance(cs: Sequence[int], per_level: Sequence[tuple[float, int]], pooled: float,

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specsweep.analyze.compare import Comparison, info
+from specsweep.analyze.control import bounds_drift
+from specsweep.analyze.drift import arms_interleaved, level_times
 from specsweep.decide.profiles import SYNTHETIC_KINDS
 from specsweep.markup import md_text
 
@@ -33,20 +35,51 @@ def drift_sentences(comp: Comparison) -> list[str]:
             out.append(f"Sentinel runs ({where}, measured again at the end) differ from the earlier runs by up to "
                        f"{worst:.1f}% in aggregate throughput; without timestamps the runs cannot be corrected, so "
                        "every band is at least that wide.")
+    bounded = control_bounds_drift(comp)
     for a, dev in comp.control_deviation("output_tok_s").items():
         out.append(f"Control arm {md_text(a)} is configured like the baseline: it differs from it "
                    f"by up to {dev:.1f}% in aggregate throughput from noise and drift alone. It is never a candidate, "
                    "every other arm's band is at least as wide as its deviation, and a difference it shows too is "
-                   "not established.")
-    study = comp.metas[comp.baseline].study
-    interleaved = study is not None and int(study.repeats or 1) >= 2
-    if d is None and not comp.controls and not interleaved:
+                   "not established." + ("" if bounded else
+                   " It was measured nearer in time to the baseline than the arms it is compared with, so it does "
+                   "not bound the drift between them: the drift it shows is carried, with its uncertainty, to when "
+                   "each arm was measured (wider bands); measure the control last, or around the arms, to bound it."))
+    if unguarded(comp):
         out.append("The arms were measured one after the other with no sentinel run and no control arm: a slow drift "
                    "of the machine between them (heat, a noisy neighbour, a growing cache) would read as a difference "
                    "between the arms. To measure it, re-measure the baseline at one or two levels at the end (a "
                    "study's sentinel setting) or add a control arm configured like the baseline (control: true); to "
                    "cancel it, interleave the arms (order: abba, or repeats ≥ 2).")
     return out
+
+
+def control_bounds_drift(comp: Comparison) -> bool:
+    """Whether the control arms were measured after or around every candidate (as far from the
+    baseline in time at every level), so their deviation bounds the drift; True without times."""
+    return not comp.controls or bounds_drift(level_times(comp.raw_levels), comp.candidate_arms, comp.controls,
+                                             comp.baseline)
+
+
+def unguarded(comp: Comparison) -> bool:
+    """Whether nothing guards the arms' difference against drift: no sentinel run, no control arm, and
+    the arms measured one after the other (:func:`arms_interleaved_in`)."""
+    return comp.drift is None and not comp.controls and not arms_interleaved_in(comp)
+
+
+#: what the first screen and the Markdown summary add to an 'enable' or 'keep off' that nothing
+#: guards against drift (every level moving one way is what a slow drift between the arms looks like)
+DRIFT_NOT_EXCLUDED: str = ("drift not excluded: the arms ran one after the other with no sentinel run or control "
+                           "arm, and a slow drift between them would read the same")
+
+
+def arms_interleaved_in(comp: Comparison) -> bool:
+    """Whether the arms were interleaved in time, read from the runs' start times (the study's
+    stated order, repeats ≥ 2, only where the data carry no times)."""
+    seen = arms_interleaved({a: lv for a, lv in comp.raw_levels.items() if a in comp.arms})
+    if seen is not None:
+        return seen
+    study = comp.metas[comp.baseline].study
+    return study is not None and int(study.repeats or 1) >= 2
 
 
 def caveat_sentences(comp: Comparison, arms: Sequence[str]) -> list[str]:

@@ -14,8 +14,9 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.crossover import zero_between
 from specsweep.decide.caveats import caveat_sentences
+from specsweep.decide.ends import unsettled_ends
 from specsweep.decide.experiments import next_experiments
-from specsweep.decide.judge import _slo_checks, _verdict, judge_levels, wait_metrics
+from specsweep.decide.judge import _slo_checks, _verdict, carried_by_one, judge_levels, wait_metrics
 from specsweep.decide.profiles import Profile, parse_profile
 from specsweep.decide.result import Decision, Recommendation
 from specsweep.decide.sentences import band_sentences, headline_sentences, reason_sentences, withheld_sentences
@@ -47,6 +48,8 @@ def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequ
     arm, tied = _choose_arm(comp, profile, per_arm)
     judged = per_arm[arm]
     verdict, up_to, from_c = _verdict(judged)
+    if verdict in (Verdict.ENABLE, Verdict.DISABLE) and unsettled_ends(comp, arm, judged, verdict):
+        verdict = Verdict.NO_VERDICT
     if verdict in (Verdict.ENABLE_UP_TO, Verdict.ENABLE_FROM):
         x = _crossover(comp, arm, judged, up=verdict == Verdict.ENABLE_UP_TO)
         up_to, from_c = (x, None) if verdict == Verdict.ENABLE_UP_TO else (None, x)
@@ -94,6 +97,10 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     headline, head_claims = headline_sentences(comp, profile, d, metric)
     reasons, reason_claims, advice = reason_sentences(comp, profile, d)
     experiments, experiment_claims = next_experiments(comp, profile, d.arm, d.judged, metric, advice)
+    lone = carried_by_one(d.judged)
+    if lone is not None:  # a stall or a pause in one level's runs reads exactly like this
+        experiments = [f"Re-measure concurrency {lone}: it alone carries this verdict, its neighbours show nothing; "
+                       f"repeat it (or name it as a sentinel level) before relying on the verdict.", *experiments]
     levels = pd.concat(d.per_arm.values(), ignore_index=True)
     return Recommendation(
         profile=profile, verdict=d.verdict, decision=d.decision, arm=None if d.verdict == Verdict.DISABLE else d.arm,

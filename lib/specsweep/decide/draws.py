@@ -26,6 +26,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, decide, parse_profile
+from specsweep.decide.judge import carried_by_one
 from specsweep.decide.verdicts import DecisionKind, Verdict
 from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet
@@ -65,7 +66,7 @@ JUDGED: dict[str, tuple[str, ...]] = {
 #: results; tests/test_verdict_draws.py recomputes every one and fails if any differs
 SEEDS: dict[str, int] = {"repeats": 0, "averaged": 1}
 QUOTED: dict[tuple[str, str], dict[str, float]] = {
-    ("none", "repeats"): {"no_difference": 0.984, "any_crossover": 0.0},
+    ("none", "repeats"): {"no_difference": 0.982, "any_crossover": 0.0},
     ("none", "averaged"): {"no_difference": 1.0, "any_crossover": 0.0},
     ("better", "repeats"): {"enable": 1.0},
     ("better", "averaged"): {"enable": 0.97},
@@ -171,6 +172,29 @@ def _crossover_24(c: np.ndarray) -> np.ndarray:
     return np.exp(-0.10 * (np.log2(c) - np.log2(24.0)))
 
 
+def _curved_24(c: np.ndarray) -> np.ndarray:
+    """A delta that bends down with load (ln ratio quadratic in log2 C): 0 at 24, +6 % at 16, −5 % at 32,
+    +27 % at 1 and −28 % at 128; a straight line in log2 C through it crosses 0 too early."""
+    x = np.log2(c)
+    b = math.log(1.06) / (math.log2(24.0) ** 2 - 16.0)
+    return np.exp(b * (math.log2(24.0) ** 2 - x * x))
+
+
+def _edge_loss_high(c: np.ndarray) -> np.ndarray:
+    """+6.7 % up to 64, −10 % at 128: the right answer is 'enable up to X', 64 < X < 128."""
+    return np.where(c >= 128, 0.90, 1.067)
+
+
+def _edge_loss_low(c: np.ndarray) -> np.ndarray:
+    """−10 % at 1, +6.7 % from 2: the right answer is 'enable from X', 1 < X < 2."""
+    return np.where(c <= 1, 0.90, 1.067)
+
+
+def _stall_32(c: np.ndarray) -> np.ndarray:
+    """No difference, but every run of level 32 stalled (−30 %): a pause that hit one whole level."""
+    return np.where(c == 32, 0.70, 1.0)
+
+
 #: case -> (levels, repeats, noise σ(C) as a function, aggregate ratio, per-user ratio, drift,
 #: sentinel levels, control arm)
 HARD_CASES: dict[str, dict[str, Any]] = {
@@ -184,7 +208,9 @@ HARD_CASES: dict[str, dict[str, Any]] = {
                            drift=0.04, sentinel=(1, 128)),
     "drift_control": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none, user=_ratio_none,
                           drift=0.04, control=True),
-    "control_noise_only": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none,
+    "drift_control_between": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none,
+                                  user=_ratio_none, drift=0.04, control=True, control_between=True),
+        "control_noise_only": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none,
                                user=_ratio_none, control=True),
     "growing_noise": dict(levels=GRID, repeats=3, sigma=lambda c: 0.01 * 8 ** (np.log2(c) / 7), agg=_ratio_none,
                           user=_ratio_none),
@@ -192,6 +218,19 @@ HARD_CASES: dict[str, dict[str, Any]] = {
                                  user=lambda c: _crossover_24(c) * 1.15),
     "latency_crossover_24_3runs": dict(levels=SEED_GRID, repeats=3, sigma=lambda c: 0.03 + 0 * c,
                                        agg=_crossover_24, user=lambda c: _crossover_24(c) * 1.15),
+    "curved_24_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_curved_24,
+                              user=_curved_24),
+    "plus6_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c,
+                          agg=lambda c: 1.06 + 0 * c, user=lambda c: 1.06 + 0 * c),
+    "edge_loss_high": dict(levels=GRID, repeats=3, sigma=lambda c: 0.03 + 0 * c, agg=_edge_loss_high,
+                           user=lambda c: 1.25 + 0 * c),
+    "edge_loss_high_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_edge_loss_high,
+                                   user=lambda c: 1.25 + 0 * c),
+    "edge_loss_low": dict(levels=GRID, repeats=3, sigma=lambda c: 0.03 + 0 * c, agg=_edge_loss_low,
+                          user=lambda c: 1.25 + 0 * c),
+    "stalled_level": dict(levels=GRID, repeats=3, sigma=lambda c: 0.03 + 0 * c, agg=_stall_32, user=_stall_32),
+    "nominal_none_one_run": dict(levels=GRID, repeats=1, sigma=lambda c: 0.03 + 0 * c, agg=_ratio_none,
+                                 user=_ratio_none),
 }
 HARD_CASE_TEXT: dict[str, str] = {
     "nominal_none": "no difference, 3% noise, 3 runs per level",
@@ -200,16 +239,25 @@ HARD_CASE_TEXT: dict[str, str] = {
     "drift_no_sentinel": "no difference, machine 4% slower per arm, one run per level, no sentinel",
     "drift_sentinel": "no difference, machine 4% slower per arm, one run per level, baseline re-measured at 1 and 128",
     "drift_control": "no difference, machine 4% slower per arm, one run per level, a control arm measured last",
-    "control_noise_only": "no difference, a control arm that differs by noise alone, one run per level",
+    "drift_control_between": "no difference, machine 4% slower per arm, one run per level, a control arm measured "
+                             "between the baseline and the candidate",
+        "control_noise_only": "no difference, a control arm that differs by noise alone, one run per level",
     "growing_noise": "no difference, noise growing from 1% at C=1 to 8% at C=128, 3 runs per level",
     "latency_crossover_24": "crossover at 24 on levels 1, 4, 16, 32, 64, 128 (per-user +15% more), one run per level",
     "latency_crossover_24_3runs": "crossover at 24 on levels 1, 4, 16, 32, 64, 128 (per-user +15% more), 3 runs",
+    "curved_24_one_run": "a bending delta crossing 0 at 24 on levels 1, 2, …, 128 (+6% at 16, −5% at 32), one run",
+    "plus6_one_run": "+6% everywhere, 3% noise, one run per level",
+    "edge_loss_high": "aggregate +6.7% up to 64, −10% at 128 (per-user +25%), 3 runs per level",
+    "edge_loss_high_one_run": "aggregate +6.7% up to 64, −10% at 128 (per-user +25%), one run per level",
+    "edge_loss_low": "aggregate −10% at 1, +6.7% from 2 (per-user +25%), 3 runs per level",
+    "stalled_level": "no difference but level 32 stalled in the arm (−30% in all 3 runs), 3 runs per level",
+    "nominal_none_one_run": "no difference, 3% noise (the assumption exactly), one run per level",
 }
 HARD_MODEL_TEXT: str = (
     "levels 1, 2, 4, …, 128 (or the seed's 1, 4, 16, 32, 64, 128); baseline per-request 120 ÷ (1 + C/20)^0.6 tok/s, "
     "aggregate C × that × 0.97; the arm is the baseline times a true ratio on each figure; log-normal noise on every "
-    "run, a run's two figures correlated (ρ = 0.5); runs in time order (the baseline's levels, then each arm's, then "
-    "any sentinel), a run a minute; drift: every figure × exp(−0.04 × t ÷ one arm's sweep time); the three default "
+    "run, a run's two figures correlated (ρ = 0.5); runs in time order (the baseline's levels, then each arm's — a "
+    "control arm last, or in one case between the baseline and the arm — then any sentinel), a run a minute; drift: every figure × exp(−0.04 × t ÷ one arm's sweep time); the three default "
     "profiles.")
 
 
@@ -232,7 +280,8 @@ def draw_study(case: str, rng: np.random.Generator) -> list[ResultSet]:
     agg0 = levels * user0 * 0.97
     arms = [("baseline", np.ones(k), np.ones(k), False), ("spec", spec["agg"](levels), spec["user"](levels), False)]
     if spec.get("control"):
-        arms.append(("control", np.ones(k), np.ones(k), True))
+        # measured last, or (``control_between``) between the baseline and the candidate
+        arms.insert(1 if spec.get("control_between") else 2, ("control", np.ones(k), np.ones(k), True))
     sweep_runs = k * reps
     drift = float(spec.get("drift", 0.0))
     t0 = pd.Timestamp(1_767_225_600, unit="s", tz="UTC")  # an arbitrary origin; only differences matter
@@ -277,14 +326,43 @@ def true_wait_longer(case: str) -> dict[int, int]:
     return {int(x): (1 if v < 1 - 1e-9 else -1 if v > 1 + 1e-9 else 0) for x, v in zip(c, r)}
 
 
+def flat_of(d: Any) -> bool:
+    """Whether a decision says no measurable difference."""
+    return bool(d.decision == DecisionKind.NO_DIFFERENCE)
+
+
+def _wrong_sign(thr: Any, agg: Any) -> bool:
+    """Whether the throughput decision calls a level a gain where the true aggregate ratio is below 1, or the reverse."""
+    truth = agg(thr.judged["concurrency"].to_numpy(float))
+    return bool(any((o == "gain" and r < 1 - 1e-9) or (o == "loss" and r > 1 + 1e-9)
+                    for o, r in zip(thr.judged["outcome"], truth)))
+
+
+def _edge_right(thr: Any, agg: Any, levels: Any) -> bool:
+    """Whether an edge loss is found: 'enable up to X' between the last two levels (loss at the top),
+    'enable from X' between the first two (loss at the bottom), or 'not established' (the end level
+    unresolved); False for any other decision or where no end level loses."""
+    ends = np.array([levels[0], levels[-1]], float)
+    r = agg(ends)
+    if r[1] < 1:
+        found = thr.verdict == Verdict.ENABLE_UP_TO and levels[-2] <= (thr.up_to or 0) <= levels[-1]
+    elif r[0] < 1:
+        found = thr.verdict == Verdict.ENABLE_FROM and levels[0] <= (thr.from_c or 0) <= levels[1]
+    else:
+        return False
+    return bool(found or thr.decision == DecisionKind.NOT_ESTABLISHED)
+
+
 def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
     """Fractions of ``n`` draws of ``case`` with each outcome (keys as :data:`HARD_RESULT_TEXT`)."""
     rng = np.random.default_rng(seed)
     names = [p["name"] for p in DEFAULT_PROFILES]
     keys = ["no_difference", "any_crossover", "drift_named", "drift_caveat", "control_chosen", "throughput_enable",
-            "latency_wrong_sign", "latency_disagrees"] + [f"false_claim:{nm}" for nm in names]
+            "latency_wrong_sign", "latency_disagrees", "crossover_16_32", "noise_replaced", "edge_wrong_sign", "edge_right", "one_level_flagged",
+            ] + [f"false_claim:{nm}" for nm in names]
     counts = dict.fromkeys(keys, 0)
     truth = true_wait_longer(case)
+    spec = HARD_CASES[case]
     from specsweep.decide.caveats import drift_sentences
 
     for _ in range(n):
@@ -295,10 +373,17 @@ def hard_rates(case: str, n: int = 200, seed: int = 0) -> dict[str, float]:
         for (p, _), f in zip(decs, flat):
             counts[f"false_claim:{p.name}"] += not f
         cx = comp.crossover("spec", "output_tok_s")
+        thr = next(d for p, d in decs if p.objective == "throughput" and not p.min_user_tok_s)
         counts["any_crossover"] += len(cx) > 0
+        counts["crossover_16_32"] += bool(len(cx) == 1 and 16 <= cx.iloc[0].crossover_concurrency <= 32
+                                      and thr.verdict == Verdict.ENABLE_UP_TO and 16 <= (thr.up_to or 0) <= 32)
+        counts["one_level_flagged"] += all(carried_by_one(d.judged) is not None for _, d in decs if not flat_of(d))
+        counts["edge_wrong_sign"] += _wrong_sign(thr, spec["agg"])
+        counts["edge_right"] += _edge_right(thr, spec["agg"], spec["levels"])
+        curve = comp.curve("spec", "output_tok_s")
+        counts["noise_replaced"] += curve is not None and "so it is used" in curve.noise
         counts["drift_named"] += comp.drift is not None and comp.drift.credible()
         counts["control_chosen"] += any(d.arm in comp.controls for _, d in decs)
-        thr = next(d for p, d in decs if p.objective == "throughput" and not p.min_user_tok_s)
         lat = next(d for p, d in decs if p.objective == "latency")
         counts["throughput_enable"] += thr.verdict == Verdict.ENABLE
         wrong = any((o == "gain" and truth[int(c)] > 0) or (o == "loss" and truth[int(c)] < 0)
@@ -319,6 +404,11 @@ HARD_RESULT_TEXT: dict[str, str] = {
     "control_chosen": "the control arm recommended",
     "latency_wrong_sign": "latency: a level of the wrong sign",
     "latency_disagrees": "latency and throughput disagree on “up to”",
+    "crossover_16_32": "one crossover, between 16 and 32, and enable up to it",
+    "noise_replaced": "the band widened to the levels' scatter (larger than the assumption)",
+    "edge_wrong_sign": "batch throughput: a level of the wrong sign",
+    "edge_right": "batch throughput: the edge loss found, or called not established",
+    "one_level_flagged": "every verdict resting on one level is flagged as such",
 }
 #: which results each hard case is quoted on (the report's table; tests/test_verdict_draws_hard.py)
 HARD_JUDGED: dict[str, tuple[str, ...]] = {
@@ -332,20 +422,36 @@ HARD_JUDGED: dict[str, tuple[str, ...]] = {
     "growing_noise": ("no_difference",),
     "latency_crossover_24": ("latency_wrong_sign", "latency_disagrees", "any_crossover"),
     "latency_crossover_24_3runs": ("latency_wrong_sign", "latency_disagrees", "any_crossover"),
+    "curved_24_one_run": ("crossover_16_32",),
+    "plus6_one_run": ("throughput_enable",),
+    "nominal_none_one_run": ("no_difference", "noise_replaced"),
+    "edge_loss_high": ("edge_wrong_sign", "edge_right"),
+    "edge_loss_low": ("edge_wrong_sign", "edge_right"),
+    "edge_loss_high_one_run": ("edge_wrong_sign",),
+    "drift_control_between": ("no_difference", "control_chosen"),
+    "stalled_level": ("one_level_flagged",),
 }
 HARD_N: int = 200
 #: hard_rates(case, n=HARD_N, seed=0) for the HARD_JUDGED results (python -m specsweep.decide.draws hard)
 HARD_QUOTED: dict[str, dict[str, float]] = {
     "nominal_none": {"no_difference": 0.985},
     "nominal_plus4": {"throughput_enable": 0.825},
-    "noise_2x_one_run": {"no_difference": 0.94, "any_crossover": 0.015},
-    "drift_no_sentinel": {"no_difference": 0.665, "drift_caveat": 1.0},
+    "noise_2x_one_run": {"no_difference": 0.925, "any_crossover": 0.015},
+    "drift_no_sentinel": {"no_difference": 0.64, "drift_caveat": 1.0},
     "drift_sentinel": {"no_difference": 1.0, "drift_named": 0.465},
     "drift_control": {"no_difference": 0.995, "control_chosen": 0.0},
-    "control_noise_only": {"no_difference": 0.99, "control_chosen": 0.0},
-    "growing_noise": {"no_difference": 0.995},
+    "control_noise_only": {"no_difference": 0.985, "control_chosen": 0.0},
+    "growing_noise": {"no_difference": 0.99},
     "latency_crossover_24": {"latency_wrong_sign": 0.0, "latency_disagrees": 0.0, "any_crossover": 1.0},
     "latency_crossover_24_3runs": {"latency_wrong_sign": 0.0, "latency_disagrees": 0.0, "any_crossover": 1.0},
+    "curved_24_one_run": {"crossover_16_32": 0.95},
+    "plus6_one_run": {"throughput_enable": 0.505},
+    "nominal_none_one_run": {"no_difference": 1.0, "noise_replaced": 0.42},
+    "edge_loss_high": {"edge_wrong_sign": 0.0, "edge_right": 0.93},
+    "edge_loss_low": {"edge_wrong_sign": 0.0, "edge_right": 0.95},
+    "edge_loss_high_one_run": {"edge_wrong_sign": 0.01},
+    "drift_control_between": {"no_difference": 0.995, "control_chosen": 0.0},
+    "stalled_level": {"one_level_flagged": 0.98},
 }
 
 

@@ -257,3 +257,14 @@ def _levels_of(judged: pd.DataFrame, outcome: str, rule: str | None = "any") -> 
     elif rule != "any":
         sel &= judged["rule"] == rule
     return [int(c) for c in judged.loc[sel, "concurrency"]]
+
+
+def carried_by_one(judged: pd.DataFrame) -> int | None:
+    """The one level a verdict rests on, where exactly one of three or more judged levels is a gain or
+    a loss and its neighbours show nothing (a stall or a pause in one level's runs reads exactly like
+    this); None otherwise."""
+    outs = judged["outcome"].tolist()
+    decisive = [i for i, o in enumerate(outs) if o != "neutral"]
+    if len(outs) < 3 or len(decisive) != 1:
+        return None
+    return int(judged["concurrency"].iloc[decisive[0]])

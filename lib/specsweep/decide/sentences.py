@@ -17,6 +17,7 @@ from specsweep.analyze.curves import smallest_detectable_pct
 from specsweep.decide.caps import cap_sentences
 from specsweep.decide.caveats import drift_sentences
 from specsweep.decide.claims import Claim, delta_claim, join_and, pct, value_text, with_sentence
+from specsweep.decide.ends import end_headline
 from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
 from specsweep.decide.profiles import Profile
 from specsweep.decide.result import Band, Decision
@@ -173,6 +174,9 @@ def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame
     if verdict == Verdict.DISABLE:
         return claim(_range_text(f"Keep speculation off: it loses on {full}", losses, _levels_of(judged, "neutral"),
                                  where, span))
+    ends = end_headline(comp, arm, label, full, judged) if comp is not None else None
+    if ends is not None:  # an end level's own measurement points the other way (decide.ends)
+        return claim(ends)
     return claim(f"Mixed: {label} wins on {full} at concurrency {_at(gains)} and loses at {_at(losses)}; "
                  "no single range is established — see the levels.")
 

@@ -63,12 +63,16 @@ def _fit(row: pd.Series | dict[str, Any] | None) -> float:
 
 
 def band_text(row: pd.Series | dict[str, Any] | None) -> str:
-    """'+12% [+3%, +21%]' for a delta row with a band, '+12% (no interval)' without."""
+    """'+12% [+3%, +21%]' for a delta row with a band, '+12% (no interval)' without; a band clear of 0 at
+    a level that is not credible says why (its own measured Δ points the other way)."""
     if row is None:
         return "n/a"
     if pd.isna(row["ci_low_pct"]):
         return f"{_pct(row['delta_pct'])} (no interval)"
     band = f"[{_pct(row['ci_low_pct'])}, {_pct(row['ci_high_pct'])}]"
+    # a band clear of 0 at a level that is not credible: its own measured Δ points the other way
+    why = (" — its own measured Δ points the other way, so not credible"
+           if row.get("credible", 1) == 0 and (row["ci_low_pct"] > 0 or row["ci_high_pct"] < 0) else "")
     if abs(_fit(row) - row["delta_pct"]) >= 0.5:  # the band is around the fitted curve: show both
-        return f"{_pct(row['delta_pct'])} (fitted {_pct(_fit(row))} {band})"
-    return f"{_pct(row['delta_pct'])} {band}"
+        return f"{_pct(row['delta_pct'])} (fitted {_pct(_fit(row))} {band}){why}"
+    return f"{_pct(row['delta_pct'])} {band}{why}"

@@ -11,7 +11,8 @@ The rules (``Violation.rule``):
   for waits), a loss's in the worse one, and no signed figure outside a band's brackets in the
   claim's sentence says otherwise.
 - ``credibility``: a gain or loss is credible — recomputed from the comparison: its band excludes
-  0 in that direction at every level it names — and its sentence says nothing is "within noise";
+  0 in that direction at every level it names, and the level's own measured Δ does not lie on the
+  other side of 0 by more than its own noise — and its sentence says nothing is "within noise";
   a claim that is not credible uses no gain/loss words ("credibly raises", "is faster", "takes
   longer" without "may" or "not").
 - ``agreement``: a gauge claim says "agrees" only when the gauge and the estimate before it put the
@@ -106,7 +107,21 @@ def _credible_direction(comp: Comparison, arm: str, metric: str, c: int) -> int:
     if lo is None or hi is None or (isinstance(lo, float) and math.isnan(lo)):
         return 0
     up = 1 if lo > 0 else -1 if hi < 0 else 0
+    tested = comp.delta_rows(arm, metric)
+    if _contradicted(row, up, end=int(c) in (min(tested), max(tested))):
+        up = 0
     return -up if lower_is_better(metric) else up
+
+
+def _contradicted(row: dict[str, Any], up: int, *, end: bool) -> bool:
+    """Whether the level's own measured Δ lies on the other side of 0 from ``up`` by more than its own
+    noise (one standard deviation of its ln-ratio; at an ``end`` level, by anything): then no band,
+    however it lies, makes it credible."""
+    own, se = row.get("level_delta_pct", math.nan), row.get("level_noise_ln", math.nan)
+    if own is None or se is None or math.isnan(own) or math.isnan(se) or own <= -100:
+        return False
+    # the tolerance: the verdict's own test, not rounding, decides a level on the line
+    return up * math.log1p(own / 100.0) < -(0.0 if end else se) * (1 + 1e-9) - 1e-12
 
 
 def _tested(comp: Comparison, arm: str) -> set[int]:

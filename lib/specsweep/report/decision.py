@@ -15,7 +15,9 @@ import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
+from specsweep.decide.caveats import DRIFT_NOT_EXCLUDED, arms_interleaved_in, control_bounds_drift, unguarded
 from specsweep.decide.claims import Claim, join_and, pct
+from specsweep.decide.judge import carried_by_one
 from specsweep.decide.text import band_text, deciding_word
 from specsweep.decide.verdicts import DecisionKind
 from specsweep.markup import markdown_html, md_text
@@ -74,13 +76,12 @@ def stability(comp: Comparison) -> str:
     else:
         runs = f"{int(reps.min())}–{int(reps.max())} runs per level" if reps.min() != reps.max() else f"{int(reps.min())} runs per level"
         noise = "noise measured from the repeats"
-    study = comp.metas[comp.baseline].study
-    interleaved = study is not None and int(study.repeats or 1) >= 2
     if comp.drift is not None:
         drift = "drift measured by sentinel runs"
     elif comp.controls:
-        drift = "drift bounded by a control arm"
-    elif interleaved:
+        drift = ("drift bounded by a control arm" if control_bounds_drift(comp) else
+                 "drift carried from a control arm measured before the arms (not bounded by it)")
+    elif arms_interleaved_in(comp):
         drift = "arms interleaved"
     else:
         drift = "arms measured one after the other (drift not measured)"
@@ -146,6 +147,11 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Scre
             enable_at = "—"
         credible = int((lv["outcome"] != "neutral").sum()) if not lv.empty else 0
         levels_note = f"{credible} of {len(cs)} levels credible" if cs else "no levels judged"
+        lone = carried_by_one(lv) if not lv.empty else None
+        if lone is not None:
+            levels_note += f"; one level ({lone}) carries this verdict: re-measure it"
+        if kind in (DecisionKind.ENABLE, DecisionKind.KEEP_OFF) and unguarded(comp):
+            levels_note += f"; {DRIFT_NOT_EXCLUDED}"
         word, deciding = _deciding(comp, rec)
         out.append(ScreenRow(profile=rec.profile.name, kind=kind, x=rec.decision_at, arm=rec.arm if rec.arm else (claim.arm if claim else None),
                                enable_at=enable_at, tested=tested, deciding=deciding, deciding_metric=word,
