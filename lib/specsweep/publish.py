@@ -17,9 +17,10 @@ competes with a measurement for the CPU. Published reports are generated, never 
 run in its out dir (``data/runs/studies/<name>``) instead of starting over: complete arms are not
 measured again, so only the report is rebuilt.
 
-Each report's decision table (:mod:`specsweep.decide.decisions`: per profile the decision class and the arm
-chosen) goes to ``reports/decisions.json``; before it is replaced, the new table is compared with
-the one there (the committed pages' decisions) and every difference printed. ``--decisions`` only
+Each report's decision table (:mod:`specsweep.decide.decisions`: per profile the decision class, the arm
+chosen, the arms tied with it and the crossover's bracket) goes to ``reports/decisions.json``; before it is
+replaced, the new table is compared with the one there (the committed pages' decisions), every difference
+printed, and a difference fails the run (exit 1, the pages written all the same). ``--decisions`` only
 prints the tables of the data already measured (study out dirs) and compares them with that file
 (exit 1 on a difference): after a fresh ``make reports``, ``git diff reports/decisions.json`` shows
 the same.
@@ -150,10 +151,6 @@ def record_decisions(path: Path, tables: dict[str, list[decisions.DecisionRow]])
         print(f"decisions: DIFFERENT from {path}:\n  " + "\n  ".join(diff), flush=True)
     else:
         print(f"decisions: the same as in {path}", flush=True)
-    moved = [d for d in decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both}, bracket=True)
-             if d not in diff]
-    if moved:
-        print("  (crossover moved to other tested levels, same decision: " + "; ".join(moved) + ")", flush=True)
     write_decisions(path, {**saved, **tables})
     return diff
 
@@ -193,6 +190,7 @@ def _publish(argv: Sequence[str] | None) -> int:
     measure_studies(chosen, skip_sweeps=args.skip_sweeps, at_once=args.studies_at_once)
     if any(p.study for p in chosen):
         print(f"measured every study in {time.perf_counter() - start:.0f} s", flush=True)
+    changed: list[str] = []
     for pub in chosen:
         t0 = time.perf_counter()
         print(f"{pub.name}:", flush=True)
@@ -203,9 +201,11 @@ def _publish(argv: Sequence[str] | None) -> int:
                                 title=pub.title, profiles=pub.profiles, out_dir=out_dir)
         shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
         print(f"  wrote {shown} ({path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - t0:.0f} s)", flush=True)
-        record_decisions(out_dir / DECISIONS_FILE, decision_tables([pub]))
+        changed += record_decisions(out_dir / DECISIONS_FILE, decision_tables([pub]))
     print(f"published {len(chosen)} report(s) in {time.perf_counter() - start:.0f} s", flush=True)
-    return 0
+    if changed:  # a change of class, arm, tie set or range fails the run: the pages' decisions moved
+        print(f"decisions: {len(changed)} changed from the committed ones (listed above)", flush=True)
+    return 1 if changed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

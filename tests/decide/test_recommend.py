@@ -1,7 +1,9 @@
 """Recommendations computed from the fitted delta curves: verdicts, levels, reasons, caveats, next experiment."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -220,25 +222,29 @@ def test_markdown_has_every_part_and_omits_shared_lines(seed) -> None:
     assert shared[0] not in rec.to_markdown(omit=shared)
 
 
-def test_server_gauges_show_memory_not_the_cap(tmp_path: Path) -> None:
-    """Measured arms: the spec arm loses above its cap of 8, but served ~4 at once with a full pool."""
+def _capped_below(tmp_path: Path, running: float, kv: float):
+    """A spec arm capped at 8 that loses at 16 and 32, where requests wait ~3x their decode time before
+    the first token (few decode at once), with the server's running-requests and KV gauges given there."""
     fast = {c: {"tokens": 30, "step_s": 0.01, "ttft_s": 0.02} for c in (2, 16, 32)}
-    spec = {2: {"tokens": 30, "step_s": 0.007, "ttft_s": 0.02},
-            # requests wait ~3x their decode time before the first token: few decode at once
-            16: {"tokens": 30, "step_s": 0.006, "ttft_s": 0.9},
+    spec = {2: {"tokens": 30, "step_s": 0.007, "ttft_s": 0.02}, 16: {"tokens": 30, "step_s": 0.006, "ttft_s": 0.9},
             32: {"tokens": 30, "step_s": 0.006, "ttft_s": 1.8}}
-    gauges = {c: {"server_running_max": 5.0, "server_kv_usage_max": 0.97} for c in (16, 32)}
+    gauges = {c: {"server_running_max": running, "server_kv_usage_max": kv} for c in (16, 32)}
     study_dir = tmp_path / "study"
     write_measured(study_dir / "baseline", "baseline", fast)
     write_measured(study_dir / "spec", "spec", spec, level_extra=gauges,
                    server={"max_running_requests": 8, "mem_fraction_static": 0.7})
-    comp = compare(load_result_sets(study_dir))
+    return compare(load_result_sets(study_dir))
+
+
+def test_server_gauges_show_memory_not_the_cap(tmp_path: Path) -> None:
+    """Measured arms: the spec arm loses above its cap of 8, but served ~4 at once with a full pool."""
+    comp = _capped_below(tmp_path, running=5.0, kv=0.97)
     rec = recommend(comp, THROUGHPUT)
     text = " ".join(rec.reasons)
     assert "max_running_requests = 8" in text and "cannot be the whole story" in text
     assert "never ran more than 5 requests at once at 16, 32" in text
     assert "97% full there: memory, not the cap, limited admission" in text
-    assert rec.next_experiment.startswith("The cap did not bind")
+    assert rec.next_experiment.startswith("Give spec more KV memory rather than a higher cap")
     # advice an operator can run on the server that produced the data: SGLang's own flag, with a value
     assert "`--mem-fraction-static 0.75` (now 0.7)" in rec.next_experiment
     (advice,) = [c for c in rec.claims if c.kind == "advice"]
@@ -405,3 +411,23 @@ def test_the_decide_package_exports_public_names_only() -> None:
     assert package.__all__ and all(not n.startswith("_") for n in package.__all__)
     assert all(hasattr(package, n) for n in package.__all__)
     assert [n for n in vars(package) if n.startswith("_") and not n.startswith("__")] == []
+
+
+def test_cap_pool_and_gauge_come_to_one_conclusion(tmp_path: Path) -> None:
+    """The gauge ran below the cap of 8 but not well below (7), with a full pool, while the estimate
+    levels off well below: the page trusts the gauge and concludes once — memory, not the cap — never
+    'the cap did bind' beside 'not the cap'; the levels-off figures are those of the range it states."""
+    from specsweep.report.consistency import cap_conclusion, check_page
+
+    comp = _capped_below(tmp_path, running=7.0, kv=0.97)
+    rec = recommend(comp, THROUGHPUT)
+    text = " ".join([*rec.reasons, *rec.next_experiments])
+    assert "disagrees" in text and "memory, not the cap, limited admission" in text
+    assert "cap did bind" not in text and "cap did not bind" not in text.lower(), text
+    assert cap_conclusion(rec) == [] and check_page(comp, [rec]) == []
+    (below,) = [r for r in rec.reasons if "levels off at about" in r]
+    quoted = [int(c) for c in re.findall(r"\d+\.\d at (\d+)", below)]
+    assert quoted and min(quoted) >= 16, below
+    # the rule itself: a page saying both fails
+    both = dataclasses.replace(rec, reasons=[*rec.reasons, "Trust the gauge: the cap did bind."])
+    assert [v.rule for v in cap_conclusion(both)] == ["cap-conclusion"]

@@ -167,3 +167,27 @@ def test_latency_profile_ties_and_the_recommendation_says_so() -> None:
             assert not any("mtp-cap128 (mean deciding delta" in r for r in rec.reasons)
             said += 1
     assert said >= 18
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_the_decision_table_carries_the_pages_arm_and_tie_set(noise: str) -> None:
+    """decisions.json's row is the recommendation the page prints: the same class, arm and tie set, in
+    draws where the arms are equal, close (a 5 % gap: sometimes tied, sometimes not) and far apart.
+    Arms that differ are never said to have 'scored lower': the page says where they differ."""
+    from specsweep.decide.decisions import decision_row
+    from specsweep.report.decision import decision_markdown
+
+    rng = np.random.default_rng(5)
+    ratio = np.exp(DEMO_SHAPE)
+    for gap in (0.0, 0.05, 0.20):
+        for _ in range(6):
+            comp = compare(_sets({"baseline": np.ones(len(LEVELS)), "mtp": ratio, "mtp-cap128": ratio * (1 + gap)},
+                                 noise, rng), n_boot=0)
+            for profile in (THROUGHPUT, LATENCY):
+                rec = recommend(comp, profile)
+                row = decision_row(comp, {"name": profile.name, "objective": profile.objective})
+                assert (row.decision, row.arm, list(row.tied)) == (rec.decision, rec.arm, rec.tied_with)
+                assert f"| {row.arm_text()} |" in decision_markdown(comp, [rec]).replace("\\(", "(").replace("\\)", ")")
+                assert not any("scored lower" in r for r in rec.reasons), rec.reasons
+                untied = [r for r in rec.reasons if r.startswith("Not tied:")]
+                assert len(untied) == (0 if rec.tied_with or len(rec.levels["arm"].unique()) < 2 else 1), rec.reasons

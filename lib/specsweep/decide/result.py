@@ -80,6 +80,17 @@ class Recommendation:
         return self.up_to_concurrency if self.up_to_concurrency is not None else self.from_concurrency
 
     @property
+    def judged_arm(self) -> str | None:
+        """The arm whose levels the decision rests on: the recommended one, else (keep off, no
+        measurable difference) the one the verdict judged; None where no arm was judged."""
+        if self.arm is not None:
+            return self.arm
+        verdict = next((c.arm for c in self.claims if c.kind == "verdict" and c.arm), None)
+        if verdict is not None:
+            return verdict
+        return None if self.levels.empty else str(self.levels["arm"].iloc[0])
+
+    @property
     def shown_metrics(self) -> set[str]:
         """Metrics whose Δ the recommendation's table shows beside the verdict."""
         if self.levels.empty:
@@ -102,7 +113,7 @@ class Recommendation:
         if self.profile.description:
             lines += [f"*{md_text(self.profile.description)}*", ""]
         if not self.levels.empty and self.arm is not None or (not self.levels.empty and self.verdict == Verdict.DISABLE):
-            lv = self.levels[self.levels["arm"] == (self.arm or self.levels["arm"].iloc[0])]
+            lv = self.levels[self.levels["arm"] == self.judged_arm]
             lines += ["| concurrency | outcome | decided by | deciding Δ [95% band] | aggregate Δ [95% band] | per-user Δ |",
                       "|---|---|---|---|---|---|"]
             for r in lv.itertuples():

@@ -21,7 +21,7 @@ from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_chec
 from specsweep.decide.profiles import Profile
 from specsweep.decide.result import Band, Decision
 from specsweep.decide.text import WAIT_WORDS, _levels_text, _num, _range_pct, band_text, deciding_word
-from specsweep.decide.ties import tie_sentence
+from specsweep.decide.ties import first_difference, tie_sentence
 from specsweep.decide.verdicts import Verdict, decision_class
 from specsweep.markup import md_text
 
@@ -289,9 +289,30 @@ def reason_sentences(comp: Comparison, profile: Profile, d: Decision) -> tuple[l
         reasons.append(tie_sentence(comp, arm, d.tied_with, d.verdict))
     others = [a for a in d.per_arm if a != arm and a not in d.tied_with]
     if others:
-        reasons.append("Other arms scored lower for this profile: " + ", ".join(
-            f"{md_text(a)} (mean deciding delta {pct(d.per_arm[a]['margin'].mean())})" for a in others) + ".")
+        reasons.append(others_sentence(comp, profile, d, others))
     return reasons, thr_claims + user_claims + cap_claims, advice
+
+
+def _margins(a: float, b: float) -> tuple[str, str]:
+    """Two mean deciding margins (Δ %) written apart: one more decimal where the page's rounding makes them equal."""
+    if pct(a) != pct(b):
+        return pct(a), pct(b)
+    return f"{a:+.2f}%", f"{b:+.2f}%"
+
+
+def others_sentence(comp: Comparison, profile: Profile, d: Decision, others: Sequence[str]) -> str:
+    """Why the arms not tied with the recommended one are not named: where each credibly differs from
+    it (:func:`specsweep.decide.ties.first_difference`), and the mean deciding margins the choice
+    rests on — never a 'scored lower' between arms the data cannot tell apart (those are tied)."""
+    arm = d.arm
+    parts = []
+    for a in others:
+        mine, theirs = _margins(float(d.per_arm[arm]["margin"].mean()), float(d.per_arm[a]["margin"].mean()))
+        where = first_difference(comp, profile, arm, a)
+        diff = (f"differs credibly from {md_text(arm)} ({deciding_word(where[0])} {pct(where[2])} at {where[1]})"
+                if where else f"could not be compared with {md_text(arm)} directly")
+        parts.append(f"{md_text(a)} {diff}; its mean deciding Δ is {theirs} against {mine}")
+    return "Not tied: " + "; ".join(parts) + "."
 
 
 def objective_reasons(comp: Comparison, profile: Profile, arm: str, judged: pd.DataFrame) -> list[str]:

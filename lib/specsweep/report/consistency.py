@@ -24,6 +24,9 @@ The rules (``Violation.rule``):
   throughput break-even for a latency profile).
 - ``advice``: the server arguments advised parse with that server's own parser (the embedded
   reference server's argparse and profile overrides) or, for a real server, are flags it has.
+- ``cap-conclusion``: what a profile says about its arm's cap, pool and gauges comes to one
+  conclusion — the cap bound, or it did not — once the server's gauge has overruled an estimate
+  ("trust the gauge"), the estimate's own reading no longer counts.
 - ``grammar``: no "is looks", "is takes" … (a label followed by a verb after "is"), no doubled words.
 """
 from __future__ import annotations
@@ -263,6 +266,30 @@ def _deciding_family(objective: str, user_metric: str) -> set[str]:
     return {"output_tok_s", user_metric}
 
 
+#: phrases that conclude the cap bound (True) or did not (False)
+_CAP_STANCES: tuple[tuple[re.Pattern[str], bool], ...] = (
+    (re.compile(r"\bcap did not bind|\bnot the cap\b|\bcap is not the cause", re.I), False),
+    (re.compile(r"\bcap did bind\b|\bconsistent with the cap binding\b|\bthe cap bound\b", re.I), True),
+)
+
+
+def _cap_stance(sentence: str) -> bool | None:
+    """What a sentence concludes about the cap: True (it bound), False (it did not), None (neither)."""
+    return next((stance for pattern, stance in _CAP_STANCES if pattern.search(sentence)), None)
+
+
+def cap_conclusion(rec: Any) -> list[Violation]:
+    """The ``cap-conclusion`` rule over one recommendation's reasons and next experiments."""
+    overruled = any(c.kind == "gauge" and c.agrees is False for c in rec.claims)
+    estimates = {c.sentence for c in rec.claims if c.kind == "cap" and "estimate" in c.extra}
+    texts = [t for t in (*rec.reasons, *rec.next_experiments) if not (overruled and t in estimates)]
+    stances = [(t, s) for t in texts if (s := _cap_stance(t)) is not None]
+    if len({s for _, s in stances}) < 2:
+        return []
+    said = "; ".join(f"{'binds' if s else 'does not bind'}: {t[:80]}" for t, s in stances)
+    return [Violation("cap-conclusion", rec.profile.name, stances[-1][0], f"the cap both bound and did not ({said})")]
+
+
 def check_recommendation(comp: Comparison, rec: Any) -> list[Violation]:
     """Every claim of one recommendation, its deciding metric shown, its experiments on target, its grammar."""
     out: list[Violation] = []
@@ -282,6 +309,7 @@ def check_recommendation(comp: Comparison, rec: Any) -> list[Violation]:
                 claim.metric not in _deciding_family(rec.profile.objective, comp.user_metric):
             out.append(Violation("experiment-metric", rec.profile.name, claim.sentence,
                                  f"a {rec.profile.objective} profile's experiment targets {claim.metric}"))
+    out += cap_conclusion(rec)
     texts = [rec.headline, *rec.reasons, *rec.caveats, *rec.next_experiments, *(b.sentence for b in rec.bands)]
     said = {c.sentence for c in rec.claims}
     for t in texts:

@@ -16,6 +16,7 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
 from specsweep.decide.claims import Claim, join_and, pct
+from specsweep.decide.decisions import row_of
 from specsweep.decide.text import band_text, deciding_word
 from specsweep.decide.verdicts import DecisionKind
 from specsweep.markup import markdown_html, md_text
@@ -147,9 +148,10 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Scre
         credible = int((lv["outcome"] != "neutral").sum()) if not lv.empty else 0
         levels_note = f"{credible} of {len(cs)} levels credible" if cs else "no levels judged"
         word, deciding = _deciding(comp, rec)
-        out.append(ScreenRow(profile=rec.profile.name, kind=kind, x=rec.decision_at, arm=rec.arm if rec.arm else (claim.arm if claim else None),
-                               enable_at=enable_at, tested=tested, deciding=deciding, deciding_metric=word,
-                               stability=levels_note, tied_with=tuple(getattr(rec, "tied_with", ()) or ())))
+        row = row_of(rec)  # the class, arm, ties and X decisions.json and the console carry
+        out.append(ScreenRow(profile=rec.profile.name, kind=row.decision, x=row.x, arm=row.arm or rec.judged_arm,
+                             enable_at=enable_at, tested=tested, deciding=deciding, deciding_metric=word,
+                             stability=levels_note, tied_with=row.tied))
     return out
 
 
