@@ -64,7 +64,9 @@ def test_the_deciding_figures_are_the_datas(tmp_path: Path) -> None:
     (row,) = decision_rows(comp, [rec])
     # the weakest gain: every level is +20% as measured (1.2 × the baseline), so it reads +20% with its band
     assert row.deciding.startswith("aggregate throughput: " + expected.pct(expected.delta(spec, base, "output_tok_s", 1)))
-    assert "(weakest gain)" in row.deciding and row.stability == "7 of 7 levels credible"
+    # and says over which levels, by what (the fitted margin, not the measured Δ it quotes)
+    assert "(weakest fitted gain of the gains at 1, 2, 4, 8, 16, 32 and 64)" in row.deciding, row.deciding
+    assert row.stability == "7 of 7 levels credible"
     assert stability(comp).startswith("one run per level; noise assumed (3% per run)")
     assert "arms measured one after the other" in stability(comp)
 
@@ -125,3 +127,19 @@ def test_each_line_is_printed_once_across_the_profile_sections(tmp_path: Path) -
     for line in {x for r in recs for x in (*r.reasons, *r.caveats, *r.next_experiments)} - shared:
         assert sum(f"- {line}" in s or f". {line}" in s for s in sections) == 1, line
     assert any("given under batch above" in s for s in sections[1:])
+
+
+def test_an_slo_decision_is_enabled_only_where_the_arm_meets_the_slo(tmp_path: Path) -> None:
+    """Per-user speed 100 × C^−0.25: the baseline breaks 60 tok/s from 8, the arm (+30 %) from 32, where it
+    also loses 15 % aggregate. The decision is 'enable', but its range stops where the arm misses the SLO
+    and says so beside it, on the first screen and in the prose — never 'enable, 1–64'."""
+    slo = {"name": "slo", "objective": "throughput", "min_user_tok_s": 60}
+    comp, _, _ = two_arms(tmp_path, scaled(lambda c: 1.2 if c <= 16 else 0.85, 1.3))
+    rec = recommend(comp, slo)
+    (row,) = decision_rows(comp, [rec])
+    assert row.decision == "enable", row
+    meets = set(rec.levels.loc[rec.levels["arm_meets_slo"] == True, "concurrency"].astype(int))  # noqa: E712
+    assert meets == {1, 2, 4, 8, 16}  # the oracle: 130 × C^−0.25 ≥ 60 up to C = 22
+    assert row.enable_at == "1–16 (misses the SLO at 32 and 64)", row.enable_at
+    assert set(row.enable_levels) == meets
+    assert "**enable spec at 1–16 (misses the SLO at 32 and 64)**" in verdict_prose(comp, [rec]).replace("\\", "")

@@ -27,6 +27,8 @@ The rules (``Violation.rule``):
 - ``cap-conclusion``: what a profile says about its arm's cap, pool and gauges comes to one
   conclusion — the cap bound, or it did not — once the server's gauge has overruled an estimate
   ("trust the gauge"), the estimate's own reading no longer counts.
+- ``slo-range``: an SLO profile's decision is enabled only at levels where the arm meets the SLO
+  (the first screen's range, :func:`specsweep.report.decision.decision_rows`).
 - ``grammar``: no "is looks", "is takes" … (a label followed by a verb after "is"), no doubled words.
 """
 from __future__ import annotations
@@ -320,11 +322,30 @@ def check_recommendation(comp: Comparison, rec: Any) -> list[Violation]:
     return out
 
 
+def slo_range(comp: Comparison, recs: Sequence[Any]) -> list[Violation]:
+    """The ``slo-range`` rule over a page's first screen."""
+    from specsweep.report.decision import decision_rows
+
+    out = []
+    for rec, row in zip(recs, decision_rows(comp, recs)):
+        lv = rec.levels[rec.levels["arm"] == row.arm] if row.arm and not rec.levels.empty else rec.levels.iloc[0:0]
+        if "arm_meets_slo" not in lv or lv["arm_meets_slo"].isna().all():
+            continue
+        missed = sorted(set(row.enable_levels) & {int(c) for c, ok in zip(lv["concurrency"], lv["arm_meets_slo"])
+                                                   if ok is not True and ok != 1})
+        if missed:
+            out.append(Violation("slo-range", rec.profile.name, f"{row.decision}, {row.enable_at}",
+                                 f"enabled at {', '.join(map(str, missed))}, where {row.arm} misses the SLO"))
+    return out
+
+
 def check_page(comp: Comparison, recs: Iterable[Any], texts: Sequence[str] = ()) -> list[Violation]:
     """Every recommendation of a page, and the grammar of any other text it shows (``texts``)."""
     out: list[Violation] = []
+    recs = list(recs)
     for rec in recs:
         out += check_recommendation(comp, rec)
+    out += slo_range(comp, recs)
     for t in texts:
         for g in grammar_errors(t):
             out.append(Violation("grammar", "", t, g))

@@ -45,6 +45,8 @@ class ScreenRow:
     stability: str
     #: arms not credibly different from ``arm`` for this profile (``arm`` is the simplest of them)
     tied_with: tuple[str, ...] = ()
+    #: the tested levels inside the range where it is enabled (concurrency)
+    enable_levels: tuple[int, ...] = ()
 
     @property
     def decision(self) -> str:
@@ -124,8 +126,36 @@ def _weakest(levels: pd.DataFrame, want: str) -> tuple[str, str]:
         return "", "—"
     r = decisive.loc[decisive["deciding_band"].index[decisive["margin"].abs().to_numpy().argmin()]]
     word = deciding_word(r["deciding_metric"])
-    weakest = "weakest gain" if want == "gain" else "smallest loss"
-    return word, f"{word}: {r['deciding_band']} at {int(r['concurrency'])} ({weakest})"
+    # which levels it is the weakest of, and by what: the fitted margin, not the measured Δ quoted
+    weakest = "weakest fitted gain" if want == "gain" else "smallest fitted loss"
+    over = join_and([str(int(c)) for c in decisive["concurrency"]])
+    return word, f"{word}: {r['deciding_band']} at {int(r['concurrency'])} ({weakest} of the {want}s at {over})"
+
+
+def _span_text(cs: Sequence[int], tested: Sequence[int]) -> str:
+    """"1–16" where ``cs`` are three or more consecutive tested levels, else "32 and 64"."""
+    i = [list(tested).index(c) for c in cs]
+    if len(cs) > 2 and i == list(range(i[0], i[0] + len(cs))):
+        return f"{cs[0]}–{cs[-1]}"
+    return join_and([str(c) for c in cs])
+
+
+def _within_slo(lv: pd.DataFrame, kind: DecisionKind, x: float | None, enable_at: str) -> tuple[str, tuple[int, ...]]:
+    """(where to enable it, the tested levels inside that range): under an SLO only the levels where the
+    arm meets it, and the range says where it does not — never 'enable, 1–128' over levels where
+    the arm misses the SLO and gives up throughput."""
+    cs = [int(c) for c in lv["concurrency"]] if not lv.empty else []
+    inside = [c for c in cs if kind == DecisionKind.ENABLE or (x is not None and (
+        c <= x if kind == DecisionKind.ENABLE_UP_TO else c >= x if kind == DecisionKind.ENABLE_FROM else False))]
+    if not kind.enables or "arm_meets_slo" not in lv or lv["arm_meets_slo"].isna().all():
+        return enable_at, tuple(inside)
+    meets = {int(c) for c, ok in zip(lv["concurrency"], lv["arm_meets_slo"]) if ok is True or ok == 1}
+    kept, missed = [c for c in inside if c in meets], [c for c in cs if c not in meets]
+    if not missed:
+        return enable_at, tuple(inside)
+    if not kept:
+        return f"— (misses the SLO at {_span_text(missed, cs)})", ()
+    return f"{_span_text(kept, cs)} (misses the SLO at {_span_text(missed, cs)})", tuple(kept)
 
 
 def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[ScreenRow]:
@@ -145,13 +175,14 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Scre
             enable_at = f"about {rec.from_concurrency:.0f} to {cs[-1]}"
         else:
             enable_at = "—"
+        enable_at, enable_levels = _within_slo(lv, kind, rec.decision_at, enable_at)
         credible = int((lv["outcome"] != "neutral").sum()) if not lv.empty else 0
         levels_note = f"{credible} of {len(cs)} levels credible" if cs else "no levels judged"
         word, deciding = _deciding(comp, rec)
         row = row_of(rec)  # the class, arm, ties and X decisions.json and the console carry
         out.append(ScreenRow(profile=rec.profile.name, kind=row.decision, x=row.x, arm=row.arm or rec.judged_arm,
                              enable_at=enable_at, tested=tested, deciding=deciding, deciding_metric=word,
-                             stability=levels_note, tied_with=row.tied))
+                             stability=levels_note, tied_with=row.tied, enable_levels=enable_levels))
     return out
 
 
@@ -231,11 +262,14 @@ def verdict_prose(comp: Comparison, recs: Sequence[Recommendation]) -> str:
         if cross and cross.bounds:
             text += f"; the fitted curve crosses 0 near {cross.at:.0f}, between the tested {cross.bounds[0]} and {cross.bounds[1]}"
         lines.append(text + ".")
-    groups: dict[tuple[str, str, str], list[ScreenRow]] = {}
+    groups: dict[tuple[str, str, str, str], list[ScreenRow]] = {}
     for r in decision_rows(comp, recs):
-        groups.setdefault((r.decision, r.arm or "", r.deciding_metric), []).append(r)
-    for (decision, arm, metric), rows in groups.items():
+        # a range an SLO narrowed is part of the decision: said beside it, not far below
+        narrowed = r.enable_at if "SLO" in r.enable_at else ""
+        groups.setdefault((r.decision, r.arm or "", r.deciding_metric, narrowed), []).append(r)
+    for (decision, arm, metric, narrowed), rows in groups.items():
         who = join_and([md_text(r.profile) for r in rows])
         what = rows[0].kind.words(rows[0].x, arm=md_text(arm), about=True) if arm else decision
+        what += f" at {md_text(narrowed)}" if narrowed else ""
         lines.append(f"{who}: **{what}**" + (f" (decided by {md_text(metric)})" if metric else "") + ".")
     return "\n\n".join(lines)
