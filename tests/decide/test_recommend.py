@@ -35,8 +35,8 @@ def test_always_wins(tmp_path: Path) -> None:
     exact = compare(study(tmp_path / "exact", win=scaled(lambda c: 1.2 - 0.015 * math.log2(c))), assumed_noise_pct=None)
     # noise-free data: the band is the point; the ratio 1.2 − 0.015 × log2(C) gives +20% at 1 and +11% at 64
     at1, at64 = expected.pct(Fraction(20)), expected.pct(Fraction(1110, 1000) * 100 - 100)
-    assert f"Aggregate Δ: {at1} [{at1}, {at1}] at 1; {at64} [{at64}, {at64}] at 64" in recommend(exact, THROUGHPUT).headline
-    assert "Aggregate Δ: +20% (fitted " in recommend(comp, THROUGHPUT).headline  # assumed noise: a band, not a point
+    assert f"Aggregate Δ: {at1} [{at1}, {at1}] at 1; {at64} [{at64}, {at64}] at 64" in recommend(exact, THROUGHPUT).reasons[0]
+    assert "Aggregate Δ: +20% (fitted " in recommend(comp, THROUGHPUT).reasons[0]  # assumed noise: a band, not a point
 
 
 def test_always_loses(tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ def test_always_loses(tmp_path: Path) -> None:
         assert rec.headline.startswith("Keep speculation off")
     # 0.9 − 0.03 × log2(C): −10% at 1, −13% at 2; the first clause names what it lowers
     first = ", ".join(f"{expected.pct(Fraction(r) * 100 - 100)} at {c}" for c, r in ((1, Fraction(90, 100)), (2, Fraction(87, 100))))
-    assert f"lose credibly lowers aggregate output throughput ({first}" in recommend(comp, THROUGHPUT).reasons[0]
+    assert f"lose credibly lowers aggregate output throughput ({first}" in recommend(comp, THROUGHPUT).reasons[1]
 
 
 def test_crosses_over_at_eight(tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ def test_crosses_over_at_eight(tmp_path: Path) -> None:
     # the crossover lies at the tested 8 (cross8 is 0 there): the headline says what was measured there
     assert "up to about 8 concurrent requests (measured there: aggregate throughput" in rec.headline
     assert [(b.c_from, b.c_to, b.outcome) for b in rec.bands] == [(1, 4, "gain"), (8, 8, "neutral"), (16, 64, "loss")]
-    assert "crossover is at about 8" in rec.reasons[0]
+    assert "crossover is at about 8" in rec.reasons[1]  # after the aggregate Δ with its bands
     # per-user speed is up everywhere (+30%), but above 8 each request takes longer in total by Little's law
     # (the aggregate falls): the latency verdict counts that wait and says which metric decided
     lat = recommend(comp, LATENCY)
@@ -151,10 +151,11 @@ def test_seed_throughput_says_what_one_run_cannot_support(seed) -> None:
     assert f"at 32, {expected.pct(d[64])} [" in head
     # the largest and smallest aggregate Δ, each inside its band (the band is the fitted curve's, see test_compare)
     for c in (4, 128):
-        lo, hi = (float(x.rstrip("%")) for x in head.split(f"{expected.pct(d[c])} [")[1].split("]")[0].split(", "))
+        lo, hi = (float(x.rstrip("%")) for x in plain(rec.reasons[0]).split(f"{expected.pct(d[c])} [")[1].split("]")[0].split(", "))
         assert lo < float(d[c]) < hi, (c, lo, hi)
-    assert head.index(f"Aggregate Δ: {expected.pct(d[4])} [") < head.index(f"; {expected.pct(d[128])} [")
-    assert "One run per level" in head
+    quote = plain(rec.reasons[0])  # a reason, so that profiles over the same levels say it once
+    assert quote.index(f"Aggregate Δ: {expected.pct(d[4])} [") < quote.index(f"; {expected.pct(d[128])} [")
+    assert "One run per level" not in head  # said once for the page, in the caveats
     assert "3% per run is assumed" in " ".join(rec.caveats)
     # from its own residuals (no assumption) six single runs support no verdict at all
     bare = recommend(compare(load_result_sets(SEED), assumed_noise_pct=None), THROUGHPUT)

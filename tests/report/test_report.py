@@ -217,3 +217,16 @@ def test_arms_with_no_shared_level_fail_in_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1, done.stderr
     assert "NoSharedLevelError" in lines[0] and "concurrency 8, 16" in lines[0] and "concurrency 1, 2" in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def test_a_built_page_says_each_sentence_once_and_names_arms_by_short_name(seed_report: str) -> None:
+    """No prose sentence of a freshly built page is repeated verbatim, and the prose names arms by their
+    short names: an arm's full label stands once, in Setup (a table)."""
+    from specsweep.report.consistency import page_sentences, repeated_sentences
+    from specsweep.results.store import load_result_sets
+
+    assert repeated_sentences(seed_report) == []
+    labels = [rs.meta.label for rs in load_result_sets([SEED]) if rs.meta.label and rs.meta.label != rs.arm]
+    assert labels
+    for label in labels:
+        assert not [s for s in page_sentences(seed_report) if label in s], label

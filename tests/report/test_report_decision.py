@@ -143,3 +143,25 @@ def test_an_slo_decision_is_enabled_only_where_the_arm_meets_the_slo(tmp_path: P
     assert row.enable_at == "1–16 (misses the SLO at 32 and 64)", row.enable_at
     assert set(row.enable_levels) == meets
     assert "**enable spec at 1–16 (misses the SLO at 32 and 64)**" in verdict_prose(comp, [rec]).replace("\\", "")
+
+
+def test_a_profile_that_keeps_it_off_beside_one_that_enables_says_why_there(tmp_path: Path) -> None:
+    """Decoding faster (0.006 s vs 0.010 s a token) but 60 ms more to the first token: shorter end to end,
+    so more aggregate throughput (throughput: enable), yet a TTFT longer by more than the minimum effect
+    of the baseline's end-to-end time (latency: keep off). The prose gives the reason beside the two
+    decisions, with the figure the first screen shows."""
+    from helpers import write_measured
+
+    levels = (2, 8, 16)
+    write_measured(tmp_path / "baseline", "baseline", {c: {"tokens": 30, "step_s": 0.010, "ttft_s": 0.02} for c in levels})
+    write_measured(tmp_path / "spec", "spec", {c: {"tokens": 30, "step_s": 0.006, "ttft_s": 0.08} for c in levels})
+    comp = compare(load_result_sets(tmp_path))
+    recs = [recommend(comp, {"name": "batch", "objective": "throughput"}),
+            recommend(comp, {"name": "chat", "objective": "latency"})]
+    rows = decision_rows(comp, recs)
+    assert [r.decision for r in rows] == ["enable", "keep off"], rows
+    prose = verdict_prose(comp, recs)
+    lines = prose.split("\n\n")
+    why = [x for x in lines if x.startswith("Why chat differs")]
+    assert len(why) == 1 and rows[1].deciding_metric in why[0] and "batch does not weigh" in why[0], prose
+    assert lines.index(why[0]) == len(lines) - 1  # right under the decisions it explains

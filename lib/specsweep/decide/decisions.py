@@ -44,6 +44,7 @@ from pydantic.dataclasses import dataclass
 from specsweep.analyze.compare import Comparison, compare
 from specsweep.decide import DEFAULT_PROFILES, parse_profile, recommend
 from specsweep.decide.result import Recommendation
+from specsweep.decide.text import tested_bracket
 from specsweep.decide.verdicts import DecisionKind, Outcome
 from specsweep.results.store import load_result_sets
 
@@ -80,11 +81,7 @@ class DecisionRow:
 
 
 def _bracket(levels: Sequence[int], x: float | None) -> tuple[int, int] | None:
-    if x is None:
-        return None
-    below = [c for c in levels if c <= x]
-    above = [c for c in levels if c > x]
-    return (max(below) if below else min(levels), min(above) if above else max(levels))
+    return None if x is None or not levels else tested_bracket(levels, x)
 
 
 def row_of(rec: Recommendation) -> DecisionRow:

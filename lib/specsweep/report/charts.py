@@ -1087,3 +1087,56 @@ def verdict_strip(strip: pd.DataFrame, *, width: int | None = None,
     return alt.LayerChart(layer=layers, resolve=alt.Resolve(legend=alt.LegendResolveMap(color="independent", shape="independent")),
         width=width or WIDTH, height=(band_height or STRIP_BAND) * len(bands),
         title="Verdict per concurrency level")
+
+
+#: colour names a caption may use for the fixed colours charts draw with (hex, lower case)
+COLOUR_NAMES: dict[str, str] = {CROSSOVER_COLOUR.lower(): "red", "black": "black", "#000000": "black"}
+
+
+def line_style(dash: Sequence[float] | None) -> str:
+    """'solid', 'dotted' (dashes no longer than 2 px) or 'dashed', from a mark's ``strokeDash``."""
+    if not dash:
+        return "solid"
+    return "dotted" if max(dash[::2]) <= 2 else "dashed"
+
+
+def _layers(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    """Every unit spec inside a chart's dict (layers, concatenations), depth first."""
+    for key in ("layer", "hconcat", "vconcat", "concat"):
+        for sub in spec.get(key, []) or []:
+            yield from _layers(sub)
+    if "mark" in spec:
+        yield spec
+
+
+def _stroke(unit: Mapping[str, Any]) -> str:
+    """'red dotted', 'dotted … in each arm's colour': how a rule or line is drawn, from its own encodings."""
+    mark = unit["mark"] if isinstance(unit["mark"], dict) else {"type": unit["mark"]}
+    colour = (unit.get("encoding") or {}).get("color") or {}
+    style = line_style(mark.get("strokeDash"))
+    if "value" in colour or "color" in mark:
+        value = str(colour.get("value", mark.get("color"))).lower()
+        return f"{COLOUR_NAMES.get(value, value)} {style}"
+    return f"{style} (in each arm's colour)" if colour.get("field") else style
+
+
+def crossover_caption(chart: alt.TopLevelMixin | None) -> str:
+    """The delta chart's crossover sentence, written from the chart's own crossover rule (colour and dash):
+    what marks a crossover, or that none is drawn."""
+    if chart is None:
+        return ""
+    rules = [u for u in _layers(chart.to_dict()) if (u["mark"] if isinstance(u["mark"], str) else u["mark"]["type"]) == "rule"
+             and any(t.get("field") == "crossover_concurrency" for t in (u.get("encoding") or {}).get("tooltip", []) or [])]
+    if not rules:
+        return "No crossover is drawn: no fitted delta is credibly positive on one side of a level and credibly negative on the other."
+    return (f"A {_stroke(rules[0])} vertical line marks a crossover only where the fitted delta is credibly positive on one "
+            "side and credibly negative on the other.")
+
+
+def pareto_caption(chart: alt.TopLevelMixin | None) -> str:
+    """The Pareto chart's sentence on its frontier line, written from the line's own encodings."""
+    lines = [u for u in _layers(chart.to_dict()) if (u["mark"] if isinstance(u["mark"], str) else u["mark"]["type"]) == "line"] \
+        if chart is not None else []
+    if not lines:
+        return ""
+    return f"The {_stroke(lines[0])} line joins the Pareto frontier — the configurations worth running."

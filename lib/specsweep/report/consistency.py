@@ -17,7 +17,8 @@ The rules (``Violation.rule``):
 - ``agreement``: a gauge claim says "agrees" only when the gauge and the estimate before it put the
   running requests on the same side of ``WELL_BELOW_CAP`` × cap (recomputed), "disagrees" only when not.
 - ``levels``: every level a claim names was tested for that arm (an experiment's levels were not),
-  and a point that was not tested ("up to about 37", a crossover) names the tested levels bounding it.
+  and a point that was not tested ("up to about 37", a crossover) names the tested levels bounding it
+  — the ones just around it, with no tested level between them (one bracket everywhere).
 - ``deciding-metric``: a verdict's deciding metric is shown beside it (the profile's table), and a
   verdict placing a point between tested levels quotes that metric's Δ at both.
 - ``experiment-metric``: a next experiment targets the profile's own deciding metric (no
@@ -210,6 +211,9 @@ def _point_breaches(comp: Comparison, claim: Claim) -> list[Breach]:
     lo, hi = claim.bounds
     if lo not in tested or hi not in tested or not lo <= claim.at <= hi:
         return [("levels", f"bounds {lo}–{hi} of {claim.at:.1f} are not tested levels around it")]
+    inside = sorted(c for c in tested if lo < c < hi)
+    if inside:  # one bracket everywhere: the tested levels just around X, nothing tested between them
+        return [("levels", f"bounds {lo}–{hi} of {claim.at:.0f} have tested level(s) {inside} between them")]
     if not re.search(rf"\b{lo}\b.*\b{hi}\b", claim.sentence):
         return [("levels", f"does not name the tested levels {lo} and {hi} bounding {claim.at:.0f}")]
     return []
@@ -350,6 +354,31 @@ def check_page(comp: Comparison, recs: Iterable[Any], texts: Sequence[str] = ())
         for g in grammar_errors(t):
             out.append(Violation("grammar", "", t, g))
     return out
+
+
+_PROSE_BLOCK = re.compile(r"<(p|li|h[1-6])\b[^>]*>(.*?)</\1>", re.S)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*(⚠])")
+
+
+def page_sentences(page: str) -> list[str]:
+    """The prose sentences of a built page (HTML), in order: the text of its paragraphs, list items and
+    headings (tables, charts, scripts and styles left out), split at sentence ends; five words or more."""
+    import html
+
+    body = re.sub(r"<script\b.*?</script>|<style\b.*?</style>|<table\b.*?</table>", " ", page, flags=re.S)
+    out = []
+    for _, block in _PROSE_BLOCK.findall(body):
+        text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", block))).strip()
+        out += [s for s in _SENTENCE_END.split(text) if len(s.split()) >= 5]
+    return out
+
+
+def repeated_sentences(page: str) -> list[str]:
+    """Every prose sentence a page says more than once, verbatim (say it once: a repeat becomes a reference)."""
+    seen: dict[str, int] = {}
+    for s in page_sentences(page):
+        seen[s] = seen.get(s, 0) + 1
+    return [s for s, n in seen.items() if n > 1]
 
 
 def assert_consistent(comp: Comparison, recs: Sequence[Any], texts: Sequence[str] = ()) -> None:

@@ -7,7 +7,8 @@ from typing import Any
 import pandas as pd
 
 from specsweep.analyze.compare import Comparison
-from specsweep.decide import Recommendation, aggregate_quote
+from specsweep.decide import Recommendation
+from specsweep.decide.text import tested_bracket
 from specsweep.markup import md_text
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 from specsweep.report.warnings import top_warnings, workload_caveat
@@ -46,9 +47,10 @@ def key_numbers(comp: Comparison) -> pd.DataFrame:
 
 
 def _crossover_line(comp: Comparison, arm: str) -> str:
-    """The aggregate delta curve of an arm in two sentences: where it stands or crosses, then its extremes with bands."""
+    """The aggregate delta curve of an arm in a sentence: where it stands or crosses."""
     line = _curve_sentence(comp, arm)
-    return f"{line} {aggregate_quote(comp, arm)}" if line else ""
+    # the figures themselves stand in each profile's headline and the key numbers, not here again
+    return line
 
 
 def _curve_sentence(comp: Comparison, arm: str) -> str:
@@ -59,8 +61,9 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
         parts = []
         for _, c in cx.iterrows():
             way = "lower" if c.direction == "gain_to_loss" else "higher"
+            lo, hi = tested_bracket(comp.shared_levels(arm), float(c.crossover_concurrency))
             parts.append(f"credibly {way} than the baseline's above about **{c.crossover_concurrency:.0f}** concurrent "
-                         f"requests (the fitted delta curve crosses 0 between the tested {c.c_low} and {c.c_high})")
+                         f"requests (the fitted delta curve crosses 0 between the tested {lo} and {hi})")
         return f"{label}'s aggregate throughput is " + "; then ".join(parts) + "."
     rows = comp.delta(arm, "output_tok_s")
     if rows.empty:
