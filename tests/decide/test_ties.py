@@ -191,3 +191,26 @@ def test_the_decision_table_carries_the_pages_arm_and_tie_set(noise: str) -> Non
                 assert not any("scored lower" in r for r in rec.reasons), rec.reasons
                 untied = [r for r in rec.reasons if r.startswith("Not tied:")]
                 assert len(untied) == (0 if rec.tied_with or len(rec.levels["arm"].unique()) < 2 else 1), rec.reasons
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_the_demos_verdict_prose_is_short_and_says_each_decision_once(noise: str) -> None:
+    """Demo-shaped draws (three arms, the two speculative ones equal, the built-in profiles): the verdict
+    prose under the first screen stays within 150 words, names the tied arms' decision once, and has no
+    two sentences alike but for the arm's name."""
+    import re
+
+    from specsweep.decide import DEFAULT_PROFILES
+    from specsweep.report.decision import verdict_prose
+
+    rng = np.random.default_rng(11)
+    ratio = np.exp(DEMO_SHAPE)
+    for _ in range(4):
+        comp = compare(_sets({"baseline": np.ones(len(LEVELS)), "mtp": ratio, "mtp-cap128": ratio}, noise, rng),
+                       n_boot=0)
+        recs = [recommend(comp, p) for p in DEFAULT_PROFILES]
+        prose = verdict_prose(comp, recs)
+        assert len(prose.split()) <= 150, (len(prose.split()), prose)
+        sentences = [s for s in re.split(r"(?<=\.)\s+", prose) if s]
+        unnamed = [s.replace("mtp-cap128", "ARM").replace("mtp", "ARM") for s in sentences]
+        assert len(set(unnamed)) == len(unnamed), prose

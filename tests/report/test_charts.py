@@ -512,7 +512,7 @@ def test_chart_captions_are_written_from_the_charts_own_strokes(comp: Comparison
     two = charts.delta_chart(compare(load_result_sets(sets)))
     strokes = {s for s, d in _rule_strokes(two) if d == "2,3"}
     assert len(strokes) == 2 and "#b91c1c" not in strokes, strokes
-    assert charts.crossover_caption(two).startswith("A dotted (in each arm's colour) vertical line")
+    assert charts.crossover_caption(two).startswith("A dotted vertical line in each arm's colour marks a crossover")
     assert charts.pareto_caption(charts.pareto_chart(comp)).startswith("The black dotted line joins the Pareto frontier")
     notebook = (ROOT / "notebooks" / "report.ipynb").read_text()
     assert not re.search(r"(red|blue|black)? ?(dashed|dotted) (line|rule)", notebook), "a stroke described by hand"

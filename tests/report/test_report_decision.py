@@ -165,3 +165,43 @@ def test_a_profile_that_keeps_it_off_beside_one_that_enables_says_why_there(tmp_
     why = [x for x in lines if x.startswith("Why chat differs")]
     assert len(why) == 1 and rows[1].deciding_metric in why[0] and "batch does not weigh" in why[0], prose
     assert lines.index(why[0]) == len(lines) - 1  # right under the decisions it explains
+
+
+def test_one_rounding_of_a_delta_everywhere_on_the_page() -> None:
+    """The seed's MTP at 1: 121.5 ÷ 108 = +12.5 % (the oracle), written +13% in the key numbers as in every
+    sentence and in the summary — never +12.5% in one place and +13% in another."""
+    from fractions import Fraction
+
+    from helpers import SEED
+    from specsweep.report.verdict import key_numbers
+
+    d1 = expected.delta(SEED / "mtp", SEED / "baseline", "output_tok_s", 1)
+    assert d1 == Fraction(25, 2)
+    comp = compare(load_result_sets([SEED]))
+    row = key_numbers(comp).set_index("concurrency").loc[1]
+    assert row["aggregate Δ%"] == expected.pct(d1) == "+13%"
+    assert all("." not in str(row[k]).split("%")[0] or abs(float(str(row[k]).strip("+%"))) < 9.5
+               for k in ("aggregate Δ%", "aggregate Δ% fitted"))
+    assert f"| 1 | 108 | 122 | \\{expected.pct(d1)} \\[" in summary_markdown(comp, [recommend(comp, THROUGHPUT)], "t")
+
+
+def test_one_next_experiment_per_question_the_whatifs_where_it_has_one() -> None:
+    """The seed: the profiles advise re-running mtp with a higher cap, and the what-if section's next
+    experiment measures mtp at another cap. The page keeps the what-if's (it predicts the setting, with
+    a band); the profiles refer to it instead of giving a second cap experiment."""
+    from helpers import SEED
+    from specsweep.report import whatif_section
+    from specsweep.report.verdict import answered_by_whatif, profile_sections, shared_markdown
+
+    sets = load_result_sets([SEED])
+    comp = compare(sets)
+    recs = [recommend(comp, p) for p in DEFAULT_PROFILES]
+    advice = {c.sentence for r in recs for c in r.claims if c.kind == "advice"}
+    assert any("--max-running-requests" in a for a in advice)
+    nxt = whatif_section.build(comp, sets).next_experiment
+    assert nxt is not None and nxt["arm"] == "mtp" and "max_running_requests" in nxt["setting"]
+    refer = answered_by_whatif(recs, nxt)
+    assert set(refer) == {a for a in advice if "--max-running-requests" in a}
+    page = shared_markdown(comp, recs, refer) + "\n".join(profile_sections(comp, recs, refer))
+    assert not any(a in page for a in refer)
+    assert page.count("the next experiment is the what-if section's") == 1

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -104,10 +104,11 @@ class Recommendation:
     def next_experiment(self) -> str | None:
         return self.next_experiments[0] if self.next_experiments else None
 
-    def to_markdown(self, omit: Sequence[str] = ()) -> str:
+    def to_markdown(self, omit: Sequence[str] = (), refer: Mapping[str, str] | None = None) -> str:
         """The recommendation as Markdown: headline, one row per level, reasons, caveats, next experiments.
 
-        Lines in ``omit`` (shown once for every profile elsewhere) are left out.
+        Lines in ``omit`` (shown once for every profile elsewhere) are left out; a next experiment in
+        ``refer`` is replaced by its reference (the same question answered elsewhere on the page).
         """
         lines = [f"### {md_text(self.profile.name)}", "", f"**{self.headline}**", ""]
         if self.profile.description:
@@ -127,7 +128,7 @@ class Recommendation:
         caveats = [c for c in self.caveats if c not in omit]
         if caveats:
             lines += ["**Caveats for this profile**", ""] + [f"- {c}" for c in caveats] + [""]
-        experiments = [e for e in self.next_experiments if e not in omit]
+        experiments = list(dict.fromkeys((refer or {}).get(e, e) for e in self.next_experiments if e not in omit))
         if experiments:
             lines += ["**Next experiment**", ""] + [f"{i}. {e}" for i, e in enumerate(experiments, start=1)]
         return "\n".join(lines)

@@ -11,6 +11,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.curves import DeltaCurve
+from specsweep.decide.text import tested_bracket
 from specsweep.markup import md_text
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 from specsweep.results.columns import metric_info
@@ -201,7 +202,9 @@ def category_crossovers(comp: Comparison, sets: Sequence[Any],
             cx = curve_crossovers(curve)
             if cx:
                 first = cx[0]
-                row.update(status="crossover", n_crossovers=len(cx), c_low=first["c_low"], c_high=first["c_high"],
+                # one bracket everywhere: the category's tested levels just around its X
+                lo, hi = tested_bracket([int(c) for c in curve.concurrency], float(first["crossover_concurrency"]))
+                row.update(status="crossover", n_crossovers=len(cx), c_low=lo, c_high=hi,
                            crossover_concurrency=first["crossover_concurrency"], direction=first["direction"])
         rows.append(row)
     order = {name: i for i, (name, _) in enumerate(CATEGORY_FIGURES)}

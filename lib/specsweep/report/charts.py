@@ -1109,15 +1109,16 @@ def _layers(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
         yield spec
 
 
-def _stroke(unit: Mapping[str, Any]) -> str:
-    """'red dotted', 'dotted … in each arm's colour': how a rule or line is drawn, from its own encodings."""
+def _stroke(unit: Mapping[str, Any], what: str) -> str:
+    """'red dotted line', 'dotted line in each arm's colour' (``what``: 'line'): how a rule or line is
+    drawn, from its own encodings."""
     mark = unit["mark"] if isinstance(unit["mark"], dict) else {"type": unit["mark"]}
     colour = (unit.get("encoding") or {}).get("color") or {}
     style = line_style(mark.get("strokeDash"))
     if "value" in colour or "color" in mark:
         value = str(colour.get("value", mark.get("color"))).lower()
-        return f"{COLOUR_NAMES.get(value, value)} {style}"
-    return f"{style} (in each arm's colour)" if colour.get("field") else style
+        return f"{COLOUR_NAMES.get(value, value)} {style} {what}"
+    return f"{style} {what} in each arm's colour" if colour.get("field") else f"{style} {what}"
 
 
 def crossover_caption(chart: alt.TopLevelMixin | None) -> str:
@@ -1129,7 +1130,7 @@ def crossover_caption(chart: alt.TopLevelMixin | None) -> str:
              and any(t.get("field") == "crossover_concurrency" for t in (u.get("encoding") or {}).get("tooltip", []) or [])]
     if not rules:
         return "No crossover is drawn: no fitted delta is credibly positive on one side of a level and credibly negative on the other."
-    return (f"A {_stroke(rules[0])} vertical line marks a crossover only where the fitted delta is credibly positive on one "
+    return (f"A {_stroke(rules[0], 'vertical line')} marks a crossover only where the fitted delta is credibly positive on one "
             "side and credibly negative on the other.")
 
 
@@ -1139,4 +1140,4 @@ def pareto_caption(chart: alt.TopLevelMixin | None) -> str:
         if chart is not None else []
     if not lines:
         return ""
-    return f"The {_stroke(lines[0])} line joins the Pareto frontier — the configurations worth running."
+    return f"The {_stroke(lines[0], 'line')} joins the Pareto frontier — the configurations worth running."
