@@ -64,7 +64,9 @@ def test_seed_report_states_the_computed_findings(seed_report: str) -> None:
     assert (f"Enable mtp up to about {x:.0f} concurrent requests, between the tested 32 and 64 (aggregate throughput: "
             f"{expected.pct(d[32])} [") in text
     for fragment in ("max_running_requests = 48", "leading hypothesis", "cannot be the whole story",
-                     "--max-running-requests 128", "Latency-sensitive (interactive, agentic)", "Batch throughput",
+                     # the cap question's one next experiment: the what-if's (the profiles refer to it)
+                     "the next experiment is the what-if section's", "Next experiment: measure mtp with --max-running-requests",
+                     "Latency-sensitive (interactive, agentic)", "Batch throughput",
                      # one run per level: the noise is an assumption, said where the verdict is
                      "One run per level", "3% per run is assumed", "assumed_noise_pct",
                      # one definition per number, a glossary, the method named exactly
@@ -226,6 +228,8 @@ def test_a_built_page_says_each_sentence_once_and_names_arms_by_short_name(seed_
     from specsweep.results.store import load_result_sets
 
     assert repeated_sentences(seed_report) == []
+    if re.search(r"[+\-−]\d+ points\)", page_text(seed_report)):  # a unit the page uses is defined on it
+        assert "Points (of the aggregate Δ)" in page_text(seed_report)
     labels = [rs.meta.label for rs in load_result_sets([SEED]) if rs.meta.label and rs.meta.label != rs.arm]
     assert labels
     for label in labels:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import expected
 from helpers import SEED
 from specsweep import report
 from specsweep.analyze.categories import category_metrics
@@ -208,7 +209,8 @@ def test_category_curves_are_the_verdicts_fit_over_each_categorys_rows(category_
         assert r["aggregate_fit_pct"] == pytest.approx((math.exp(f) - 1) * 100)
         assert (r["aggregate_ci_low_pct"], r["aggregate_ci_high_pct"]) == pytest.approx(
             ((math.exp(f - h) - 1) * 100, (math.exp(f + h) - 1) * 100))
-        assert report.categories._interval_cell(r, "aggregate").endswith(f"around fitted {r['aggregate_fit_pct']:+.1f}%")
+        # rounded as every Δ% on the page is (one rounding everywhere)
+        assert report.categories._interval_cell(r, "aggregate").endswith(f"around fitted {expected.pct(r['aggregate_fit_pct'])}")
     for s in report.category_sentences(comp, sets, d):
         assert "single run" not in s and "fitted" in s
     assert charts.category_curve_chart(comp, curves) is not None

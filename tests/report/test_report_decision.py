@@ -205,3 +205,40 @@ def test_one_next_experiment_per_question_the_whatifs_where_it_has_one() -> None
     page = shared_markdown(comp, recs, refer) + "\n".join(profile_sections(comp, recs, refer))
     assert not any(a in page for a in refer)
     assert page.count("the next experiment is the what-if section's") == 1
+
+
+def test_the_metric_named_at_a_level_is_the_one_the_table_says_decided_it(tmp_path: Path) -> None:
+    """Latency: decoding 40 % faster per token throughout, the first token far later from 8. Level 4 is a gain
+    decided by per-user speed, 8 a loss decided by a wait: X is 4, and the headline and the first screen
+    quote level 4 on per-user speed (as the table does), never on the wait that decided 8. A sentence that
+    names the wait at 4 fails the check."""
+    import dataclasses
+    import re
+
+    from helpers import write_measured
+    from specsweep.report.consistency import check_page
+
+    lv = (2, 4, 8, 16)
+    write_measured(tmp_path / "baseline", "baseline", {c: {"tokens": 30, "step_s": 0.010, "ttft_s": 0.02} for c in lv})
+    write_measured(tmp_path / "spec", "spec", {c: {"tokens": 30, "step_s": 0.006,
+                                                   "ttft_s": {2: 0.02, 4: 0.02, 8: 0.2, 16: 0.6}[c]} for c in lv})
+    comp = compare(load_result_sets(tmp_path))
+    rec = recommend(comp, {"name": "chat", "objective": "latency"})
+    table = rec.levels.set_index("concurrency")
+    assert table.at[4, "outcome"] == "gain" and table.at[4, "deciding_metric"] == comp.user_metric
+    assert table.at[8, "outcome"] == "loss" and table.at[8, "deciding_metric"] != comp.user_metric
+    (row,) = decision_rows(comp, [rec])
+    assert row.deciding_figure.startswith("per-user decode speed: +") and row.deciding_figure.endswith(" at 4"), row
+    assert "(measured there: per-user decode speed +" in rec.headline, rec.headline
+    assert check_page(comp, [rec]) == []
+    verdict = next(c for c in rec.claims if c.kind == "verdict")
+    wrong = re.sub(r"\(measured there: [^)]*\)", f"({deciding_word_of(verdict.metric)}: -0.0% [-12%, +14%] at 4)",
+                   verdict.sentence)
+    bad = dataclasses.replace(rec, claims=[dataclasses.replace(verdict, sentence=wrong)])
+    assert any(v.rule == "deciding-metric" for v in check_page(comp, [bad]))
+
+
+def deciding_word_of(metric: str) -> str:
+    from specsweep.decide.text import deciding_word
+
+    return deciding_word(metric)

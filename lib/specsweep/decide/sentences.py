@@ -7,7 +7,7 @@ states. The caps' sentences are in :mod:`specsweep.decide.caps`, the caveats in 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import pandas as pd
@@ -111,20 +111,25 @@ def deciding_metric(comp: Comparison, arm: str, judged: pd.DataFrame, i: int, fa
     return m if comp.delta_rows(arm, m) else fallback
 
 
-def _point_text(comp: Comparison, arm: str, metric: str, cs: Sequence[int], x: float) -> tuple[str, tuple[int, int]]:
+def _point_text(comp: Comparison, arm: str, metric_at: Mapping[int, str], cs: Sequence[int],
+                x: float) -> tuple[str, tuple[int, int]]:
     """'about 37 concurrent requests, between the tested 32 and 64 (aggregate throughput: +11% […] at 32,
-    -32% […] at 64)', or '32 concurrent requests (tested; …)' when ``x`` is a tested level."""
-    rows = comp.delta_rows(arm, metric)
-    word = deciding_word(metric)
+    -32% […] at 64)', or '32 concurrent requests (tested; …)' when ``x`` is a tested level. Each level
+    is quoted on the metric that decided it (``metric_at``), as the table beside it says."""
+    def quote(c: int) -> str:
+        return f"{band_text(comp.delta_rows(arm, metric_at[c]).get(c))} at {c}"
+
     if round(x) in cs:  # X rounds to a tested level: say what was measured there
         c = int(round(x))
         exact = abs(x - c) < 1e-9
-        return (f"{'' if exact else 'about '}{c} concurrent requests (measured there: {word} "
-                f"{band_text(rows.get(c))})", (c, c))
+        return (f"{'' if exact else 'about '}{c} concurrent requests (measured there: {deciding_word(metric_at[c])} "
+                f"{band_text(comp.delta_rows(arm, metric_at[c]).get(c))})", (c, c))
     lo, hi = tested_bracket(cs, x)
-    at = [f"{band_text(rows.get(c))} at {c}" for c in (lo, hi) if c in rows]
-    return (f"about {x:.0f} concurrent requests, between the tested {lo} and {hi} ({word}: {', '.join(at)})",
-            (lo, hi))
+    if metric_at[lo] == metric_at[hi]:
+        at = f"{deciding_word(metric_at[lo])}: {quote(lo)}, {quote(hi)}"
+    else:
+        at = f"{deciding_word(metric_at[lo])} {quote(lo)}, {deciding_word(metric_at[hi])} {quote(hi)}"
+    return f"about {x:.0f} concurrent requests, between the tested {lo} and {hi} ({at})", (lo, hi)
 
 
 def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame, span: str,
@@ -152,7 +157,8 @@ def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame
     if point is not None and comp is not None:
         metric = deciding_metric(comp, arm, judged, cs.index(min(losses) if verdict == Verdict.ENABLE_UP_TO
                                                               else max(losses)), fallback_metric)
-        at, bounds = _point_text(comp, arm, metric, cs, point)
+        metric_at = {c: deciding_metric(comp, arm, judged, i, fallback_metric) for i, c in enumerate(cs)}
+        at, bounds = _point_text(comp, arm, metric_at, cs, point)
         if verdict == Verdict.ENABLE_UP_TO:
             return claim(f"Enable {label} up to {at}; above that it loses on {criterion} — keep it off there (or "
                          "route high-concurrency traffic to a pool without it).", metric, bounds)

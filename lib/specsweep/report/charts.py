@@ -905,6 +905,7 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
     ``CategoryFit``). None when no category has a curve. ``width``/``height`` size each panel.
     """
     from specsweep.analyze.crossover import curve_crossovers  # noqa: PLC0415
+    from specsweep.decide.text import tested_bracket  # noqa: PLC0415
 
     v = _view(comp, arms, None, None, colours)
     shown = set(v.comp.spec_arms)
@@ -922,8 +923,10 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
                 "fit_delta_pct": (math.exp(f) - 1) * 100, "ci_low_pct": (math.exp(f - h) - 1) * 100,
                 "ci_high_pct": (math.exp(f + h) - 1) * 100, "method": curve.method()})
         for cx in curve_crossovers(curve):
+            # the one bracket every place names: the category's tested levels just around X
+            lo, hi = tested_bracket([int(c) for c in curve.concurrency], float(cx["crossover_concurrency"]))
             marks.setdefault(figure, []).append({"arm": arm, "category": cat, "x": cx["crossover_concurrency"],
-                                                 "between": f"{cx['c_low']} and {cx['c_high']}"})
+                                                 "between": f"{lo} and {hi}"})
     if not rows:
         return None
     pw, ph = width or CATEGORY_PANEL[0], height or CATEGORY_PANEL[1]

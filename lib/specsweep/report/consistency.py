@@ -43,6 +43,7 @@ from typing import Any
 
 from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison
 from specsweep.decide.claims import Claim, lower_is_better, pct
+from specsweep.decide.text import deciding_word
 from specsweep.errors import RunError
 
 #: flags each real server has for the settings specsweep advises (checked, not guessed: SGLang's
@@ -296,6 +297,25 @@ def cap_conclusion(rec: Any) -> list[Violation]:
     return [Violation("cap-conclusion", rec.profile.name, stances[-1][0], f"the cap both bound and did not ({said})")]
 
 
+def _bound_quotes(comp: Comparison, rec: Any, claim: Claim) -> list[Violation]:
+    """A verdict placing X at or between tested levels quotes, at each, the Δ of the metric the table
+    says decided that level (never another metric named as deciding there)."""
+    decided = {int(r.concurrency): str(r.deciding_metric) for r in rec.levels.itertuples()
+               if r.arm == claim.arm} if "deciding_metric" in rec.levels else {}
+    out = []
+    for c in dict.fromkeys(claim.bounds or ()):
+        metric = decided.get(c, claim.metric)
+        r = comp.delta_rows(claim.arm, metric).get(c)
+        if r is not None and pct(float(r["delta_pct"])) not in claim.sentence:
+            out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
+                                 f"does not quote {metric}'s Δ at {c}, the metric the table says decided it"))
+        other = re.escape(deciding_word(claim.metric))
+        if metric != claim.metric and re.search(rf"{other}:? [+\-−]?[\d.]+%(?: \[[^\]]*\])? at {c}\b", claim.sentence):
+            out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
+                                 f"quotes {claim.metric} at {c}, which the table says {metric} decided"))
+    return out
+
+
 def check_recommendation(comp: Comparison, rec: Any) -> list[Violation]:
     """Every claim of one recommendation, its deciding metric shown, its experiments on target, its grammar."""
     out: list[Violation] = []
@@ -304,13 +324,8 @@ def check_recommendation(comp: Comparison, rec: Any) -> list[Violation]:
         if claim.kind == "verdict" and not rec.levels.empty and claim.metric not in rec.shown_metrics:
             out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
                                  f"decided by {claim.metric}, which the table beside it does not show"))
-        if claim.kind == "verdict" and claim.bounds is not None and claim.bounds[0] != claim.bounds[1]:
-            rows = comp.delta_rows(claim.arm, claim.metric)
-            for c in claim.bounds:
-                r = rows.get(c)
-                if r is not None and pct(float(r["delta_pct"])) not in claim.sentence:
-                    out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
-                                         f"does not quote {claim.metric}'s Δ at the bounding level {c}"))
+        if claim.kind == "verdict" and claim.bounds is not None:
+            out += _bound_quotes(comp, rec, claim)
         if claim.kind == "experiment" and claim.metric and \
                 claim.metric not in _deciding_family(rec.profile.objective, comp.user_metric):
             out.append(Violation("experiment-metric", rec.profile.name, claim.sentence,

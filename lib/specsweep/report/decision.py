@@ -113,10 +113,16 @@ def _deciding(comp: Comparison, rec: Recommendation) -> tuple[str, str, str]:
     lv = rec.levels[rec.levels["arm"] == claim.arm]
     want = rec.decision.decisive_outcome
     if claim.bounds is not None and (claim.bounds[0] != claim.bounds[1] or want is None):
+        # each bounding level on the metric the table says decided it (a latency gain by per-user speed)
+        decided = dict(zip(lv["concurrency"].astype(int), lv["deciding_metric"].astype(str))) if "deciding_metric" in lv else {}
+
+        def at(c: int, named: bool = True) -> str:
+            m = decided.get(c, claim.metric)
+            return (f"{deciding_word(m)}: " if named else "") + f"{band_text(comp.delta_rows(claim.arm, m).get(c))} at {c}"
+
         lo, hi = claim.bounds
-        if lo == hi:  # X at a tested level
-            return word, f"{word}: {band_text(rows.get(lo))} at {lo}", ""
-        return word, f"{word}: {band_text(rows.get(lo))} at {lo} → {band_text(rows.get(hi))} at {hi}", ""
+        same = decided.get(lo, claim.metric) == decided.get(hi, claim.metric)
+        return word, at(lo) if lo == hi else f"{at(lo)} → {at(hi, named=not same)}", ""
     if want is not None:
         return _weakest(lv, want)
     if rec.decision == DecisionKind.NO_DIFFERENCE and rows:

@@ -74,6 +74,9 @@ GLOSSARY: dict[str, str] = {
     "EAGLE": "a speculative method whose light draft head reads the model's hidden states to propose a tree of tokens.",
     "n-gram": "speculation that drafts by looking up the continuation of the latest tokens in the prompt and output "
               "so far; no draft model.",
+    "Points (of the aggregate Δ)": "the share of an arm's aggregate Δ% one factor of the speedup decomposition "
+                                   "accounts for, in percentage points: the factors' points add up to the whole "
+                                   "Δ% (a factor of −3 points takes 3 percentage points off it).",
     "Accept length": "tokens emitted per verify step (1 + accepted draft tokens), averaged; higher means more of the "
                      "draft was right.",
     "Little's law": "in a steady system, requests in flight = arrival rate × mean time in the system. In a closed loop "
