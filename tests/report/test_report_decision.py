@@ -242,3 +242,17 @@ def deciding_word_of(metric: str) -> str:
     from specsweep.decide.text import deciding_word
 
     return deciding_word(metric)
+
+
+def test_a_control_arm_gets_no_speedup_explanation() -> None:
+    """The real-engine reference has a control arm (configured like the baseline): the what-if section
+    explains the speculative arms' speedups, not the control's noise as 'speculation at the same batch'."""
+    from helpers import ROOT
+    from specsweep.report import whatif_section
+
+    sets = load_result_sets([ROOT / "data" / "reference" / "real-llamacpp-smollm2"])
+    comp = compare(sets)
+    assert comp.controls == ["control"]
+    section = whatif_section.build(comp, sets)
+    assert section.decompositions and "control" not in section.decompositions
+    assert "control's aggregate" not in section.markdown

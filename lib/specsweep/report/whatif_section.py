@@ -206,7 +206,7 @@ def build(comp: Comparison, sets: Sequence[ResultSet] | None = None, *, n_boot: 
             caps[a] = p  # type: ignore[assignment]
     decs: dict[str, pd.DataFrame] = {}
     why = []
-    for a in comp.spec_arms:
+    for a in comp.candidate_arms:  # a control has no speedup to explain: its difference is noise
         d = decompose(comp, a, sets, models=models)
         if d.empty:
             continue
