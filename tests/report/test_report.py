@@ -234,3 +234,9 @@ def test_a_built_page_says_each_sentence_once_and_names_arms_by_short_name(seed_
     assert labels
     for label in labels:
         assert not [s for s in page_sentences(seed_report) if label in s], label
+
+
+def test_the_seed_source_reads_as_a_source(seed_report: str) -> None:
+    """The Setup table's source is a citation a reader can follow, not an internal message id."""
+    text = page_text(seed_report)
+    assert "deployment log" in text and not re.search(r"\[msg \d+\]", text)
