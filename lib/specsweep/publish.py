@@ -22,9 +22,10 @@ run never touches: a fresh checkout stays clean, and every run compares with the
 decisions, not with an earlier run of this machine. ``--out-dir reports`` replaces the committed
 pages (what a maintainer does to publish a change), after the same comparison.
 
-Each report's decision table (:mod:`specsweep.decide.decisions`: per profile the decision class and the arm
-chosen) goes to ``<out-dir>/decisions.json``; before that, the new table is compared with the committed
-``reports/decisions.json`` (the committed pages' decisions) and every difference printed. ``--decisions`` only
+Each report's decision table (:mod:`specsweep.decide.decisions`: per profile the decision class, the arm
+chosen, the arms tied with it and the crossover's bracket) goes to ``<out-dir>/decisions.json``; before that,
+the new table is compared with the committed ``reports/decisions.json`` (the committed pages' decisions),
+every difference printed, and a difference fails the run (exit 1, the pages written all the same). ``--decisions`` only
 prints the tables of the data already measured (study out dirs) and compares them with that file
 (exit 1 on a difference).
 """
@@ -166,10 +167,6 @@ def record_decisions(path: Path, tables: dict[str, list[decisions.DecisionRow]],
     if against.resolve() != path.resolve():
         print(f"  (this run's pages and decisions are in {_shown(path.parent)}; {_shown(against)} is left as committed)",
               flush=True)
-    moved = [d for d in decisions.differences({k: saved[k] for k in both}, {k: tables[k] for k in both}, bracket=True)
-             if d not in diff]
-    if moved:
-        print("  (crossover moved to other tested levels, same decision: " + "; ".join(moved) + ")", flush=True)
     write_decisions(path, {**read_decisions(path), **tables})
     return diff
 
@@ -216,6 +213,7 @@ def _publish(argv: Sequence[str] | None) -> int:
     measure_studies(chosen, skip_sweeps=args.skip_sweeps, at_once=args.studies_at_once)
     if any(p.study for p in chosen):
         print(f"measured every study in {time.perf_counter() - start:.0f} s", flush=True)
+    changed: list[str] = []
     for pub in chosen:
         t0 = time.perf_counter()
         print(f"{pub.name}:", flush=True)
@@ -225,9 +223,11 @@ def _publish(argv: Sequence[str] | None) -> int:
             path = build_report([REPO_ROOT / p for p in pub.result_sets], pub.name, baseline=pub.baseline,
                                 title=pub.title, profiles=pub.profiles, out_dir=out_dir)
         print(f"  wrote {_shown(path)} ({path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - t0:.0f} s)", flush=True)
-        record_decisions(out_dir / DECISIONS_FILE, decision_tables([pub]), against=COMMITTED_DECISIONS)
+        changed += record_decisions(out_dir / DECISIONS_FILE, decision_tables([pub]), against=COMMITTED_DECISIONS)
     print(f"published {len(chosen)} report(s) in {time.perf_counter() - start:.0f} s", flush=True)
-    return 0
+    if changed:  # a change of class, arm, tie set or range fails the run: the pages' decisions moved
+        print(f"decisions: {len(changed)} changed from the committed ones (listed above)", flush=True)
+    return 1 if changed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -115,3 +115,25 @@ def test_study_page_shows_the_earliest_difference_escaped() -> None:
     assert "<b>" not in html and "<i>" not in html and "&lt;b&gt;bold&lt;/b&gt; and \\*▌more" not in html
     assert "&lt;b&gt;bold&lt;/b&gt; and *▌more*↵line two" in html
     assert "&lt;b&gt;bold&lt;/b&gt; and *▌less*↵line two" in html
+
+
+def test_a_control_arms_difference_is_the_servers_nondeterminism_and_the_floor() -> None:
+    """A control arm (configured like the baseline) that differs is the server's own nondeterminism —
+    never told to 'measure the baseline against itself', which it is — and the other arms are read
+    against it: within it, nondeterminism; well below it, a correctness problem."""
+    base = [f"answer {i} " * 20 for i in range(20)]
+
+    def changed(n: int) -> list[str]:
+        return [t + ("late change" if i < n else "") for i, t in enumerate(base)]
+
+    sets = [_set("baseline", base), _set("control", changed(4)), _set("mtp", changed(5)), _set("eagle", changed(12))]
+    table = output_agreement(sets)
+    text = agreement_markdown(table, "baseline", ["control"])
+    lines = {line.split("*")[1]: line for line in text.splitlines()}
+    assert "against itself" not in text
+    assert "server's own nondeterminism" in lines["control"] and "⚠" not in lines["control"]
+    assert "C=4: 80 % of 20" in lines["control"]
+    assert "no more than the control arm's" in lines["mtp"] and "⚠" not in lines["mtp"]
+    assert "⚠" in lines["eagle"] and "C=4: 40 % (control 80 %)" in lines["eagle"] and "correctness" in lines["eagle"]
+    # without a control the advice to measure the baseline against itself stands
+    assert "against itself" in agreement_markdown(table[table["arm"] != "control"])

@@ -79,18 +79,26 @@ def test_two_independent_measurements_of_the_demo_design_reach_the_same_decision
 
 
 def test_a_changed_decision_is_reported_with_both_sides() -> None:
-    """``differences`` names each profile whose class, bracket or arm changed; a tied arm is the same arm."""
+    """``differences`` names each profile whose class, arm, tie set or crossover bracket changed: the
+    recommended arm moving inside a tie, or a tie appearing or going, is a change; X moving inside its
+    bracket is not."""
     row = decisions.DecisionRow("Batch throughput", "enable up to X", "mtp", 49.0, (32, 64), ("mtp-cap128",))
-    moved = decisions.DecisionRow("Batch throughput", "enable up to X", "mtp", 70.0, (64, 128))
-    other_arm = decisions.DecisionRow("Batch throughput", "enable up to X", "mtp-cap128", 57.0, (32, 64))
-    untied = decisions.DecisionRow("Batch throughput", "enable up to X", "eagle", 57.0, (32, 64))
+    noisy_x = decisions.DecisionRow("Batch throughput", "enable up to X", "mtp", 55.0, (32, 64), ("mtp-cap128",))
+    moved = decisions.DecisionRow("Batch throughput", "enable up to X", "mtp", 70.0, (64, 128), ("mtp-cap128",))
+    other_arm = decisions.DecisionRow("Batch throughput", "enable up to X", "mtp-cap128", 57.0, (32, 64), ("mtp",))
+    untied = decisions.DecisionRow("Batch throughput", "enable up to X", "mtp", 49.0, (32, 64))
     off = decisions.DecisionRow("Batch throughput", "keep off", None)
-    assert decisions.differences({"r": [row]}, {"r": [other_arm]}) == []  # mtp-cap128 is tied with mtp there
-    assert decisions.differences({"r": [row]}, {"r": [moved]}) == []  # the same class: X moves with noise
-    assert decisions.differences({"r": [row]}, {"r": [moved]}, bracket=True) == [
-        "r / Batch throughput: enable up to 49 (between 32 and 64) (mtp) vs enable up to 70 (between 64 and 128) (mtp)"]
-    assert decisions.differences({"r": [row]}, {"r": [untied]}) != []
+    assert decisions.differences({"r": [row]}, {"r": [noisy_x]}) == []
+    assert decisions.differences({"r": [row]}, {"r": [other_arm]}) == [
+        "r / Batch throughput: enable up to 49 (between 32 and 64) (mtp (tied with mtp-cap128)) vs "
+        "enable up to 57 (between 32 and 64) (mtp-cap128 (tied with mtp))"]
+    assert decisions.differences({"r": [row]}, {"r": [untied]}) == [
+        "r / Batch throughput: enable up to 49 (between 32 and 64) (mtp (tied with mtp-cap128)) vs "
+        "enable up to 49 (between 32 and 64) (mtp)"]
+    assert decisions.differences({"r": [row]}, {"r": [moved]}) == [
+        "r / Batch throughput: enable up to 49 (between 32 and 64) (mtp (tied with mtp-cap128)) vs "
+        "enable up to 70 (between 64 and 128) (mtp (tied with mtp-cap128))"]
     assert decisions.differences({"r": [row]}, {"r": [off]}) == [
-        "r / Batch throughput: enable up to 49 (between 32 and 64) (mtp) vs keep off (—)"]
+        "r / Batch throughput: enable up to 49 (between 32 and 64) (mtp (tied with mtp-cap128)) vs keep off (—)"]
     assert decisions.differences({"r": [row]}, {}) == ["r / Batch throughput: only in the first table"]
     assert decisions.from_json(decisions.to_json([row])) == [row]

@@ -1,7 +1,9 @@
 """Recommendations computed from the fitted delta curves: verdicts, levels, reasons, caveats, next experiment."""
 from __future__ import annotations
 
+import dataclasses
 import math
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -33,8 +35,8 @@ def test_always_wins(tmp_path: Path) -> None:
     exact = compare(study(tmp_path / "exact", win=scaled(lambda c: 1.2 - 0.015 * math.log2(c))), assumed_noise_pct=None)
     # noise-free data: the band is the point; the ratio 1.2 − 0.015 × log2(C) gives +20% at 1 and +11% at 64
     at1, at64 = expected.pct(Fraction(20)), expected.pct(Fraction(1110, 1000) * 100 - 100)
-    assert f"Aggregate Δ: {at1} [{at1}, {at1}] at 1; {at64} [{at64}, {at64}] at 64" in recommend(exact, THROUGHPUT).headline
-    assert "Aggregate Δ: +20% (fitted " in recommend(comp, THROUGHPUT).headline  # assumed noise: a band, not a point
+    assert f"Aggregate Δ: {at1} [{at1}, {at1}] at 1; {at64} [{at64}, {at64}] at 64" in recommend(exact, THROUGHPUT).reasons[0]
+    assert "Aggregate Δ: +20% (fitted " in recommend(comp, THROUGHPUT).reasons[0]  # assumed noise: a band, not a point
 
 
 def test_always_loses(tmp_path: Path) -> None:
@@ -45,7 +47,7 @@ def test_always_loses(tmp_path: Path) -> None:
         assert rec.headline.startswith("Keep speculation off")
     # 0.9 − 0.03 × log2(C): −10% at 1, −13% at 2; the first clause names what it lowers
     first = ", ".join(f"{expected.pct(Fraction(r) * 100 - 100)} at {c}" for c, r in ((1, Fraction(90, 100)), (2, Fraction(87, 100))))
-    assert f"lose credibly lowers aggregate output throughput ({first}" in recommend(comp, THROUGHPUT).reasons[0]
+    assert f"lose credibly lowers aggregate output throughput ({first}" in recommend(comp, THROUGHPUT).reasons[1]
 
 
 def test_crosses_over_at_eight(tmp_path: Path) -> None:
@@ -62,7 +64,7 @@ def test_crosses_over_at_eight(tmp_path: Path) -> None:
     # the crossover lies at the tested 8 (cross8 is 0 there): the headline says what was measured there
     assert "up to about 8 concurrent requests (measured there: aggregate throughput" in rec.headline
     assert [(b.c_from, b.c_to, b.outcome) for b in rec.bands] == [(1, 4, "gain"), (8, 8, "neutral"), (16, 64, "loss")]
-    assert "crossover is at about 8" in rec.reasons[0]
+    assert "crossover is at about 8" in rec.reasons[1]  # after the aggregate Δ with its bands
     # per-user speed is up everywhere (+30%), but above 8 each request takes longer in total by Little's law
     # (the aggregate falls): the latency verdict counts that wait and says which metric decided
     lat = recommend(comp, LATENCY)
@@ -149,10 +151,11 @@ def test_seed_throughput_says_what_one_run_cannot_support(seed) -> None:
     assert f"at 32, {expected.pct(d[64])} [" in head
     # the largest and smallest aggregate Δ, each inside its band (the band is the fitted curve's, see test_compare)
     for c in (4, 128):
-        lo, hi = (float(x.rstrip("%")) for x in head.split(f"{expected.pct(d[c])} [")[1].split("]")[0].split(", "))
+        lo, hi = (float(x.rstrip("%")) for x in plain(rec.reasons[0]).split(f"{expected.pct(d[c])} [")[1].split("]")[0].split(", "))
         assert lo < float(d[c]) < hi, (c, lo, hi)
-    assert head.index(f"Aggregate Δ: {expected.pct(d[4])} [") < head.index(f"; {expected.pct(d[128])} [")
-    assert "One run per level" in head
+    quote = plain(rec.reasons[0])  # a reason, so that profiles over the same levels say it once
+    assert quote.index(f"Aggregate Δ: {expected.pct(d[4])} [") < quote.index(f"; {expected.pct(d[128])} [")
+    assert "One run per level" not in head  # said once for the page, in the caveats
     assert "3% per run is assumed" in " ".join(rec.caveats)
     # from its own residuals (no assumption) six single runs support no verdict at all
     bare = recommend(compare(load_result_sets(SEED), assumed_noise_pct=None), THROUGHPUT)
@@ -220,25 +223,29 @@ def test_markdown_has_every_part_and_omits_shared_lines(seed) -> None:
     assert shared[0] not in rec.to_markdown(omit=shared)
 
 
-def test_server_gauges_show_memory_not_the_cap(tmp_path: Path) -> None:
-    """Measured arms: the spec arm loses above its cap of 8, but served ~4 at once with a full pool."""
+def _capped_below(tmp_path: Path, running: float, kv: float):
+    """A spec arm capped at 8 that loses at 16 and 32, where requests wait ~3x their decode time before
+    the first token (few decode at once), with the server's running-requests and KV gauges given there."""
     fast = {c: {"tokens": 30, "step_s": 0.01, "ttft_s": 0.02} for c in (2, 16, 32)}
-    spec = {2: {"tokens": 30, "step_s": 0.007, "ttft_s": 0.02},
-            # requests wait ~3x their decode time before the first token: few decode at once
-            16: {"tokens": 30, "step_s": 0.006, "ttft_s": 0.9},
+    spec = {2: {"tokens": 30, "step_s": 0.007, "ttft_s": 0.02}, 16: {"tokens": 30, "step_s": 0.006, "ttft_s": 0.9},
             32: {"tokens": 30, "step_s": 0.006, "ttft_s": 1.8}}
-    gauges = {c: {"server_running_max": 5.0, "server_kv_usage_max": 0.97} for c in (16, 32)}
+    gauges = {c: {"server_running_max": running, "server_kv_usage_max": kv} for c in (16, 32)}
     study_dir = tmp_path / "study"
     write_measured(study_dir / "baseline", "baseline", fast)
     write_measured(study_dir / "spec", "spec", spec, level_extra=gauges,
                    server={"max_running_requests": 8, "mem_fraction_static": 0.7})
-    comp = compare(load_result_sets(study_dir))
+    return compare(load_result_sets(study_dir))
+
+
+def test_server_gauges_show_memory_not_the_cap(tmp_path: Path) -> None:
+    """Measured arms: the spec arm loses above its cap of 8, but served ~4 at once with a full pool."""
+    comp = _capped_below(tmp_path, running=5.0, kv=0.97)
     rec = recommend(comp, THROUGHPUT)
     text = " ".join(rec.reasons)
     assert "max_running_requests = 8" in text and "cannot be the whole story" in text
     assert "never ran more than 5 requests at once at 16, 32" in text
     assert "97% full there: memory, not the cap, limited admission" in text
-    assert rec.next_experiment.startswith("The cap did not bind")
+    assert rec.next_experiment.startswith("Give spec more KV memory rather than a higher cap")
     # advice an operator can run on the server that produced the data: SGLang's own flag, with a value
     assert "`--mem-fraction-static 0.75` (now 0.7)" in rec.next_experiment
     (advice,) = [c for c in rec.claims if c.kind == "advice"]
@@ -405,3 +412,23 @@ def test_the_decide_package_exports_public_names_only() -> None:
     assert package.__all__ and all(not n.startswith("_") for n in package.__all__)
     assert all(hasattr(package, n) for n in package.__all__)
     assert [n for n in vars(package) if n.startswith("_") and not n.startswith("__")] == []
+
+
+def test_cap_pool_and_gauge_come_to_one_conclusion(tmp_path: Path) -> None:
+    """The gauge ran below the cap of 8 but not well below (7), with a full pool, while the estimate
+    levels off well below: the page trusts the gauge and concludes once — memory, not the cap — never
+    'the cap did bind' beside 'not the cap'; the levels-off figures are those of the range it states."""
+    from specsweep.report.consistency import cap_conclusion, check_page
+
+    comp = _capped_below(tmp_path, running=7.0, kv=0.97)
+    rec = recommend(comp, THROUGHPUT)
+    text = " ".join([*rec.reasons, *rec.next_experiments])
+    assert "disagrees" in text and "memory, not the cap, limited admission" in text
+    assert "cap did bind" not in text and "cap did not bind" not in text.lower(), text
+    assert cap_conclusion(rec) == [] and check_page(comp, [rec]) == []
+    (below,) = [r for r in rec.reasons if "levels off at about" in r]
+    quoted = [int(c) for c in re.findall(r"\d+\.\d at (\d+)", below)]
+    assert quoted and min(quoted) >= 16, below
+    # the rule itself: a page saying both fails
+    both = dataclasses.replace(rec, reasons=[*rec.reasons, "Trust the gauge: the cap did bind."])
+    assert [v.rule for v in cap_conclusion(both)] == ["cap-conclusion"]

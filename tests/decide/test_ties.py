@@ -167,3 +167,50 @@ def test_latency_profile_ties_and_the_recommendation_says_so() -> None:
             assert not any("mtp-cap128 (mean deciding delta" in r for r in rec.reasons)
             said += 1
     assert said >= 18
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_the_decision_table_carries_the_pages_arm_and_tie_set(noise: str) -> None:
+    """decisions.json's row is the recommendation the page prints: the same class, arm and tie set, in
+    draws where the arms are equal, close (a 5 % gap: sometimes tied, sometimes not) and far apart.
+    Arms that differ are never said to have 'scored lower': the page says where they differ."""
+    from specsweep.decide.decisions import decision_row
+    from specsweep.report.decision import decision_markdown
+
+    rng = np.random.default_rng(5)
+    ratio = np.exp(DEMO_SHAPE)
+    for gap in (0.0, 0.05, 0.20):
+        for _ in range(6):
+            comp = compare(_sets({"baseline": np.ones(len(LEVELS)), "mtp": ratio, "mtp-cap128": ratio * (1 + gap)},
+                                 noise, rng), n_boot=0)
+            for profile in (THROUGHPUT, LATENCY):
+                rec = recommend(comp, profile)
+                row = decision_row(comp, {"name": profile.name, "objective": profile.objective})
+                assert (row.decision, row.arm, list(row.tied)) == (rec.decision, rec.arm, rec.tied_with)
+                assert f"| {row.arm_text()} |" in decision_markdown(comp, [rec]).replace("\\(", "(").replace("\\)", ")")
+                assert not any("scored lower" in r for r in rec.reasons), rec.reasons
+                untied = [r for r in rec.reasons if r.startswith("Not tied:")]
+                assert len(untied) == (0 if rec.tied_with or len(rec.levels["arm"].unique()) < 2 else 1), rec.reasons
+
+
+@pytest.mark.parametrize("noise", NOISES)
+def test_the_demos_verdict_prose_is_short_and_says_each_decision_once(noise: str) -> None:
+    """Demo-shaped draws (three arms, the two speculative ones equal, the built-in profiles): the verdict
+    prose under the first screen stays within 150 words, names the tied arms' decision once, and has no
+    two sentences alike but for the arm's name."""
+    import re
+
+    from specsweep.decide import DEFAULT_PROFILES
+    from specsweep.report.decision import verdict_prose
+
+    rng = np.random.default_rng(11)
+    ratio = np.exp(DEMO_SHAPE)
+    for _ in range(4):
+        comp = compare(_sets({"baseline": np.ones(len(LEVELS)), "mtp": ratio, "mtp-cap128": ratio}, noise, rng),
+                       n_boot=0)
+        recs = [recommend(comp, p) for p in DEFAULT_PROFILES]
+        prose = verdict_prose(comp, recs)
+        assert len(prose.split()) <= 150, (len(prose.split()), prose)
+        sentences = [s for s in re.split(r"(?<=\.)\s+", prose) if s]
+        unnamed = [s.replace("mtp-cap128", "ARM").replace("mtp", "ARM") for s in sentences]
+        assert len(set(unnamed)) == len(unnamed), prose

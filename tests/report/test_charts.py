@@ -493,3 +493,47 @@ def test_charts_are_made_without_rebuilding_altairs_class_table_or_remaking_laye
             chart.to_dict()  # still valid as a whole
     charts.delta_chart(comp).properties(title="mine")  # the spy sees an analyst's restyling
     assert remade == ["HConcatChart.properties"]
+
+
+def _rule_strokes(chart: alt.TopLevelMixin) -> set[tuple[str, str]]:
+    """(stroke colour, dash array) of every rule mark in the rendered SVG: what the reader sees."""
+    marks = re.findall(r'<g class="mark-rule role-mark[^"]*"[^>]*>(.*?)</g>', svg(chart), re.S)
+    return {(s.lower(), d) for m in marks
+            for s, d in re.findall(r'stroke="(#[0-9a-fA-F]{6}|[a-z]+)"[^>]*?stroke-dasharray="([\d., ]+)"', m)}
+
+
+def test_chart_captions_are_written_from_the_charts_own_strokes(comp: Comparison, tmp_path: Path) -> None:
+    """One arm crossing: a red dotted rule, and the caption says red dotted (never 'red dashed'); several
+    arms crossing: each arm's colour, and the caption says so. The Pareto frontier's caption names its
+    line's style. The notebook carries no hand-written stroke description."""
+    from cases import BASE, cross8, scaled
+    from helpers import write_level_only
+
+    one = charts.delta_chart(comp)
+    assert ("#b91c1c", "2,3") in _rule_strokes(one)  # as rendered
+    assert charts.crossover_caption(one).startswith("A red dotted vertical line marks a crossover")
+    sets = [write_level_only(tmp_path / "baseline", "baseline", BASE)]
+    sets += [write_level_only(tmp_path / a, a, scaled(lambda c, k=k: cross8(c) * k)) for a, k in (("a", 1.0), ("b", 1.02))]
+    two = charts.delta_chart(compare(load_result_sets(sets)))
+    strokes = {s for s, d in _rule_strokes(two) if d == "2,3"}
+    assert len(strokes) == 2 and "#b91c1c" not in strokes, strokes
+    assert charts.crossover_caption(two).startswith("A dotted vertical line in each arm's colour marks a crossover")
+    assert charts.pareto_caption(charts.pareto_chart(comp)).startswith("The black dotted line joins the Pareto frontier")
+    notebook = (ROOT / "notebooks" / "report.ipynb").read_text()
+    assert not re.search(r"(red|blue|black)? ?(dashed|dotted) (line|rule)", notebook), "a stroke described by hand"
+
+
+def test_the_decomposition_chart_is_as_wide_as_the_others_and_its_legend_is_whole(comp: Comparison) -> None:
+    """The what-if decomposition spans the page like the other charts, and its factor legend is not cut
+    ('per-user speed from the batch siz…')."""
+    from specsweep.analyze.whatif.decompose import FACTORS
+    from specsweep.report import whatif_section
+
+    chart = whatif_section.chart(comp, load_result_sets([SEED]))
+    assert chart is not None
+    width, _ = svg_size(chart)
+    assert width >= 0.9 * svg_size(charts.throughput_chart(comp))[0], width
+    drawn = svg(chart)
+    assert "…" not in drawn
+    for what in FACTORS.values():
+        assert what.replace("&", "&amp;") in drawn, what

@@ -3,11 +3,14 @@ noise models, and it catches each kind of contradiction the reports used to prin
 from __future__ import annotations
 
 import dataclasses
+import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import SEED
+from cases import BASE, THROUGHPUT, scaled
+from helpers import ROOT, SEED, write_level_only
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, draws, recommend
 from specsweep.decide.claims import Claim
@@ -126,3 +129,48 @@ def test_advice_is_checked_with_the_servers_own_flags() -> None:
     assert advice_error("sglang", ("--mem-fraction-static", "0.8")) is None
     assert "sglang has no --max-num-seqs" in advice_error("sglang", ("--max-num-seqs", "128"))
     assert advice_error("vllm", ("--max-num-seqs", "128")) is None
+
+
+def test_a_crossover_has_one_bracket_everywhere(tmp_path: Path) -> None:
+    """A crossover near 9 between a credible gain at 4 and a credible loss at 16, with a neutral 8 between:
+    the crossover sentence, the headline, the prose, the experiment and decisions.json all name the
+    tested levels just around X (8 and 16), one bracket, never '4 and 16' beside it; a claim that
+    brackets X with a tested level inside fails the check."""
+    import re
+
+    from specsweep.decide.decisions import row_of
+    from specsweep.report.decision import verdict_prose
+
+    base = write_level_only(tmp_path / "baseline", "baseline", BASE)
+    # −12 % per doubling through 0 at 2^3.4 ≈ 10.6: +5 % at 8 (neutral), −7 % at 16
+    spec = write_level_only(tmp_path / "spec", "spec", scaled(lambda c: 1 - 0.12 * (math.log2(c) - 3.4)))
+    comp = compare(load_result_sets([base, spec]))
+    rec = recommend(comp, THROUGHPUT)
+    row = row_of(rec)
+    assert row.decision == "enable up to X" and row.bracket == (8, 16), row
+    assert dict(row.outcomes)[8] == "neutral" and dict(row.outcomes)[4] == "gain"
+    lo, hi = row.bracket
+    texts = [*rec.reasons, *rec.next_experiments, rec.headline, verdict_prose(comp, [rec])]
+    named = {tuple(map(int, m)) for t in texts for m in re.findall(r"between the tested (\d+) and (\d+)", t)}
+    assert named == {(lo, hi)}, (named, texts)
+    assert check_page(comp, [rec]) == []
+    cross = next(c for c in rec.claims if c.kind == "crossover")
+    wide = dataclasses.replace(cross, bounds=(4, 16), sentence="crosses 0 between the tested 4 and 16")
+    assert any("between them" in v.detail for v in check_claim(comp, wide))
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "reports").glob("*.html")), ids=lambda p: p.stem)
+def test_no_published_page_repeats_a_sentence(page: Path) -> None:
+    """Say it once: no prose sentence of a published page is printed twice."""
+    from specsweep.report.consistency import repeated_sentences
+
+    assert repeated_sentences(page.read_text(encoding="utf-8")) == []
+
+
+def test_repeated_sentences_are_found_in_prose_only() -> None:
+    from specsweep.report.consistency import repeated_sentences
+
+    page = ("<p>The cap did bind at 64 here. Something else is said here once.</p><ul><li>The cap did bind at 64 "
+            "here.</li></ul><table><tr><td>MTP with a long label in a cell</td></tr><tr><td>MTP with a long label "
+            "in a cell</td></tr></table><script>x = 'The cap did bind at 64 here.'</script>")
+    assert repeated_sentences(page) == ["The cap did bind at 64 here."]

@@ -64,7 +64,9 @@ def test_seed_report_states_the_computed_findings(seed_report: str) -> None:
     assert (f"Enable mtp up to about {x:.0f} concurrent requests, between the tested 32 and 64 (aggregate throughput: "
             f"{expected.pct(d[32])} [") in text
     for fragment in ("max_running_requests = 48", "leading hypothesis", "cannot be the whole story",
-                     "--max-running-requests 128", "Latency-sensitive (interactive, agentic)", "Batch throughput",
+                     # the cap question's one next experiment: the what-if's (the profiles refer to it)
+                     "the next experiment is the what-if section's", "Next experiment: measure mtp with --max-running-requests",
+                     "Latency-sensitive (interactive, agentic)", "Batch throughput",
                      # one run per level: the noise is an assumption, said where the verdict is
                      "One run per level", "3% per run is assumed", "assumed_noise_pct",
                      # one definition per number, a glossary, the method named exactly
@@ -217,3 +219,24 @@ def test_arms_with_no_shared_level_fail_in_one_line(tmp_path: Path) -> None:
     assert len(lines) == 1, done.stderr
     assert "NoSharedLevelError" in lines[0] and "concurrency 8, 16" in lines[0] and "concurrency 1, 2" in lines[0]
     assert "Traceback" not in done.stderr
+
+
+def test_a_built_page_says_each_sentence_once_and_names_arms_by_short_name(seed_report: str) -> None:
+    """No prose sentence of a freshly built page is repeated verbatim, and the prose names arms by their
+    short names: an arm's full label stands once, in Setup (a table)."""
+    from specsweep.report.consistency import page_sentences, repeated_sentences
+    from specsweep.results.store import load_result_sets
+
+    assert repeated_sentences(seed_report) == []
+    if re.search(r"[+\-−]\d+ points\)", page_text(seed_report)):  # a unit the page uses is defined on it
+        assert "Points (of the aggregate Δ)" in page_text(seed_report)
+    labels = [rs.meta.label for rs in load_result_sets([SEED]) if rs.meta.label and rs.meta.label != rs.arm]
+    assert labels
+    for label in labels:
+        assert not [s for s in page_sentences(seed_report) if label in s], label
+
+
+def test_the_seed_source_reads_as_a_source(seed_report: str) -> None:
+    """The Setup table's source is a citation a reader can follow, not an internal message id."""
+    text = page_text(seed_report)
+    assert "deployment log" in text and not re.search(r"\[msg \d+\]", text)

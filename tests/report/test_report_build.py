@@ -465,3 +465,26 @@ print(json.dumps(seen))
     from specsweep.results.study_record import study_title
 
     assert study_title([study]) == "From <study.json>"
+
+
+def test_reproduce_says_which_server_to_start_before_each_endpoint_sweep(tmp_path: Path) -> None:
+    """Two arms measured against one endpoint: each sweep command comes after a comment saying which
+    server configuration to start there first (the recorded serve command, else the settings the server
+    reported) — never two bare commands against the same endpoint."""
+    from helpers import write_measured
+    from specsweep.report import reproduce_markdown
+
+    levels = {1: {"tokens": 8, "step_s": 0.01, "ttft_s": 0.02}}
+    endpoint = {"endpoint": "http://gpu-host:30000"}
+    write_measured(tmp_path / "baseline", "baseline", levels, server={"name": "sglang", "max_running_requests": 256},
+                   **endpoint)
+    write_measured(tmp_path / "mtp", "mtp", levels, **endpoint, server={
+        "name": "sglang", "speculative_algorithm": "NEXTN", "max_running_requests": 48},
+        serve={"argv": ["python", "-m", "sglang.launch_server", "--speculative-algorithm", "NEXTN"]})
+    text = reproduce_markdown({"result_sets": [str(tmp_path / "baseline"), str(tmp_path / "mtp")],
+                               "baseline": "baseline", "output_name": "x"})
+    block = next(b for b in re.findall(r"```+sh\n(.*?)\n```+", text, re.S) if "notebooks/sweep.ipynb" in b).splitlines()
+    assert len(block) == 4 and [line.startswith("#") for line in block] == [True, False, True, False], block
+    assert "baseline's server" in block[0] and "max_running_requests=256" in block[0] and "gpu-host:30000" in block[0]
+    assert "mtp's server" in block[2] and "sglang.launch_server --speculative-algorithm NEXTN" in block[2]
+    assert '"arm": "baseline"' in block[1] and '"arm": "mtp"' in block[3]

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import expected
 from helpers import SEED
 from specsweep import report
 from specsweep.analyze.categories import category_metrics
@@ -208,7 +209,8 @@ def test_category_curves_are_the_verdicts_fit_over_each_categorys_rows(category_
         assert r["aggregate_fit_pct"] == pytest.approx((math.exp(f) - 1) * 100)
         assert (r["aggregate_ci_low_pct"], r["aggregate_ci_high_pct"]) == pytest.approx(
             ((math.exp(f - h) - 1) * 100, (math.exp(f + h) - 1) * 100))
-        assert report.categories._interval_cell(r, "aggregate").endswith(f"around fitted {r['aggregate_fit_pct']:+.1f}%")
+        # rounded as every Δ% on the page is (one rounding everywhere)
+        assert report.categories._interval_cell(r, "aggregate").endswith(f"around fitted {expected.pct(r['aggregate_fit_pct'])}")
     for s in report.category_sentences(comp, sets, d):
         assert "single run" not in s and "fitted" in s
     assert charts.category_curve_chart(comp, curves) is not None
@@ -289,7 +291,7 @@ def test_one_category_gives_a_one_line_note_and_no_chart() -> None:
 def test_synthetic_workloads_carry_a_caveat_and_the_setup_names_the_workload(category_sets: list[ResultSet]) -> None:
     comp = compare(category_sets)
     assert report.workload_caveat(comp) is None
-    line = report.setup_table(comp).at["workload", "Baseline" if "Baseline" in comp.labels.values() else comp.labels["baseline"]]
+    line = report.setup_table(comp).at["workload", "baseline"]  # columns by short name (the label is a row)
     assert "mixed.jsonl" in line and "None" not in line and "8 prompts" in line and "32 output tokens" in line
     for kind in ("random-ids", "random-text"):
         metas = {a: m.model_copy(update={"workload": m.workload.model_copy(update={"kind": kind})})

@@ -10,6 +10,7 @@ import pytest
 from helpers import write_measured
 from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, recommend
+from specsweep.markup import markdown_html
 from specsweep.report import collect_warnings, top_warnings, warnings_markdown
 from specsweep.results.store import load_result_sets
 
@@ -74,7 +75,7 @@ def test_warnings_are_ranked_one_per_line_each_saying_whether_it_changes_the_ver
     md = warnings_markdown(ws)
     lines = md.split("\n")
     assert len(lines) == len(ws) and all(line.startswith("- ⚠ ") for line in lines)
-    assert "<script>" not in md  # a result set's text is escaped
+    assert "\\<script>" in md and "<script>" not in markdown_html(md)  # a result set's text is escaped
 
 
 def test_a_lag_that_is_large_against_the_waits_changes_the_verdict(tmp_path: Path) -> None:
@@ -100,7 +101,7 @@ def test_a_workload_mismatch_is_a_top_warning_naming_the_field(tmp_path: Path) -
     comp = compare(_sets(tmp_path, ttft_s=0.5, spec_input=200), allow_workload_mismatch=True)
     lines = top_warnings(comp)
     hit = [line for line in lines if "different workloads" in line]
-    assert len(hit) == 1 and "input\\_tokens 200 vs 100" in hit[0] and "allow-workload-mismatch" in hit[0]
+    assert len(hit) == 1 and "input_tokens 200 vs 100" in hit[0] and "allow-workload-mismatch" in hit[0]
     assert "Can change the verdict" in hit[0]
     same = compare(_sets(tmp_path / "same", ttft_s=0.5))
     assert not any("different workloads" in line for line in top_warnings(same))

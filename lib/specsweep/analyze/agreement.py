@@ -132,15 +132,24 @@ def output_agreement(sets: Sequence[ResultSet], baseline: str = "baseline") -> p
         if rows else pd.DataFrame(columns=COLUMNS)
 
 
-def agreement_markdown(table: pd.DataFrame, baseline: str = "baseline") -> str:
-    """The agreement in sentences: every flagged level, or a clean bill (untrusted names escaped)."""
+def agreement_markdown(table: pd.DataFrame, baseline: str = "baseline", controls: Sequence[str] = ()) -> str:
+    """The agreement in sentences: every flagged level, or a clean bill (untrusted names escaped).
+
+    A control arm (configured like the baseline) that differs measures the server's own
+    nondeterminism: it is said so, and it is the floor the other arms' agreement is read against.
+    """
     if table.empty:
         return ("No output agreement: the result sets have no paired per-request output digests "
                 f"against the baseline *{md_text(baseline)}*.")
     lines = []
+    floor = _control_floor(table, controls)
     for arm, part in table.groupby("arm", sort=False):
         flagged = part[part["flagged"]]
-        if part["temperature"].gt(0).any():
+        if arm in controls and not flagged.empty and not part["temperature"].gt(0).any():
+            lines.append(_control_line(str(arm), flagged))
+        elif floor and not flagged.empty and not part["temperature"].gt(0).any():
+            lines.append(_against_floor(str(arm), flagged, floor))
+        elif part["temperature"].gt(0).any():
             lines.append(f"- *{md_text(arm)}*: measured at temperature > 0, where outputs are not expected to match.")
         elif flagged.empty:
             lines.append(f"- *{md_text(arm)}*: identical to the baseline on all {int(part['pairs'].sum())} paired "
@@ -154,6 +163,37 @@ def agreement_markdown(table: pd.DataFrame, baseline: str = "baseline") -> str:
                          "measure the baseline against itself to tell them apart (batch nondeterminism "
                          "differs late and at scattered positions, and the baseline disagrees with itself too).")
     return "\n".join(lines)
+
+
+#: identical outputs (percentage points) an arm may fall below the control arm's at the same level and
+#: still be read as the server's own nondeterminism: a level pairs tens of prompts, so a smaller gap is noise
+FLOOR_MARGIN_PCT: float = 10.0
+
+
+def _control_floor(table: pd.DataFrame, controls: Sequence[str]) -> dict[int, float]:
+    """{concurrency: the lowest identical % of any control arm there}: the server's own nondeterminism."""
+    part = table[table["arm"].isin(list(controls)) & table["temperature"].eq(0)]
+    return {int(c): float(v) for c, v in part.groupby("concurrency")["identical_pct"].min().items()}
+
+
+def _control_line(arm: str, flagged: pd.DataFrame) -> str:
+    levels = ", ".join(f"C={int(r.concurrency)}: {r.identical_pct:.0f} % of {int(r.pairs)}" for r in flagged.itertuples())
+    return (f"- *{md_text(arm)}* (control, configured like the baseline): its outputs differ from the baseline's at "
+            f"temperature 0 ({levels} identical). That is the server's own nondeterminism under batching, the floor "
+            "against which the other arms' agreement is read.")
+
+
+def _against_floor(arm: str, flagged: pd.DataFrame, floor: dict[int, float]) -> str:
+    """A speculative arm's differing outputs read against the control arm's floor at the same levels."""
+    below = [r for r in flagged.itertuples() if r.identical_pct < floor.get(int(r.concurrency), 100.0) - FLOOR_MARGIN_PCT]
+    levels = ", ".join(f"C={int(r.concurrency)}: {r.identical_pct:.0f} % (control "
+                       f"{floor.get(int(r.concurrency), float('nan')):.0f} %)" for r in flagged.itertuples())
+    if not below:
+        return (f"- *{md_text(arm)}*: outputs differ from the baseline at temperature 0 no more than the control "
+                f"arm's do ({levels} identical): the server's own nondeterminism, not the speculative configuration.")
+    return (f"- ⚠ *{md_text(arm)}*: outputs differ from the baseline at temperature 0 more than the control arm's "
+            f"do ({levels} identical). {_where_markdown(flagged)}Beyond the server's own nondeterminism, the "
+            "speculative configuration changes outputs: a correctness problem to report.")
 
 
 def _where_markdown(flagged: pd.DataFrame) -> str:

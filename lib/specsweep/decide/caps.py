@@ -104,7 +104,11 @@ def cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
         out += claims
         if memory_bound:
             return out, _memory_advice(comp, arm, label, kind_of_server, profile)
-        expect = (f"the {est.kind} (about {est.about}) is well below {cap}, so if throughput at "
+        at_cap = any(c.kind == "gauge" and c.extra.get("gauge_max", -1) >= cap for c in claims)
+        # where the gauge ran at the cap it overrules the estimate, and the expectation follows the gauge
+        expect = ("the server's gauge ran at the cap, so if the cap binds, aggregate throughput above it should rise"
+                  if at_cap else
+                  f"the {est.kind} (about {est.about}) is well below {cap}, so if throughput at "
                   f"{', '.join(map(str, above))} stays near today's, the cap is not the cause and the limit lies elsewhere")
     else:
         if not math.isnan(est.plateau):
@@ -150,8 +154,9 @@ def _below_cap_claims(comp: Comparison, arm: str, label: str, cap: int, above: l
     the server's gauges, the baseline's figure; and whether the gauges show admission limited by memory."""
     lv = comp.arm_levels(arm)
     meta_server = comp.metas[arm].server
+    # the figures quoted are those of the range stated ("about 31–35"), nothing from below it
     vals = ", ".join(f"{v:.1f} at {int(c)}" for c, v in zip(lv["concurrency"], lv[est.column])
-                     if c >= min(above) or v >= 0.75 * est.plateau)
+                     if c >= min(above) and not math.isnan(v))
     out = [Claim(kind="cap", arm=arm, metric=est.column, levels=tuple(int(c) for c in est.levels["concurrency"]),
                  values=tuple(float(v) for v in est.levels[est.column]), profile=profile,
                  extra={"cap": cap, "estimate": est.plateau, "below": True}, sentence=(
@@ -192,9 +197,9 @@ def _memory_advice(comp: Comparison, arm: str, label: str, kind_of_server: str, 
     mf = comp.metas[arm].server.get("mem_fraction_static")
     target = min(0.95, round(float(mf) + 0.05, 2)) if mf else 0.9
     argv = memory_argv(kind_of_server, target)
+    # the conclusion (memory, not the cap) is the gauge sentence's: the advice follows it without restating it
     return Claim(kind="advice", arm=arm, profile=profile, argv=argv, server=kind_of_server, sentence=(
-        f"The cap did not bind — the server's gauges show a full KV pool below it — so give {label} "
-        f"more KV memory rather than a higher cap: re-run it with {_argv_text(argv)}"
+        f"Give {label} more KV memory rather than a higher cap: re-run it with {_argv_text(argv)}"
         + (f" (now {mf:g})" if mf else "") + " or a smaller draft configuration, and watch "
         "the token-usage and running-requests gauges."))
 
@@ -228,9 +233,10 @@ def _server_gauge_sentences(lv: pd.DataFrame, above: list[int], cap: int, label:
         elif agrees:
             text = f"The server's own gauge agrees: {what}."
         else:
+            # "the cap did bind" only where the gauge reached the cap: below it, the pool sentence concludes
             text = (f"The server's own gauge disagrees with that estimate: {what}. The gauge counts the requests "
                     "that ran; the estimate is a ratio of speeds, so trust the gauge"
-                    + (": the cap did bind." if not gauge_low else "."))
+                    + (": the cap did bind." if not below_cap else "."))
         out.append(Claim(kind="gauge", arm=arm, metric="server_running_max", levels=tuple(above), values=(float(most),),
                          agrees=agrees, profile=profile, sentence=text,
                          extra={"gauge_max": most, "cap": cap, "estimate_below": estimate_below}))

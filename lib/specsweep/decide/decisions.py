@@ -11,11 +11,13 @@ Decision classes, from the recommendation the report prints (:func:`specsweep.de
 - ``no measurable difference`` — neither a win nor a loss at any level;
 - ``not established`` — wins and losses interleave (``mixed``), or no verdict could be given.
 
-Two tables agree when every (report, profile) has the same class and the same arm — where the
-arm chosen has *tied* arms (candidates whose own judgement gives the same class and the same outcome at every level,
-listed in the table), choosing any of them counts as the same decision, since the data cannot
-tell them apart. X moves with noise; where it moved to another pair of tested levels (its
-bracket) is reported beside the differences (``bracket=True`` counts it as one).
+A row is the recommendation the page prints (:func:`row_of`), not a second judgement: its class,
+arm, *tied* arms (candidates not credibly different from it, :mod:`specsweep.decide.ties`; the
+arm named is the simplest of them) and range are the first screen's, the Markdown summary's and
+the console's. Two tables agree when every (report, profile) has the same class, the same arm, the
+same tie set and the same range — the bracket of X (the tested levels it lies between); X itself
+moves with noise inside its bracket. A change of the recommended arm inside a tie, or a tie
+appearing or going, is a difference.
 
 ``python -m specsweep.decide.decisions RESULT_SET_OR_STUDY_DIR... [--baseline B] [--json]`` prints the
 table of a comparison; ``--against FILE.json`` also compares it with a saved table (exit 1 on a
@@ -40,9 +42,10 @@ from pydantic import TypeAdapter
 from pydantic.dataclasses import dataclass
 
 from specsweep.analyze.compare import Comparison, compare
-from specsweep.decide import DEFAULT_PROFILES, decide, parse_profile, recommend
-from specsweep.decide.judge import _verdict
-from specsweep.decide.verdicts import DecisionKind, Outcome, Verdict, decision_class
+from specsweep.decide import DEFAULT_PROFILES, parse_profile, recommend
+from specsweep.decide.result import Recommendation
+from specsweep.decide.text import tested_bracket
+from specsweep.decide.verdicts import DecisionKind, Outcome
 from specsweep.results.store import load_result_sets
 
 #: the decision tables' file in a reports folder
@@ -54,8 +57,8 @@ class DecisionRow:
     """One profile's decision, a row of ``decisions.json`` (validated: ``decision`` is a
     :class:`DecisionKind`, lists become tuples). ``x``: the crossover (concurrent requests) of
     ``enable up to/from X``, ``bracket``: the tested levels it lies between; ``tied``: candidate arms
-    indistinguishable from ``arm`` by the judgement (same class, same outcome per level);
-    ``outcomes``: (concurrency, outcome) per judged level."""
+    not credibly different from ``arm`` (the recommendation's tie set); ``outcomes``: (concurrency,
+    outcome) per judged level."""
 
     profile: str
     decision: DecisionKind
@@ -70,30 +73,31 @@ class DecisionRow:
         where = f" (between {self.bracket[0]} and {self.bracket[1]})" if self.bracket and self.x is not None else ""
         return self.decision.words(self.x) + where
 
+    def arm_text(self) -> str:
+        """The arm as every place prints it: its short name and the arms tied with it ('—' for none)."""
+        if not self.arm:
+            return "—"
+        return self.arm + (f" (tied with {', '.join(self.tied)})" if self.tied else "")
+
 
 def _bracket(levels: Sequence[int], x: float | None) -> tuple[int, int] | None:
-    if x is None:
-        return None
-    below = [c for c in levels if c <= x]
-    above = [c for c in levels if c > x]
-    return (max(below) if below else min(levels), min(above) if above else max(levels))
+    return None if x is None or not levels else tested_bracket(levels, x)
+
+
+def row_of(rec: Recommendation) -> DecisionRow:
+    """The decision row of a recommendation: the same class, arm, tie set and range the page prints."""
+    arm = rec.judged_arm
+    lv = rec.levels[rec.levels["arm"] == arm] if arm is not None and not rec.levels.empty else rec.levels.iloc[0:0]
+    outcomes = cast(tuple[tuple[int, Outcome], ...],
+                    tuple((int(c), str(o)) for c, o in zip(lv.get("concurrency", []), lv.get("outcome", []))))
+    x = rec.decision_at
+    return DecisionRow(rec.profile.name, rec.decision, rec.arm, x, _bracket([c for c, _ in outcomes], x),
+                       tuple(rec.tied_with), outcomes)
 
 
 def decision_row(comp: Comparison, profile: dict[str, Any]) -> DecisionRow:
     """The decision of one profile, as the report's recommendation makes it."""
-    prof = parse_profile(profile)
-    rec = recommend(comp, prof)
-    if rec.verdict == Verdict.NO_VERDICT:
-        return DecisionRow(prof.name, DecisionKind.NOT_ESTABLISHED, None)
-    d = decide(comp, prof)
-    outcomes = cast(tuple[tuple[int, Outcome], ...],
-                    tuple((int(c), str(o)) for c, o in zip(d.judged["concurrency"], d.judged["outcome"])))
-    cls = decision_class(rec.verdict, d.judged)
-    arm = d.arm if rec.verdict != Verdict.DISABLE else None
-    x = rec.decision_at
-    tied = tuple(a for a, j in d.per_arm.items() if a != d.arm and decision_class(_verdict(j)[0], j) == cls
-                 and tuple(zip(j["concurrency"].astype(int), j["outcome"].astype(str))) == outcomes)
-    return DecisionRow(prof.name, cls, arm, x, _bracket([c for c, _ in outcomes], x), tied, outcomes)
+    return row_of(recommend(comp, parse_profile(profile)))
 
 
 def decision_table(comp: Comparison, profiles: Sequence[dict[str, Any]] | None = None) -> list[DecisionRow]:
@@ -108,17 +112,15 @@ def table_of(paths: Sequence[str | Path], baseline: str = "baseline",
     return decision_table(compare(sets, baseline=baseline, assumed_noise_pct=3.0), profiles)
 
 
-def same_decision(a: DecisionRow, b: DecisionRow, *, bracket: bool = False) -> bool:
-    """Whether two rows of one profile make the same decision: the same class and arm (up to
-    ties); with ``bracket`` also the same bracket of the crossover X."""
-    same_arm = a.arm == b.arm or (a.arm in b.tied) or (b.arm in a.tied)
-    return a.decision == b.decision and same_arm and (not bracket or a.bracket == b.bracket)
+def same_decision(a: DecisionRow, b: DecisionRow) -> bool:
+    """Whether two rows of one profile make the same decision: the same class, arm, tie set and
+    bracket of the crossover X (X itself may move inside it)."""
+    return (a.decision, a.arm, sorted(a.tied), a.bracket) == (b.decision, b.arm, sorted(b.tied), b.bracket)
 
 
-def differences(a: dict[str, list[DecisionRow]], b: dict[str, list[DecisionRow]], *,
-                bracket: bool = False) -> list[str]:
-    """What differs between two tables keyed by report name (empty: the same decisions); with
-    ``bracket`` a crossover that moved to another pair of tested levels counts too."""
+def differences(a: dict[str, list[DecisionRow]], b: dict[str, list[DecisionRow]]) -> list[str]:
+    """What differs between two tables keyed by report name (empty: the same decisions): each
+    profile whose class, arm, tie set or crossover bracket changed, with both sides."""
     out = []
     for report in sorted(set(a) | set(b)):
         rows_a = {r.profile: r for r in a.get(report, [])}
@@ -127,8 +129,8 @@ def differences(a: dict[str, list[DecisionRow]], b: dict[str, list[DecisionRow]]
             ra, rb = rows_a.get(profile), rows_b.get(profile)
             if ra is None or rb is None:
                 out.append(f"{report} / {profile}: only in {'the first' if rb is None else 'the second'} table")
-            elif not same_decision(ra, rb, bracket=bracket):
-                out.append(f"{report} / {profile}: {ra.text()} ({ra.arm or '—'}) vs {rb.text()} ({rb.arm or '—'})")
+            elif not same_decision(ra, rb):
+                out.append(f"{report} / {profile}: {ra.text()} ({ra.arm_text()}) vs {rb.text()} ({rb.arm_text()})")
     return out
 
 
@@ -163,9 +165,8 @@ def markdown_table(tables: dict[str, list[DecisionRow]]) -> str:
     lines = ["| report | profile | decision | arm (tied) | outcome per level |", "|---|---|---|---|---|"]
     for report, rows in tables.items():
         for r in rows:
-            arm = (r.arm or "—") + (f" (≈ {', '.join(r.tied)})" if r.tied else "")
             levels = " ".join(f"{c}:{o}" for c, o in r.outcomes)
-            lines.append(f"| {report} | {r.profile} | {r.text()} | {arm} | {levels} |")
+            lines.append(f"| {report} | {r.profile} | {r.text()} | {r.arm_text()} | {levels} |")
     return "\n".join(lines)
 
 

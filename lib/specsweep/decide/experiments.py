@@ -11,7 +11,7 @@ from specsweep.analyze.compare import Comparison
 from specsweep.analyze.crossover import curve_crossovers
 from specsweep.decide.claims import Claim
 from specsweep.decide.profiles import SYNTHETIC_KINDS, Profile
-from specsweep.decide.text import deciding_word
+from specsweep.decide.text import deciding_word, tested_bracket
 
 
 def _candidate_levels(tested: Sequence[int], lo: float, hi: float) -> list[int]:
@@ -71,12 +71,13 @@ def _crossover_experiments(comp: Comparison, arm: str, judged: pd.DataFrame, met
     for r in crossings:
         mids = _where_uncertain(comp, arm, metric, r["c_low"], r["c_high"])
         if mids:
+            x = float(r["crossover_concurrency"])
+            lo, hi = tested_bracket(comp.shared_levels(arm), x)  # X's one bracket, as every sentence names it
             out.append(Claim(kind="experiment", arm=arm, metric=metric, levels=tuple(mids), profile=profile,
-                             at=float(r["crossover_concurrency"]), bounds=(int(r["c_low"]), int(r["c_high"])),
-                             sentence=(f"Measure at {', '.join(map(str, mids))} (not yet measured, between the tested "
-                                       f"{r['c_low']} and {r['c_high']}, where the fitted {word} delta's sign is least "
-                                       f"certain) to pin down the crossover of {word}, now placed at about "
-                                       f"{r['crossover_concurrency']:.0f}.")))
+                             at=x, bounds=(lo, hi),
+                             sentence=(f"Measure at {', '.join(map(str, mids))} (not yet measured, where the fitted "
+                                       f"{word} delta's sign is least certain) to pin down the crossover of {word}, "
+                                       f"now placed at about {x:.0f}, between the tested {lo} and {hi}.")))
     if not crossings and not decided:
         tested = comp.shared_levels(arm)
         mids = _where_uncertain(comp, arm, metric, max(lo_c, min(tested)) - 1e-9, min(hi_c, max(tested)) + 1e-9)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -80,6 +80,17 @@ class Recommendation:
         return self.up_to_concurrency if self.up_to_concurrency is not None else self.from_concurrency
 
     @property
+    def judged_arm(self) -> str | None:
+        """The arm whose levels the decision rests on: the recommended one, else (keep off, no
+        measurable difference) the one the verdict judged; None where no arm was judged."""
+        if self.arm is not None:
+            return self.arm
+        verdict = next((c.arm for c in self.claims if c.kind == "verdict" and c.arm), None)
+        if verdict is not None:
+            return verdict
+        return None if self.levels.empty else str(self.levels["arm"].iloc[0])
+
+    @property
     def shown_metrics(self) -> set[str]:
         """Metrics whose Δ the recommendation's table shows beside the verdict."""
         if self.levels.empty:
@@ -93,16 +104,17 @@ class Recommendation:
     def next_experiment(self) -> str | None:
         return self.next_experiments[0] if self.next_experiments else None
 
-    def to_markdown(self, omit: Sequence[str] = ()) -> str:
+    def to_markdown(self, omit: Sequence[str] = (), refer: Mapping[str, str] | None = None) -> str:
         """The recommendation as Markdown: headline, one row per level, reasons, caveats, next experiments.
 
-        Lines in ``omit`` (shown once for every profile elsewhere) are left out.
+        Lines in ``omit`` (shown once for every profile elsewhere) are left out; a next experiment in
+        ``refer`` is replaced by its reference (the same question answered elsewhere on the page).
         """
         lines = [f"### {md_text(self.profile.name)}", "", f"**{self.headline}**", ""]
         if self.profile.description:
             lines += [f"*{md_text(self.profile.description)}*", ""]
         if not self.levels.empty and self.arm is not None or (not self.levels.empty and self.verdict == Verdict.DISABLE):
-            lv = self.levels[self.levels["arm"] == (self.arm or self.levels["arm"].iloc[0])]
+            lv = self.levels[self.levels["arm"] == self.judged_arm]
             lines += ["| concurrency | outcome | decided by | deciding Δ [95% band] | aggregate Δ [95% band] | per-user Δ |",
                       "|---|---|---|---|---|---|"]
             for r in lv.itertuples():
@@ -116,7 +128,7 @@ class Recommendation:
         caveats = [c for c in self.caveats if c not in omit]
         if caveats:
             lines += ["**Caveats for this profile**", ""] + [f"- {c}" for c in caveats] + [""]
-        experiments = [e for e in self.next_experiments if e not in omit]
+        experiments = list(dict.fromkeys((refer or {}).get(e, e) for e in self.next_experiments if e not in omit))
         if experiments:
             lines += ["**Next experiment**", ""] + [f"{i}. {e}" for i, e in enumerate(experiments, start=1)]
         return "\n".join(lines)

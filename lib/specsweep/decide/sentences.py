@@ -7,7 +7,7 @@ states. The caps' sentences are in :mod:`specsweep.decide.caps`, the caveats in 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import pandas as pd
@@ -21,8 +21,8 @@ from specsweep.decide.ends import end_headline
 from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
 from specsweep.decide.profiles import Profile
 from specsweep.decide.result import Band, Decision
-from specsweep.decide.text import WAIT_WORDS, _levels_text, _num, _range_pct, band_text, deciding_word
-from specsweep.decide.ties import tie_sentence
+from specsweep.decide.text import WAIT_WORDS, _levels_text, _num, _range_pct, band_text, deciding_word, tested_bracket
+from specsweep.decide.ties import first_difference, tie_sentence
 from specsweep.decide.verdicts import Verdict, decision_class
 from specsweep.markup import md_text
 
@@ -66,13 +66,15 @@ def _throughput_sentence(comp: Comparison, arm: str, label: str, judged: pd.Data
     text = f"{label} " + (join_and([c.sentence for c in out]) or "was not compared on aggregate throughput") + "."
     cx_claims = []
     for _, r in comp.crossover(arm, "output_tok_s").iterrows():
+        # the bracket is the tested levels around X, as everywhere X is named (not the credible levels
+        # the search ran between, which may have a neutral level inside)
+        lo, hi = tested_bracket(comp.shared_levels(arm), float(r.crossover_concurrency))
         sentence = (f"The aggregate crossover is at about {r.crossover_concurrency:.0f} concurrent requests "
-                    f"(where the fitted delta curve crosses 0, between the tested {r.c_low} and {r.c_high}).")
+                    f"(where the fitted delta curve crosses 0, between the tested {lo} and {hi}).")
         text += " " + sentence
         cx_claims.append(Claim(kind="crossover", arm=arm, metric="output_tok_s", levels=(int(r.c_low), int(r.c_high)),
                                values=(float(r.delta_low_pct), float(r.delta_high_pct)), credible=True,
-                               sentence=sentence, at=float(r.crossover_concurrency),
-                               bounds=(int(r.c_low), int(r.c_high)), profile=profile))
+                               sentence=sentence, at=float(r.crossover_concurrency), bounds=(lo, hi), profile=profile))
     return text, out + cx_claims
 
 
@@ -110,27 +112,25 @@ def deciding_metric(comp: Comparison, arm: str, judged: pd.DataFrame, i: int, fa
     return m if comp.delta_rows(arm, m) else fallback
 
 
-def _bounds(cs: Sequence[int], x: float) -> tuple[int, int]:
-    """The tested levels at or just below and at or just above ``x``."""
-    lo = max((c for c in cs if c <= x + 1e-9), default=min(cs))
-    hi = min((c for c in cs if c >= x - 1e-9), default=max(cs))
-    return int(lo), int(hi)
-
-
-def _point_text(comp: Comparison, arm: str, metric: str, cs: Sequence[int], x: float) -> tuple[str, tuple[int, int]]:
+def _point_text(comp: Comparison, arm: str, metric_at: Mapping[int, str], cs: Sequence[int],
+                x: float) -> tuple[str, tuple[int, int]]:
     """'about 37 concurrent requests, between the tested 32 and 64 (aggregate throughput: +11% […] at 32,
-    -32% […] at 64)', or '32 concurrent requests (tested; …)' when ``x`` is a tested level."""
-    rows = comp.delta_rows(arm, metric)
-    word = deciding_word(metric)
+    -32% […] at 64)', or '32 concurrent requests (tested; …)' when ``x`` is a tested level. Each level
+    is quoted on the metric that decided it (``metric_at``), as the table beside it says."""
+    def quote(c: int) -> str:
+        return f"{band_text(comp.delta_rows(arm, metric_at[c]).get(c))} at {c}"
+
     if round(x) in cs:  # X rounds to a tested level: say what was measured there
         c = int(round(x))
         exact = abs(x - c) < 1e-9
-        return (f"{'' if exact else 'about '}{c} concurrent requests (measured there: {word} "
-                f"{band_text(rows.get(c))})", (c, c))
-    lo, hi = _bounds(cs, x)
-    at = [f"{band_text(rows.get(c))} at {c}" for c in (lo, hi) if c in rows]
-    return (f"about {x:.0f} concurrent requests, between the tested {lo} and {hi} ({word}: {', '.join(at)})",
-            (lo, hi))
+        return (f"{'' if exact else 'about '}{c} concurrent requests (measured there: {deciding_word(metric_at[c])} "
+                f"{band_text(comp.delta_rows(arm, metric_at[c]).get(c))})", (c, c))
+    lo, hi = tested_bracket(cs, x)
+    if metric_at[lo] == metric_at[hi]:
+        at = f"{deciding_word(metric_at[lo])}: {quote(lo)}, {quote(hi)}"
+    else:
+        at = f"{deciding_word(metric_at[lo])} {quote(lo)}, {deciding_word(metric_at[hi])} {quote(hi)}"
+    return f"about {x:.0f} concurrent requests, between the tested {lo} and {hi} ({at})", (lo, hi)
 
 
 def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame, span: str,
@@ -158,7 +158,8 @@ def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame
     if point is not None and comp is not None:
         metric = deciding_metric(comp, arm, judged, cs.index(min(losses) if verdict == Verdict.ENABLE_UP_TO
                                                               else max(losses)), fallback_metric)
-        at, bounds = _point_text(comp, arm, metric, cs, point)
+        metric_at = {c: deciding_metric(comp, arm, judged, i, fallback_metric) for i, c in enumerate(cs)}
+        at, bounds = _point_text(comp, arm, metric_at, cs, point)
         if verdict == Verdict.ENABLE_UP_TO:
             return claim(f"Enable {label} up to {at}; above that it loses on {criterion} — keep it off there (or "
                          "route high-concurrency traffic to a pool without it).", metric, bounds)
@@ -235,7 +236,8 @@ def criterion_text(comp: Comparison, profile: Profile, arm: str) -> str:
 def headline_sentences(comp: Comparison, profile: Profile, d: Decision, metric: str) -> tuple[str, list[Claim]]:
     """The headline of a profile's recommendation and the claims it states: the verdict (``metric``: the
     profile's deciding metric where no level names one), then what a user waits for (latency) or the
-    aggregate Δ, the levels only one arm measured, and a warning where each level ran once."""
+    the levels only one arm measured. (The aggregate Δ with its bands is a reason, so that two profiles
+    over the same levels say it once: :func:`reason_sentences`.)"""
     label = md_text(d.arm)  # prose names arms by their short name; the label is given once, in Setup
     cs = d.judged["concurrency"].tolist()
     checks = _slo_checks(profile, comp)
@@ -253,12 +255,8 @@ def headline_sentences(comp: Comparison, profile: Profile, d: Decision, metric: 
         claims += note_claims
         if note:
             parts.append(wait_sentence(label, note))
-    else:
-        parts.append(aggregate_quote(comp, d.arm, [int(c) for c in cs]))
     if one_side:
         parts.append("Not compared at " + " and ".join(one_side) + ": measured on one arm only.")
-    if comp.single_run():
-        parts.append("One run per level: repeat each level (repeats=3) before relying on this.")
     return " ".join(parts), claims
 
 
@@ -284,7 +282,8 @@ def reason_sentences(comp: Comparison, profile: Profile, d: Decision) -> tuple[l
     arm, judged, label, effect = d.arm, d.judged, md_text(d.arm), profile.min_effect_pct
     thr_text, thr_claims = _throughput_sentence(comp, arm, label, judged, effect, profile.name)
     user_text, user_claims = _user_sentence(comp, arm, label, judged, effect, profile.name)
-    reasons = [r for r in (thr_text, user_text) if r]
+    quote = aggregate_quote(comp, arm, [int(c) for c in judged["concurrency"]]) if profile.objective != "latency" else ""
+    reasons = [r for r in (quote, thr_text, user_text) if r]
     reasons += objective_reasons(comp, profile, arm, judged) + failed_level_reasons(label, judged)
     reasons += _slo_sentences(comp, profile, arm, label, judged)
     cap_claims, advice = cap_sentences(comp, arm, label, judged, effect, profile.name)
@@ -293,9 +292,30 @@ def reason_sentences(comp: Comparison, profile: Profile, d: Decision) -> tuple[l
         reasons.append(tie_sentence(comp, arm, d.tied_with, d.verdict))
     others = [a for a in d.per_arm if a != arm and a not in d.tied_with]
     if others:
-        reasons.append("Other arms scored lower for this profile: " + ", ".join(
-            f"{md_text(a)} (mean deciding delta {pct(d.per_arm[a]['margin'].mean())})" for a in others) + ".")
+        reasons.append(others_sentence(comp, profile, d, others))
     return reasons, thr_claims + user_claims + cap_claims, advice
+
+
+def _margins(a: float, b: float) -> tuple[str, str]:
+    """Two mean deciding margins (Δ %) written apart: one more decimal where the page's rounding makes them equal."""
+    if pct(a) != pct(b):
+        return pct(a), pct(b)
+    return f"{a:+.2f}%", f"{b:+.2f}%"
+
+
+def others_sentence(comp: Comparison, profile: Profile, d: Decision, others: Sequence[str]) -> str:
+    """Why the arms not tied with the recommended one are not named: where each credibly differs from
+    it (:func:`specsweep.decide.ties.first_difference`), and the mean deciding margins the choice
+    rests on — never a 'scored lower' between arms the data cannot tell apart (those are tied)."""
+    arm = d.arm
+    parts = []
+    for a in others:
+        mine, theirs = _margins(float(d.per_arm[arm]["margin"].mean()), float(d.per_arm[a]["margin"].mean()))
+        where = first_difference(comp, profile, arm, a)
+        diff = (f"differs credibly from {md_text(arm)} ({deciding_word(where[0])} {pct(where[2])} at {where[1]})"
+                if where else f"could not be compared with {md_text(arm)} directly")
+        parts.append(f"{md_text(a)} {diff}; its mean deciding Δ is {theirs} against {mine}")
+    return "Not tied: " + "; ".join(parts) + "."
 
 
 def objective_reasons(comp: Comparison, profile: Profile, arm: str, judged: pd.DataFrame) -> list[str]:

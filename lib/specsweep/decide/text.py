@@ -11,6 +11,14 @@ from specsweep.analyze.compare import ESTIMATED_WAIT
 from specsweep.decide.claims import pct
 
 
+def tested_bracket(cs: Sequence[int], x: float) -> tuple[int, int]:
+    """The tested levels at or just below and at or just above ``x`` (concurrency): the one bracket
+    of a crossover or an 'up to X' that every sentence, table and file names."""
+    lo = max((c for c in cs if c <= x + 1e-9), default=min(cs))
+    hi = min((c for c in cs if c >= x - 1e-9), default=max(cs))
+    return int(lo), int(hi)
+
+
 def _pct(x: float) -> str:
     """A Δ% as every sentence writes it (see :func:`specsweep.decide.claims.pct`)."""
     return pct(x)

@@ -78,6 +78,23 @@ def difference_curve(comp: Comparison, a: str, b: str, metric: str, levels: Sequ
     return curve
 
 
+def first_difference(comp: Comparison, profile: Profile, a: str, b: str) -> tuple[str, int, float] | None:
+    """(metric, concurrency, fitted Δ% of ``b`` against ``a``) at the first place the two arms credibly
+    differ for the profile (see the module docstring); None where they do not (or cannot be compared)."""
+    levels = _in_range(profile, sorted(set(comp.shared_levels(a)) & set(comp.shared_levels(b))))
+    metrics = [m for m in profile_metrics(comp, profile, a) if m in profile_metrics(comp, profile, b)]
+    for metric in metrics if levels else []:
+        curve = difference_curve(comp, a, b, metric, levels, family=max(len(metrics), 1))
+        if curve is None:
+            continue
+        size = (np.exp(np.abs(curve.fitted)) - 1) * 100
+        hits = np.flatnonzero((curve.credible != 0) & (size > profile.min_effect_pct))
+        if len(hits):
+            i = int(hits[np.argmax(size[hits])])
+            return metric, int(curve.concurrency[i]), float((np.exp(-curve.fitted[i]) - 1) * 100)
+    return None
+
+
 def differs(comp: Comparison, profile: Profile, a: str, b: str) -> bool | None:
     """True where arms ``a`` and ``b`` credibly differ for the profile (see the module docstring), False
     where they are tied, None where no level in the profile's range lets them be compared."""
@@ -85,16 +102,9 @@ def differs(comp: Comparison, profile: Profile, a: str, b: str) -> bool | None:
     if not levels:
         return None
     metrics = [m for m in profile_metrics(comp, profile, a) if m in profile_metrics(comp, profile, b)]
-    compared = False
-    for metric in metrics:
-        curve = difference_curve(comp, a, b, metric, levels, family=max(len(metrics), 1))
-        if curve is None:
-            continue
-        compared = True
-        size = (np.exp(np.abs(curve.fitted)) - 1) * 100
-        if bool(((curve.credible != 0) & (size > profile.min_effect_pct)).any()):
-            return True
-    return False if compared else None
+    if not any(difference_curve(comp, a, b, m, levels, family=max(len(metrics), 1)) is not None for m in metrics):
+        return None
+    return first_difference(comp, profile, a, b) is not None
 
 
 def tied_with(comp: Comparison, profile: Profile, best: str, others: Sequence[str]) -> list[str]:

@@ -32,7 +32,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "shortest_wait", "workload_caveat",
     ),
     "specsweep.report.setup_info": (
-        "masked_argv", "server_command", "setup_table", "manual_agreement_markdown", "differences_markdown",
+        "setup_table", "manual_agreement_markdown", "differences_markdown",
         "diagnostics_markdown",
     ),
     "specsweep.report.categories": (
@@ -42,10 +42,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "category_intro_markdown", "category_crossover_markdown", "category_levels_markdown",
     ),
     "specsweep.report.definitions": (
-        "DATA_TABLE_POSITIONS", "data_table", "GLOSSARY", "glossary_markdown", "definitions_markdown",
+        "DATA_TABLE_POSITIONS", "data_table", "column_title", "full_data_html", "GLOSSARY", "glossary_markdown", "definitions_markdown",
     ),
     "specsweep.report.reproduce": (
-        "repo_relative", "report_command", "papermill_command", "shell_line", "sweep_parameters",
+        "masked_argv", "server_command", "repo_relative", "report_command", "papermill_command", "shell_line", "sweep_parameters",
         "sweep_command", "reproduce_markdown",
     ),
     "specsweep.report.build": (

@@ -11,6 +11,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.curves import DeltaCurve
+from specsweep.decide.text import tested_bracket
 from specsweep.markup import md_text
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 from specsweep.results.columns import metric_info
@@ -201,7 +202,9 @@ def category_crossovers(comp: Comparison, sets: Sequence[Any],
             cx = curve_crossovers(curve)
             if cx:
                 first = cx[0]
-                row.update(status="crossover", n_crossovers=len(cx), c_low=first["c_low"], c_high=first["c_high"],
+                # one bracket everywhere: the category's tested levels just around its X
+                lo, hi = tested_bracket([int(c) for c in curve.concurrency], float(first["crossover_concurrency"]))
+                row.update(status="crossover", n_crossovers=len(cx), c_low=lo, c_high=hi,
                            crossover_concurrency=first["crossover_concurrency"], direction=first["direction"])
         rows.append(row)
     order = {name: i for i, (name, _) in enumerate(CATEGORY_FIGURES)}
@@ -303,7 +306,7 @@ def category_table(comp: Comparison, sets: Sequence[Any], deltas: pd.DataFrame |
     rows = []
     for r in d.to_dict("records"):
         row: dict[str, Any] = {
-            "arm": comp.labels[r["arm"]], "concurrency": r["concurrency"], "category": r["category"],
+            "arm": r["arm"], "concurrency": r["concurrency"], "category": r["category"],
             "share of requests": f"{r['category_share']:.0%}",
             "accept length (arm)": _fmt(r["accept_length"], 2),
         }
@@ -378,7 +381,7 @@ def category_sentences(comp: Comparison, sets: Sequence[Any], deltas: pd.DataFra
         not_pays = [r for r in recs if verdicts[r["category"]] == "does not pay"]
         noise = [r for r in recs if verdicts[r["category"]] == "within noise"]
         best, worst = recs[0], recs[-1]
-        parts = [f"At concurrency {int(c)}, {md_text(comp.labels[arm])} pays"
+        parts = [f"At concurrency {int(c)}, {md_text(arm)} pays"
                  + (f" for {named(pays)}" if pays else " for no category")]
         parts.append(f"it does not for {named(not_pays)}" if not_pays else "it loses on none")
         text = "; ".join(parts)
@@ -431,7 +434,7 @@ def category_crossover_sentences(comp: Comparison, crossovers: pd.DataFrame) -> 
                 parts.append(f"too few levels for a curve for {', '.join(md_text(r['category']) for r in few)} "
                              f"(fewer than {MIN_CATEGORY_LEVELS} levels with enough requests of the category on both "
                              "arms), so no crossover is claimed there")
-            out.append(f"{titles[figure].capitalize()} by category, {md_text(comp.labels[arm])}: " + "; ".join(parts)
+            out.append(f"{titles[figure].capitalize()} by category, {md_text(arm)}: " + "; ".join(parts)
                        + ".")
     return out
 
@@ -449,7 +452,7 @@ def category_crossover_table(comp: Comparison, sets: Sequence[Any],
     levels = sorted({int(c) for fit in curves.values() for c in fit.levels})
     for r in crossovers.to_dict("records"):
         fit = curves[(r["arm"], r["category"], r["figure"])]
-        row: dict[str, Any] = {"arm": comp.labels[r["arm"]], "Δ of": titles[r["figure"]], "category": r["category"]}
+        row: dict[str, Any] = {"arm": r["arm"], "Δ of": titles[r["figure"]], "category": r["category"]}
         cells = {}
         if fit.curve is not None:
             curve = fit.curve

@@ -905,6 +905,7 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
     ``CategoryFit``). None when no category has a curve. ``width``/``height`` size each panel.
     """
     from specsweep.analyze.crossover import curve_crossovers  # noqa: PLC0415
+    from specsweep.decide.text import tested_bracket  # noqa: PLC0415
 
     v = _view(comp, arms, None, None, colours)
     shown = set(v.comp.spec_arms)
@@ -922,8 +923,10 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
                 "fit_delta_pct": (math.exp(f) - 1) * 100, "ci_low_pct": (math.exp(f - h) - 1) * 100,
                 "ci_high_pct": (math.exp(f + h) - 1) * 100, "method": curve.method()})
         for cx in curve_crossovers(curve):
+            # the one bracket every place names: the category's tested levels just around X
+            lo, hi = tested_bracket([int(c) for c in curve.concurrency], float(cx["crossover_concurrency"]))
             marks.setdefault(figure, []).append({"arm": arm, "category": cat, "x": cx["crossover_concurrency"],
-                                                 "between": f"{cx['c_low']} and {cx['c_high']}"})
+                                                 "between": f"{lo} and {hi}"})
     if not rows:
         return None
     pw, ph = width or CATEGORY_PANEL[0], height or CATEGORY_PANEL[1]
@@ -1087,3 +1090,57 @@ def verdict_strip(strip: pd.DataFrame, *, width: int | None = None,
     return alt.LayerChart(layer=layers, resolve=alt.Resolve(legend=alt.LegendResolveMap(color="independent", shape="independent")),
         width=width or WIDTH, height=(band_height or STRIP_BAND) * len(bands),
         title="Verdict per concurrency level")
+
+
+#: colour names a caption may use for the fixed colours charts draw with (hex, lower case)
+COLOUR_NAMES: dict[str, str] = {CROSSOVER_COLOUR.lower(): "red", "black": "black", "#000000": "black"}
+
+
+def line_style(dash: Sequence[float] | None) -> str:
+    """'solid', 'dotted' (dashes no longer than 2 px) or 'dashed', from a mark's ``strokeDash``."""
+    if not dash:
+        return "solid"
+    return "dotted" if max(dash[::2]) <= 2 else "dashed"
+
+
+def _layers(spec: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
+    """Every unit spec inside a chart's dict (layers, concatenations), depth first."""
+    for key in ("layer", "hconcat", "vconcat", "concat"):
+        for sub in spec.get(key, []) or []:
+            yield from _layers(sub)
+    if "mark" in spec:
+        yield spec
+
+
+def _stroke(unit: Mapping[str, Any], what: str) -> str:
+    """'red dotted line', 'dotted line in each arm's colour' (``what``: 'line'): how a rule or line is
+    drawn, from its own encodings."""
+    mark = unit["mark"] if isinstance(unit["mark"], dict) else {"type": unit["mark"]}
+    colour = (unit.get("encoding") or {}).get("color") or {}
+    style = line_style(mark.get("strokeDash"))
+    if "value" in colour or "color" in mark:
+        value = str(colour.get("value", mark.get("color"))).lower()
+        return f"{COLOUR_NAMES.get(value, value)} {style} {what}"
+    return f"{style} {what} in each arm's colour" if colour.get("field") else f"{style} {what}"
+
+
+def crossover_caption(chart: alt.TopLevelMixin | None) -> str:
+    """The delta chart's crossover sentence, written from the chart's own crossover rule (colour and dash):
+    what marks a crossover, or that none is drawn."""
+    if chart is None:
+        return ""
+    rules = [u for u in _layers(chart.to_dict()) if (u["mark"] if isinstance(u["mark"], str) else u["mark"]["type"]) == "rule"
+             and any(t.get("field") == "crossover_concurrency" for t in (u.get("encoding") or {}).get("tooltip", []) or [])]
+    if not rules:
+        return "No crossover is drawn: no fitted delta is credibly positive on one side of a level and credibly negative on the other."
+    return (f"A {_stroke(rules[0], 'vertical line')} marks a crossover only where the fitted delta is credibly positive on one "
+            "side and credibly negative on the other.")
+
+
+def pareto_caption(chart: alt.TopLevelMixin | None) -> str:
+    """The Pareto chart's sentence on its frontier line, written from the line's own encodings."""
+    lines = [u for u in _layers(chart.to_dict()) if (u["mark"] if isinstance(u["mark"], str) else u["mark"]["type"]) == "line"] \
+        if chart is not None else []
+    if not lines:
+        return ""
+    return f"The {_stroke(lines[0], 'line')} joins the Pareto frontier — the configurations worth running."

@@ -18,13 +18,19 @@ The rules (``Violation.rule``):
 - ``agreement``: a gauge claim says "agrees" only when the gauge and the estimate before it put the
   running requests on the same side of ``WELL_BELOW_CAP`` × cap (recomputed), "disagrees" only when not.
 - ``levels``: every level a claim names was tested for that arm (an experiment's levels were not),
-  and a point that was not tested ("up to about 37", a crossover) names the tested levels bounding it.
+  and a point that was not tested ("up to about 37", a crossover) names the tested levels bounding it
+  — the ones just around it, with no tested level between them (one bracket everywhere).
 - ``deciding-metric``: a verdict's deciding metric is shown beside it (the profile's table), and a
   verdict placing a point between tested levels quotes that metric's Δ at both.
 - ``experiment-metric``: a next experiment targets the profile's own deciding metric (no
   throughput break-even for a latency profile).
 - ``advice``: the server arguments advised parse with that server's own parser (the embedded
   reference server's argparse and profile overrides) or, for a real server, are flags it has.
+- ``cap-conclusion``: what a profile says about its arm's cap, pool and gauges comes to one
+  conclusion — the cap bound, or it did not — once the server's gauge has overruled an estimate
+  ("trust the gauge"), the estimate's own reading no longer counts.
+- ``slo-range``: an SLO profile's decision is enabled only at levels where the arm meets the SLO
+  (the first screen's range, :func:`specsweep.report.decision.decision_rows`).
 - ``grammar``: no "is looks", "is takes" … (a label followed by a verb after "is"), no doubled words.
 """
 from __future__ import annotations
@@ -38,6 +44,7 @@ from typing import Any
 
 from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison
 from specsweep.decide.claims import Claim, lower_is_better, pct
+from specsweep.decide.text import deciding_word
 from specsweep.errors import RunError
 
 #: flags each real server has for the settings specsweep advises (checked, not guessed: SGLang's
@@ -221,6 +228,9 @@ def _point_breaches(comp: Comparison, claim: Claim) -> list[Breach]:
     lo, hi = claim.bounds
     if lo not in tested or hi not in tested or not lo <= claim.at <= hi:
         return [("levels", f"bounds {lo}–{hi} of {claim.at:.1f} are not tested levels around it")]
+    inside = sorted(c for c in tested if lo < c < hi)
+    if inside:  # one bracket everywhere: the tested levels just around X, nothing tested between them
+        return [("levels", f"bounds {lo}–{hi} of {claim.at:.0f} have tested level(s) {inside} between them")]
     if not re.search(rf"\b{lo}\b.*\b{hi}\b", claim.sentence):
         return [("levels", f"does not name the tested levels {lo} and {hi} bounding {claim.at:.0f}")]
     return []
@@ -279,6 +289,49 @@ def _deciding_family(objective: str, user_metric: str) -> set[str]:
     return {"output_tok_s", user_metric}
 
 
+#: phrases that conclude the cap bound (True) or did not (False)
+_CAP_STANCES: tuple[tuple[re.Pattern[str], bool], ...] = (
+    (re.compile(r"\bcap did not bind|\bnot the cap\b|\bcap is not the cause", re.I), False),
+    (re.compile(r"\bcap did bind\b|\bconsistent with the cap binding\b|\bthe cap bound\b", re.I), True),
+)
+
+
+def _cap_stance(sentence: str) -> bool | None:
+    """What a sentence concludes about the cap: True (it bound), False (it did not), None (neither)."""
+    return next((stance for pattern, stance in _CAP_STANCES if pattern.search(sentence)), None)
+
+
+def cap_conclusion(rec: Any) -> list[Violation]:
+    """The ``cap-conclusion`` rule over one recommendation's reasons and next experiments."""
+    overruled = any(c.kind == "gauge" and c.agrees is False for c in rec.claims)
+    estimates = {c.sentence for c in rec.claims if c.kind == "cap" and "estimate" in c.extra}
+    texts = [t for t in (*rec.reasons, *rec.next_experiments) if not (overruled and t in estimates)]
+    stances = [(t, s) for t in texts if (s := _cap_stance(t)) is not None]
+    if len({s for _, s in stances}) < 2:
+        return []
+    said = "; ".join(f"{'binds' if s else 'does not bind'}: {t[:80]}" for t, s in stances)
+    return [Violation("cap-conclusion", rec.profile.name, stances[-1][0], f"the cap both bound and did not ({said})")]
+
+
+def _bound_quotes(comp: Comparison, rec: Any, claim: Claim) -> list[Violation]:
+    """A verdict placing X at or between tested levels quotes, at each, the Δ of the metric the table
+    says decided that level (never another metric named as deciding there)."""
+    decided = {int(r.concurrency): str(r.deciding_metric) for r in rec.levels.itertuples()
+               if r.arm == claim.arm} if "deciding_metric" in rec.levels else {}
+    out = []
+    for c in dict.fromkeys(claim.bounds or ()):
+        metric = decided.get(c, claim.metric)
+        r = comp.delta_rows(claim.arm, metric).get(c)
+        if r is not None and pct(float(r["delta_pct"])) not in claim.sentence:
+            out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
+                                 f"does not quote {metric}'s Δ at {c}, the metric the table says decided it"))
+        other = re.escape(deciding_word(claim.metric))
+        if metric != claim.metric and re.search(rf"{other}:? [+\-−]?[\d.]+%(?: \[[^\]]*\])? at {c}\b", claim.sentence):
+            out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
+                                 f"quotes {claim.metric} at {c}, which the table says {metric} decided"))
+    return out
+
+
 def check_recommendation(comp: Comparison, rec: Any) -> list[Violation]:
     """Every claim of one recommendation, its deciding metric shown, its experiments on target, its grammar."""
     out: list[Violation] = []
@@ -287,17 +340,13 @@ def check_recommendation(comp: Comparison, rec: Any) -> list[Violation]:
         if claim.kind == "verdict" and not rec.levels.empty and claim.metric not in rec.shown_metrics:
             out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
                                  f"decided by {claim.metric}, which the table beside it does not show"))
-        if claim.kind == "verdict" and claim.bounds is not None and claim.bounds[0] != claim.bounds[1]:
-            rows = comp.delta_rows(claim.arm, claim.metric)
-            for c in claim.bounds:
-                r = rows.get(c)
-                if r is not None and pct(float(r["delta_pct"])) not in claim.sentence:
-                    out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
-                                         f"does not quote {claim.metric}'s Δ at the bounding level {c}"))
+        if claim.kind == "verdict" and claim.bounds is not None:
+            out += _bound_quotes(comp, rec, claim)
         if claim.kind == "experiment" and claim.metric and \
                 claim.metric not in _deciding_family(rec.profile.objective, comp.user_metric):
             out.append(Violation("experiment-metric", rec.profile.name, claim.sentence,
                                  f"a {rec.profile.objective} profile's experiment targets {claim.metric}"))
+    out += cap_conclusion(rec)
     texts = [rec.headline, *rec.reasons, *rec.caveats, *rec.next_experiments, *(b.sentence for b in rec.bands)]
     said = {c.sentence for c in rec.claims}
     for t in texts:
@@ -308,15 +357,59 @@ def check_recommendation(comp: Comparison, rec: Any) -> list[Violation]:
     return out
 
 
+def slo_range(comp: Comparison, recs: Sequence[Any]) -> list[Violation]:
+    """The ``slo-range`` rule over a page's first screen."""
+    from specsweep.report.decision import decision_rows
+
+    out = []
+    for rec, row in zip(recs, decision_rows(comp, recs)):
+        lv = rec.levels[rec.levels["arm"] == row.arm] if row.arm and not rec.levels.empty else rec.levels.iloc[0:0]
+        if "arm_meets_slo" not in lv or lv["arm_meets_slo"].isna().all():
+            continue
+        missed = sorted(set(row.enable_levels) & {int(c) for c, ok in zip(lv["concurrency"], lv["arm_meets_slo"])
+                                                   if ok is not True and ok != 1})
+        if missed:
+            out.append(Violation("slo-range", rec.profile.name, f"{row.decision}, {row.enable_at}",
+                                 f"enabled at {', '.join(map(str, missed))}, where {row.arm} misses the SLO"))
+    return out
+
+
 def check_page(comp: Comparison, recs: Iterable[Any], texts: Sequence[str] = ()) -> list[Violation]:
     """Every recommendation of a page, and the grammar of any other text it shows (``texts``)."""
     out: list[Violation] = []
+    recs = list(recs)
     for rec in recs:
         out += check_recommendation(comp, rec)
+    out += slo_range(comp, recs)
     for t in texts:
         for g in grammar_errors(t):
             out.append(Violation("grammar", "", t, g))
     return out
+
+
+_PROSE_BLOCK = re.compile(r"<(p|li|h[1-6])\b[^>]*>(.*?)</\1>", re.S)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*(⚠])")
+
+
+def page_sentences(page: str) -> list[str]:
+    """The prose sentences of a built page (HTML), in order: the text of its paragraphs, list items and
+    headings (tables, charts, scripts and styles left out), split at sentence ends; five words or more."""
+    import html
+
+    body = re.sub(r"<script\b.*?</script>|<style\b.*?</style>|<table\b.*?</table>", " ", page, flags=re.S)
+    out = []
+    for _, block in _PROSE_BLOCK.findall(body):
+        text = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", block))).strip()
+        out += [s for s in _SENTENCE_END.split(text) if len(s.split()) >= 5]
+    return out
+
+
+def repeated_sentences(page: str) -> list[str]:
+    """Every prose sentence a page says more than once, verbatim (say it once: a repeat becomes a reference)."""
+    seen: dict[str, int] = {}
+    for s in page_sentences(page):
+        seen[s] = seen.get(s, 0) + 1
+    return [s for s, n in seen.items() if n > 1]
 
 
 def assert_consistent(comp: Comparison, recs: Sequence[Any], texts: Sequence[str] = ()) -> None:

@@ -17,6 +17,7 @@ from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
 from specsweep.decide.caveats import DRIFT_NOT_EXCLUDED, arms_interleaved_in, control_bounds_drift, unguarded
 from specsweep.decide.claims import Claim, join_and, pct
+from specsweep.decide.decisions import row_of
 from specsweep.decide.judge import carried_by_one
 from specsweep.decide.text import band_text, deciding_word
 from specsweep.decide.verdicts import DecisionKind
@@ -39,13 +40,22 @@ class ScreenRow:
     #: the tested levels the profile judged
     tested: str
     #: the deciding metric and its measured Δ with the 95 % band, where it decides
-    deciding: str
+    deciding_figure: str
     #: the deciding metric's name ('' where no one metric decides)
     deciding_metric: str
     #: how many of the judged levels are credible (the page-wide part, :func:`stability`, is said once under the table)
     stability: str
     #: arms not credibly different from ``arm`` for this profile (``arm`` is the simplest of them)
     tied_with: tuple[str, ...] = ()
+    #: what the figure is ('weakest fitted gain of the gains at 1, 4 and 16'; '' where it needs no note)
+    deciding_note: str = ""
+    #: the tested levels inside the range where it is enabled (concurrency)
+    enable_levels: tuple[int, ...] = ()
+
+    @property
+    def deciding(self) -> str:
+        """The first screen's deciding cell: the figure, and in brackets what it is."""
+        return self.deciding_figure + (f" ({self.deciding_note})" if self.deciding_note else "")
 
     @property
     def decision(self) -> str:
@@ -92,40 +102,77 @@ def _verdict_claim(rec: Recommendation) -> Claim | None:
     return next((c for c in rec.claims if c.kind == "verdict"), None)
 
 
-def _deciding(comp: Comparison, rec: Recommendation) -> tuple[str, str]:
+def _deciding(comp: Comparison, rec: Recommendation) -> tuple[str, str, str]:
     """(the deciding metric's name, its measured Δ and band where it decides): at the levels bounding X,
     or at the decisive level nearest to 0 (the weakest gain or loss), or the largest Δ when nothing is
     credible; ('', '—') or ('', 'see the levels') where no one metric decides."""
     claim = _verdict_claim(rec)
     if claim is None or rec.levels.empty:
-        return "", "—"
+        return "", "—", ""
     word = deciding_word(claim.metric)
     rows = comp.delta_rows(claim.arm, claim.metric)
     lv = rec.levels[rec.levels["arm"] == claim.arm]
     want = rec.decision.decisive_outcome
     if claim.bounds is not None and (claim.bounds[0] != claim.bounds[1] or want is None):
+        # each bounding level on the metric the table says decided it (a latency gain by per-user speed)
+        decided = dict(zip(lv["concurrency"].astype(int), lv["deciding_metric"].astype(str))) if "deciding_metric" in lv else {}
+
+        def at(c: int, named: bool = True) -> str:
+            m = decided.get(c, claim.metric)
+            return (f"{deciding_word(m)}: " if named else "") + f"{band_text(comp.delta_rows(claim.arm, m).get(c))} at {c}"
+
         lo, hi = claim.bounds
-        if lo == hi:  # X at a tested level
-            return word, f"{word}: {band_text(rows.get(lo))} at {lo}"
-        return word, f"{word}: {band_text(rows.get(lo))} at {lo} → {band_text(rows.get(hi))} at {hi}"
+        same = decided.get(lo, claim.metric) == decided.get(hi, claim.metric)
+        return word, at(lo) if lo == hi else f"{at(lo)} → {at(hi, named=not same)}", ""
     if want is not None:
         return _weakest(lv, want)
     if rec.decision == DecisionKind.NO_DIFFERENCE and rows:
         c = max((c for c in rows if c in set(lv["concurrency"])), key=lambda c: abs(float(rows[c]["delta_pct"])), default=None)
         if c is not None:
-            return word, f"{word}: {band_text(rows[c])} at {c} (largest Δ, not credible)"
-    return "", "see the levels"
+            return word, f"{word}: {band_text(rows[c])} at {c}", "largest Δ, not credible"
+    return "", "see the levels", ""
 
 
-def _weakest(levels: pd.DataFrame, want: str) -> tuple[str, str]:
+_PLURAL = {"gain": "gains", "loss": "losses"}
+
+
+def _weakest(levels: pd.DataFrame, want: str) -> tuple[str, str, str]:
     """(metric name, its Δ and band) at the decisive level (outcome ``want``) nearest to 0."""
     decisive = levels[levels["outcome"] == want]
     if decisive.empty:
-        return "", "—"
+        return "", "—", ""
     r = decisive.loc[decisive["deciding_band"].index[decisive["margin"].abs().to_numpy().argmin()]]
     word = deciding_word(r["deciding_metric"])
-    weakest = "weakest gain" if want == "gain" else "smallest loss"
-    return word, f"{word}: {r['deciding_band']} at {int(r['concurrency'])} ({weakest})"
+    # which levels it is the weakest of, and by what: the fitted margin, not the measured Δ quoted
+    weakest = "weakest fitted gain" if want == "gain" else "smallest fitted loss"
+    over = join_and([str(int(c)) for c in decisive["concurrency"]])
+    return word, f"{word}: {r['deciding_band']} at {int(r['concurrency'])}", f"{weakest} of the {_PLURAL[want]} at {over}"
+
+
+def _span_text(cs: Sequence[int], tested: Sequence[int]) -> str:
+    """"1–16" where ``cs`` are three or more consecutive tested levels, else "32 and 64"."""
+    i = [list(tested).index(c) for c in cs]
+    if len(cs) > 2 and i == list(range(i[0], i[0] + len(cs))):
+        return f"{cs[0]}–{cs[-1]}"
+    return join_and([str(c) for c in cs])
+
+
+def _within_slo(lv: pd.DataFrame, kind: DecisionKind, x: float | None, enable_at: str) -> tuple[str, tuple[int, ...]]:
+    """(where to enable it, the tested levels inside that range): under an SLO only the levels where the
+    arm meets it, and the range says where it does not — never 'enable, 1–128' over levels where
+    the arm misses the SLO and gives up throughput."""
+    cs = [int(c) for c in lv["concurrency"]] if not lv.empty else []
+    inside = [c for c in cs if kind == DecisionKind.ENABLE or (x is not None and (
+        c <= x if kind == DecisionKind.ENABLE_UP_TO else c >= x if kind == DecisionKind.ENABLE_FROM else False))]
+    if not kind.enables or "arm_meets_slo" not in lv or lv["arm_meets_slo"].isna().all():
+        return enable_at, tuple(inside)
+    meets = {int(c) for c, ok in zip(lv["concurrency"], lv["arm_meets_slo"]) if ok is True or ok == 1}
+    kept, missed = [c for c in inside if c in meets], [c for c in cs if c not in meets]
+    if not missed:
+        return enable_at, tuple(inside)
+    if not kept:
+        return f"— (misses the SLO at {_span_text(missed, cs)})", ()
+    return f"{_span_text(kept, cs)} (misses the SLO at {_span_text(missed, cs)})", tuple(kept)
 
 
 def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[ScreenRow]:
@@ -145,6 +192,7 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Scre
             enable_at = f"about {rec.from_concurrency:.0f} to {cs[-1]}"
         else:
             enable_at = "—"
+        enable_at, enable_levels = _within_slo(lv, kind, rec.decision_at, enable_at)
         credible = int((lv["outcome"] != "neutral").sum()) if not lv.empty else 0
         levels_note = f"{credible} of {len(cs)} levels credible" if cs else "no levels judged"
         lone = carried_by_one(lv) if not lv.empty else None
@@ -152,10 +200,11 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Scre
             levels_note += f"; one level ({lone}) carries this verdict: re-measure it"
         if kind in (DecisionKind.ENABLE, DecisionKind.KEEP_OFF) and unguarded(comp):
             levels_note += f"; {DRIFT_NOT_EXCLUDED}"
-        word, deciding = _deciding(comp, rec)
-        out.append(ScreenRow(profile=rec.profile.name, kind=kind, x=rec.decision_at, arm=rec.arm if rec.arm else (claim.arm if claim else None),
-                               enable_at=enable_at, tested=tested, deciding=deciding, deciding_metric=word,
-                               stability=levels_note, tied_with=tuple(getattr(rec, "tied_with", ()) or ())))
+        word, deciding, note = _deciding(comp, rec)
+        row = row_of(rec)  # the class, arm, ties and X decisions.json and the console carry
+        out.append(ScreenRow(profile=rec.profile.name, kind=row.decision, x=row.x, arm=row.arm or rec.judged_arm,
+                             enable_at=enable_at, tested=tested, deciding_figure=deciding, deciding_note=note, deciding_metric=word,
+                             stability=levels_note, tied_with=row.tied, enable_levels=enable_levels))
     return out
 
 
@@ -235,11 +284,28 @@ def verdict_prose(comp: Comparison, recs: Sequence[Recommendation]) -> str:
         if cross and cross.bounds:
             text += f"; the fitted curve crosses 0 near {cross.at:.0f}, between the tested {cross.bounds[0]} and {cross.bounds[1]}"
         lines.append(text + ".")
-    groups: dict[tuple[str, str, str], list[ScreenRow]] = {}
+    groups: dict[tuple[str, str, str, str], list[ScreenRow]] = {}
     for r in decision_rows(comp, recs):
-        groups.setdefault((r.decision, r.arm or "", r.deciding_metric), []).append(r)
-    for (decision, arm, metric), rows in groups.items():
+        # a range an SLO narrowed is part of the decision: said beside it, not far below
+        narrowed = r.enable_at if "SLO" in r.enable_at else ""
+        groups.setdefault((r.decision, r.arm or "", r.deciding_metric, narrowed), []).append(r)
+    for (decision, arm, metric, narrowed), rows in groups.items():
         who = join_and([md_text(r.profile) for r in rows])
         what = rows[0].kind.words(rows[0].x, arm=md_text(arm), about=True) if arm else decision
+        what += f" at {md_text(narrowed)}" if narrowed else ""
         lines.append(f"{who}: **{what}**" + (f" (decided by {md_text(metric)})" if metric else "") + ".")
+    lines += _why_they_differ(decision_rows(comp, recs))
     return "\n\n".join(lines)
+
+
+def _why_they_differ(rows: Sequence[ScreenRow]) -> list[str]:
+    """Where one profile keeps speculation off and another enables it: the reason beside the two
+    decisions (what the first weighs, with its figure, that the others do not) — not far below."""
+    on = [r for r in rows if r.kind.enables]
+    off = [r for r in rows if r.kind == DecisionKind.KEEP_OFF and r.deciding_metric]
+    if not on or not off:
+        return []
+    judged = join_and(sorted({md_text(r.deciding_metric) for r in on if r.deciding_metric})) or "other figures"
+    return [f"Why {md_text(r.profile)} differs: it keeps speculation off on {md_text(r.deciding_figure)}, which "
+            f"{join_and([md_text(o.profile) for o in on])} {'does' if len(on) == 1 else 'do'} not weigh "
+            f"({'it judges' if len(on) == 1 else 'they judge'} {judged})." for r in off]

@@ -1,6 +1,7 @@
 """The full-data table, the glossary, and every metric's definition as shown on the page."""
 from __future__ import annotations
 
+import html
 import re
 
 import pandas as pd
@@ -22,10 +23,37 @@ def data_table(comp: Comparison) -> pd.DataFrame:
     per-draft-position acceptance columns only the first :data:`DATA_TABLE_POSITIONS` are shown
     (an n-gram drafter of 48–64 tokens has that many, which would flood the table)."""
     lv = comp.levels.copy()
-    lv.insert(0, "arm", lv.pop("arm").map(comp.labels))
+    lv.insert(0, "arm", lv.pop("arm"))  # short names, as all tables (the label is in Setup)
     keep = [c for c in lv.columns if not lv[c].isna().all()
             and not ((m := _POSITION_COLUMN.match(str(c))) and int(m.group(1)) >= DATA_TABLE_POSITIONS)]
     return lv[keep].round(4)
+
+
+def column_title(col: str) -> str:
+    """A full-data column as the glossary names it, with its unit ('Aggregate output throughput (tok/s)')."""
+    if col == "arm":
+        return "arm"
+    m = info(col)
+    return f"{m.label} ({m.unit})" if m.unit else m.label
+
+
+def full_data_html(comp: Comparison) -> str:
+    """:func:`data_table` as the page shows it: glossary names with units in the header, each column's raw
+    name (as in levels.parquet) on hover, every cell escaped, scrolling sideways inside the page's width."""
+    from specsweep.report.display import human_number
+
+    frame = data_table(comp)
+    head = "".join(f'<th title="{html.escape(str(c))}">{html.escape(column_title(str(c)))}</th>' for c in frame.columns)
+    numeric = {c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])}
+
+    def cell(c: str, v: object) -> str:
+        text = "—" if v is None or (isinstance(v, float) and pd.isna(v)) else human_number(v) if c in numeric else str(v)
+        return f"<td>{html.escape(text)}</td>"
+
+    body = "".join("<tr>" + "".join(cell(str(c), v) for c, v in zip(frame.columns, row)) + "</tr>"
+                   for row in frame.itertuples(index=False))
+    return (f'<div style="overflow-x:auto;max-width:100%"><table class="dataframe"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table></div>")
 
 
 GLOSSARY: dict[str, str] = {
@@ -47,6 +75,9 @@ GLOSSARY: dict[str, str] = {
     "EAGLE": "a speculative method whose light draft head reads the model's hidden states to propose a tree of tokens.",
     "n-gram": "speculation that drafts by looking up the continuation of the latest tokens in the prompt and output "
               "so far; no draft model.",
+    "Points (of the aggregate Δ)": "the share of an arm's aggregate Δ% one factor of the speedup decomposition "
+                                   "accounts for, in percentage points: the factors' points add up to the whole "
+                                   "Δ% (a factor of −3 points takes 3 percentage points off it).",
     "Accept length": "tokens emitted per verify step (1 + accepted draft tokens), averaged; higher means more of the "
                      "draft was right.",
     "Little's law": "in a steady system, requests in flight = arrival rate × mean time in the system. In a closed loop "
@@ -75,7 +106,7 @@ def glossary_markdown(comp: Comparison) -> str:
 
 def _metric_definition(comp: Comparison, col: str) -> str:
     """The one definition of a metric in this report: the data's own where every arm states it, else ours."""
-    own = {comp.labels[a]: comp.metas[a].metric_definitions.get(col) for a in comp.arms}
+    own = {a: comp.metas[a].metric_definitions.get(col) for a in comp.arms}
     given = {a: t for a, t in own.items() if t}
     if given and len(set(given.values())) == 1 and len(given) == len(own):
         return md_text(next(iter(given.values())))
@@ -95,7 +126,7 @@ def definitions_markdown(comp: Comparison) -> str:
     for c in shown:
         i = info(c)
         lines.append(f"| `{c}` | {i.unit} | {i.better} | {_metric_definition(comp, c)} |")
-    methods = [f"{md_text(comp.labels[a])}, {info(m).label[0].lower() + info(m).label[1:]}: {curve.method()}"
+    methods = [f"{md_text(a)}, {info(m).label[0].lower() + info(m).label[1:]}: {curve.method()}"
                for (a, m), curve in comp.curves.items() if m in ("output_tok_s", comp.user_metric)]
     lines += [
         "",

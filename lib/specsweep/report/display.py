@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from specsweep.decide.claims import pct
 from specsweep.markup import markdown, script_json
 
 RENDERER = "specsweep-offline"
@@ -117,13 +118,15 @@ def _fmt(v: Any, digits: int = 1) -> str:
 
 
 def _band(lo: Any, hi: Any) -> str:
+    """A 95 % band of Δ% rounded as every sentence rounds it (:func:`specsweep.decide.claims.pct`)."""
     if lo is None or pd.isna(lo):
         return "—"
-    return f"[{lo:+.1f}%, {hi:+.1f}%]"
+    return f"[{pct(float(lo))}, {pct(float(hi))}]"
 
 
 def _pct_or_dash(v: Any) -> str:
-    return "—" if v is None or pd.isna(v) else f"{v:+.1f}%"
+    """A Δ% as every sentence writes it ('+13%' for 12.5, one rounding on the whole page), or '—'."""
+    return "—" if v is None or pd.isna(v) else pct(float(v))
 
 
 def show(chart: Any, missing: str) -> None:

@@ -158,6 +158,70 @@ def remeasure_folder(parameters: dict[str, Any]) -> str:
     return f"{REMEASURE_DIR}/{name}"
 
 
+_SECRET_FLAG = re.compile(r"key|token|secret|password|passwd|credential|auth", re.IGNORECASE)
+
+
+def masked_argv(argv: Sequence[Any]) -> list[str]:
+    """``argv`` with secret values replaced by ``***``: the value after a flag whose name says key,
+    token, secret, password, … (``--api-key K``, ``--hf-token=T``) and the ``SPECSWEEP_API_KEY``
+    value wherever it appears."""
+    from specsweep.results.redact import redact_text
+
+    out: list[str] = []
+    hide_next = False
+    for raw in map(str, argv):
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        if raw.startswith("-") and "=" in raw and _SECRET_FLAG.search(raw.split("=", 1)[0]):
+            out.append(raw.split("=", 1)[0] + "=***")
+            continue
+        hide_next = raw.startswith("-") and bool(_SECRET_FLAG.search(raw))
+        out.append(redact_text(raw))
+    return out
+
+
+def server_command(meta: Meta) -> str | None:
+    """How the arm's server was started, as one shell line (secrets masked), or None where the
+    result set does not say: the argv ``specsweep.engines.llamacpp`` recorded in ``/props``
+    (``server.launch.argv``; for llama.cpp the only record of its speculative settings), a
+    ``serve.argv`` recorded with the run, or the embedded reference server's arguments."""
+    launch = meta.server_field("launch")
+    serve = meta.serve
+    argv = None
+    if isinstance(launch, dict) and isinstance(launch.get("argv"), list):
+        argv = launch["argv"]
+    elif isinstance(serve, dict) and isinstance(serve.get("argv"), list):
+        argv = serve["argv"]
+    elif meta.embedded_server is not None:
+        e = meta.embedded_server
+        argv = ["python", "-m", "specsweep.refserver", *[str(x) for x in e.get("argv") or e.get("args") or []]]
+    return shell_line(masked_argv(argv)) if argv else None
+
+
+def _one_line(text: object) -> str:
+    """Untrusted text for one line of a shell comment (newlines and runs of space folded)."""
+    return " ".join(str(text).split())
+
+
+def server_to_start(meta: Meta) -> str | None:
+    """For an arm measured against an endpoint: one shell comment saying which server configuration to
+    start before its sweep — the command it was started with where the run recorded one, else the
+    speculative and capacity settings the server reported; None for the embedded server (the sweep
+    starts it)."""
+    if meta.embedded_server is not None:
+        return None
+    from specsweep.decide.ties import SERVER_SETTINGS
+
+    how = server_command(meta)
+    if how is None:
+        settings = [f"{k}={meta.server[k]}" for k in SERVER_SETTINGS if meta.server.get(k) is not None]
+        how = ("a server configured with " + ", ".join(settings)) if settings else \
+            "the server as this arm ran it (its settings are in the Setup table)"
+    return _one_line(f"# first start, at {meta.endpoint or 'the endpoint'}, {meta.arm}'s server: {how}")
+
+
 def _remeasure_lines(parameters: dict[str, Any]) -> list[str]:
     """The re-measure block: one sweep per arm specsweep measured, into :func:`remeasure_folder`, then the
     report command that rebuilds the page from those new runs (published reference arms from their own
@@ -172,16 +236,18 @@ def _remeasure_lines(parameters: dict[str, Any]) -> list[str]:
             rs = load_result_set(found)
             params = sweep_parameters(rs.meta, folder)
             if params is None:
-                reference.append(rs.label)
+                reference.append(rs.arm)  # the short name, as all prose
                 keep.append(str(found))
             else:
+                start = server_to_start(rs.meta)
+                commands += [start] if start else []
                 commands.append(shell_line(sweep_command(params)))
     lines: list[str] = []
     if commands:
         rebuild = report_command({**parameters, "result_sets": [*keep, folder]})
         lines += ["", "Measure the arms again (one sweep per arm, each a new run in "
                   f"`{folder}`; the embedded server needs nothing else, another server must be running at its "
-                  "endpoint):", "", *_code_block(commands), "",
+                  "endpoint, started before each sweep as the comment above it says):", "", *_code_block(commands), "",
                   "then rebuild the page from the new runs (measured again more than once, the newest complete run "
                   "of each arm is used):", "", *_code_block([shell_line(rebuild)])]
     if reference:

@@ -1,7 +1,6 @@
 """The setup section: server, hardware, workload, command lines (secrets masked), diagnostics."""
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,7 +9,7 @@ import pandas as pd
 from specsweep.analyze.compare import Comparison
 from specsweep.markup import md_text
 from specsweep.measure.config import DEFAULT_MIN_REQUESTS
-from specsweep.report.reproduce import _workload_value, shell_line
+from specsweep.report.reproduce import _workload_value, server_command
 from specsweep.results.meta import Meta, Workload
 from specsweep.servers import dialect_of
 from specsweep.servers.dialect import CACHE_SALT_NOTE
@@ -62,49 +61,6 @@ def _workload_line(w: Workload) -> str:
     if w.output_length != "fixed" and "output" not in str(desc):
         text += f"; output length {w.output_length}"
     return text
-
-
-#: flags whose next value (or ``=value``) a shown command line masks
-_SECRET_FLAG = re.compile(r"key|token|secret|password|passwd|credential|auth", re.IGNORECASE)
-
-
-def masked_argv(argv: Sequence[Any]) -> list[str]:
-    """``argv`` with secret values replaced by ``***``: the value after a flag whose name says key,
-    token, secret, password, … (``--api-key K``, ``--hf-token=T``) and the ``SPECSWEEP_API_KEY``
-    value wherever it appears."""
-    from specsweep.results.redact import redact_text
-
-    out: list[str] = []
-    hide_next = False
-    for raw in map(str, argv):
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        if raw.startswith("-") and "=" in raw and _SECRET_FLAG.search(raw.split("=", 1)[0]):
-            out.append(raw.split("=", 1)[0] + "=***")
-            continue
-        hide_next = raw.startswith("-") and bool(_SECRET_FLAG.search(raw))
-        out.append(redact_text(raw))
-    return out
-
-
-def server_command(meta: Meta) -> str | None:
-    """How the arm's server was started, as one shell line (secrets masked), or None where the
-    result set does not say: the argv ``specsweep.engines.llamacpp`` recorded in ``/props``
-    (``server.launch.argv``; for llama.cpp the only record of its speculative settings), a
-    ``serve.argv`` recorded with the run, or the embedded reference server's arguments."""
-    launch = meta.server_field("launch")
-    serve = meta.serve
-    argv = None
-    if isinstance(launch, dict) and isinstance(launch.get("argv"), list):
-        argv = launch["argv"]
-    elif isinstance(serve, dict) and isinstance(serve.get("argv"), list):
-        argv = serve["argv"]
-    elif meta.embedded_server is not None:
-        e = meta.embedded_server
-        argv = ["python", "-m", "specsweep.refserver", *[str(x) for x in e.get("argv") or e.get("args") or []]]
-    return shell_line(masked_argv(argv)) if argv else None
 
 
 def _cap_line(meta: Meta) -> Any:
@@ -163,7 +119,7 @@ def setup_table(comp: Comparison) -> pd.DataFrame:
     data = {}
     for arm in comp.arms:
         meta = comp.metas[arm]
-        data[comp.labels[arm]] = [fn(meta) for _, fn in fields]
+        data[arm] = [fn(meta) for _, fn in fields]  # columns by short name; the label is a row, once
     frame = pd.DataFrame(data, index=[name for name, _ in fields])
     frame = frame[frame.apply(lambda r: any(v not in (None, "", "None") for v in r), axis=1)]
     return frame.fillna("—").astype(str).replace({"None": "—", "": "—"})
@@ -183,7 +139,7 @@ def manual_agreement_markdown(sets: Sequence[Any], baseline: str = "baseline") -
         return ""
     return ("Each sweep sent the same prompts in the same order for the same parameters, so the arms' "
             "outputs can be compared prompt by prompt (temperature 0 should give identical text):\n\n"
-            + agreement_markdown(table, baseline))
+            + agreement_markdown(table, baseline, [rs.arm for rs in sets if rs.meta.control]))
 
 
 def differences_markdown(comp: Comparison) -> str:
@@ -202,7 +158,7 @@ def differences_markdown(comp: Comparison) -> str:
 
     differing = [a for a in comp.spec_arms if workload_differences(comp.metas[a].workload, comp.workload)]
     if differing:
-        lines.append("⚠ The arms' workloads differ (" + ", ".join(differing) + " vs the baseline); see the notes below.")
+        lines.append("⚠ The arms' workloads differ (" + ", ".join(map(md_text, differing)) + " vs the baseline); see the notes below.")
     else:
         lines.append(f"All arms used the same workload: {md_text(_workload_line(comp.workload))}.")
     lines.extend(comp.notes)
@@ -246,7 +202,7 @@ def diagnostics_markdown(comp: Comparison) -> str:
         pairs = ", ".join(f"{v:.1f} at {int(c)}" for c, v in zip(a["concurrency"], a[col]) if not pd.isna(v))
         cap = comp.caps.get(arm)
         top = a.iloc[-1]
-        line = f"- {comp.labels[arm]}: {pairs}."
+        line = f"- {md_text(arm)}: {pairs}."  # the short name, as all prose (the label is in Setup)
         if cap and top["concurrency"] > cap:
             line += f" Its cap is {cap}; at {int(top['concurrency'])} offered it serves {top[col]:.1f} ({top[col] / cap:.0%} of the cap)."
         if "effective_concurrency" in a and a["effective_concurrency"].notna().any():
@@ -257,7 +213,7 @@ def diagnostics_markdown(comp: Comparison) -> str:
                 why = ("ramp-up and drain: the client did hold all C in flight, with an idle core, but with "
                        "few requests per slot the start and end of a level weigh a lot" if held
                        else "ramp-up and drain, or a client that fell behind")
-                line += (" On average fewer requests were in flight than offered at "
+                line += (f" On average fewer of {md_text(arm)}'s requests were in flight than offered at "
                          + ", ".join(f"{int(r.concurrency)} ({r.effective_concurrency:.1f})" for r in low.itertuples())
                          + f" — {why}.")
         bullets.append(line)
@@ -265,19 +221,19 @@ def diagnostics_markdown(comp: Comparison) -> str:
     if "tokens_per_chunk_mean" in lv and lv["tokens_per_chunk_mean"].notna().any():
         tpc = lv.groupby("arm")["tokens_per_chunk_mean"].mean()
         lines.append("Tokens per streamed chunk (mean over levels): " + ", ".join(
-            f"{comp.labels[a]} {tpc[a]:.2f}" for a in comp.arms if a in tpc and not pd.isna(tpc[a]))
+            f"{md_text(a)} {tpc[a]:.2f}" for a in comp.arms if a in tpc and not pd.isna(tpc[a]))
                      + ". Counting chunks as tokens would understate a speculative arm by that factor; specsweep counts "
                      "the server's own token counts.")
     if "spec_accept_length" in lv and lv[~lv["arm"].isin(list(comp.chunk_counted))]["spec_accept_length"].notna().any():
         acc = lv[~lv["arm"].isin(list(comp.chunk_counted))].dropna(subset=["spec_accept_length"])
         src = {a: ", ".join(sorted(set(g.get("spec_accept_length_source", pd.Series()).dropna().astype(str)))) for a, g in acc.groupby("arm")}
         lines.append("Server-side acceptance length per level: " + "; ".join(
-            f"{comp.labels[a]}: " + ", ".join(f"{r.spec_accept_length:.2f} at {int(r.concurrency)}" for r in g.itertuples())
+            f"{md_text(a)}: " + ", ".join(f"{r.spec_accept_length:.2f} at {int(r.concurrency)}" for r in g.itertuples())
             + (f" — {md_text(src[a])}" if src[a] else "")
             for a, g in acc.groupby("arm")) + ".")
     if comp.chunk_counted:
         lines.append("⚠ Tokens were counted from SSE chunks, because the server reported no counts, for "
-                     + ", ".join(f"{md_text(comp.labels[a])} ({w})" for a, w in comp.chunk_counted.items())
+                     + ", ".join(f"{md_text(a)} ({w})" for a, w in comp.chunk_counted.items())
                      + ": under speculation those throughput figures are lower bounds, and no throughput or acceptance "
                      "verdict is given for them.")
     return "\n\n".join(lines)

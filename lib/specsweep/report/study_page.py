@@ -129,7 +129,7 @@ def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str
         lines.append("\n" + caps)
     lines.append("\n**Output agreement with the baseline** (same prompts, temperature 0):\n")
     table = output_agreement(sets, baseline)
-    lines.append(agreement_markdown(table, baseline))
+    lines.append(agreement_markdown(table, baseline, [rs.arm for rs in sets if rs.meta.control]))
     for arm in table.loc[table["flagged"], "arm"].drop_duplicates() if not table.empty else []:
         ex = first_difference_example(sets, str(arm), baseline)
         if ex is not None:

@@ -1,13 +1,14 @@
 """The verdict section's text blocks: key numbers, warnings, curve sentences, shared lines."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from specsweep.analyze.compare import Comparison
-from specsweep.decide import Recommendation, aggregate_quote
+from specsweep.decide import Recommendation
+from specsweep.decide.text import tested_bracket
 from specsweep.markup import md_text
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 from specsweep.report.warnings import top_warnings, workload_caveat
@@ -28,7 +29,7 @@ def key_numbers(comp: Comparison) -> pd.DataFrame:
                 "arm": arm, "concurrency": int(c),  # the short name: the label is given once, in Setup
                 "aggregate baseline (tok/s)": _fmt(float(a["baseline_value"])),
                 "aggregate arm (tok/s)": _fmt(float(a["arm_value"])),
-                "aggregate Δ%": f"{a['delta_pct']:+.1f}%",
+                "aggregate Δ%": _pct_or_dash(a["delta_pct"]),
                 "aggregate Δ% fitted": _pct_or_dash(a["fit_delta_pct"]),
                 "aggregate Δ 95% band": _band(a["ci_low_pct"], a["ci_high_pct"]),
             }
@@ -37,7 +38,7 @@ def key_numbers(comp: Comparison) -> pd.DataFrame:
                 row.update({
                     "per-user baseline (tok/s)": _fmt(float(u["baseline_value"])),
                     "per-user arm (tok/s)": _fmt(float(u["arm_value"])),
-                    "per-user Δ%": f"{u['delta_pct']:+.1f}%",
+                    "per-user Δ%": _pct_or_dash(u["delta_pct"]),
                     "per-user Δ% fitted": _pct_or_dash(u["fit_delta_pct"]),
                     "per-user Δ 95% band": _band(u["ci_low_pct"], u["ci_high_pct"]),
                 })
@@ -46,9 +47,10 @@ def key_numbers(comp: Comparison) -> pd.DataFrame:
 
 
 def _crossover_line(comp: Comparison, arm: str) -> str:
-    """The aggregate delta curve of an arm in two sentences: where it stands or crosses, then its extremes with bands."""
+    """The aggregate delta curve of an arm in a sentence: where it stands or crosses."""
     line = _curve_sentence(comp, arm)
-    return f"{line} {aggregate_quote(comp, arm)}" if line else ""
+    # the figures themselves stand in each profile's headline and the key numbers, not here again
+    return line
 
 
 def _curve_sentence(comp: Comparison, arm: str) -> str:
@@ -59,8 +61,9 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
         parts = []
         for _, c in cx.iterrows():
             way = "lower" if c.direction == "gain_to_loss" else "higher"
+            lo, hi = tested_bracket(comp.shared_levels(arm), float(c.crossover_concurrency))
             parts.append(f"credibly {way} than the baseline's above about **{c.crossover_concurrency:.0f}** concurrent "
-                         f"requests (the fitted delta curve crosses 0 between the tested {c.c_low} and {c.c_high})")
+                         f"requests (the fitted delta curve crosses 0 between the tested {lo} and {hi})")
         return f"{label}'s aggregate throughput is " + "; then ".join(parts) + "."
     rows = comp.delta(arm, "output_tok_s")
     if rows.empty:
@@ -109,15 +112,16 @@ def shared_lines(recs: Sequence[Recommendation]) -> list[str]:
     return [x for x in dict.fromkeys(first) if all(x in items(r) for r in recs[1:])]
 
 
-def shared_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
-    """What applies to every profile, said once: shared caveats, reasons and next experiments."""
+def shared_markdown(comp: Comparison, recs: Sequence[Recommendation], refer: Mapping[str, str] | None = None) -> str:
+    """What applies to every profile, said once: shared caveats, reasons and next experiments (those in
+    ``refer`` replaced by their reference, :func:`answered_by_whatif`)."""
     shared = shared_lines(recs)
     if not shared:
         return ""
     first = recs[0]
     caveats = [c for c in first.caveats if c in shared]
     reasons = [r for r in first.reasons if r in shared]
-    experiments = [e for e in first.next_experiments if e in shared]
+    experiments = list(dict.fromkeys((refer or {}).get(e, e) for e in first.next_experiments if e in shared))
     lines = ["### For every profile", ""]
     if reasons:
         lines += ["**Findings**", ""] + [f"- {r}" for r in reasons] + [""]
@@ -128,17 +132,40 @@ def shared_markdown(comp: Comparison, recs: Sequence[Recommendation]) -> str:
     return "\n".join(lines)
 
 
-def profile_sections(comp: Comparison, recs: Sequence[Recommendation]) -> list[str]:
+#: the server settings a what-if next experiment varies, by the advice flags that set the same thing
+_WHATIF_QUESTION: dict[str, tuple[str, ...]] = {
+    "max_running_requests": ("--max-running-requests", "--max-num-seqs", "--parallel"),
+    "max_total_num_tokens": ("--mem-fraction-static", "--gpu-memory-utilization", "--set"),
+}
+
+
+def answered_by_whatif(recs: Sequence[Recommendation], whatif_next: Mapping[str, Any] | None) -> dict[str, str]:
+    """{advice sentence: its reference}: the profiles' configuration advice for the arm and setting the
+    what-if section's next experiment already answers (one next experiment per question, the
+    what-if's where it has one — it predicts the setting with a band)."""
+    if not whatif_next or not whatif_next.get("sentence"):
+        return {}
+    arm, setting = str(whatif_next.get("arm")), dict(whatif_next.get("setting") or {})
+    flags = {f for key in setting for f in _WHATIF_QUESTION.get(key, ())}
+    ref = (f"For {md_text(arm)}'s {'cap' if 'max_running_requests' in setting else 'memory'} question, the next "
+           "experiment is the what-if section's (it predicts the setting, with a band).")
+    return {c.sentence: ref for r in recs for c in r.claims
+            if c.kind == "advice" and c.arm == arm and c.argv and c.argv[0] in flags}
+
+
+def profile_sections(comp: Comparison, recs: Sequence[Recommendation],
+                     refer: Mapping[str, str] | None = None) -> list[str]:
     """One Markdown section per profile with only what differs: lines every profile carries are in
     :func:`shared_markdown`; a line several (not all) carry is printed under the first of them, and a
-    later one says how many of its lines stand there instead of repeating them."""
+    later one says how many of its lines stand there instead of repeating them. A next experiment in
+    ``refer`` (:func:`answered_by_whatif`) is replaced by its reference."""
     shared = set(shared_lines(recs))
     shown: dict[str, str] = {}  # line -> the profile it was printed under
     out = []
     for rec in recs:
         lines = list(rec.reasons) + list(rec.caveats) + list(rec.next_experiments)
         earlier = [x for x in dict.fromkeys(lines) if x in shown and x not in shared]
-        text = rec.to_markdown(omit=[*shared, *earlier])
+        text = rec.to_markdown(omit=[*shared, *earlier], refer=refer)
         by_profile: dict[str, int] = {}
         for x in earlier:
             by_profile[shown[x]] = by_profile.get(shown[x], 0) + 1

@@ -26,7 +26,7 @@ from specsweep.analyze.whatif.predict import predict
 from specsweep.analyze.whatif.setting import CONTEXT_ASSUMPTION, FOOTPRINT_ASSUMPTION, model_for
 from specsweep.analyze.whatif.validate import comparable_pairs, cross_arm, loo, loo_summary
 from specsweep.markup import md_text
-from specsweep.report.charts import validated_once
+from specsweep.report.charts import WIDTH, validated_once
 from specsweep.results.store import ResultSet
 
 __all__ = ["Section", "build", "chart", "markdown", "next_experiment"]
@@ -205,14 +205,15 @@ def build(comp: Comparison, sets: Sequence[ResultSet] | None = None, *, n_boot: 
             out += ["", text]
             caps[a] = p  # type: ignore[assignment]
     decs: dict[str, pd.DataFrame] = {}
-    for a in comp.spec_arms:
+    why = []
+    for a in comp.candidate_arms:  # a control has no speedup to explain: its difference is noise
         d = decompose(comp, a, sets, models=models)
         if d.empty:
             continue
         decs[a] = d
-        top = d.iloc[-1]
-        out += ["", "**Why the speedup is what it is.** "
-                + decomposition_sentence(top, md_text(a), md_text(comp.baseline))]
+        why.append(decomposition_sentence(d.iloc[-1], md_text(a), md_text(comp.baseline)))
+    if why:  # the heading once, then one sentence per arm
+        out += ["", "**Why the speedup is what it is.** " + " ".join(why)]
     vtext, validation = _validation_md(comp, models, sets)
     out += ["", vtext]
     nxt = next_experiment(comp, sets, models=models)
@@ -237,14 +238,16 @@ def _chart(comp: Comparison, decs: dict[str, pd.DataFrame]) -> alt.TopLevelMixin
     df = pd.concat(frames, ignore_index=True).dropna(subset=["points"])
     df["concurrency"] = df["concurrency"].astype(int).astype(str)
     order = [str(c) for c in sorted({int(c) for d in decs.values() for c in d["concurrency"]})]
+    # as wide as the other charts (the panels share it), the factors' legend below in full, never cut
+    width = max(240, (WIDTH - 40 * (len(decs) - 1)) // len(decs))
     return (alt.Chart(df).mark_bar().encode(
         x=alt.X("concurrency:N", sort=order, title="Concurrent requests"),
         y=alt.Y("points:Q", title="Points of the aggregate Δ %", stack="zero"),
-        color=alt.Color("factor:N", title="Factor"),
+        color=alt.Color("factor:N", title="Factor", legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0)),
         column=alt.Column("arm:N", title=None),
         tooltip=[alt.Tooltip("arm"), alt.Tooltip("concurrency"), alt.Tooltip("factor"), alt.Tooltip("points:Q", format="+.1f"),
                  alt.Tooltip("aggregate_delta_pct:Q", format="+.1f", title="aggregate Δ %")],
-    ).properties(width=260, height=220, title="Where each speculative arm's aggregate Δ comes from"))
+    ).properties(width=width, height=220, title="Where each speculative arm's aggregate Δ comes from"))
 
 
 def markdown(comp: Comparison, sets: Sequence[ResultSet] | None = None, *, n_boot: int = 200) -> str:
