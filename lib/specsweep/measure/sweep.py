@@ -30,7 +30,6 @@ import math
 import os
 import shlex
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -68,6 +67,7 @@ from specsweep.measure.probe import (
 )
 from specsweep.results import provenance
 from specsweep.results.meta import Meta
+from specsweep.results.outpath import PathError, writable_dir
 from specsweep.results.redact import redact_exception, redact_text
 from specsweep.results.store import (
     SCHEMA_VERSION,
@@ -155,16 +155,10 @@ def _check_resumable(run_dir: Path, meta: Meta, sweep: dict[str, Any], workload:
 
 def _check_out_dir(cfg: SweepConfig) -> None:
     """Fail (naming ``out_dir``) when result sets cannot be written there — before any server is touched."""
-    out = Path(cfg.out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"parameter 'out_dir': {out} exists and is not a folder; give a folder for the result sets")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"parameter 'out_dir': cannot write result sets in {out} ({exc.strerror or exc}); "
-                          "give a folder you can write to") from exc
+        writable_dir(cfg.out_dir, "parameter 'out_dir':")
+    except PathError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass

@@ -20,12 +20,14 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specsweep.refserver import READY_PREFIX
 from specsweep.refserver.faults import DataFaults, FaultConfig
 from specsweep.refserver.model import resolve
 from specsweep.refserver.profiles import ProfileError, available_profiles, load_profile
+from specsweep.results.outpath import writable_dir
 
 if TYPE_CHECKING:  # the HTTP stack is imported only once the arguments are valid
     from specsweep.refserver.state import ServerState
@@ -315,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.speculative_num_steps is not None:
         overrides.append(f"speculative.num_steps={args.speculative_num_steps}")
     try:
+        if args.emit_log:  # written at shutdown: a folder that cannot take it is said now
+            writable_dir(Path(args.emit_log).absolute().parent, "--emit-log")
         profile = load_profile(args.profile, overrides)
         cfg = resolve(profile, args.spec, args.max_running_requests,
                       spec_resets_cap=args.api_surface == "sglang")

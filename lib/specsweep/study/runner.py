@@ -70,6 +70,7 @@ from specsweep.report import build_report
 from specsweep.report.study_page import cap_markdown, run_order, study_markdown  # noqa: F401
 from specsweep.results import provenance
 from specsweep.results.meta import StudyMeta
+from specsweep.results.outpath import writable_dir
 from specsweep.results.store import (
     exclusive_lock,
     holder_text,
@@ -247,7 +248,9 @@ def _study_folder_guarded(fn: Callable[..., StudyResult]) -> Callable[..., Study
                 log: Callable[[str], None] = print, **kw: Any) -> StudyResult:
         if dry_run:
             return fn(study, out_dir=out_dir, dry_run=dry_run, log=log, **kw)
-        out = Path(out_dir) if out_dir else study.default_out_dir()
+        out = writable_dir(Path(out_dir) if out_dir else study.default_out_dir(), "the study's out dir (--out-dir)")
+        if kw.get("report", True):
+            writable_dir(kw.get("report_dir") or study.spec.report_dir, "the study's report dir (--report-dir)")
         with lock_study_folder(out):
             clear_leftovers(out, log)
             try:
