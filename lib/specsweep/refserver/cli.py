@@ -62,6 +62,8 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
   --fault-flush {500,hang,reset}  the prefix-cache flush route fails that way
   --fault-echo-env NAME     injected errors quote the server's environment variable NAME
   --fault-echo-token VALUE  injected errors quote VALUE (a secret-named flag, for redaction tests)
+  --fault-echo-pad N        injected errors put 0..N filler characters before what they quote
+  --fault-echo-base64       injected errors quote each secret again as base64("user:" + secret)
 
 API surfaces (--api-surface; the simulated engine is the same under all):
   sglang  SGLang 0.5.23: /generate, /server_info, /model_info, /health (a generation, >= 1 s),
@@ -217,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="injected error bodies quote the server's environment variable NAME (redaction tests)")
     p.add_argument("--fault-echo-token", default=None, metavar="VALUE",
                    help="injected error bodies quote VALUE (redaction tests of secret argv values)")
+    p.add_argument("--fault-echo-pad", type=int, default=0, metavar="N",
+                   help="injected errors put 0..N filler characters before what they quote (redaction at a cut)")
+    p.add_argument("--fault-echo-base64", action="store_true",
+                   help="injected errors quote each secret again as base64('user:' + secret), as basic-auth gateways do")
     p.add_argument("--parent-pid", type=int, metavar="PID",
                    help="exit when process PID is gone (the launcher died, even by SIGKILL)")
     p.add_argument("--describe", action="store_true",
@@ -336,7 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  count_rate=args.fault_count_rate, seed=args.seed,
                                  noninteger_after=args.fault_noninteger_counts_after,
                                  tokenize_tokens=args.fault_tokenize_tokens, flush=args.fault_flush,
-                                 echo_env=args.fault_echo_env, echo_token=args.fault_echo_token)
+                                 echo_env=args.fault_echo_env, echo_token=args.fault_echo_token,
+                                 echo_pad=args.fault_echo_pad, echo_base64=args.fault_echo_base64)
     except (ProfileError, ValueError) as exc:
         parser.error(str(exc))
     if args.per_request_spec_decode_metrics != "none":

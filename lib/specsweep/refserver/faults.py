@@ -117,7 +117,11 @@ class DataFaults:
     * ``echo_env``: injected error bodies quote the value of this environment variable of the
       server (as a server may quote its own token in an error);
     * ``echo_token``: injected error bodies quote this value (given as ``--fault-echo-token``, a
-      secret-named flag: what a study masks from a server's argv).
+      secret-named flag: what a study masks from a server's argv);
+    * ``echo_pad``: before what it quotes, injected error ``i`` writes ``(37 i) mod (echo_pad + 1)``
+      filler characters, so that over a level the quoted secrets fall across a client's cut of the text;
+    * ``echo_base64``: each quoted secret is quoted a second time as basic-auth gateways do,
+      ``base64("user:" + secret)``.
     """
 
     count_scale: float = 1.0
@@ -129,6 +133,8 @@ class DataFaults:
     flush: str | None = None
     echo_env: str | None = None
     echo_token: str | None = None
+    echo_pad: int = 0
+    echo_base64: bool = False
 
     def __post_init__(self) -> None:
         if self.flush not in (None, "500", "hang", "reset"):

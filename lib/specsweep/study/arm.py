@@ -36,6 +36,7 @@ from specsweep.notebooks.execute import execute_notebook
 from specsweep.notebooks.kernel import SWEEP_PRELOAD
 from specsweep.paths import SWEEP_NOTEBOOK
 from specsweep.results import provenance
+from specsweep.results.redact import redact_text
 from specsweep.results.study_record import ArmOutcome
 from specsweep.study import guard as serverguard
 from specsweep.study.file import SECRET_NAME, Arm, Study, endpoint_of, free_port, secret_argv_values
@@ -74,8 +75,7 @@ class Redactor:
         return cls(secrets)
 
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
+        text = redact_text(text, self.secrets, mask="***")  # each secret, its encodings, its fragments at a cut
         # credentials inside URLs (scheme://user:password@host)
         return _URL_CREDENTIALS.sub("***:***@", text)
 
