@@ -237,3 +237,13 @@ def test_a_study_folder_that_cannot_be_written_is_one_named_line_exit_2(option, 
                  other, str(tmp_path / "fine")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and option in err and "Traceback" not in err
+
+
+def test_a_report_of_the_baseline_alone_says_a_second_arm_is_needed(tmp_path, capsys):
+    seed = ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b"
+    assert main(["report", str(seed / "baseline"), "--name", "one", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "only the baseline arm 'baseline'" in err and "second arm" in err
+    proc = subprocess.run([sys.executable, "-m", "specsweep.report", "--result-set", str(seed / "mtp"), "--name", "one",
+                           "--baseline", "mtp", "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "only the baseline arm 'mtp'" in proc.stderr and "second arm" in proc.stderr

@@ -206,7 +206,10 @@ def _run_report(args: argparse.Namespace) -> int:
         raise BadInput(f"--baseline {args.baseline!r} is not among the arms ({', '.join(rs.arm for rs in sets)}); "
                        "pass --baseline ARM")
     from specsweep.analyze.compare import compare
+    from specsweep.decide.decision import one_arm_message
 
+    if len({rs.arm for rs in sets}) < 2:
+        raise BadInput(one_arm_message(args.baseline))
     try:  # a comparison that cannot be made (workloads, levels, definitions) is bad input, said before the notebook runs
         compare(sets, args.baseline, allow_workload_mismatch=args.allow_workload_mismatch, n_boot=0)
     except ValueError as exc:

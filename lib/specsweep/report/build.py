@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specsweep.errors import exit_status
+from specsweep.errors import BAD_INPUT, FAILED, exit_status
 from specsweep.notebooks.execute import execute_notebook
 from specsweep.notebooks.kernel import KERNEL_PRELOAD, EarlyKernel
 from specsweep.paths import REPO_ROOT, REPORT_NOTEBOOK
@@ -170,6 +170,10 @@ def build_report(
         kernel.stop()  # idempotent: a no-op once the thread has stopped it
 
 
+#: errors of the report notebook that mean bad input (exit status 2), by name: only the name crosses the kernel boundary
+BAD_INPUT_ERRORS: frozenset[str] = frozenset({"OneArmError"})
+
+
 def _profiles_arg(text: str) -> list[dict[str, Any]]:
     import yaml
 
@@ -209,6 +213,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(exc, PapermillExecutionError):
             raise
         print(f"python -m specsweep.report: {exc.ename}: {exc.evalue}", file=sys.stderr)  # the notebook's own error
-        return 1
+        return BAD_INPUT if exc.ename in BAD_INPUT_ERRORS else FAILED
     print(f"wrote {path}")
     return 0

@@ -43,15 +43,20 @@ def inside(base: Path | str, target: Path | str, what: str) -> Path:
     return path
 
 
-def writable_dir(path: Path | str, what: str) -> Path:
-    """Create the folder ``path`` (and its parents) and check that a file can be written in it;
-    :class:`PathError` naming ``what`` when it is a file, lies under one, or cannot be written."""
+def writable_dir(path: Path | str, what: str, *, create: bool = True) -> Path:
+    """Create the folder ``path`` (and its parents; with ``create=False`` only check that they could be)
+    and check that a file can be written in it; :class:`PathError` naming ``what`` when it is a file,
+    lies under one, or cannot be written."""
     folder = Path(path)
     if folder.exists() and not folder.is_dir():
         raise PathError(f"{what} {folder}: exists and is not a folder; give a folder")
+    probe = folder if create else next(p for p in [folder, *folder.absolute().parents] if p.exists())
+    if not create and not probe.is_dir():
+        raise PathError(f"{what} {folder}: lies under {probe}, a file; give a folder")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=probe):
             pass
     except OSError as exc:
         raise PathError(f"{what} {folder}: cannot write there ({exc.strerror or type(exc).__name__}); "

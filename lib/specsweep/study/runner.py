@@ -250,7 +250,8 @@ def _study_folder_guarded(fn: Callable[..., StudyResult]) -> Callable[..., Study
             return fn(study, out_dir=out_dir, dry_run=dry_run, log=log, **kw)
         out = writable_dir(Path(out_dir) if out_dir else study.default_out_dir(), "the study's out dir (--out-dir)")
         if kw.get("report", True):
-            writable_dir(kw.get("report_dir") or study.spec.report_dir, "the study's report dir (--report-dir)")
+            writable_dir(kw.get("report_dir") or study.spec.report_dir, "the study's report dir (--report-dir)",
+                         create=False)  # made only when there is a report to write
         with lock_study_folder(out):
             clear_leftovers(out, log)
             try:
