@@ -49,6 +49,7 @@ from specsweep.analyze.metrics import (
     requests_frame,
 )
 from specsweep.errors import RunError
+from specsweep.markup import md_text
 from specsweep.measure.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
 from specsweep.measure.cpushare import CpuShare, level_suffix
 from specsweep.measure.loadgen import LevelResult, LoadGenerator
@@ -1166,9 +1167,16 @@ def summary_table(levels: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def any_succeeded(result: SweepResult) -> bool:
+    """Whether any measured request of the run succeeded (an arm whose every request failed has no
+    speed to chart; its warnings quote the server)."""
+    lv = result.levels
+    return bool(len(lv)) and "n_ok" in lv and bool(lv["n_ok"].fillna(0).sum() > 0)
+
+
 def warnings_markdown(result: SweepResult) -> str:
     """The run's warnings (short outputs, client load, errors) as Markdown; a clean bill otherwise."""
-    lines = [f"- ⚠ {w}" for w in result.warnings]
+    lines = [f"- ⚠ {md_text(w)}" for w in result.warnings]  # they quote servers: text, never markup
     lv = result.levels
     short = lv[lv.get("short_outputs", pd.Series(0, index=lv.index)).fillna(0) > 0] if len(lv) else lv
     for row in short.itertuples():

@@ -53,6 +53,7 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
   --fault-omit-usage        never send token counts (no usage, no meta_info token counts)
   --fault-drift-pct-per-min P  every step P% longer per minute (a drifting machine; --fault-drift-epoch-s T
                             counts from Unix time T, so several servers drift as one machine)
+  --fault-errors-after I    answer every request from index I on with HTTP 500 (all but the first I fail)
   --fault-echo-auth         injected errors quote the request's API key (as some servers do)
   --fault-count-scale K     multiply every completion_tokens count sent by K (over-counting)
   --fault-count-value N     send N as every completion_tokens count (e.g. 4294967295)
@@ -185,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "far away (or half a step; default 2.0 ms; 0 disables)")
     p.add_argument("--fault-error-rate", type=_rate, default=0.0, metavar="R",
                    help="fraction of requests answered 500/503 at once (see below)")
+    p.add_argument("--fault-errors-after", type=int, default=None, metavar="I",
+                   help="answer every request from index I on with HTTP 500 (a server that fails all but the first)")
     p.add_argument("--fault-drop-rate", type=_rate, default=0.0, metavar="R",
                    help="fraction of streams closed mid-way without [DONE]")
     p.add_argument("--fault-stall-rate", type=_rate, default=0.0, metavar="R",
@@ -337,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults = FaultConfig(seed=args.seed, error_rate=args.fault_error_rate,
                              drop_rate=args.fault_drop_rate, stall_rate=args.fault_stall_rate,
                              stall_s=args.fault_stall_s, malformed_rate=args.fault_malformed_rate,
-                             omit_usage=args.fault_omit_usage)
+                             omit_usage=args.fault_omit_usage, errors_after=args.fault_errors_after)
         data_faults = DataFaults(count_scale=args.fault_count_scale, count_value=args.fault_count_value,
                                  count_rate=args.fault_count_rate, seed=args.seed,
                                  noninteger_after=args.fault_noninteger_counts_after,
