@@ -247,3 +247,25 @@ def test_a_report_of_the_baseline_alone_says_a_second_arm_is_needed(tmp_path, ca
     proc = subprocess.run([sys.executable, "-m", "specsweep.report", "--result-set", str(seed / "mtp"), "--name", "one",
                            "--baseline", "mtp", "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "only the baseline arm 'mtp'" in proc.stderr and "second arm" in proc.stderr
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["serve", "--profile", "tiny", "--emit-log", "BLOCKER/x.json"], "--emit-log"),
+    (["serve", "llamacpp", "--model", "smollm2", "--slots", "1", "--settings-json", "BLOCKER/x.json"], "--settings-json"),
+])
+def test_a_file_a_server_writes_later_is_checked_before_it_starts(argv, option, tmp_path, capsys):
+    if "llamacpp" in argv and importlib.util.find_spec("xllamacpp") is None:
+        pytest.skip("the llama.cpp engine is not installed")
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    assert main([a.replace("BLOCKER", str(blocker)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {blocker}: exists and is not a folder" in err and "Traceback" not in err
+
+
+def test_publish_checks_its_out_dir_before_measuring(tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    proc = subprocess.run([sys.executable, "-m", "specsweep.publish", "--only", "demo", "--out-dir", str(blocker)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--out-dir" in proc.stderr
