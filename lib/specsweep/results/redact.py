@@ -82,9 +82,10 @@ def encodings(value: str) -> tuple[str, ...]:
     return tuple(f for f in dict.fromkeys(forms) if len(f) >= MIN_SECRET_CHARS)
 
 
-#: an ellipsis, where a text was cut (one character or three dots, with the blanks around it); a
-#: text's own ends count too
-_ELLIPSIS = re.compile(r"\s*(?:…|\.\.\.)\s*")
+#: an ellipsis, where a text was cut (one character or three dots, with a few blanks around it); a
+#: text's own ends count too. The blanks are bounded: an unbounded run would be tried from each of its
+#: starts, a time growing with the square of a long blank run
+_ELLIPSIS = re.compile(r"\s{0,8}(?:…|\.\.\.)\s{0,8}")
 
 
 @functools.lru_cache(maxsize=256)
