@@ -269,3 +269,18 @@ def test_publish_checks_its_out_dir_before_measuring(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "specsweep.publish", "--only", "demo", "--out-dir", str(blocker)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--out-dir" in proc.stderr
+
+
+def test_a_report_with_an_arm_whose_every_request_failed_names_it_exit_2(tmp_path, capsys):
+    from specsweep.measure.sweep import run_sweep
+
+    common = {"embedded_profile": "tiny", "concurrency": [1, 2], "input_tokens": 32, "output_tokens": 16,
+              "requests_per_level": 4, "out_dir": str(tmp_path / "runs")}
+    base = run_sweep({**common, "arm": "baseline"}, progress=False, log=lambda _: None)
+    # the server answers the preflight, then fails every request: the run completes with 100 % errors
+    failed = run_sweep({**common, "arm": "mtp", "embedded_args": ["--fault-errors-after", "1"]}, progress=False,
+                       log=lambda _: None)
+    assert failed.complete and failed.levels["n_ok"].eq(0).all()
+    assert main(["report", str(base.run_dir), str(failed.run_dir), "--name", "x", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "arm 'mtp': every request failed (100 % errors)" in err
