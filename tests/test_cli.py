@@ -183,3 +183,130 @@ def test_import_help_lists_every_tool(capsys):
     for tool in TOOLS:
         assert f"  {tool} " in text
     assert "--arm" in text and "--out" in text
+
+
+# ------------------------------------------------------------- names and folders that become paths
+
+
+def test_an_arm_name_that_climbs_out_of_the_out_dir_writes_nothing(tmp_path, capsys):
+    """papermill writes OUT_DIR/sweep-ARM.ipynb before the notebook checks ARM: checked before it runs."""
+    victim = tmp_path / "notebooks" / "sweep.ipynb"
+    victim.parent.mkdir()
+    victim.write_text("the project's own notebook")
+    out = tmp_path / "data" / "runs"
+    out.mkdir(parents=True)
+    assert main(["sweep", "--arm", "../../../notebooks/sweep", "--out-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--arm '../../../notebooks/sweep'" in err and len(err.splitlines()) == 1
+    assert victim.read_text() == "the project's own notebook"
+    assert list(out.iterdir()) == []
+
+
+def test_an_output_notebook_that_is_a_project_notebook_is_refused(capsys):
+    notebook = ROOT / "notebooks" / "sweep.ipynb"
+    before = notebook.read_bytes()
+    try:
+        assert main(["sweep", "--output-notebook", str(notebook)]) == 2
+        assert "--output-notebook" in capsys.readouterr().err
+        assert notebook.read_bytes() == before
+    finally:  # should it be overwritten, the checkout gets its notebook back
+        notebook.write_bytes(before)
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file", "under /proc"])
+@pytest.mark.parametrize("command, option", [
+    (["sweep"], "--out-dir"),
+    (["sweep", "--output-notebook"], "--output-notebook"),
+    (["report", "DATA", "--name", "x"], "--out-dir"),
+    (["import", "vllm", "FILE", "--arm", "mtp"], "--out"),
+])
+def test_an_out_folder_that_cannot_be_written_is_one_named_line_exit_2(command, option, where, tmp_path, capsys):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    folder = {"a file": blocker, "under a file": blocker / "sub", "under /proc": Path("/proc/specsweep-test/x")}[where]
+    value = str(folder / "out.ipynb") if option == "--output-notebook" else str(folder)
+    if option == "--output-notebook" and where == "a file":
+        value = str(tmp_path / "blocker" / "x.ipynb")  # its folder is the file
+    argv = [str(ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b") if a == "DATA" else
+            str(next((FIX / "vllm").glob("mtp-c*.json.gz"))) if a == "FILE" else a for a in command]
+    argv = argv + [value] if option == "--output-notebook" else argv + [option, value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and option in err and "Traceback" not in err
+    assert blocker.read_text() == "a file"
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", ".hidden", "x\n"])
+def test_a_report_name_that_is_not_a_plain_name_exits_2(name, tmp_path, capsys):
+    seed = ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b"
+    assert main(["report", str(seed), "--name", name, "--out-dir", str(tmp_path / "reports")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specsweep report: --name") and len(err.splitlines()) == 1
+    assert not (tmp_path / "x.html").exists() and not (tmp_path / "reports").exists()
+
+
+def test_the_report_module_refuses_a_bad_name_and_folder_with_exit_2(tmp_path):
+    seed = str(ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b")
+    for extra in (["--name", "../x"], ["--name", "a/b"], ["--name", "ok", "--out-dir", "/proc/specsweep-test/x"]):
+        proc = subprocess.run([sys.executable, "-m", "specsweep.report", "--result-set", seed, *extra],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and extra[-1] in proc.stderr
+
+
+@pytest.mark.parametrize("option", ["--out-dir", "--report-dir"])
+def test_a_study_folder_that_cannot_be_written_is_one_named_line_exit_2(option, tmp_path, capsys):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    other = "--report-dir" if option == "--out-dir" else "--out-dir"
+    assert main(["study", str(ROOT / "data" / "studies" / "demo.yaml"), option, str(blocker / "sub"),
+                 other, str(tmp_path / "fine")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and option in err and "Traceback" not in err
+
+
+def test_a_report_of_the_baseline_alone_says_a_second_arm_is_needed(tmp_path, capsys):
+    seed = ROOT / "data" / "reference" / "seed-qwen3.5-122b-a10b"
+    assert main(["report", str(seed / "baseline"), "--name", "one", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "only the baseline arm 'baseline'" in err and "second arm" in err
+    proc = subprocess.run([sys.executable, "-m", "specsweep.report", "--result-set", str(seed / "mtp"), "--name", "one",
+                           "--baseline", "mtp", "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "only the baseline arm 'mtp'" in proc.stderr and "second arm" in proc.stderr
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["serve", "--profile", "tiny", "--emit-log", "BLOCKER/x.json"], "--emit-log"),
+    (["serve", "llamacpp", "--model", "smollm2", "--slots", "1", "--settings-json", "BLOCKER/x.json"], "--settings-json"),
+])
+def test_a_file_a_server_writes_later_is_checked_before_it_starts(argv, option, tmp_path, capsys):
+    if "llamacpp" in argv and importlib.util.find_spec("xllamacpp") is None:
+        pytest.skip("the llama.cpp engine is not installed")
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    assert main([a.replace("BLOCKER", str(blocker)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {blocker}: exists and is not a folder" in err and "Traceback" not in err
+
+
+def test_publish_checks_its_out_dir_before_measuring(tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file")
+    proc = subprocess.run([sys.executable, "-m", "specsweep.publish", "--only", "demo", "--out-dir", str(blocker)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "--out-dir" in proc.stderr
+
+
+def test_a_report_with_an_arm_whose_every_request_failed_names_it_exit_2(tmp_path, capsys):
+    from specsweep.measure.sweep import run_sweep
+
+    common = {"embedded_profile": "tiny", "concurrency": [1, 2], "input_tokens": 32, "output_tokens": 16,
+              "requests_per_level": 4, "out_dir": str(tmp_path / "runs")}
+    base = run_sweep({**common, "arm": "baseline"}, progress=False, log=lambda _: None)
+    # the server answers the preflight, then fails every request: the run completes with 100 % errors
+    failed = run_sweep({**common, "arm": "mtp", "embedded_args": ["--fault-errors-after", "1"]}, progress=False,
+                       log=lambda _: None)
+    assert failed.complete and failed.levels["n_ok"].eq(0).all()
+    assert main(["report", str(base.run_dir), str(failed.run_dir), "--name", "x", "--out-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "arm 'mtp': every request failed (100 % errors)" in err

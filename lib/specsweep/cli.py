@@ -31,7 +31,7 @@ from typing import Any
 
 from specsweep import __version__
 from specsweep.errors import BAD_INPUT, OK, InputError, RunError, SpecsweepError, exit_status
-from specsweep.paths import SWEEP_NOTEBOOK
+from specsweep.paths import REPORT_NOTEBOOK, STUDY_NOTEBOOK, SWEEP_NOTEBOOK
 from specsweep.runtime import configure_process
 
 PROG = "specsweep"
@@ -154,10 +154,8 @@ def _run_sweep(args: argparse.Namespace) -> int:
     values = {k[3:]: v for k, v in vars(args).items() if k.startswith("nb_")}
     _check_sweep_values(values)
     defaults = {p.name: p.default for p in notebook_parameters()}
-    arm = values.get("arm", defaults["arm"])
-    out_dir = Path(values.get("out_dir", defaults["out_dir"]))
-    target = Path(args.output_notebook) if args.output_notebook else out_dir / f"sweep-{arm}.ipynb"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target = _sweep_target(values.get("arm", defaults["arm"]), values.get("out_dir", defaults["out_dir"]),
+                           args.output_notebook)
     try:
         # the kernel every specsweep sweep runs in (a study arm's too): unix sockets, no debugger, the
         # notebook's modules preloaded
@@ -168,6 +166,24 @@ def _run_sweep(args: argparse.Namespace) -> int:
         raise (InputError if bad else RunError)(f"{exc.ename}: {exc.evalue} (the executed notebook is {target})") from None
     print(f"{PROG} sweep: done; the executed notebook is {target}")
     return OK
+
+
+def _sweep_target(arm: str, out_dir: str, output_notebook: str | None) -> Path:
+    """Where the executed sweep notebook goes, every name that becomes a path checked before the
+    kernel starts (papermill writes the notebook before the notebook checks its parameters)."""
+    from specsweep.results.outpath import check_name, inside, writable_dir
+
+    check_name(arm, "--arm")
+    folder = writable_dir(out_dir, "--out-dir")
+    if output_notebook is None:
+        return inside(folder, folder / f"sweep-{arm}.ipynb", "--arm")
+    target = Path(output_notebook)
+    if target.is_dir() or target.suffix != ".ipynb":
+        raise BadInput(f"--output-notebook {output_notebook}: give a file name ending in .ipynb")
+    if target.resolve() in {nb.resolve() for nb in (SWEEP_NOTEBOOK, REPORT_NOTEBOOK, STUDY_NOTEBOOK)}:
+        raise BadInput(f"--output-notebook {output_notebook}: is one of specsweep's own notebooks; give another file")
+    writable_dir(target.parent, "--output-notebook")
+    return target
 
 
 # --------------------------------------------------------------------------------- report
@@ -191,8 +207,11 @@ def _add_report(sub: Any) -> None:
 
 def _run_report(args: argparse.Namespace) -> int:
     from specsweep import report
+    from specsweep.results.outpath import check_name, writable_dir
     from specsweep.results.store import load_result_sets
 
+    check_name(args.name, "--name")
+    writable_dir(args.out_dir, "--out-dir")
     dirs = list(args.result_sets) + list(args.more)
     if not dirs:
         raise BadInput("name at least one result-set or study folder, e.g. specsweep report data/runs/imported --name x")
@@ -201,7 +220,10 @@ def _run_report(args: argparse.Namespace) -> int:
         raise BadInput(f"--baseline {args.baseline!r} is not among the arms ({', '.join(rs.arm for rs in sets)}); "
                        "pass --baseline ARM")
     from specsweep.analyze.compare import compare
+    from specsweep.decide.decision import one_arm_message
 
+    if len({rs.arm for rs in sets}) < 2:
+        raise BadInput(one_arm_message(args.baseline))
     try:  # a comparison that cannot be made (workloads, levels, definitions) is bad input, said before the notebook runs
         compare(sets, args.baseline, allow_workload_mismatch=args.allow_workload_mismatch, n_boot=0)
     except ValueError as exc:
@@ -258,7 +280,10 @@ def _positive(text: str) -> int:
 
 def _run_import(args: argparse.Namespace) -> int:
     from specsweep.importers import import_files
+    from specsweep.results.outpath import check_name, writable_dir
 
+    check_name(args.arm, "--arm")
+    writable_dir(args.out, "--out")
     # files the tool's reader cannot use raise importers' BadInput, an InputError
     path = import_files(args.tool, args.files, args.arm, args.out, label=args.label,
                         output_tokens=args.output_tokens, input_tokens=args.input_tokens,

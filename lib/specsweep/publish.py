@@ -45,6 +45,7 @@ from specsweep.decide.decisions import DECISIONS_FILE, read_decisions, write_dec
 from specsweep.errors import RunError, SpecsweepError, exit_status
 from specsweep.paths import REPO_ROOT
 from specsweep.report import build_report
+from specsweep.results.outpath import writable_dir
 from specsweep.results.study_record import STUDY_FILE
 from specsweep.study.file import load_study
 from specsweep.study.runner import run_study
@@ -195,7 +196,7 @@ def _publish(argv: Sequence[str] | None) -> int:
     unknown = set(args.only or ()) - names
     if unknown:
         parser.error(f"unknown report(s) {', '.join(sorted(unknown))}; published: {', '.join(sorted(names))}")
-    out_dir = Path(args.out_dir)
+    out_dir = Path(args.out_dir) if args.decisions else writable_dir(args.out_dir, "--out-dir")
     chosen = [p for p in PUBLISHED if not args.only or p.name in args.only]
     if args.decisions:
         tables = decision_tables(chosen)

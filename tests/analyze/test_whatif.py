@@ -156,6 +156,31 @@ def test_bad_parameters_name_themselves(kwargs: dict, match: str) -> None:
         whatif.predict(comp, "mtp", sets=sets, **kwargs)
 
 
+@pytest.mark.parametrize("name", ["max_running_requests", "max_total_num_tokens", "mem_fraction_static",
+                                  "gpu_mem_gib", "accept_length", "output_tokens", "concurrency"])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1e308, 10**400, True, False, np.bool_(True), "8"])
+def test_non_finite_huge_and_boolean_parameters_are_whatif_errors(name: str, value: object) -> None:
+    comp, sets = seed()
+    kwargs = {name: [value] if name == "concurrency" else value}
+    if name == "gpu_mem_gib":
+        kwargs["mem_fraction_static"] = 0.8
+    with pytest.raises(whatif.WhatIfError, match=f"{name}="):
+        whatif.predict(comp, "mtp", sets=sets, **kwargs)
+
+
+def test_offered_concurrency_far_beyond_the_measured_levels_is_refused() -> None:
+    """The seed measured up to 128: the queue beyond the running requests is not extrapolated without end."""
+    comp, sets = seed()
+    p = whatif.predict(comp, "mtp", concurrency=[1e6, 1e9, 257, 256], max_running_requests=4, sets=sets)
+    assert p["refused"].tolist()[:3] == [True, True, True]
+    assert all("beyond 2× the largest level arm 'mtp' measured (128)" in why for why in p["why"][:3])
+    assert p[["ttft_p50_s", "e2e_p50_s", "aggregate_tok_s"]].iloc[:3].isna().all().all()
+    with pytest.raises(whatif.WhatIfError, match=r"concurrency=1000000000000.0: must lie in \(0, 1e\+09\]"):
+        whatif.predict(comp, "mtp", concurrency=[1e12], max_running_requests=4, sets=sets)
+    with pytest.raises(whatif.WhatIfError, match="concurrency=16: give a list"):
+        whatif.predict(comp, "mtp", concurrency=16, sets=sets)
+
+
 def test_unknown_arm_lists_the_arms() -> None:
     comp, sets = seed()
     with pytest.raises(whatif.WhatIfError, match=r"arm='nope' is not in the comparison; its arms: baseline, mtp"):

@@ -22,7 +22,8 @@ def test_the_record_round_trips_with_the_keys_the_guard_has_always_written(tmp_p
     doc = json.loads((tmp_path / PID_FILE).read_text())
     assert list(doc) == ["arm", "host", "runner", "guard", "server", "tree", "final"]
     assert doc["final"] == {"server_status": -15, "stopped_by": "runner", "killed_after_grace": False,
-                            "outside_group": [], "remained": [me], "still_alive": [], "error": None}
+                            "outside_group": [], "remained": [me], "still_alive": [], "error": None,
+                            "kill_cause": None}
     assert read_pid_file(tmp_path / PID_FILE) == record
     assert [p.name for p in tmp_path.iterdir()] == [PID_FILE]  # no temporary file left beside it
 

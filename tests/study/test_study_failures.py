@@ -60,6 +60,31 @@ def test_a_failed_arm_leaves_a_report_of_the_arms_that_ran(tmp_path: Path) -> No
     assert "broken" in html  # the page says the arm is missing
 
 
+#: a ``serve`` arm whose server answers its first request (the sweep's preflight), then fails every
+#: one, quoting GREETING — markup the page must show as text
+ALL_FAIL = {"name": "allfail", "serve": {
+    "argv": [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}", "--health-delay-s",
+             "0.2", "--fault-errors-after", "1", "--fault-echo-env", "GREETING"],
+    "env": {"GREETING": "<b>overloaded</b>"},
+    "ready_url": "http://127.0.0.1:{port}/health", "start_timeout_s": 60, "stop_grace_s": 5}}
+
+
+def test_an_arm_whose_every_request_failed_is_reported_with_100_percent_errors(tmp_path: Path) -> None:
+    study = load_study(_study(tmp_path, [{"name": "baseline", "embedded": TINY},
+                                         {"name": "mtp", "embedded": {"profile": "tiny", "spec": "mtp"}}, ALL_FAIL]))
+    logged: list[str] = []
+    result = run_study(study, out_dir=tmp_path / "out", report_dir=tmp_path / "reports", log=logged.append)
+    assert [o.status for o in result.outcomes] == ["complete"] * 3 and result.ok  # measured, not failed
+    said = next(line for line in logged if line.startswith("arm allfail: measured, but every request failed"))
+    assert "100 % errors" in said and "HTTP 500" in said and "<b>overloaded</b>" in said  # the server's words
+    assert any("building the report f from 2 arm(s) (baseline, mtp; without allfail)" in line for line in logged)
+    html = result.report.read_text()
+    assert "allfail: 100 % errors" in html and "&lt;b&gt;overloaded&lt;/b&gt;" in html
+    assert "<b>overloaded</b>" not in html  # escaped wherever shown
+    notebook = next((tmp_path / "out" / "_runs" / "allfail").rglob("sweep.ipynb")).read_text()
+    assert "every request failed" in notebook and "No request succeeded" in notebook
+
+
 def _dry_run(path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "specsweep.study", str(path), "--dry-run"],
                           capture_output=True, text=True, timeout=120)

@@ -188,6 +188,10 @@ def join_levels(by_arm: dict[str, ResultSet], raw_levels: dict[str, pd.DataFrame
     per-user speed metric every arm has). A ValueError, with the definition notes, where none has one."""
     levels = pd.concat([aggregate_levels(by_arm[a], raw_levels[a]) for a in raw_levels], ignore_index=True)
     user_metric = _user_metric(levels)
+    failed = [a for a, lv in raw_levels.items() if "n_ok" in lv and len(lv) and not lv["n_ok"].fillna(0).gt(0).any()]
+    if user_metric is None and failed:
+        raise ValueError(f"arm {failed[0]!r}: every request failed (100 % errors), so it has no speed to compare; "
+                         "leave its result set out (a study does, and names it) or measure it again")
     if user_metric is None:
         raise ValueError("no per-user speed metric (user_tok_s_mean or request_tok_s_mean) is present in every arm"
                          + "".join(f" {n}" for n in definition_notes))

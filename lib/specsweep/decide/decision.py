@@ -23,7 +23,18 @@ from specsweep.decide.sentences import band_sentences, headline_sentences, reaso
 from specsweep.decide.text import band_text
 from specsweep.decide.ties import resolve_tie
 from specsweep.decide.verdicts import DecisionKind, Verdict
+from specsweep.errors import InputError
 from specsweep.markup import md_text
+
+
+class OneArmError(InputError, ValueError):
+    """Only the baseline arm was given: there is nothing to compare it with."""
+
+
+def one_arm_message(baseline: str) -> str:
+    """What to do when the result sets hold the baseline arm alone (one line)."""
+    return (f"only the baseline arm {baseline!r} was given: a report compares other arms with it; add the result set "
+            "of a second arm (e.g. the same server measured with speculative decoding)")
 
 
 def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequence[str] | None = None) -> Decision:
@@ -34,6 +45,8 @@ def decide(comp: Comparison, profile: Profile | dict[str, Any], candidates: Sequ
     """
     profile = parse_profile(profile)
     candidates = comp.candidate_arms if candidates is None else [a for a in candidates if a not in comp.controls]
+    if not comp.spec_arms:
+        raise OneArmError(one_arm_message(comp.baseline))
     if not candidates and comp.spec_arms:
         raise ValueError(f"profile {profile.name!r}: every arm besides the baseline is a control arm "
                          f"({', '.join(comp.controls)}); add an arm to compare, or drop 'control' from one")

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from specsweep.errors import InputError
+from specsweep.results.outpath import PathError, writable_dir
 
 PROG = "python -m specsweep.engines.llamacpp"
 #: how to install what this launcher needs, named in every message about it
@@ -147,6 +148,11 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
             parser.error(f"--{name.replace('_', '-')} must be >= {1 if name != 'draft_min' else 0}; got {value}")
     if args.draft_max is not None and args.draft_min is not None and args.draft_min > args.draft_max:
         parser.error(f"--draft-min ({args.draft_min}) is above --draft-max ({args.draft_max})")
+    if args.settings_json:  # written once the server is up: a folder that cannot take it is said now
+        try:
+            writable_dir(Path(args.settings_json).absolute().parent, "--settings-json")
+        except PathError as exc:
+            parser.error(str(exc))
     return args
 
 

@@ -55,6 +55,7 @@ from aiohttp.client_proto import ResponseHandler
 from specsweep.measure.sse import SSEEvent, decode_reads
 from specsweep.measure.token_accounting import MAX_COUNT, account_tokens, drop_implausible
 from specsweep.results.records import RequestRecord, output_fingerprint, tokens_array
+from specsweep.results.redact import cut
 from specsweep.servers import CHOICE_FIGURES, CHUNK_FIGURES
 from specsweep.servers.flavours import PATHS, Flavour, check_flavour
 from specsweep.servers.sglang import meta_figures as sglang_meta_figures
@@ -663,8 +664,8 @@ async def fetch(
 # --------------------------------------------------------------------------------------------------
 
 def _short(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    # masked whole before the cut: a secret the server quoted near the cut is never stored in part
+    return cut(" ".join(text.split()), limit)
 
 
 def _message_of(err: object) -> str:

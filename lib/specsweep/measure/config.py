@@ -33,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from specsweep.errors import InputError
+from specsweep.results.outpath import NAME_PATTERN
 
 Api = Literal["auto", "sglang", "openai-completions", "openai-chat"]
 DEFAULT_CONCURRENCY = [1, 4, 16, 32, 64, 128]
@@ -42,7 +43,7 @@ DEFAULT_MIN_REQUESTS = 4
 EMBEDDED_OUTPUT_TOKENS = 256
 #: ``output_tokens="auto"`` on a real server (the seed's workload)
 SERVER_OUTPUT_TOKENS = 1000
-ARM_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ARM_PATTERN = NAME_PATTERN  # arm names become folder names: the one check of every such name
 
 
 class ConfigError(InputError, ValueError):

@@ -42,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specsweep.errors import RunError
 from specsweep.measure.client import auth_headers
 from specsweep.measure.tls import verify_for
+from specsweep.results.redact import cut
 from specsweep.servers import FLUSH_ROUTES, Dialect, Fetch, detect, dialect_of, owner
 from specsweep.servers.flavours import FLAVOURS, Flavour
 
@@ -330,7 +331,7 @@ def erase_llamacpp_slots(endpoint: str, timeout_s: float = 10.0) -> tuple[str | 
                 return None, f"POST /slots/{i}?action=erase failed: {type(exc).__name__}"
             if not resp.is_success:
                 return None, (f"POST /slots/{i}?action=erase answered {resp.status_code}: "
-                              f"{resp.text[:160]}")
+                              f"{cut(resp.text, 160)}")
     return f"POST /slots/{{id}}?action=erase ({len(ids)} slots)", ""
 
 

@@ -30,7 +30,6 @@ import math
 import os
 import shlex
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,6 +49,7 @@ from specsweep.analyze.metrics import (
     requests_frame,
 )
 from specsweep.errors import RunError
+from specsweep.markup import md_text
 from specsweep.measure.config import WARMUP_OUTPUT_TOKENS, ConfigError, SweepConfig, parse_config
 from specsweep.measure.cpushare import CpuShare, level_suffix
 from specsweep.measure.loadgen import LevelResult, LoadGenerator
@@ -70,6 +70,7 @@ from specsweep.measure.probe import (
 from specsweep.notebooks.terminal import progress_stream
 from specsweep.results import provenance
 from specsweep.results.meta import Meta
+from specsweep.results.outpath import PathError, writable_dir
 from specsweep.results.redact import redact_exception, redact_text
 from specsweep.results.store import (
     SCHEMA_VERSION,
@@ -158,16 +159,10 @@ def _check_resumable(run_dir: Path, meta: Meta, sweep: dict[str, Any], workload:
 
 def _check_out_dir(cfg: SweepConfig) -> None:
     """Fail (naming ``out_dir``) when result sets cannot be written there — before any server is touched."""
-    out = Path(cfg.out_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"parameter 'out_dir': {out} exists and is not a folder; give a folder for the result sets")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"parameter 'out_dir': cannot write result sets in {out} ({exc.strerror or exc}); "
-                          "give a folder you can write to") from exc
+        writable_dir(cfg.out_dir, "parameter 'out_dir':")
+    except PathError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass
@@ -1196,9 +1191,16 @@ def summary_table(levels: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def any_succeeded(result: SweepResult) -> bool:
+    """Whether any measured request of the run succeeded (an arm whose every request failed has no
+    speed to chart; its warnings quote the server)."""
+    lv = result.levels
+    return bool(len(lv)) and "n_ok" in lv and bool(lv["n_ok"].fillna(0).sum() > 0)
+
+
 def warnings_markdown(result: SweepResult) -> str:
     """The run's warnings (short outputs, client load, errors) as Markdown; a clean bill otherwise."""
-    lines = [f"- ⚠ {w}" for w in result.warnings]
+    lines = [f"- ⚠ {md_text(w)}" for w in result.warnings]  # they quote servers: text, never markup
     lv = result.levels
     short = lv[lv.get("short_outputs", pd.Series(0, index=lv.index)).fillna(0) > 0] if len(lv) else lv
     for row in short.itertuples():

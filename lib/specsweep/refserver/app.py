@@ -44,6 +44,7 @@ asks with ``"return_spec_tokens_details": true`` (SGLang 0.5.23). The vLLM surfa
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import random
 import sys
@@ -198,6 +199,26 @@ def check_vocab(ids: list[int], vocab_size: int, surface: str) -> None:
                      f"({vocab_size}).", type_="BadRequestError")
 
 
+def _echo(st: ServerState, request: web.Request, index: int) -> str:
+    """What an injected error quotes (redaction tests): the request's API key, the server's token,
+    a secret argv value — after the fault's filler, and each once more as base64("user:" + it)."""
+    faults = st.options.data_faults
+    quoted = []
+    if st.options.fault_echo_auth:
+        quoted.append(("Incorrect API key provided", request.headers.get("Authorization", "").removeprefix("Bearer ")))
+    if faults.echo_env:
+        quoted.append(("server token", os.environ.get(faults.echo_env, "")))
+    if faults.echo_token:
+        quoted.append(("api token", faults.echo_token))
+    pad = "x" * ((37 * index) % (faults.echo_pad + 1)) if faults.echo_pad and quoted else ""
+    echo = f" {pad}" if pad else ""
+    for what, value in quoted:
+        echo += f" {what}: {value}" if what.startswith("Incorrect") else f" ({what}: {value})"
+        if faults.echo_base64:
+            echo += f" (basic {base64.b64encode(f'user:{value}'.encode()).decode()})"
+    return echo
+
+
 @dataclass(slots=True)
 class _Gen:
     """A parsed generation request."""
@@ -256,14 +277,7 @@ class Handlers:
         index, fault = st.take_index()
         if fault.error_status is not None:
             st.counts["errors_injected"] += 1
-            echo = ""
-            if st.options.fault_echo_auth:
-                key = request.headers.get("Authorization", "").removeprefix("Bearer ")
-                echo = f" Incorrect API key provided: {key}"
-            if st.options.data_faults.echo_env:
-                echo += f" (server token: {os.environ.get(st.options.data_faults.echo_env, '')})"
-            if st.options.data_faults.echo_token:
-                echo += f" (api token: {st.options.data_faults.echo_token})"
+            echo = _echo(st, request, index)
             if fault.error_status == 503:
                 return error_response(503, "Service Unavailable (injected fault: the simulated "
                                       "server is overloaded)" + echo, type_="ServiceUnavailableError")

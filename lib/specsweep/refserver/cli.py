@@ -21,6 +21,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specsweep.refserver import READY_PREFIX
@@ -28,6 +29,7 @@ from specsweep.refserver.calibration import SEED_PROFILE
 from specsweep.refserver.faults import DataFaults, FaultConfig
 from specsweep.refserver.model import resolve
 from specsweep.refserver.profiles import ProfileError, available_profiles, load_profile
+from specsweep.results.outpath import writable_dir
 
 if TYPE_CHECKING:  # the HTTP stack is imported only once the arguments are valid
     from specsweep.refserver.state import ServerState
@@ -53,6 +55,7 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
   --fault-omit-usage        never send token counts (no usage, no meta_info token counts)
   --fault-drift-pct-per-min P  every step P% longer per minute (a drifting machine; --fault-drift-epoch-s T
                             counts from Unix time T, so several servers drift as one machine)
+  --fault-errors-after I    answer every request from index I on with HTTP 500 (all but the first I fail)
   --fault-echo-auth         injected errors quote the request's API key (as some servers do)
   --fault-count-scale K     multiply every completion_tokens count sent by K (over-counting)
   --fault-count-value N     send N as every completion_tokens count (e.g. 4294967295)
@@ -62,6 +65,8 @@ faults (deterministic per request index under --seed; rates are fractions 0..1):
   --fault-flush {500,hang,reset}  the prefix-cache flush route fails that way
   --fault-echo-env NAME     injected errors quote the server's environment variable NAME
   --fault-echo-token VALUE  injected errors quote VALUE (a secret-named flag, for redaction tests)
+  --fault-echo-pad N        injected errors put 0..N filler characters before what they quote
+  --fault-echo-base64       injected errors quote each secret again as base64("user:" + secret)
 
 API surfaces (--api-surface; the simulated engine is the same under all):
   sglang  SGLang 0.5.23: /generate, /server_info, /model_info, /health (a generation, >= 1 s),
@@ -193,6 +198,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "far away (or half a step; default 2.0 ms; 0 disables)")
     p.add_argument("--fault-error-rate", type=_rate, default=0.0, metavar="R",
                    help="fraction of requests answered 500/503 at once (see below)")
+    p.add_argument("--fault-errors-after", type=int, default=None, metavar="I",
+                   help="answer every request from index I on with HTTP 500 (a server that fails all but the first)")
     p.add_argument("--fault-drop-rate", type=_rate, default=0.0, metavar="R",
                    help="fraction of streams closed mid-way without [DONE]")
     p.add_argument("--fault-stall-rate", type=_rate, default=0.0, metavar="R",
@@ -227,6 +234,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="injected error bodies quote the server's environment variable NAME (redaction tests)")
     p.add_argument("--fault-echo-token", default=None, metavar="VALUE",
                    help="injected error bodies quote VALUE (redaction tests of secret argv values)")
+    p.add_argument("--fault-echo-pad", type=int, default=0, metavar="N",
+                   help="injected errors put 0..N filler characters before what they quote (redaction at a cut)")
+    p.add_argument("--fault-echo-base64", action="store_true",
+                   help="injected errors quote each secret again as base64('user:' + secret), as basic-auth gateways do")
     p.add_argument("--parent-pid", type=int, metavar="PID",
                    help="exit when process PID is gone (the launcher died, even by SIGKILL)")
     p.add_argument("--describe", action="store_true",
@@ -354,6 +365,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     if args.speculative_num_steps is not None:
         overrides.append(f"speculative.num_steps={args.speculative_num_steps}")
     try:
+        if args.emit_log:  # written at shutdown: a folder that cannot take it is said now
+            writable_dir(Path(args.emit_log).absolute().parent, "--emit-log")
         profile = load_profile(args.profile, overrides)
         cfg = resolve(profile, args.spec, args.max_running_requests,
                       spec_resets_cap=args.api_surface == "sglang")
@@ -366,12 +379,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         faults = FaultConfig(seed=args.seed, error_rate=args.fault_error_rate,
                              drop_rate=args.fault_drop_rate, stall_rate=args.fault_stall_rate,
                              stall_s=args.fault_stall_s, malformed_rate=args.fault_malformed_rate,
-                             omit_usage=args.fault_omit_usage)
+                             omit_usage=args.fault_omit_usage, errors_after=args.fault_errors_after)
         data_faults = DataFaults(count_scale=args.fault_count_scale, count_value=args.fault_count_value,
                                  count_rate=args.fault_count_rate, seed=args.seed,
                                  noninteger_after=args.fault_noninteger_counts_after,
                                  tokenize_tokens=args.fault_tokenize_tokens, flush=args.fault_flush,
-                                 echo_env=args.fault_echo_env, echo_token=args.fault_echo_token)
+                                 echo_env=args.fault_echo_env, echo_token=args.fault_echo_token,
+                                 echo_pad=args.fault_echo_pad, echo_base64=args.fault_echo_base64)
     except (ProfileError, ValueError) as exc:
         parser.error(str(exc))
     if args.per_request_spec_decode_metrics != "none":

@@ -14,6 +14,8 @@ rate does not reshuffle the others.
   a non-streaming response is delayed by ``stall_s``.
 * ``malformed_rate``: a stream carries one ``data:`` line that is not valid JSON at a drawn
   point (the stream then goes on normally).
+* ``errors_after``: every request from this index on is answered with HTTP 500 as ``error_rate``'s
+  are (a server that passes a client's first request, then fails every one).
 * ``omit_usage``: every response leaves out token counts: no ``usage`` (OpenAI; no usage chunk,
   ``usage: null``) and no ``prompt_tokens``/``completion_tokens`` in SGLang ``meta_info``.
 """
@@ -62,6 +64,7 @@ class FaultConfig:
     stall_s: float = 2.0
     malformed_rate: float = 0.0
     omit_usage: bool = False
+    errors_after: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("error_rate", "drop_rate", "stall_rate", "malformed_rate"):
@@ -75,7 +78,7 @@ class FaultConfig:
     def active(self) -> bool:
         """True when any fault can happen."""
         return bool(self.error_rate or self.drop_rate or self.stall_rate or self.malformed_rate
-                    or self.omit_usage)
+                    or self.omit_usage or self.errors_after is not None)
 
     def plan(self, index: int) -> FaultPlan:
         """The faults of request ``index`` (deterministic)."""
@@ -85,7 +88,8 @@ class FaultConfig:
         u_err, u_status, u_drop, u_drop_at, u_stall, u_stall_at, u_mal, u_mal_at = (
             rng.random() for _ in range(8))
         return FaultPlan(
-            error_status=(500 if u_status < 0.5 else 503) if u_err < self.error_rate else None,
+            error_status=500 if self.errors_after is not None and index >= self.errors_after
+            else (500 if u_status < 0.5 else 503) if u_err < self.error_rate else None,
             drop_at=0.1 + 0.8 * u_drop_at if u_drop < self.drop_rate else None,
             stall_at=0.1 + 0.8 * u_stall_at if u_stall < self.stall_rate else None,
             stall_s=self.stall_s,
@@ -117,7 +121,11 @@ class DataFaults:
     * ``echo_env``: injected error bodies quote the value of this environment variable of the
       server (as a server may quote its own token in an error);
     * ``echo_token``: injected error bodies quote this value (given as ``--fault-echo-token``, a
-      secret-named flag: what a study masks from a server's argv).
+      secret-named flag: what a study masks from a server's argv);
+    * ``echo_pad``: before what it quotes, injected error ``i`` writes ``(37 i) mod (echo_pad + 1)``
+      filler characters, so that over a level the quoted secrets fall across a client's cut of the text;
+    * ``echo_base64``: each quoted secret is quoted a second time as basic-auth gateways do,
+      ``base64("user:" + secret)``.
     """
 
     count_scale: float = 1.0
@@ -129,6 +137,8 @@ class DataFaults:
     flush: str | None = None
     echo_env: str | None = None
     echo_token: str | None = None
+    echo_pad: int = 0
+    echo_base64: bool = False
 
     def __post_init__(self) -> None:
         if self.flush not in (None, "500", "hang", "reset"):

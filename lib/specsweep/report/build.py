@@ -10,10 +10,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specsweep.errors import exit_status
+from specsweep.errors import BAD_INPUT, FAILED, exit_status
 from specsweep.notebooks.execute import execute_notebook
 from specsweep.notebooks.kernel import KERNEL_PRELOAD, EarlyKernel
 from specsweep.paths import REPO_ROOT, REPORT_NOTEBOOK
+from specsweep.results.outpath import check_name, inside, writable_dir
 
 
 def template_dir() -> Path:
@@ -121,13 +122,14 @@ def build_report(
     Without ``title``, one study folder gives its study's title (``study.json``), and its arms come
     in the study's order (:func:`specsweep.results.store.find_result_sets`): the page its study built.
     """
-    if not name or any(ch in name for ch in "/\\") or name.startswith("."):
-        raise ValueError(f"report name {name!r} must be a plain file name (no slashes, not hidden)")
+    check_name(name, "report name")
     if not notebook.is_file():
         raise FileNotFoundError(f"{notebook}: report notebook not found; run from a specsweep checkout")
-    out_dir = Path(out_dir).absolute()
-    executed = out_dir / "_build" / f"{name}.ipynb"
-    executed.parent.mkdir(parents=True, exist_ok=True)
+    out_dir = writable_dir(Path(out_dir).absolute(), "report folder (--out-dir)")
+    executed = inside(out_dir, writable_dir(out_dir / "_build", "report folder (--out-dir)") / f"{name}.ipynb",
+                      "report name")
+    for page in (f"{name}.html", f"{name}.md"):
+        inside(out_dir, out_dir / page, "report name")  # a link there that leads out is refused, not followed
     params: dict[str, Any] = {
         "result_sets": [str(Path(p).absolute()) for p in result_sets],
         "baseline": baseline,
@@ -166,6 +168,10 @@ def build_report(
         if stopping is not None:
             stopping.join()
         kernel.stop()  # idempotent: a no-op once the thread has stopped it
+
+
+#: errors of the report notebook that mean bad input (exit status 2), by name: only the name crosses the kernel boundary
+BAD_INPUT_ERRORS: frozenset[str] = frozenset({"OneArmError"})
 
 
 def _profiles_arg(text: str) -> list[dict[str, Any]]:
@@ -207,6 +213,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(exc, PapermillExecutionError):
             raise
         print(f"python -m specsweep.report: {exc.ename}: {exc.evalue}", file=sys.stderr)  # the notebook's own error
-        return 1
+        return BAD_INPUT if exc.ename in BAD_INPUT_ERRORS else FAILED
     print(f"wrote {path}")
     return 0

@@ -16,6 +16,8 @@ from typing import Literal
 
 import numpy as np
 
+from specsweep.results.redact import cut
+
 TokenSource = Literal["usage", "tokenize", "chunks"]
 
 #: characters of generated text kept for display (``output_head``)
@@ -48,7 +50,7 @@ def output_fingerprint(text: str) -> tuple[str, str, bytes]:
         blocks = b"".join(hashlib.blake2b(text[i:i + BLOCK_CHARS].encode("utf-8", "surrogatepass"),
                                           digest_size=DIGEST_BYTES).digest()
                           for i in range(0, len(text), BLOCK_CHARS))
-    return digest, text[:HEAD_CHARS], blocks
+    return digest, cut(text, HEAD_CHARS, ellipsis=""), blocks  # a secret in the text is masked, never cut
 
 
 _NO_TIMES = np.empty(0, dtype=np.float64)

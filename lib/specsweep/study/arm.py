@@ -12,6 +12,7 @@ run folders of an (arm, repeat) (:func:`arm_dir`, :func:`complete_run`). See
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -36,6 +37,7 @@ from specsweep.notebooks.execute import execute_notebook
 from specsweep.notebooks.kernel import SWEEP_PRELOAD
 from specsweep.paths import SWEEP_NOTEBOOK
 from specsweep.results import provenance
+from specsweep.results.redact import redact_text
 from specsweep.results.study_record import ArmOutcome
 from specsweep.study import guard as serverguard
 from specsweep.study.file import SECRET_NAME, Arm, Study, endpoint_of, free_port, secret_argv_values
@@ -74,8 +76,7 @@ class Redactor:
         return cls(secrets)
 
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
+        text = redact_text(text, self.secrets, mask="***")  # each secret, its encodings, its fragments at a cut
         # credentials inside URLs (scheme://user:password@host)
         return _URL_CREDENTIALS.sub("***:***@", text)
 
@@ -117,6 +118,8 @@ class ServerProcess:
         self.endpoint = self.spec.endpoint or endpoint_of(self.spec.ready_url)
         #: the pid file's ``final`` entry once the guard exited (server status, who stopped it, what remained)
         self.final: GuardEnd | None = None
+        #: why the server's log could not be written (its output is then read and dropped), or None
+        self.log_error: str | None = None
 
     def _sub(self, text: str) -> str:
         return text.replace("{port}", str(self.port))
@@ -162,12 +165,26 @@ class ServerProcess:
         self._reader.start()
 
     def _pump(self, stream: Any, log: Any) -> None:
-        with log:
+        """Copy the server's output into its log, redacted, until it ends. It never stops reading
+        before then: a server whose output pipe fills (64 KiB nobody reads) blocks in its next write,
+        and one blocked there ignores SIGTERM until SIGKILL (its writing thread holds a lock the
+        shutdown needs). A log that can no longer be written (a full disk) is said once, and the
+        output is read on and dropped."""
+        try:
             for raw in stream:
                 line = self.redact(raw.decode("utf-8", errors="replace"))
                 self.tail.append(line.rstrip("\n"))
-                log.write(line)
-                log.flush()
+                if self.log_error is None:
+                    try:
+                        log.write(line)
+                        log.flush()
+                    except OSError as exc:
+                        self.log_error = f"{exc.strerror or exc}"
+                        self.tail.append(f"# specsweep: {self.log_path} could not be written ({self.log_error}); "
+                                         "the server's output is read on and dropped")
+        finally:
+            with contextlib.suppress(OSError):
+                log.close()
 
     def log_tail(self) -> str:
         """The server's last lines (redacted)."""
@@ -524,6 +541,10 @@ def _stop_server(server: ServerProcess, outcome: ArmOutcome, log: Callable[[str]
     rc = server.stop()
     log(f"arm {outcome.arm}: server stopped (status {rc})")
     final = server.final or GuardEnd()
+    if final.killed_after_grace:
+        log(f"arm {outcome.arm}: the server did not exit within stop_grace_s = {server.spec.stop_grace_s:g} s of "
+            f"SIGTERM and was killed with SIGKILL; {final.kill_cause or 'what it was doing is not known'}"
+            + (f"; its log could not be written ({server.log_error})" if server.log_error else ""))
     still = {x.get("pid") for x in final.still_alive}
     for e in final.outside_group:
         log(f"arm {outcome.arm}: {serverguard.describe(e)} of the server's process tree ran outside its process group "

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -59,6 +60,8 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 #: seconds to wait for killed processes to vanish
 VANISH_S = 5.0
+#: seconds a line for the server's log may wait for room in a full pipe before it is dropped
+SAY_WAIT_S = 0.5
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -244,7 +247,7 @@ class _Guard:
     def stop_tree(self) -> GuardEnd:
         """SIGTERM the server's group and tree, SIGKILL after the grace, kill what remains."""
         assert self.server is not None
-        killed_after_grace = False
+        killed_after_grace, kill_cause = False, None
         self.refresh()
         outside = [e for e in self.tree.values() if e["pid"] != self.server.pid and _pgid(e["pid"]) not in
                    (None, self.server.pid)]
@@ -259,6 +262,8 @@ class _Guard:
                 time.sleep(POLL_S / 2)
             if self.server.poll() is None:
                 killed_after_grace = True
+                kill_cause = stuck_cause(self.server.pid)
+                _say(f"the server did not exit within {self.args.grace_s:g} s of SIGTERM: SIGKILL; {kill_cause}")
                 _killpg(self.server.pid, signal.SIGKILL)
                 self.server.kill()
         status = self.server.wait()
@@ -276,6 +281,7 @@ class _Guard:
             _say(f"{describe(e)} of the server's tree outlived the server; " + ("could not kill it" if e in still
                                                                                else "killed"))
         return GuardEnd(server_status=status, stopped_by=self.stop_reason, killed_after_grace=killed_after_grace,
+                        kill_cause=kill_cause,
                         outside_group=outside, remained=remained,
                         still_alive=still + [e for e in outside if same_process(e) and e not in still])
 
@@ -329,10 +335,41 @@ class _Guard:
         return status if status >= 0 else 128 - status
 
 
-def _say(text: str) -> None:
-    """A line for the server's log (the runner's pipe); nothing when the runner is gone (no reader)."""
+#: what a thread's kernel wait channel (``/proc/PID/task/TID/wchan``) says it waits for, by a word in it
+_WAITS = {"pipe_write": "writing to a full pipe (its output: nothing read it, so the write never ends)",
+          "pipe_read": "reading a pipe", "futex": "a lock or condition", "accept": "a new connection",
+          "poll": "input (poll/select)", "epoll": "input (epoll)", "sock": "a socket", "tcp": "a socket"}
+
+
+def stuck_cause(pid: int) -> str:
+    """What process ``pid`` is doing, for the log of a stop that needed SIGKILL: where its threads wait
+    (Linux ``wchan``; a thread blocked writing a full pipe is named first) and its open TCP connections."""
+    waits: dict[str, int] = {}
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            chan = (task / "wchan").read_text().strip() or "running"
+        except OSError:
+            continue
+        what = next((text for word, text in _WAITS.items() if word in chan), chan)
+        waits[what] = waits.get(what, 0) + 1
+    first = sorted(waits, key=lambda w: (not w.startswith("writing to a full pipe"), -waits[w]))
+    parts = [f"its threads waited for: {', '.join(f'{w} ({waits[w]})' for w in first)}"] if waits else []
     try:
-        print(f"# specsweep guard: {text}", flush=True)
+        conns = [c for c in psutil.Process(pid).net_connections(kind="tcp") if c.status == psutil.CONN_ESTABLISHED]
+        parts.append(f"{len(conns)} client connection(s) still open")
+    except (psutil.Error, OSError):
+        pass
+    return "; ".join(parts) or "its state could not be read"
+
+
+def _say(text: str) -> None:
+    """A line for the server's log (the runner's pipe); nothing when the runner is gone (no reader) or
+    the pipe stays full for :data:`SAY_WAIT_S` (a line shorter than ``PIPE_BUF`` then never blocks)."""
+    line = f"# specsweep guard: {text}\n"[:select.PIPE_BUF]
+    try:
+        if select.select([], [sys.stdout], [], SAY_WAIT_S)[1]:
+            sys.stdout.write(line)
+            sys.stdout.flush()
     except (OSError, ValueError):
         pass
 

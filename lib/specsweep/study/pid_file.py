@@ -41,7 +41,9 @@ class GuardEnd:
     ``killed_after_grace``: SIGKILL was needed; ``outside_group``: processes of its tree in a
     session or group of their own (stopped with the tree); ``remained``: processes of the tree
     alive after the server's leader exited (all killed); ``still_alive``: what could not be
-    killed; ``error``: why the server could not be started.
+    killed; ``error``: why the server could not be started; ``kill_cause``: with
+    ``killed_after_grace``, what the server was doing when SIGKILL was sent (where its threads
+    waited, its open connections).
     """
 
     server_status: int | None = None
@@ -51,15 +53,18 @@ class GuardEnd:
     remained: list[Process] = field(default_factory=list)
     still_alive: list[Process] = field(default_factory=list)
     error: str | None = None
+    kill_cause: str | None = None
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> GuardEnd:
         status, stopped_by, error = doc.get("server_status"), doc.get("stopped_by"), doc.get("error")
+        cause = doc.get("kill_cause")
         return cls(server_status=status if isinstance(status, int) else None,
                    stopped_by=stopped_by if isinstance(stopped_by, str) else None,
                    killed_after_grace=doc.get("killed_after_grace") is True,
                    outside_group=_processes(doc.get("outside_group")), remained=_processes(doc.get("remained")),
-                   still_alive=_processes(doc.get("still_alive")), error=error if isinstance(error, str) else None)
+                   still_alive=_processes(doc.get("still_alive")), error=error if isinstance(error, str) else None,
+                   kill_cause=cause if isinstance(cause, str) else None)
 
 
 @dataclass

@@ -70,6 +70,7 @@ from specsweep.report import build_report
 from specsweep.report.study_page import cap_markdown, run_order, study_markdown  # noqa: F401
 from specsweep.results import provenance
 from specsweep.results.meta import StudyMeta
+from specsweep.results.outpath import writable_dir
 from specsweep.results.store import (
     exclusive_lock,
     holder_text,
@@ -247,7 +248,10 @@ def _study_folder_guarded(fn: Callable[..., StudyResult]) -> Callable[..., Study
                 log: Callable[[str], None] = print, **kw: Any) -> StudyResult:
         if dry_run:
             return fn(study, out_dir=out_dir, dry_run=dry_run, log=log, **kw)
-        out = Path(out_dir) if out_dir else study.default_out_dir()
+        out = writable_dir(Path(out_dir) if out_dir else study.default_out_dir(), "the study's out dir (--out-dir)")
+        if kw.get("report", True):
+            writable_dir(kw.get("report_dir") or study.spec.report_dir, "the study's report dir (--report-dir)",
+                         create=False)  # made only when there is a report to write
         with lock_study_folder(out):
             clear_leftovers(out, log)
             try:
@@ -406,29 +410,56 @@ def _report_study(study: Study, result: StudyResult, reports: Path, *, log: Call
     """Build ``<reports>/<name>.html`` from the merged arms into ``result.report``, its title naming
     any missing arm; log why there is none when the baseline or every other arm lacks a complete
     run, or the build fails (the measured data are kept either way)."""
-    ran = [a.name for a in study.arms if a.name not in result.missing]
-    if study.baseline in result.missing:
-        log(f"no report: the baseline arm {study.baseline!r} has no complete run")
+    failed = _every_request_failed(result.result_sets, log)
+    sets = [p for p in result.result_sets if p.name not in failed]
+    ran = [a.name for a in study.arms if a.name not in result.missing and a.name not in failed]
+    if study.baseline in result.missing or study.baseline in failed:
+        log(f"no report: the baseline arm {study.baseline!r} has "
+            + ("no successful request" if study.baseline in failed else "no complete run"))
         return
     if len(ran) < 2:
-        log(f"no report: only the baseline arm {study.baseline!r} has a complete run, and a report compares it "
-            "with at least one other arm")
+        log(f"no report: only the baseline arm {study.baseline!r} has a complete run with successful requests, "
+            "and a report compares it with at least one other arm")
         return
-    title = study.title
-    if result.missing:
-        status = result.out_dir / STUDY_FILE
-        shown = os.path.relpath(status) if status.resolve().is_relative_to(Path.cwd()) else status
-        title += f" — missing arm(s): {', '.join(result.missing)} (no complete run; see {shown})"
-    log(f"building the report {study.name} from {len(result.result_sets)} arm(s)"
-        + (f" ({', '.join(ran)}; without {', '.join(result.missing)})" if result.missing else ""))
+    title = _report_title(study, result, failed)
+    log(f"building the report {study.name} from {len(sets)} arm(s)"
+        + (f" ({', '.join(ran)}; without {', '.join([*result.missing, *failed])})"
+           if result.missing or failed else ""))
     profiles = [p.model_dump() for p in study.spec.profiles] if study.spec.profiles is not None else None
     try:
-        result.report = build_report(result.result_sets, study.name, baseline=study.baseline, title=title,
+        result.report = build_report(sets, study.name, baseline=study.baseline, title=title,
                                      profiles=profiles, out_dir=reports)
         log(f"wrote {result.report}")
     except Exception as exc:  # noqa: BLE001 - the measured data are kept; say why the page is missing
         log(f"no report: building it from {', '.join(ran)} failed: {_first_line(exc)} (the result sets are "
             f"kept in {result.out_dir}; rebuild with python -m specsweep.report --result-set DIR ... once fixed)")
+
+
+def _every_request_failed(result_sets: Sequence[Path], log: Callable[[str], None]) -> dict[str, str]:
+    """{arm: the server's first error} of each merged arm whose every measured request failed (it was
+    measured — 100 % errors — but has no speed to compare), each said in the log."""
+    failed = {}
+    for path in result_sets:
+        rs = load_result_set(path)
+        if rs.requests is None or rs.levels.empty or "n_ok" not in rs.levels or rs.levels["n_ok"].sum() > 0:
+            continue
+        first = next(iter(rs.requests["error"].dropna()), None) if "error" in rs.requests else None
+        failed[path.name] = str(first) if first is not None else "no tokens"
+        log(f"arm {path.name}: measured, but every request failed (100 % errors; the server said: "
+            f"{failed[path.name]}); it is left out of the comparison")
+    return failed
+
+
+def _report_title(study: Study, result: StudyResult, failed: dict[str, str]) -> str:
+    """The study's title, naming the arms left out: missing (no complete run) or with 100 % errors."""
+    title = study.title
+    if result.missing:
+        status = result.out_dir / STUDY_FILE
+        shown = os.path.relpath(status) if status.resolve().is_relative_to(Path.cwd()) else status
+        title += f" — missing arm(s): {', '.join(result.missing)} (no complete run; see {shown})"
+    for arm, why in failed.items():  # the page shows the title as text (escaped): the server's words are safe
+        title += f" — arm {arm}: 100 % errors (every request failed; the server said: {why})"
+    return title
 
 
 def _study_summary(result: StudyResult) -> str:

@@ -18,7 +18,8 @@ A state the arm measured (the same concurrency and running requests, accept and 
 unchanged) is predicted by its measurement: a cap raised where the pool, not the cap, held the
 running requests changes nothing the model can see.
 
-Refusals: n outside the batch sizes the arm ran (interpolation only), an accept length below 1 or
+Refusals: n outside the batch sizes the arm ran (interpolation only), an offered concurrency beyond
+``OFFERED_REACH`` (2) × the largest level measured, an accept length below 1 or
 above the tokens verified per step, speculation settings on an arm that does not speculate, a
 longer output than measured, a pool change without the figures it needs.
 
@@ -72,6 +73,44 @@ def _pool_from_fraction(m: ArmModel, fraction: float, gpu_mem_gib: float | None)
     return int(d.pool_tokens * new_kv / kv)
 
 
+#: the largest count (concurrency, requests, tokens, GiB) a what-if question may name: no server runs
+#: more, and beyond it a float no longer holds every whole number its model computes with
+MAX_COUNT = 10**9
+#: each parameter: (whole numbers only, the least value, the greatest)
+_BOUNDS: dict[str, tuple[bool, float, float]] = {
+    "max_running_requests": (True, 1, MAX_COUNT), "max_total_num_tokens": (True, 1, MAX_COUNT),
+    "mem_fraction_static": (False, 0, 1), "gpu_mem_gib": (False, 0, MAX_COUNT),
+    "accept_length": (False, 0, MAX_COUNT), "output_tokens": (False, 0, MAX_COUNT),
+}
+
+
+def _check_number(name: str, value: object, whole: bool, low: float, high: float) -> None:
+    """:class:`WhatIfError` unless ``value`` is a number (not a bool) in (``low``, ``high``] (NaN and ∞ are not)."""
+    kinds = (int, np.integer) if whole else (int, float, np.integer, np.floating)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, kinds):
+        raise WhatIfError(f"{name}={value!r}: must be a {'whole ' if whole else ''}number, not {type(value).__name__}")
+    if not low < value <= high:  # type: ignore[operator]  # NaN fails both comparisons
+        raise WhatIfError(f"{name}={value!r}: must lie in ({low:g}, {high:g}]")
+
+
+def _check_numbers(**values: object) -> None:
+    """Each given parameter checked by its :data:`_BOUNDS` (None: not given)."""
+    for name, value in values.items():
+        if value is not None:
+            _check_number(name, value, *_BOUNDS[name])
+
+
+def _levels(concurrency: object) -> list[float]:
+    """The offered concurrency levels asked for: numbers from 1 to :data:`MAX_COUNT` (not bools)."""
+    if isinstance(concurrency, (str, bytes)) or not isinstance(concurrency, Sequence | np.ndarray):
+        raise WhatIfError(f"concurrency={concurrency!r}: give a list of levels, e.g. [32, 64]")
+    for c in concurrency:
+        _check_number("concurrency", c, False, 0, MAX_COUNT)
+        if not c >= 1:
+            raise WhatIfError(f"concurrency={c!r}: every level must be ≥ 1")
+    return [float(c) for c in concurrency]
+
+
 def predict(
     comp: Comparison,
     arm: str,
@@ -97,24 +136,17 @@ def predict(
     ``refused`` and ``why``. ``sets``: the result sets ``comp`` was built from (their request rows
     give the bootstrap band). Bad parameters raise :class:`WhatIfError` naming them.
     """
-    if max_running_requests is not None and (not isinstance(max_running_requests, (int, np.integer))
-                                             or max_running_requests < 1):
-        raise WhatIfError(f"max_running_requests={max_running_requests!r}: must be a positive integer")
+    _check_numbers(max_running_requests=max_running_requests, max_total_num_tokens=max_total_num_tokens,
+                   mem_fraction_static=mem_fraction_static, gpu_mem_gib=gpu_mem_gib, accept_length=accept_length,
+                   output_tokens=output_tokens)
     if max_total_num_tokens is not None and mem_fraction_static is not None:
         raise WhatIfError("give max_total_num_tokens or mem_fraction_static, not both")
-    if mem_fraction_static is not None and not 0 < mem_fraction_static <= 1:
-        raise WhatIfError(f"mem_fraction_static={mem_fraction_static!r}: must lie in (0, 1]")
-    if max_total_num_tokens is not None and max_total_num_tokens < 1:
-        raise WhatIfError(f"max_total_num_tokens={max_total_num_tokens!r}: must be a positive number of tokens")
     m = model or model_for(comp, arm, sets, n_boot=n_boot, seed=seed)
     d = m.data
     pool = max_total_num_tokens
     if mem_fraction_static is not None:
         pool = _pool_from_fraction(m, mem_fraction_static, gpu_mem_gib)
-    levels = list(concurrency) if concurrency is not None else [float(c) for c in d.concurrency]
-    bad = [c for c in levels if not isinstance(c, (int, float, np.integer, np.floating)) or not c >= 1]
-    if bad:
-        raise WhatIfError(f"concurrency={levels!r}: every level must be a number ≥ 1 (bad: {bad!r})")
+    levels = _levels(concurrency) if concurrency is not None else [float(c) for c in d.concurrency]
     rms = None
     if widen:
         rms = loo_rms(m)

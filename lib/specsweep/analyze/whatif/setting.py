@@ -23,7 +23,7 @@ from specsweep.analyze.whatif.model import ArmModel, fit, stall_mix
 from specsweep.analyze.whatif.observe import observe
 from specsweep.results.store import ResultSet
 
-__all__ = ["CONTEXT_ASSUMPTION", "FIGURES", "FOOTPRINT_ASSUMPTION", "Setting", "model_for", "predict_model",
+__all__ = ["CONTEXT_ASSUMPTION", "FIGURES", "FOOTPRINT_ASSUMPTION", "OFFERED_REACH", "Setting", "model_for", "predict_model",
            "with_setting"]
 
 #: predicted figures: column name -> what it is (units in the name)
@@ -35,6 +35,10 @@ FIGURES: dict[str, str] = {
 }
 FOOTPRINT_ASSUMPTION = ("a request holds its prompt + output tokens of the KV pool while it runs, so the pool holds "
                         "pool tokens ÷ (prompt + output) requests, scaled from what the arm's saturated levels showed")
+#: offered concurrency is predicted up to this multiple of the largest level an arm measured, no further:
+#: the clients queued beyond the running requests are modelled by Little's law, validated only near
+#: what was measured
+OFFERED_REACH = 2
 CONTEXT_ASSUMPTION = ("another output length keeps the measured step time: the cost of reading KV context cannot be "
                       "separated from the per-request cost with one workload (shorter outputs: an upper bound)")
 
@@ -121,6 +125,10 @@ def _setting_refusal(m: ArmModel, s: Setting, accept: float, out_tok: float) -> 
     d = m.data
     if not s.concurrency >= 1:
         return f"concurrency={s.concurrency}: must be ≥ 1"
+    reach = OFFERED_REACH * float(np.max(d.concurrency))
+    if s.concurrency > reach:
+        return (f"concurrency={s.concurrency:g}: beyond {OFFERED_REACH}× the largest level arm '{d.arm}' measured "
+                f"({float(np.max(d.concurrency)):g}), where its queueing is not validated; measure it")
     if s.accept_length is not None:
         if not d.speculative:
             return f"accept_length={accept:g}: arm '{d.arm}' does not speculate (one token per step)"
