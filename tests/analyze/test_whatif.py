@@ -13,6 +13,7 @@ from helpers import SEED, write_level_only, write_measured
 from specsweep.analyze import whatif
 from specsweep.analyze.compare import compare
 from specsweep.analyze.whatif.decompose import decompose
+from specsweep.analyze.whatif.observe import observe
 from specsweep.analyze.whatif.setting import model_for
 from specsweep.analyze.whatif.validate import loo, loo_summary
 from specsweep.report import whatif_section as section
@@ -202,3 +203,16 @@ def test_a_new_model_never_reads_a_dead_ones_validation_error() -> None:
             seen.append(loo_rms(m) == ref[a])
             del m
     assert all(seen), f"{seen.count(False)} of {len(seen)} models read another model's error"
+
+
+def test_a_llamacpp_arm_is_modelled_on_tokens_per_target_step_not_per_drafted_step() -> None:
+    """The real-engine reference run recorded llama.cpp's per-drafted-step accept length as the level's
+    figure and tokens per target step beside it; the model's tokens per step must be the latter (what a
+    step of the engine yields, comparable with every other server), or step times come out ~4× long."""
+    root = Path(__file__).resolve().parents[2] / "data" / "reference" / "real-llamacpp-smollm2"
+    sets = [load_result_set(root / arm) for arm in ("baseline", "ngram")]
+    comp = compare(sets, baseline="baseline", n_boot=20)
+    data = observe(comp, "ngram", sets, n_boot=20)
+    per_step = comp.levels[comp.levels["arm"] == "ngram"].set_index("concurrency")["spec_tokens_per_step"]
+    assert data.accept_length == pytest.approx(per_step.loc[data.concurrency].to_numpy())
+    assert (data.accept_length < 2.0).all()

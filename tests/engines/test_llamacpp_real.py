@@ -180,16 +180,17 @@ def test_ngram_acceptance_by_llamacpps_definition_and_the_timings_figure(real: d
     assert (lv["spec_draft_tokens_timings"] == lv["spec_draft_tokens_counters"]).all()
     assert (lv["spec_accepted_tokens_timings"] == lv["spec_accepted_tokens_counters"]).all()
     assert (lv["spec_draft_tokens_timings"] == sums["spec_draft_tokens"]).all()
-    # the level's accept length is llama.cpp's: 1 + accepted / verification steps (its counters)
-    assert (lv["spec_accept_length_source"] == "per-level counter deltas (/metrics)").all()
-    drafted = lv["spec_verify_steps_counters"] > 0
-    assert lv.loc[drafted, "spec_accept_length"].to_numpy() == pytest.approx(
-        (1 + lv["spec_accepted_tokens_counters"] / lv["spec_verify_steps_counters"])[drafted].to_numpy())
-    # the timings' figure is tokens per target forward: plain steps (no draft) count too
-    assert lv["spec_tokens_per_step"].to_numpy() == pytest.approx(
+    # the level's accept length is tokens per target step (plain steps, no draft, count too), as SGLang's
+    assert (lv["spec_accept_length_source"] == "per-request (server response)").all()
+    assert lv["spec_accept_length"].to_numpy() == pytest.approx(
         (sums["output_tokens"] / sums["spec_verify_ct"]).to_numpy())
-    assert (lv["spec_plain_steps"] >= 0).all()
-    assert (lv.loc[drafted, "spec_tokens_per_step"] <= lv.loc[drafted, "spec_accept_length"]).all()
+    assert lv["spec_tokens_per_step"].to_numpy() == pytest.approx(lv["spec_accept_length"].to_numpy())
+    # llama.cpp's own figure, 1 + accepted / verification steps (its counters), under its own name
+    drafted = lv["spec_verify_steps_counters"] > 0
+    assert lv.loc[drafted, "spec_accept_length_counters"].to_numpy() == pytest.approx(
+        (1 + lv["spec_accepted_tokens_counters"] / lv["spec_verify_steps_counters"])[drafted].to_numpy())
+    assert (lv["spec_plain_steps"] >= 0).all() and lv["spec_draft_share"].between(0.0, 1.0).all()
+    assert (lv.loc[drafted, "spec_accept_length"] <= lv.loc[drafted, "spec_accept_length_counters"]).all()
     # Σ (tokens − accepted) = one prompt-pass token per request + plain steps + verification steps
     n = req.groupby("concurrency").size()
     assert (sums["spec_verify_ct"] == n + lv["spec_plain_steps"] + lv["spec_verify_steps_counters"]).all()

@@ -249,8 +249,9 @@ def server_figures(
     """Server-side figures of one level: acceptance length, max running/queued, KV usage.
 
     Acceptance (``spec_accept_length``, tokens per verify step): from the server's per-request
-    figures when every successful request carries them (``metrics.acceptance_from_requests``),
-    else from ``/metrics`` counter deltas; ``spec_accept_length_source`` names which
+    figures when every successful request carries them (``metrics.acceptance_from_requests``; for
+    a server whose figures count every target step, llama.cpp, tokens per target step, its
+    counters' per-drafted-step figure kept beside), else from ``/metrics`` counter deltas; ``spec_accept_length_source`` names which
     (``metrics.SOURCE_PER_REQUEST`` / ``SOURCE_COUNTERS``) and ``spec_accept_length_formula``
     how. ``spec_accept_length_counters`` keeps the counters' figure whenever they moved, as a
     cross-check. ``spec_draft_acceptance_rate`` and ``spec_accept_rate_pos_<i>`` come from the same
@@ -265,11 +266,10 @@ def server_figures(
     acc = acceptance_from_requests(requests)
     timings = dialect.timings
     if timings is not None and acc is not None:
+        # tokens per target step, as every other server's figure; the counters' per-drafted-step figure
+        # stays beside it (spec_accept_length_counters) with the share of steps that drafted
         out.update(timings.step_figures(requests, before, after))
-        if counted is not None:  # the server's own accept length; the timings' figure is another quantity
-            acc = LevelAcceptance(counted, SOURCE_COUNTERS, timings.counters_formula, acc.detail)
-        else:
-            acc = LevelAcceptance(acc.accept_length, acc.source, timings.timings_formula, acc.detail)
+        acc = LevelAcceptance(acc.accept_length, acc.source, timings.timings_formula, acc.detail)
     if acc is None and counted is not None:
         acc = LevelAcceptance(counted, SOURCE_COUNTERS, dialect.acceptance_formula, {})
     if acc is not None:

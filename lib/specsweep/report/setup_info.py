@@ -190,6 +190,23 @@ def differences_markdown(comp: Comparison) -> str:
     return "\n\n".join(lines)
 
 
+def _per_drafted_step_line(comp: Comparison, acc: pd.DataFrame) -> str | None:
+    """llama.cpp's own accept length (per drafted step, from its counters) beside the share of decode
+    steps that carried a draft, for the arms whose levels have both; None where none has."""
+    cols = ("spec_accept_length_counters", "spec_draft_share")
+    if not all(c in acc for c in cols):
+        return None
+    have = acc.dropna(subset=list(cols))
+    if have.empty:
+        return None
+    return ("The figures above are tokens per target step (every decode step counted, as SGLang's), comparable "
+            "across servers. llama.cpp's own accept length counts only the steps that carried a draft — per "
+            "drafted step (its counters), with the share of decode steps that drafted: " + "; ".join(
+                f"{comp.labels[a]}: " + ", ".join(
+                    f"{r.spec_accept_length_counters:.2f} at {int(r.concurrency)} ({100 * r.spec_draft_share:.0f} %)"
+                    for r in g.itertuples()) for a, g in have.groupby("arm")) + ".")
+
+
 def diagnostics_markdown(comp: Comparison) -> str:
     """What the diagnostics show, from the numbers: served vs offered concurrency, caps, tokens per chunk."""
     lv = comp.levels
@@ -243,6 +260,9 @@ def diagnostics_markdown(comp: Comparison) -> str:
             f"{comp.labels[a]}: " + ", ".join(f"{r.spec_accept_length:.2f} at {int(r.concurrency)}" for r in g.itertuples())
             + (f" — {md_text(src[a])}" if src[a] else "")
             for a, g in acc.groupby("arm")) + ".")
+        drafted = _per_drafted_step_line(comp, acc)
+        if drafted:
+            lines.append(drafted)
     if comp.chunk_counted:
         lines.append("⚠ Tokens were counted from SSE chunks, because the server reported no counts, for "
                      + ", ".join(f"{md_text(comp.labels[a])} ({w})" for a, w in comp.chunk_counted.items())
