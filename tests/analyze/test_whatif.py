@@ -216,3 +216,30 @@ def test_a_llamacpp_arm_is_modelled_on_tokens_per_target_step_not_per_drafted_st
     per_step = comp.levels[comp.levels["arm"] == "ngram"].set_index("concurrency")["spec_tokens_per_step"]
     assert data.accept_length == pytest.approx(per_step.loc[data.concurrency].to_numpy())
     assert (data.accept_length < 2.0).all()
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("shape", ["convex", "concave", "flat", "linear", "falling"])
+def test_step_lines_have_non_negative_costs_and_are_the_constrained_least_squares(shape: str) -> None:
+    """Many synthetic step-time curves, several shapes and two noise models: the summary line's costs
+    are never negative, it is the least-squares line over non-negative costs (scipy's NNLS as the
+    oracle), it is the plain least-squares line wherever that one is non-negative, and says so otherwise."""
+    from scipy.optimize import nnls
+
+    from specsweep.analyze.whatif.model import step_line
+
+    rng = np.random.default_rng(7)
+    curves = {"convex": lambda n: 0.5 + 0.08 * n ** 1.6, "concave": lambda n: 4.0 + 3.0 * np.sqrt(n),
+              "flat": lambda n: 6.0 + 0 * n, "linear": lambda n: 2.0 + 0.3 * n, "falling": lambda n: 9.0 - 0.2 * n}
+    for draw in range(200):
+        batch = np.array(sorted(rng.choice([1, 2, 4, 8, 12, 16], size=rng.integers(2, 6), replace=False)), float)
+        clean = curves[shape](batch)
+        noisy = clean * (np.exp(rng.normal(0, 0.1, batch.size)) if draw % 2 else 1 + rng.uniform(-0.2, 0.2, batch.size))
+        fit = step_line(batch, noisy)
+        assert fit["fixed_ms"] >= 0 and fit["per_request_ms"] >= 0
+        (want_fixed, want_slope), _ = nnls(np.column_stack([np.ones_like(batch), batch]), noisy)
+        assert (fit["fixed_ms"], fit["per_request_ms"]) == pytest.approx((want_fixed, want_slope), abs=1e-6)
+        slope, icpt = np.polyfit(batch, noisy, 1)
+        assert (fit["note"] == "") == (slope >= 0 and icpt >= 0)
+    refused = step_line(np.array([1.0, 4.0]), np.array([2.0, -1.0]))
+    assert math.isnan(refused["fixed_ms"]) and refused["note"].startswith("refused")
