@@ -92,6 +92,22 @@ def test_probe_labels_arms_by_the_launchers_record_never_ngram_as_draft() -> Non
     assert llamacpp.PROPS_KEY == "specsweep_launch"
 
 
+@pytest.mark.fast
+def test_the_engine_version_is_the_packages_where_the_build_says_nothing() -> None:
+    """The xllamacpp wheel's llama-server reports build_info "b0-unknown" (no build number or commit
+    compiled in); the launcher recorded the wheel's version, which names the engine instead. A build
+    that names itself keeps its own, and a server without the launcher's record says what it says."""
+    props, slots = _props("ngram-simple")
+    props["build_info"] = "b0-unknown"
+    props["ui_settings"][llamacpp.PROPS_KEY]["xllamacpp_version"] = "2026.10.11549"
+    assert props_settings(props, slots)["version"] == "xllamacpp 2026.10.11549"
+    props["build_info"] = "b6123-4f2c1a7"
+    assert "version" not in props_settings(props, slots)
+    bare, _ = _props(None)
+    bare["build_info"] = "b0-unknown"
+    assert "version" not in props_settings(bare, slots) and props_settings(bare, slots)["build_info"] == "b0-unknown"
+
+
 def _serve_argvs() -> list[tuple[str, str, list[str]]]:
     import yaml
 

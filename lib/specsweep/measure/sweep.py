@@ -82,7 +82,15 @@ from specsweep.results.store import (
     write_meta,
 )
 from specsweep.servers import SIM_COUNTERS, Dialect, dialect_of
-from specsweep.workloads.prompts import Workload, check_vocabulary, explain_rejection, make_workload, warmup_workload
+from specsweep.workloads.prompts import (
+    RANDOM_IDS,
+    RANDOM_TEXT,
+    Workload,
+    check_vocabulary,
+    explain_rejection,
+    make_workload,
+    warmup_workload,
+)
 
 WARMUP_INDEX_BASE = 1_000_000_000
 #: meta.json fields that must match for a run to be resumed (a changed timeout would change what counts as failed)
@@ -783,17 +791,26 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
 
 
 def choose_chat(cfg: SweepConfig, info: ServerProbe, workload: Workload) -> str | None:
-    """With ``api="auto"``, send a conversational workload (``builtin``) to the chat route when the
-    server's settings say its model has a chat template (``has_chat_template``: llama.cpp's
-    ``/props`` ``chat_template``, the only dialect that reports one): an instruct model then sees
-    its template and answers instead of continuing the prompt. Sets ``info.flavour``; returns the
-    reason (kept as ``meta.api_chosen_by``), or None when the flavour stays as probed."""
-    if (cfg.api != "auto" or workload.kind != "builtin"
+    """With ``api="auto"``, send a conversational workload (a prompt set of text or chat messages:
+    ``builtin``, a prompt file, a dataset) to the chat route when the server's settings say its
+    model has a chat template (``has_chat_template``: llama.cpp's ``/props`` ``chat_template``, the
+    only dialect that reports one): an instruct model then sees its template and answers instead
+    of continuing the prompt. A set with token-ID prompts stays as probed (chat takes no IDs). Sets
+    ``info.flavour``; returns the reason (kept as ``meta.api_chosen_by``), or None when the flavour
+    stays as probed."""
+    if (cfg.api != "auto" or not _conversational(workload)
             or not info.server_info.get("has_chat_template") or "openai-chat" not in info.flavours):
         return None
     info.flavour = "openai-chat"
-    return ("auto: the model has a chat template (/props chat_template) and the builtin workload is "
+    return (f"auto: the model has a chat template (/props chat_template) and the {workload.kind} workload is "
             "conversational, so its prompts go to /v1/chat/completions as user messages")
+
+
+def _conversational(workload: Workload) -> bool:
+    """A prompt set (not random IDs or words) none of whose prompts is token IDs."""
+    if workload.kind in (RANDOM_IDS, RANDOM_TEXT) or not workload.prompts:
+        return False
+    return not any(isinstance(p, list) and p and isinstance(p[0], int) for p in workload.prompts)
 
 
 def prompt_cache_plan(cfg: SweepConfig, info: ServerProbe) -> tuple[dict[str, Any], str | None, bool]:

@@ -91,7 +91,8 @@ def _apply_launch_settings(props: dict[str, Any], out: dict[str, Any]) -> None:
     """Settings recorded by ``specsweep.engines.llamacpp`` (``/props`` ``ui_settings.specsweep_launch``):
     kept as ``launch`` and, being what the engine was given, they name the speculative type
     (``--spec``: ``none`` → None; ``draft`` → ``"draft"`` (a draft model), n-gram arms by their
-    own name, never "draft") and the draft limits."""
+    own name, never "draft"), the draft limits and, where ``build_info`` names no build, the
+    engine's version (``xllamacpp <its package version>``)."""
     ui = props.get("ui_settings")
     launch = ui.get(LAUNCH_PROPS_KEY) if isinstance(ui, dict) else None
     if not isinstance(launch, dict):
@@ -106,6 +107,14 @@ def _apply_launch_settings(props: dict[str, Any], out: dict[str, Any]) -> None:
             out[key] = value
     if isinstance(launch.get("draft_model_path"), str):
         out["speculative_draft_model_path"] = launch["draft_model_path"]
+    if _unknown_build(out.get("build_info")) and isinstance(launch.get("xllamacpp_version"), str):
+        out["version"] = f"xllamacpp {launch['xllamacpp_version']}"  # the wheel names the engine's build
+
+
+def _unknown_build(build_info: Any) -> bool:
+    """Whether ``/props`` ``build_info`` says nothing (``b0-unknown``: built without a build number
+    or commit, as the xllamacpp wheel's server is)."""
+    return not isinstance(build_info, str) or build_info.startswith("b0-") or "unknown" in build_info
 
 
 def _settings(found: Mapping[str, dict[str, Any]], fetch: Fetch) -> dict[str, Any]:
