@@ -209,8 +209,13 @@ def test_launch_settings_are_recorded_where_the_probe_finds_them(real: dict[str,
         # /props carries what the settings file says (less what is known only once it listens)
         assert launch == {k: v for k, v in real[f"{arm}_settings"].items() if k not in ("base_url", "port", "pid")}
         assert launch["slots"] == SLOTS and launch["ctx_per_slot"] == CTX and launch["threads"] == 1
+        assert launch["cache_ram_mib"] == 0  # an erased slot leaves no prompt in a host-memory cache either
         assert server["parallel_slots"] == SLOTS and server["context_length"] == CTX  # llama.cpp's own /props
         assert server["speculative_algorithm"] == spec  # an n-gram arm is never labelled "draft"
+        # the engine's real version: the wheel's build says "b0-unknown", the launcher records the wheel
+        assert server["version"] == server.get("build_info") or server["version"] == (
+            f"xllamacpp {launch['xllamacpp_version']}")
+        assert "unknown" not in str(server["version"])
     launch = real["ngram"].meta.server["launch"]
     assert (launch["spec"], launch["draft_max"], launch["ngram_n"]) == ("ngram-simple", 8, 3)
     assert launch["argv"][1:] == ["--model", "smollm2", "--slots", str(SLOTS), "--threads", "1", "--ctx-per-slot",
