@@ -243,3 +243,22 @@ def test_step_lines_have_non_negative_costs_and_are_the_constrained_least_square
         assert (fit["note"] == "") == (slope >= 0 and icpt >= 0)
     refused = step_line(np.array([1.0, 4.0]), np.array([2.0, -1.0]))
     assert math.isnan(refused["fixed_ms"]) and refused["note"].startswith("refused")
+
+
+def test_an_older_llamacpp_result_set_is_compared_on_tokens_per_target_step() -> None:
+    """The reference run recorded llama.cpp's per-drafted-step figure as the level's accept length:
+    read back, the comparison's accept length is tokens per target step, with the draft share from
+    the step counts (verification ÷ verification + plain), and the diagnostics name both."""
+    from specsweep.report import diagnostics_markdown
+
+    root = Path(__file__).resolve().parents[2] / "data" / "reference" / "real-llamacpp-smollm2"
+    sets = [load_result_set(root / arm) for arm in ("baseline", "ngram")]
+    raw = sets[1].levels
+    comp = compare(sets, baseline="baseline", n_boot=20)
+    lv = comp.levels[comp.levels["arm"] == "ngram"].set_index("concurrency")
+    by_level = raw.groupby("concurrency")
+    assert lv["spec_accept_length"].to_numpy() == pytest.approx(by_level["spec_tokens_per_step"].mean().to_numpy())
+    share = raw["spec_verify_steps_counters"] / (raw["spec_verify_steps_counters"] + raw["spec_plain_steps"])
+    assert lv["spec_draft_share"].to_numpy() == pytest.approx(share.groupby(raw["concurrency"]).mean().to_numpy())
+    assert (lv["spec_accept_length_counters"] > 3).all() and (lv["spec_accept_length"] < 2).all()
+    assert "per drafted step" in diagnostics_markdown(comp)
