@@ -210,6 +210,9 @@ def test_launch_settings_are_recorded_where_the_probe_finds_them(real: dict[str,
         assert launch == {k: v for k, v in real[f"{arm}_settings"].items() if k not in ("base_url", "port", "pid")}
         assert launch["slots"] == SLOTS and launch["ctx_per_slot"] == CTX and launch["threads"] == 1
         assert launch["cache_ram_mib"] == 0  # an erased slot leaves no prompt in a host-memory cache either
+        # each level records the CPU the engine got against what its one thread could use
+        lv = real[arm].levels
+        assert lv["server_cpu_got_pct"].to_numpy() == pytest.approx(100 * lv["server_cpu_cores"].to_numpy())
         assert server["parallel_slots"] == SLOTS and server["context_length"] == CTX  # llama.cpp's own /props
         assert server["speculative_algorithm"] == spec  # an n-gram arm is never labelled "draft"
         # the engine's real version: the wheel's build says "b0-unknown", the launcher records the wheel

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsweep.analyze.enginecpu import engine_threads
 from specsweep.analyze.metrics import (
     SIM_LAG_WARN_MS,
     SOURCE_COUNTERS,
@@ -1009,6 +1010,9 @@ def _save_level(lv: _Levels, c: int, r: int, measured: _Measured,
         level["prefix_cache_flush"] = flush_note
     for key, value in measured.cpu_figures.items():
         level[key] = value
+    threads = engine_threads(lv.meta)
+    if threads and "server_cpu_cores" in measured.cpu_figures:  # a CPU engine: what it got of its threads' CPU
+        level["server_cpu_got_pct"] = 100.0 * measured.cpu_figures["server_cpu_cores"] / threads
     append_level(lv.run_dir, level, req, srv if lv.poller else None)
     lv.current = None  # saved: an interrupt from here on does not touch this level
     lv.meta.unset("in_progress")
