@@ -61,14 +61,14 @@ def run(path: Path) -> Path:
 def arm_rows(folder: Path) -> tuple[dict[str, pd.DataFrame], dict[str, Any], pd.DataFrame]:
     """(each arm's level rows with the engine-CPU figures, the baseline arm's name, stalled requests)."""
     from specsweep.analyze.enginecpu import cpu_figures, engine_threads, stalled_requests
-    from specsweep.analyze.join import measured_requests
+    from specsweep.analyze.join import comparable_acceptance, measured_requests
     from specsweep.results.store import load_result_set
 
     levels: dict[str, pd.DataFrame] = {}
     stalls, baseline, controls = [], "baseline", []
     for sub in sorted(p for p in folder.iterdir() if (p / "meta.json").is_file()):
         rs = load_result_set(sub)  # superseded rows (levels measured again on resume) are left out
-        levels[rs.arm] = cpu_figures(rs.levels, engine_threads(rs.meta) or 1)
+        levels[rs.arm] = cpu_figures(comparable_acceptance(rs.levels), engine_threads(rs.meta) or 1)
         if rs.meta.control:
             controls.append(rs.arm)
         req = measured_requests(rs)
@@ -100,7 +100,8 @@ def table(levels: dict[str, pd.DataFrame], baseline: str) -> pd.DataFrame:
                 row[f"{arm} per-user Δ%"] = _pct(r.get("user_tok_s_mean", math.nan), b.get("user_tok_s_mean", math.nan))
                 row[f"{arm} tok/step"] = f"{r['spec_tokens_per_step']:.2f}"
                 row[f"{arm} per drafted step"] = f"{r.get('spec_accept_length_counters', math.nan):.2f}"
-                row[f"{arm} draft share"] = f"{100 * r.get('spec_draft_share', math.nan):.0f} %"
+                share = float(r.get("spec_draft_share", math.nan))
+                row[f"{arm} draft share"] = "—" if math.isnan(share) else f"{100 * share:.0f} %"
         got = [float(lv.set_index(["concurrency", "repeat"]).loc[key, "server_cpu_got_pct"])
                for lv in levels.values() if key in lv.set_index(["concurrency", "repeat"]).index]
         row["CPU got (min)"] = f"{min(got):.0f} %"
