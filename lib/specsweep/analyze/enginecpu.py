@@ -12,7 +12,9 @@ have used. Per level:
   what its threads could use (%; about 100 on a quiet machine, a little over with its HTTP thread);
 - ``output_tok_per_cpu_s`` = ``output_tok_s`` ÷ ``server_cpu_cores``: output tokens per engine
   CPU-second (the aggregate over the window, spread over the CPU the engine got in it);
-- a level is **starved** where ``server_cpu_got_pct`` < :data:`STARVED_PCT`.
+- a level is **starved** where ``server_cpu_got_pct`` < :data:`STARVED_PCT` (in a closed loop the
+  engine waits for requests only between one's end and the next's start; a level whose engine idled
+  longer, an open loop or a client that fell behind, reads as starved too).
 
 Where every arm is such a CPU engine and some level of some arm was starved,
 :func:`normalise_aggregate` makes the comparison decide on ``output_tok_per_cpu_s × threads``
