@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The client's CPU as a share of a CPU engine's, per level, at the real-engine demo's settings.
 
-Runs the baseline arm of ``data/studies/real-llamacpp.yaml`` (llama.cpp + SmolLM2-135M, 16 slots,
-one thread, builtin prompts as chat, 32 output tokens, concurrency 1, 4, 16) once, as a study, into
+Runs the baseline arm of ``data/studies/real-llamacpp.yaml`` (llama.cpp + SmolLM2-135M, at the study's
+settings: one thread, its prompts as chat, its output length and levels) once, as a study, into
 a temporary folder, then prints per level the client's and the server tree's CPU seconds and the
 share (``client_cpu_share_pct``, specsweep.measure.cpushare) against its target (≤ 2 %).
 

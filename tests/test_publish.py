@@ -26,17 +26,17 @@ def test_the_category_demo_is_published_and_measures_the_builtin_set() -> None:
     curve), and at every level at least two requests per slot (the ``auto`` rule)."""
     from specsweep.measure.config import parse_config
     from specsweep.report import MIN_CATEGORY_LEVELS
-    from specsweep.workloads.datasets import builtin_prompts
+    from specsweep.workloads.datasets import load_spec
 
     pub = next(p for p in PUBLISHED if p.name == "demo-categories")
     study = load_study(REPO_ROOT / str(pub.study))
     assert study.name == pub.name and [a.name for a in study.arms] == ["baseline", "mtp"]
     sweep = study.spec.sweep
-    assert sweep["workload"] == "builtin" and sweep["min_requests_per_level"] == len(builtin_prompts())
+    prompts = len(load_spec(sweep["workload"]).records)
+    assert sweep["workload"].startswith("builtin") and sweep["min_requests_per_level"] == prompts
     assert sweep.get("requests_per_level", "auto") == "auto" and len(sweep["concurrency"]) >= MIN_CATEGORY_LEVELS
     cfg = parse_config(sweep)
-    assert [cfg.requests_for(c) for c in sweep["concurrency"]] == [max(len(builtin_prompts()), 2 * c)
-                                                                 for c in sweep["concurrency"]]
+    assert [cfg.requests_for(c) for c in sweep["concurrency"]] == [max(prompts, 2 * c) for c in sweep["concurrency"]]
     for p in PUBLISHED:  # a study's report lands at reports/<its name>.html: the published name
         if p.study:
             assert load_study(REPO_ROOT / p.study).name == p.name

@@ -13,6 +13,7 @@ from helpers import SEED, write_level_only, write_measured
 from specsweep.analyze import whatif
 from specsweep.analyze.compare import compare
 from specsweep.analyze.whatif.decompose import decompose
+from specsweep.analyze.whatif.observe import observe
 from specsweep.analyze.whatif.setting import model_for
 from specsweep.analyze.whatif.validate import loo, loo_summary
 from specsweep.report import whatif_section as section
@@ -227,3 +228,62 @@ def test_a_new_model_never_reads_a_dead_ones_validation_error() -> None:
             seen.append(loo_rms(m) == ref[a])
             del m
     assert all(seen), f"{seen.count(False)} of {len(seen)} models read another model's error"
+
+
+def test_a_llamacpp_arm_is_modelled_on_tokens_per_target_step_not_per_drafted_step() -> None:
+    """The real-engine reference run recorded llama.cpp's per-drafted-step accept length as the level's
+    figure and tokens per target step beside it; the model's tokens per step must be the latter (what a
+    step of the engine yields, comparable with every other server), or step times come out ~4× long."""
+    root = Path(__file__).resolve().parents[2] / "data" / "reference" / "real-llamacpp-smollm2"
+    sets = [load_result_set(root / arm) for arm in ("baseline", "ngram")]
+    comp = compare(sets, baseline="baseline", n_boot=20)
+    data = observe(comp, "ngram", sets, n_boot=20)
+    per_step = comp.levels[comp.levels["arm"] == "ngram"].set_index("concurrency")["spec_tokens_per_step"]
+    assert data.accept_length == pytest.approx(per_step.loc[data.concurrency].to_numpy())
+    assert (data.accept_length < 2.0).all()
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("shape", ["convex", "concave", "flat", "linear", "falling"])
+def test_step_lines_have_non_negative_costs_and_are_the_constrained_least_squares(shape: str) -> None:
+    """Many synthetic step-time curves, several shapes and two noise models: the summary line's costs
+    are never negative, it is the least-squares line over non-negative costs (scipy's NNLS as the
+    oracle), it is the plain least-squares line wherever that one is non-negative, and says so otherwise."""
+    from scipy.optimize import nnls
+
+    from specsweep.analyze.whatif.model import step_line
+
+    rng = np.random.default_rng(7)
+    curves = {"convex": lambda n: 0.5 + 0.08 * n ** 1.6, "concave": lambda n: 4.0 + 3.0 * np.sqrt(n),
+              "flat": lambda n: 6.0 + 0 * n, "linear": lambda n: 2.0 + 0.3 * n, "falling": lambda n: 9.0 - 0.2 * n}
+    for draw in range(200):
+        batch = np.array(sorted(rng.choice([1, 2, 4, 8, 12, 16], size=rng.integers(2, 6), replace=False)), float)
+        clean = curves[shape](batch)
+        noisy = clean * (np.exp(rng.normal(0, 0.1, batch.size)) if draw % 2 else 1 + rng.uniform(-0.2, 0.2, batch.size))
+        fit = step_line(batch, noisy)
+        assert fit["fixed_ms"] >= 0 and fit["per_request_ms"] >= 0
+        (want_fixed, want_slope), _ = nnls(np.column_stack([np.ones_like(batch), batch]), noisy)
+        assert (fit["fixed_ms"], fit["per_request_ms"]) == pytest.approx((want_fixed, want_slope), abs=1e-6)
+        slope, icpt = np.polyfit(batch, noisy, 1)
+        assert (fit["note"] == "") == (slope >= 0 and icpt >= 0)
+    refused = step_line(np.array([1.0, 4.0]), np.array([2.0, -1.0]))
+    assert math.isnan(refused["fixed_ms"]) and refused["note"].startswith("refused")
+
+
+def test_an_older_llamacpp_result_set_is_compared_on_tokens_per_target_step() -> None:
+    """The reference run recorded llama.cpp's per-drafted-step figure as the level's accept length:
+    read back, the comparison's accept length is tokens per target step, with the draft share from
+    the step counts (verification ÷ verification + plain), and the diagnostics name both."""
+    from specsweep.report import diagnostics_markdown
+
+    root = Path(__file__).resolve().parents[2] / "data" / "reference" / "real-llamacpp-smollm2"
+    sets = [load_result_set(root / arm) for arm in ("baseline", "ngram")]
+    raw = sets[1].levels
+    comp = compare(sets, baseline="baseline", n_boot=20)
+    lv = comp.levels[comp.levels["arm"] == "ngram"].set_index("concurrency")
+    by_level = raw.groupby("concurrency")
+    assert lv["spec_accept_length"].to_numpy() == pytest.approx(by_level["spec_tokens_per_step"].mean().to_numpy())
+    share = raw["spec_verify_steps_counters"] / (raw["spec_verify_steps_counters"] + raw["spec_plain_steps"])
+    assert lv["spec_draft_share"].to_numpy() == pytest.approx(share.groupby(raw["concurrency"]).mean().to_numpy())
+    assert (lv["spec_accept_length_counters"] > 3).all() and (lv["spec_accept_length"] < 2).all()
+    assert "per drafted step" in diagnostics_markdown(comp)

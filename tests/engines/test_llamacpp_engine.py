@@ -92,6 +92,54 @@ def test_probe_labels_arms_by_the_launchers_record_never_ngram_as_draft() -> Non
     assert llamacpp.PROPS_KEY == "specsweep_launch"
 
 
+@pytest.mark.fast
+def test_the_engine_version_is_the_packages_where_the_build_says_nothing() -> None:
+    """The xllamacpp wheel's llama-server reports build_info "b0-unknown" (no build number or commit
+    compiled in); the launcher recorded the wheel's version, which names the engine instead. A build
+    that names itself keeps its own, and a server without the launcher's record says what it says."""
+    props, slots = _props("ngram-simple")
+    props["build_info"] = "b0-unknown"
+    props["ui_settings"][llamacpp.PROPS_KEY]["xllamacpp_version"] = "2026.10.11549"
+    assert props_settings(props, slots)["version"] == "xllamacpp 2026.10.11549"
+    props["build_info"] = "b6123-4f2c1a7"
+    assert "version" not in props_settings(props, slots)
+    bare, _ = _props(None)
+    bare["build_info"] = "b0-unknown"
+    assert "version" not in props_settings(bare, slots) and props_settings(bare, slots)["build_info"] == "b0-unknown"
+
+
+@pytest.mark.fast
+def test_the_demo_study_measures_the_crossover_workload_one_arm_at_a_time() -> None:
+    """The real-engine demo: baseline, n-gram (ngram-simple, 8 drafted, 3-grams), the same capped at 4
+    slots and a control configured exactly like the baseline, one thread each, one arm at a time,
+    interleaved repeats, levels 1–16, the input-grounded copy prompts once per level over chat."""
+    from specsweep.measure.config import parse_config
+    from specsweep.study.file import load_study
+    from specsweep.workloads.datasets import load_spec
+
+    study = load_study(Path(__file__).resolve().parents[2] / "data" / "studies" / "real-llamacpp.yaml")
+    spec, arms = study.spec, {a.name: a for a in study.arms}
+    assert list(arms) == ["baseline", "ngram", "ngram-4slots", "control"] and arms["control"].control
+    assert spec.parallel == 1 and spec.order == "interleaved" and spec.repeats >= 3
+    argv = {name: [str(x) for x in a.serve.argv] for name, a in arms.items() if a.serve is not None}
+
+    def opt(name: str, flag: str) -> str | None:
+        return argv[name][argv[name].index(flag) + 1] if flag in argv[name] else None
+
+    assert all(opt(n, "--threads") == "1" for n in arms)
+    assert [opt(n, "--slots") for n in arms] == ["16", "16", "4", "16"]
+    for n in ("ngram", "ngram-4slots"):
+        assert (opt(n, "--spec"), opt(n, "--draft-max"), opt(n, "--ngram-n")) == ("ngram-simple", "8", "3")
+    assert argv["control"] == argv["baseline"]
+    assert [x for x in argv["ngram-4slots"] if x != "4"] == [x for x in argv["ngram"] if x != "16"]
+    cfg = parse_config(spec.sweep)
+    assert cfg.concurrency == [1, 2, 4, 8, 16] and cfg.api == "openai-chat" and cfg.temperature == 0
+    assert cfg.resolved_output_tokens() == 64 and cfg.flush_cache
+    prompts = load_spec(spec.sweep["workload"]).records
+    assert len(prompts) == 32 and {r.category for r in prompts} == {"copy"}
+    assert all(cfg.requests_for(c) >= len(prompts) for c in cfg.concurrency)
+
+
 def _serve_argvs() -> list[tuple[str, str, list[str]]]:
     import yaml
 
@@ -120,4 +168,4 @@ def test_every_llamacpp_arm_with_a_draft_model_names_its_speculative_type() -> N
             if "--draft-model" in argv:
                 assert argv[argv.index("--spec") + 1] == "draft", f"{name} arm {arm}"
                 checked += 1
-    assert checked >= 2  # the example and the real-engine demo
+    assert checked >= 1  # the example study's draft-model arms

@@ -180,16 +180,17 @@ def test_ngram_acceptance_by_llamacpps_definition_and_the_timings_figure(real: d
     assert (lv["spec_draft_tokens_timings"] == lv["spec_draft_tokens_counters"]).all()
     assert (lv["spec_accepted_tokens_timings"] == lv["spec_accepted_tokens_counters"]).all()
     assert (lv["spec_draft_tokens_timings"] == sums["spec_draft_tokens"]).all()
-    # the level's accept length is llama.cpp's: 1 + accepted / verification steps (its counters)
-    assert (lv["spec_accept_length_source"] == "per-level counter deltas (/metrics)").all()
-    drafted = lv["spec_verify_steps_counters"] > 0
-    assert lv.loc[drafted, "spec_accept_length"].to_numpy() == pytest.approx(
-        (1 + lv["spec_accepted_tokens_counters"] / lv["spec_verify_steps_counters"])[drafted].to_numpy())
-    # the timings' figure is tokens per target forward: plain steps (no draft) count too
-    assert lv["spec_tokens_per_step"].to_numpy() == pytest.approx(
+    # the level's accept length is tokens per target step (plain steps, no draft, count too), as SGLang's
+    assert (lv["spec_accept_length_source"] == "per-request (server response)").all()
+    assert lv["spec_accept_length"].to_numpy() == pytest.approx(
         (sums["output_tokens"] / sums["spec_verify_ct"]).to_numpy())
-    assert (lv["spec_plain_steps"] >= 0).all()
-    assert (lv.loc[drafted, "spec_tokens_per_step"] <= lv.loc[drafted, "spec_accept_length"]).all()
+    assert lv["spec_tokens_per_step"].to_numpy() == pytest.approx(lv["spec_accept_length"].to_numpy())
+    # llama.cpp's own figure, 1 + accepted / verification steps (its counters), under its own name
+    drafted = lv["spec_verify_steps_counters"] > 0
+    assert lv.loc[drafted, "spec_accept_length_counters"].to_numpy() == pytest.approx(
+        (1 + lv["spec_accepted_tokens_counters"] / lv["spec_verify_steps_counters"])[drafted].to_numpy())
+    assert (lv["spec_plain_steps"] >= 0).all() and lv["spec_draft_share"].between(0.0, 1.0).all()
+    assert (lv.loc[drafted, "spec_accept_length"] <= lv.loc[drafted, "spec_accept_length_counters"]).all()
     # Σ (tokens − accepted) = one prompt-pass token per request + plain steps + verification steps
     n = req.groupby("concurrency").size()
     assert (sums["spec_verify_ct"] == n + lv["spec_plain_steps"] + lv["spec_verify_steps_counters"]).all()
@@ -208,8 +209,16 @@ def test_launch_settings_are_recorded_where_the_probe_finds_them(real: dict[str,
         # /props carries what the settings file says (less what is known only once it listens)
         assert launch == {k: v for k, v in real[f"{arm}_settings"].items() if k not in ("base_url", "port", "pid")}
         assert launch["slots"] == SLOTS and launch["ctx_per_slot"] == CTX and launch["threads"] == 1
+        assert launch["cache_ram_mib"] == 0  # an erased slot leaves no prompt in a host-memory cache either
+        # each level records the CPU the engine got against what its one thread could use
+        lv = real[arm].levels
+        assert lv["server_cpu_got_pct"].to_numpy() == pytest.approx(100 * lv["server_cpu_cores"].to_numpy())
         assert server["parallel_slots"] == SLOTS and server["context_length"] == CTX  # llama.cpp's own /props
         assert server["speculative_algorithm"] == spec  # an n-gram arm is never labelled "draft"
+        # the engine's real version: the wheel's build says "b0-unknown", the launcher records the wheel
+        assert server["version"] == server.get("build_info") or server["version"] == (
+            f"xllamacpp {launch['xllamacpp_version']}")
+        assert "unknown" not in str(server["version"])
     launch = real["ngram"].meta.server["launch"]
     assert (launch["spec"], launch["draft_max"], launch["ngram_n"]) == ("ngram-simple", 8, 3)
     assert launch["argv"][1:] == ["--model", "smollm2", "--slots", str(SLOTS), "--threads", "1", "--ctx-per-slot",

@@ -145,6 +145,9 @@ def test_level_suffix_says_nothing_without_a_figure() -> None:
     assert level_suffix(pd.Series({"client_cpu_share_pct": math.nan})) == ""
     assert level_suffix(pd.Series({"x": 1})) == ""
     assert level_suffix(pd.Series({"client_cpu_share_pct": 0.84})) == ", client CPU 0.8 % of the server's"
+    # a CPU engine started by the launcher: what it got of its threads' CPU is said too
+    assert level_suffix(pd.Series({"client_cpu_share_pct": 0.84, "server_cpu_got_pct": 61.6})) == (
+        ", client CPU 0.8 % of the server's, engine got 62 % of its threads' CPU")
 
 
 def test_the_warning_names_exactly_the_levels_over_the_threshold() -> None:

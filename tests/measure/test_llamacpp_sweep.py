@@ -34,6 +34,19 @@ def test_builtin_prompts_go_to_chat_where_the_model_has_a_template(
     assert given.api == "openai-completions" and given.api_chosen_by is None
 
 
+def test_a_text_prompt_file_goes_to_chat_where_the_model_has_a_template_token_ids_do_not(
+        tmp_path: Path, refserver_factory: Callable[..., RefServer]) -> None:
+    srv = refserver_factory("off", SURFACE)  # its /props has a chat_template
+    text = tmp_path / "text.jsonl"
+    text.write_text('{"prompt": "Repeat the following text exactly: the river runs past the mill."}\n'
+                    '{"prompt": "List the days of the week."}\n')
+    meta = _run(srv.url, tmp_path, "file", workload=str(text))
+    assert meta.api == "openai-chat" and "chat template" in meta.api_chosen_by
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text('{"input_ids": [101, 202, 303, 404]}\n{"input_ids": [111, 222, 333]}\n')
+    assert _run(srv.url, tmp_path, "ids", workload=str(ids)).api == "openai-completions"
+
+
 def test_the_prompt_cache_is_handled_and_said(tmp_path: Path, refserver_factory: Callable[..., RefServer]) -> None:
     srv = refserver_factory("off", SURFACE)  # no slot erase here: the sweep falls back and says so
     meta = _run(srv.url, tmp_path, "flushed", workload="random-text", flush_cache=True)

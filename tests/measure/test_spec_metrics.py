@@ -157,6 +157,26 @@ def test_server_figures_fall_back_to_counter_deltas_and_name_the_source() -> Non
     assert "spec_accept_length" not in server_figures(partial, [], (0.0, 1.0), {}, {}, "vllm")
 
 
+@pytest.mark.fast
+def test_llamacpp_level_accept_length_is_tokens_per_target_step_as_sglangs() -> None:
+    """Two requests of 20 tokens: one drafted 16 tokens over 4 verification steps and kept 8 (12
+    target steps), one never drafted (20 steps). Tokens per target step: 40 ÷ 32 = 1.25, the figure
+    SGLang's completion tokens ÷ verify steps gives; llama.cpp's counters: 1 + 8 ÷ 4 = 3 per drafted
+    step, kept under its own name beside the share of steps that carried a draft: the 32 steps less
+    the two prompt passes are 30, of which 4 verified a draft."""
+    rows = _frame([{"output_tokens": 20.0, "spec_verify_ct": 12.0, "spec_accepted_tokens": 8.0, "spec_draft_tokens": 16.0},
+                   {"output_tokens": 20.0, "spec_verify_ct": 20.0, "spec_accepted_tokens": 0.0, "spec_draft_tokens": 0.0}])
+    before = {"spec_drafts": 10.0, "spec_accepted_tokens": 5.0, "spec_draft_tokens": 50.0}
+    after = {"spec_drafts": 14.0, "spec_accepted_tokens": 13.0, "spec_draft_tokens": 66.0}
+    out = server_figures(rows, [], (0.0, 1.0), before, after, "llamacpp")
+    assert out["spec_accept_length"] == pytest.approx(40 / 32) == out["spec_tokens_per_step"]
+    assert out["spec_accept_length_source"] == SOURCE_PER_REQUEST
+    assert "tokens per target step" in out["spec_accept_length_formula"]
+    assert out["spec_accept_length_counters"] == pytest.approx(1 + 8 / 4)
+    assert out["spec_plain_steps"] == pytest.approx(26.0)
+    assert out["spec_draft_share"] == pytest.approx(4 / 30)
+
+
 # --------------------------------------------------------------- sweeps on the reference server
 
 def _sweep(tmp_path: Path, url: str, arm: str, **kw: object) -> ResultSet:

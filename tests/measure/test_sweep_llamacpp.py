@@ -7,10 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from specsweep.analyze.compare import compare
 from specsweep.measure.config import ConfigError
 from specsweep.measure.probe import ProbeError
 from specsweep.measure.sweep import run_sweep
 from specsweep.refserver.launch import RefServer
+from specsweep.report import diagnostics_markdown
 from specsweep.results.store import load_result_set
 
 SMALL_VOCAB = ["--set", "model.vocab_size=1403"]
@@ -85,19 +87,31 @@ def test_llamacpp_acceptance_from_timings_and_per_position(tmp_path: Path,
     assert req["spec_draft_tokens"].notna().all() and (req["spec_accepted_tokens"] <= req["spec_draft_tokens"]).all()
     assert (req["spec_verify_ct"] == 60 - req["spec_accepted_tokens"]).all()
     assert lv["spec_accept_length"].between(1.5, 3.0).all()
-    # llama.cpp's accept length is 1 + accepted / verification steps, which only its counters count
-    # (timings carry no step count): the level's figure comes from them, named so
-    assert (lv["spec_accept_length_source"] == "per-level counter deltas (/metrics)").all()
-    assert lv["spec_accept_length_formula"].str.contains("llama.cpp's definition").all()
-    assert lv["spec_accept_length"].to_numpy() == pytest.approx(
-        (1 + lv["spec_accepted_tokens_counters"] / lv["spec_verify_steps_counters"]).to_numpy())
-    # the timings give tokens per target forward (steps = predicted − accepted), kept under its own name
+    # the level's accept length is tokens per target step (steps = predicted − accepted), from the
+    # timings, as SGLang's: comparable across servers
+    assert (lv["spec_accept_length_source"] == "per-request (server response)").all()
+    assert lv["spec_accept_length_formula"].str.contains("tokens per target step").all()
     ok = req[req["error"].isna() & ~req["warmup"]]
     by_level = ok.groupby("concurrency")[["output_tokens", "spec_verify_ct", "spec_draft_tokens",
                                           "spec_accepted_tokens"]].sum()
     lvc = lv.set_index("concurrency")
-    assert lvc["spec_tokens_per_step"].to_numpy() == pytest.approx(
+    assert lvc["spec_accept_length"].to_numpy() == pytest.approx(
         (by_level["output_tokens"] / by_level["spec_verify_ct"]).to_numpy())
+    assert lvc["spec_tokens_per_step"].to_numpy() == pytest.approx(lvc["spec_accept_length"].to_numpy())
+    # llama.cpp's own figure, 1 + accepted / verification steps (only its counters count those), under
+    # its own name, with the share of decode steps that carried a draft
+    assert lv["spec_accept_length_counters"].to_numpy() == pytest.approx(
+        (1 + lv["spec_accepted_tokens_counters"] / lv["spec_verify_steps_counters"]).to_numpy())
+    decode_steps = by_level["spec_verify_ct"] - by_level.index.map(ok.groupby("concurrency").size())
+    assert lvc["spec_draft_share"].to_numpy() == pytest.approx(
+        (lvc["spec_verify_steps_counters"] / decode_steps).to_numpy())
+    assert lvc["spec_draft_share"].between(0.0, 1.0).all()
+    # the page names both: the comparable figure first, llama.cpp's with its draft share beside
+    text = diagnostics_markdown(compare([rs], baseline="draft"))
+    assert "tokens per target step" in text and "per drafted step" in text
+    first = lvc.iloc[0]
+    assert (f"{first['spec_accept_length_counters']:.2f} at {lvc.index[0]} "
+            f"({100 * first['spec_draft_share']:.0f} %)") in text
     # the same drafted and accepted tokens on both sides: only the step denominator differs
     assert (lvc["spec_draft_tokens_timings"] == by_level["spec_draft_tokens"]).all()
     assert (lvc["spec_draft_tokens_timings"] == lvc["spec_draft_tokens_counters"]).all()

@@ -266,11 +266,13 @@ def test_an_hf_workload_runs_through_a_sweep_offline(tmp_path: Path, refserver_m
 # ----------------------------------------------------------------------------------- built-in set
 
 
-def test_builtin_set_six_categories_of_24_or_more_license_clean_and_shipped() -> None:
+def test_builtin_set_categories_of_12_or_more_license_clean_and_shipped() -> None:
     recs = ds.builtin_prompts()
     counts = pd.Series([r.category for r in recs]).value_counts().to_dict()
-    assert set(counts) == {"code-edit", "extraction", "summarisation", "qa", "math", "creative-writing"}
-    assert min(counts.values()) >= 24
+    assert set(counts) == {"code-edit", "extraction", "summarisation", "qa", "math", "creative-writing",
+                           *ds.INPUT_GROUNDED}
+    assert min(counts[c] for c in counts if c not in ds.INPUT_GROUNDED) >= 24
+    assert min(counts[c] for c in ds.INPUT_GROUNDED) >= 12
     assert len({r.prompt for r in recs}) == len(recs)
     assert all(isinstance(r.prompt, str) and r.reference_output_tokens and r.reference_output_tokens > 0
                for r in recs)
@@ -286,6 +288,31 @@ def test_builtin_set_six_categories_of_24_or_more_license_clean_and_shipped() ->
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["specsweep"]
     rel = ds.builtin_path().relative_to(ROOT / "lib" / "specsweep")
     assert any(rel.match(p) for p in patterns), (rel, patterns)
+
+
+@pytest.mark.fast
+def test_input_grounded_categories_carry_the_text_their_answer_repeats() -> None:
+    """The traffic where prompt-lookup and n-gram drafts are accepted: the answer is (mostly) a
+    span of the prompt. Copy prompts hold the text to repeat after one instruction line, edit-file
+    prompts a whole file to return, quote-answer prompts the passage to quote from."""
+    copy = ds.builtin_prompts(["copy"])
+    assert len(copy) == 32 and len({r.prompt for r in copy}) == 32  # the real-engine demo sends each once
+    for r in copy:
+        head, _, text = r.prompt.partition("\n\n")
+        assert head.startswith("Repeat the following text exactly") and text.count(". ") >= 4
+        assert r.reference_output_tokens and r.reference_output_tokens >= len(text) // 4
+    for r in ds.builtin_prompts(["edit-file"]):
+        body = r.prompt.split("```")[1]
+        assert "Return the whole file" in r.prompt and body.count("\n") >= 8
+        assert r.reference_output_tokens and r.reference_output_tokens >= len(body) // 4
+    for r in ds.builtin_prompts(["quote-answer"]):
+        assert "exact quotes" in r.prompt and "\n\nPassage: " in r.prompt and "\n\nQuestion: " in r.prompt
+    readme = (ds.builtin_path().parent / "README.md").read_text()
+    doc = (ROOT / "docs" / "workloads.md").read_text()
+    for cat in ds.INPUT_GROUNDED:
+        assert f"| `{cat}` | {len(ds.builtin_prompts([cat]))} |" in readme
+        assert f"`{cat}`" in doc
+    assert "n-gram" in doc and "prompt-lookup" in doc
 
 
 # ----------------------------------------------------------------------------------- categories

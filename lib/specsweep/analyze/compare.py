@@ -48,6 +48,7 @@ from specsweep.analyze.drift import (
     split_sentinels,
     widen_for_drift,
 )
+from specsweep.analyze.enginecpu import BASIS_CPU, normalise_aggregate
 from specsweep.analyze.join import (
     NOT_METRICS,
     compared_metrics,
@@ -144,6 +145,9 @@ class Comparison:
     family: int = 1
     #: bootstrap resamples used for per-request statistics
     n_boot: int = 400
+    #: what ``output_tok_s`` means here where it is not wall-clock tok/s (a CPU engine that lost CPU to
+    #: another process: :data:`~specsweep.analyze.enginecpu.BASIS_CPU`), else None
+    aggregate_basis: str | None = None
     #: {(arm, metric): {concurrency: delta row}}, built from ``deltas`` when first asked for; not an
     #: init field, so that ``dataclasses.replace(comp, deltas=...)`` (charts.select) builds its own
     _delta_index: dict[tuple[str, str], dict[int, dict[str, Any]]] | None = field(default=None, init=False, repr=False)
@@ -251,6 +255,9 @@ def compare(
     """
     by_arm = _by_arm(sets, baseline)
     raw_levels, definition_notes = joinable_levels(by_arm)
+    # a CPU engine that lost CPU to another process: decide on tok/s per engine CPU-second
+    raw_levels, cpu_note = normalise_aggregate(raw_levels, {a: rs.meta for a, rs in by_arm.items()})
+    definition_notes = definition_notes + ([cpu_note] if cpu_note else [])
     raw_levels, drift, times = _drift_corrected(raw_levels, baseline, assumed_noise_pct)
     require_shared_levels(raw_levels, baseline)
     notes = check_workloads(sets, by_arm[baseline], allow_workload_mismatch) + definition_notes
@@ -259,7 +266,9 @@ def compare(
     fits = fit_shared(join.arms, join.metrics, join.levels_of, join.fit, np.random.default_rng(seed))
     curves = _banded(fits, join, drift, times)
     rows = _delta_rows(join, curves)
-    return _comparison(join, levels, user_metric, rows, curves, notes + _unshared_notes(join), drift)
+    comp = _comparison(join, levels, user_metric, rows, curves, notes + _unshared_notes(join), drift)
+    comp.aggregate_basis = BASIS_CPU if cpu_note else None
+    return comp
 
 
 def _by_arm(sets: Sequence[ResultSet], baseline: str) -> dict[str, ResultSet]:

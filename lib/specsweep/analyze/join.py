@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsweep.analyze.metrics import SOURCE_COUNTERS, SOURCE_PER_REQUEST
 from specsweep.errors import InputError
 from specsweep.results.meta import Meta
 from specsweep.results.store import ResultSet
+from specsweep.servers.llamacpp import TIMINGS
 
 
 class NoSharedLevelError(InputError, ValueError):
@@ -47,9 +49,31 @@ def measured_requests(rs: ResultSet) -> pd.DataFrame | None:
     return req[ok]
 
 
+def comparable_acceptance(lv: pd.DataFrame) -> pd.DataFrame:
+    """Level rows whose accept length is tokens per target step: rows that recorded llama.cpp's
+    per-drafted-step figure as the level's (result sets written before the figure became tokens per
+    target step) take ``spec_tokens_per_step`` instead, as a sweep now records it, and gain
+    ``spec_draft_share`` from their step counts. Other rows are returned as they are."""
+    need = {"spec_tokens_per_step", "spec_accept_length", "spec_accept_length_source"}
+    if not need <= set(lv.columns):
+        return lv
+    # only llama.cpp's levels have spec_tokens_per_step; a sweep now records them per request
+    old = lv["spec_accept_length_source"].astype(str).eq(SOURCE_COUNTERS) & lv["spec_tokens_per_step"].notna()
+    if not old.any():
+        return lv
+    lv = lv.copy()
+    lv.loc[old, "spec_accept_length"] = lv.loc[old, "spec_tokens_per_step"]
+    lv.loc[old, "spec_accept_length_source"] = SOURCE_PER_REQUEST
+    lv.loc[old, "spec_accept_length_formula"] = TIMINGS.timings_formula
+    if {"spec_verify_steps_counters", "spec_plain_steps"} <= set(lv.columns):
+        steps = lv["spec_verify_steps_counters"] + lv["spec_plain_steps"]
+        lv.loc[old & (steps > 0), "spec_draft_share"] = lv["spec_verify_steps_counters"] / steps
+    return lv
+
+
 def _with_littles_law(rs: ResultSet) -> pd.DataFrame:
     """The arm's level rows, plus ``e2e_mean_est_s`` (Little's law) where no e2e was measured."""
-    lv = rs.levels.copy()
+    lv = comparable_acceptance(rs.levels).copy()
     out_tokens = rs.meta.workload.output_tokens
     measured = "e2e_mean_s" in lv and lv["e2e_mean_s"].notna().any()
     if not measured and isinstance(out_tokens, (int, float)) and out_tokens > 0 and "output_tok_s" in lv:

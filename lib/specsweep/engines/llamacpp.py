@@ -24,7 +24,8 @@ parameter object, not from the command line): in the server's ``GET /props`` as
 ``--settings-json`` (default: a file in the temporary directory, removed again at a clean stop;
 a path given is kept), whose path the ready line prints. Slot erase
 (``POST /slots/{id}?action=erase``, which llama.cpp allows only with a slot save path) is
-enabled so that a sweep can empty the prompt cache between levels.
+enabled so that a sweep can empty the prompt cache between levels, and the host-memory prompt
+cache (``--cache-ram-mib``) is off unless asked for: erasing a slot leaves that cache in place.
 """
 from __future__ import annotations
 
@@ -119,6 +120,9 @@ def parse_args(argv: Sequence[str] | None, prog: str = PROG) -> argparse.Namespa
     parser.add_argument("--ngram-n", type=int, default=None, help="n-gram arms: the n-gram size looked up")
     parser.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: any free port)")
     parser.add_argument("--settings-json", default=None, help="where to write the applied settings (JSON)")
+    parser.add_argument("--cache-ram-mib", type=int, default=0, help="llama.cpp's host-memory prompt cache (MiB); "
+                        "0 (default) turns it off, so an erased slot leaves no prompt to reuse (llama-server's "
+                        "own default keeps 8192)")
     parser.add_argument("--no-slot-erase", action="store_true", help="no slot save path: llama.cpp then refuses "
                                                                      "POST /slots/{id}?action=erase (as llama-server "
                                                                      "does by default)")
@@ -187,6 +191,8 @@ def build_params(args: argparse.Namespace, xlc: Any, slot_save_path: str) -> tup
     p.port = args.port
     if not args.no_slot_erase:
         p.slot_save_path = slot_save_path  # llama.cpp allows POST /slots/{id}?action=erase only with one
+    # a slot's prompt also goes to a host-memory cache that erasing the slot leaves in place
+    p.cache_ram_mib = args.cache_ram_mib
     p.speculative.types = [getattr(xlc.common_speculative_type, SPEC_TYPES[args.spec])]
     if draft is not None:
         p.speculative.draft.mparams.path = str(draft)
@@ -218,7 +224,7 @@ def launch_settings(args: argparse.Namespace, p: Any, xlc: Any, model: Path, dra
         "slots": p.n_parallel, "n_ctx_total": p.n_ctx, "ctx_per_slot": p.n_ctx // max(p.n_parallel, 1),
         "kv_unified": p.kv_unified, "threads": p.cpuparams.n_threads, "threads_batch": p.cpuparams_batch.n_threads,
         "n_batch": p.n_batch, "n_ubatch": p.n_ubatch, "cont_batching": p.cont_batching,
-        "cache_prompt_default": p.cache_prompt, "slot_erase": bool(p.slot_save_path),
+        "cache_prompt_default": p.cache_prompt, "slot_erase": bool(p.slot_save_path), "cache_ram_mib": p.cache_ram_mib,
         "spec": args.spec, "speculative_types": [t.name.removeprefix("COMMON_SPECULATIVE_TYPE_").lower().replace("_", "-")
                                                  for t in spec.types],
         "host": "127.0.0.1", "port_requested": args.port, "argv": [PROG, *argv],

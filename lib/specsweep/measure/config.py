@@ -12,8 +12,8 @@ the names (tokens, seconds). ``auto`` values are resolved by the documented rule
 - ``warmup_requests="auto"``: C short requests (16 output tokens) at concurrency C before each
   level, so every connection is open and the server warm; excluded from all metrics.
 - ``embedded_spec="auto"``: ``off`` for the arm named ``baseline``, ``mtp`` for any other arm.
-- ``workload="auto"``: ``builtin`` (the project's categorised prompt set, six categories from
-  code edits to creative writing) for a real server — speculation's gain depends on what is
+- ``workload="auto"``: ``builtin`` (the project's categorised prompt set, categories from
+  copying a given text to creative writing) for a real server — speculation's gain depends on what is
   generated, and random token IDs say little about real traffic; ``random-ids`` for the embedded
   reference server, whose profiles are calibrated at 1000-token prompts (its demo stays a
   capacity picture; pass ``workload="builtin"`` to see its category effect). The reason is

@@ -191,16 +191,20 @@ class CpuShare:
         }
 
 
-def level_suffix(row: Any) -> str:
-    """``", client CPU 0.8 % of the server's"`` for a level line, or "" without the figure."""
-    raw = row.get("client_cpu_share_pct") if hasattr(row, "get") else None
-    if raw is None:
-        return ""
+def _figure(row: Any, key: str) -> float:
+    raw = row.get(key) if hasattr(row, "get") else None
     try:
-        share = float(raw)
+        return math.nan if raw is None else float(raw)
     except (TypeError, ValueError):
-        return ""
-    return "" if math.isnan(share) else f", client CPU {share:.1f} % of the server's"
+        return math.nan
+
+
+def level_suffix(row: Any) -> str:
+    """``", client CPU 0.8 % of the server's"`` for a level line (and, for a CPU engine,
+    ``", engine got 62 % of its threads' CPU"``), or "" without the figures."""
+    share, got = _figure(row, "client_cpu_share_pct"), _figure(row, "server_cpu_got_pct")
+    return ("" if math.isnan(share) else f", client CPU {share:.1f} % of the server's") + (
+        "" if math.isnan(got) else f", engine got {got:.0f} % of its threads' CPU")
 
 
 def cpu_share_warning(levels: Any, threshold_pct: float = WARN_SHARE_PCT) -> str | None:

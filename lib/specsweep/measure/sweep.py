@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsweep.analyze.enginecpu import engine_threads
 from specsweep.analyze.metrics import (
     SIM_LAG_WARN_MS,
     SOURCE_COUNTERS,
@@ -85,7 +86,15 @@ from specsweep.results.store import (
 )
 from specsweep.servers import SIM_COUNTERS, Dialect, dialect_of
 from specsweep.servers.dialect import CACHE_SALT_NOTE
-from specsweep.workloads.prompts import Workload, check_vocabulary, explain_rejection, make_workload, warmup_workload
+from specsweep.workloads.prompts import (
+    RANDOM_IDS,
+    RANDOM_TEXT,
+    Workload,
+    check_vocabulary,
+    explain_rejection,
+    make_workload,
+    warmup_workload,
+)
 
 WARMUP_INDEX_BASE = 1_000_000_000
 #: meta.json fields that must match for a run to be resumed (a changed timeout would change what counts as failed)
@@ -246,8 +255,9 @@ def server_figures(
     """Server-side figures of one level: acceptance length, max running/queued, KV usage.
 
     Acceptance (``spec_accept_length``, tokens per verify step): from the server's per-request
-    figures when every successful request carries them (``metrics.acceptance_from_requests``),
-    else from ``/metrics`` counter deltas; ``spec_accept_length_source`` names which
+    figures when every successful request carries them (``metrics.acceptance_from_requests``; for
+    a server whose figures count every target step, llama.cpp, tokens per target step, its
+    counters' per-drafted-step figure kept beside), else from ``/metrics`` counter deltas; ``spec_accept_length_source`` names which
     (``metrics.SOURCE_PER_REQUEST`` / ``SOURCE_COUNTERS``) and ``spec_accept_length_formula``
     how. ``spec_accept_length_counters`` keeps the counters' figure whenever they moved, as a
     cross-check. ``spec_draft_acceptance_rate`` and ``spec_accept_rate_pos_<i>`` come from the same
@@ -262,11 +272,10 @@ def server_figures(
     acc = acceptance_from_requests(requests)
     timings = dialect.timings
     if timings is not None and acc is not None:
+        # tokens per target step, as every other server's figure; the counters' per-drafted-step figure
+        # stays beside it (spec_accept_length_counters) with the share of steps that drafted
         out.update(timings.step_figures(requests, before, after))
-        if counted is not None:  # the server's own accept length; the timings' figure is another quantity
-            acc = LevelAcceptance(counted, SOURCE_COUNTERS, timings.counters_formula, acc.detail)
-        else:
-            acc = LevelAcceptance(acc.accept_length, acc.source, timings.timings_formula, acc.detail)
+        acc = LevelAcceptance(acc.accept_length, acc.source, timings.timings_formula, acc.detail)
     if acc is None and counted is not None:
         acc = LevelAcceptance(counted, SOURCE_COUNTERS, dialect.acceptance_formula, {})
     if acc is not None:
@@ -780,17 +789,26 @@ def _run_sweep(params: dict[str, Any] | SweepConfig, *, progress: bool, stop: th
 
 
 def choose_chat(cfg: SweepConfig, info: ServerProbe, workload: Workload) -> str | None:
-    """With ``api="auto"``, send a conversational workload (``builtin``) to the chat route when the
-    server's settings say its model has a chat template (``has_chat_template``: llama.cpp's
-    ``/props`` ``chat_template``, the only dialect that reports one): an instruct model then sees
-    its template and answers instead of continuing the prompt. Sets ``info.flavour``; returns the
-    reason (kept as ``meta.api_chosen_by``), or None when the flavour stays as probed."""
-    if (cfg.api != "auto" or workload.kind != "builtin"
+    """With ``api="auto"``, send a conversational workload (a prompt set of text or chat messages:
+    ``builtin``, a prompt file, a dataset) to the chat route when the server's settings say its
+    model has a chat template (``has_chat_template``: llama.cpp's ``/props`` ``chat_template``, the
+    only dialect that reports one): an instruct model then sees its template and answers instead
+    of continuing the prompt. A set with token-ID prompts stays as probed (chat takes no IDs). Sets
+    ``info.flavour``; returns the reason (kept as ``meta.api_chosen_by``), or None when the flavour
+    stays as probed."""
+    if (cfg.api != "auto" or not _conversational(workload)
             or not info.server_info.get("has_chat_template") or "openai-chat" not in info.flavours):
         return None
     info.flavour = "openai-chat"
-    return ("auto: the model has a chat template (/props chat_template) and the builtin workload is "
+    return (f"auto: the model has a chat template (/props chat_template) and the {workload.kind} workload is "
             "conversational, so its prompts go to /v1/chat/completions as user messages")
+
+
+def _conversational(workload: Workload) -> bool:
+    """A prompt set (not random IDs or words) none of whose prompts is token IDs."""
+    if workload.kind in (RANDOM_IDS, RANDOM_TEXT) or not workload.prompts:
+        return False
+    return not any(isinstance(p, list) and p and isinstance(p[0], int) for p in workload.prompts)
 
 
 def prompt_cache_plan(cfg: SweepConfig, info: ServerProbe) -> tuple[dict[str, Any], str | None, bool]:
@@ -1007,6 +1025,9 @@ def _save_level(lv: _Levels, c: int, r: int, measured: _Measured,
         level["prefix_cache_flush"] = flush_note
     for key, value in measured.cpu_figures.items():
         level[key] = value
+    threads = engine_threads(lv.meta)
+    if threads and "server_cpu_cores" in measured.cpu_figures:  # a CPU engine: what it got of its threads' CPU
+        level["server_cpu_got_pct"] = 100.0 * measured.cpu_figures["server_cpu_cores"] / threads
     append_level(lv.run_dir, level, req, srv if lv.poller else None)
     lv.current = None  # saved: an interrupt from here on does not touch this level
     lv.meta.unset("in_progress")

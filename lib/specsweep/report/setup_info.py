@@ -7,6 +7,7 @@ from typing import Any
 import pandas as pd
 
 from specsweep.analyze.compare import Comparison
+from specsweep.analyze.enginecpu import stall_sentence, stalled_requests
 from specsweep.markup import md_text
 from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.report.reproduce import _workload_value, server_command
@@ -178,6 +179,45 @@ def _import_notes(comp: Comparison) -> list[str]:
     return out
 
 
+def _per_drafted_step_line(comp: Comparison, acc: pd.DataFrame) -> str | None:
+    """llama.cpp's own accept length (per drafted step, from its counters) beside the share of decode
+    steps that carried a draft, for the arms whose levels have both; None where none has."""
+    cols = ("spec_accept_length_counters", "spec_draft_share")
+    if not all(c in acc for c in cols):
+        return None
+    have = acc.dropna(subset=list(cols))
+    if have.empty:
+        return None
+    return ("The figures above are tokens per target step (every decode step counted, as SGLang's), comparable "
+            "across servers. llama.cpp's own accept length counts only the steps that carried a draft — per "
+            "drafted step (its counters), with the share of decode steps that drafted: " + "; ".join(
+                f"{md_text(a)}: " + ", ".join(
+                    f"{r.spec_accept_length_counters:.2f} at {int(r.concurrency)} ({100 * r.spec_draft_share:.0f} %)"
+                    for r in g.itertuples()) for a, g in have.groupby("arm")) + ".")
+
+
+def _engine_cpu_lines(comp: Comparison) -> list[str]:
+    """For CPU engines: the CPU each level's engine got against its threads', wall-clock tok/s beside tok/s
+    per engine CPU-second (:mod:`specsweep.analyze.enginecpu`), and the levels a stalled request hit."""
+    lv = comp.levels
+    lines: list[str] = []
+    if "server_cpu_got_pct" in lv and lv["server_cpu_got_pct"].notna().any():
+        wall = "output_tok_s_wall" if "output_tok_s_wall" in lv else "output_tok_s"
+        have = lv.dropna(subset=["server_cpu_got_pct", "output_tok_per_cpu_s"])
+        lines.append("Engine CPU per level — the CPU the engine got against what its threads could use, and "
+                     "wall-clock tok/s beside tok/s per engine CPU-second (means over repeats): " + "; ".join(
+                         f"{md_text(a)}: " + ", ".join(
+                             f"{int(r.concurrency)}: {r.server_cpu_got_pct:.0f} %, {getattr(r, wall):.1f} wall, "
+                             f"{r.output_tok_per_cpu_s:.1f} per CPU-s" for r in g.itertuples())
+                         for a, g in have.groupby("arm", sort=False)) + "."
+                     + (f" The decision reads the {comp.aggregate_basis}." if comp.aggregate_basis else ""))
+    stalls = [stalled_requests(r) for r in comp.requests.values() if r is not None]
+    sentence = stall_sentence(pd.concat(stalls, ignore_index=True)) if stalls else None
+    if sentence:
+        lines.append(sentence)
+    return lines
+
+
 def diagnostics_markdown(comp: Comparison) -> str:
     """What the diagnostics show, from the numbers: served vs offered concurrency, caps, tokens per chunk."""
     lv = comp.levels
@@ -231,6 +271,10 @@ def diagnostics_markdown(comp: Comparison) -> str:
             f"{md_text(a)}: " + ", ".join(f"{r.spec_accept_length:.2f} at {int(r.concurrency)}" for r in g.itertuples())
             + (f" — {md_text(src[a])}" if src[a] else "")
             for a, g in acc.groupby("arm")) + ".")
+        drafted = _per_drafted_step_line(comp, acc)
+        if drafted:
+            lines.append(drafted)
+    lines.extend(_engine_cpu_lines(comp))
     if comp.chunk_counted:
         lines.append("⚠ Tokens were counted from SSE chunks, because the server reported no counts, for "
                      + ", ".join(f"{md_text(a)} ({w})" for a, w in comp.chunk_counted.items())

@@ -138,8 +138,12 @@ def _step_table(comp: Comparison, models: dict[str, ArmModel]) -> str:
             rows.append(f"| {md_text(a)} | {_n(lo)}–{_n(hi)} | accept length not measured: time per token "
                         f"{_n(fit['fixed_ms'], ' ms')} + {fit['per_request_ms']:.3f} ms × n | — | — |")
             continue
+        if fit["note"].startswith("refused"):
+            rows.append(f"| {md_text(a)} | {_n(lo)}–{_n(hi)} | {fit['note']} | — | — |")
+            continue
         rows.append(f"| {md_text(a)} | {_n(lo)}–{_n(hi)} | {_n(fit['fixed_ms'], ' ms')} + "
-                    f"{fit['per_request_ms']:.3f} ms × n | {per_tok:.3f} ms (width n × {width}) | "
+                    f"{fit['per_request_ms']:.3f} ms × n" + (f" ({fit['note']})" if fit["note"] else "")
+                    + f" | {per_tok:.3f} ms (width n × {width}) | "
                     + ("— |" if m.data.level_only else f"{share:.0f} % |"))
     note = ("Step time t(n) = time per token × accept length ÷ the stall mix (prefill steps of other requests); "
             "level-only data fold prefill into it.")

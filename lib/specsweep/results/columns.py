@@ -85,6 +85,19 @@ METRICS: dict[str, MetricInfo] = {
         "Server CPU", "cores", "neutral",
         "the local server process tree's CPU seconds ÷ the level's wall seconds (specsweep.measure.cpushare)",
     ),
+    "server_cpu_got_pct": MetricInfo(
+        "Engine CPU got", "%", "neutral",
+        "100 × server CPU cores ÷ the engine's compute threads (a CPU engine the launcher started): the CPU it "
+        "got against what its threads could use (specsweep.analyze.enginecpu)",
+    ),
+    "output_tok_per_cpu_s": MetricInfo(
+        "Aggregate per engine CPU-second", "tok/CPU-s", "higher",
+        "aggregate tok/s ÷ server CPU cores: output tokens per second of the engine's CPU (specsweep.analyze.enginecpu)",
+    ),
+    "spec_draft_share": MetricInfo(
+        "Draft share", "fraction", "neutral",
+        "llama.cpp: verification steps ÷ decode steps over the level (the steps that carried a draft)",
+    ),
     # the reference server only (refserver/schedule_metrics.py): how well the simulator kept its schedule
     "sim_steps": MetricInfo(
         "Simulator steps", "steps", "neutral",

@@ -77,10 +77,10 @@ class Sign:
 @dataclass(frozen=True)
 class TimingsAcceptance:
     """A server whose per-request figures count every target forward while its counters count
-    verification steps only (llama.cpp): where requests carry figures, the counters' figure is the
-    level's acceptance length (``counters_formula``), else the requests' figure stands under
-    ``timings_formula``; ``step_figures(requests, before, after)`` tells the two apart (columns
-    added to the level row)."""
+    verification steps only (llama.cpp): the requests' figure, tokens per target step, is the
+    level's acceptance length (``timings_formula``), comparable with every other server's; the
+    counters' per-drafted-step figure (``counters_formula``) is kept beside it, and
+    ``step_figures(requests, before, after)`` tells the two apart (columns added to the level row)."""
 
     counters_formula: str
     timings_formula: str

@@ -3,9 +3,11 @@
 
 ``llama-server`` answers ``/props`` with ``default_generation_settings`` and ``total_slots`` (and
 ``/v1/models`` with ``owned_by: "llamacpp"``); ``/slots`` says whether its slots speculate. Every
-stream's final chunk carries ``timings`` (no request field needed). Its acceptance length over a
-level is 1 + Δaccepted / Δdrafts, where ``spec_decode_num_drafts_total`` counts verification
-steps; the timings count every target forward (:data:`TIMINGS`). Its ``/tokenize`` takes
+stream's final chunk carries ``timings`` (no request field needed). A level's acceptance length
+is tokens per target step from the timings (every target forward counted, as SGLang's completion
+tokens per verify step); its own figure, 1 + Δaccepted / Δdrafts where
+``spec_decode_num_drafts_total`` counts verification steps only, is per drafted step and is kept
+under its own name with the share of steps that carried a draft (:data:`TIMINGS`). Its ``/tokenize`` takes
 ``{"content", "add_special"}`` and answers ``{"tokens"}``. It has no prefix-cache flush route:
 each slot keeps its prompt cache, emptied by ``POST /slots/{id}?action=erase``.
 """
@@ -89,7 +91,8 @@ def _apply_launch_settings(props: dict[str, Any], out: dict[str, Any]) -> None:
     """Settings recorded by ``specsweep.engines.llamacpp`` (``/props`` ``ui_settings.specsweep_launch``):
     kept as ``launch`` and, being what the engine was given, they name the speculative type
     (``--spec``: ``none`` → None; ``draft`` → ``"draft"`` (a draft model), n-gram arms by their
-    own name, never "draft") and the draft limits."""
+    own name, never "draft"), the draft limits and, where ``build_info`` names no build, the
+    engine's version (``xllamacpp <its package version>``)."""
     ui = props.get("ui_settings")
     launch = ui.get(LAUNCH_PROPS_KEY) if isinstance(ui, dict) else None
     if not isinstance(launch, dict):
@@ -104,6 +107,14 @@ def _apply_launch_settings(props: dict[str, Any], out: dict[str, Any]) -> None:
             out[key] = value
     if isinstance(launch.get("draft_model_path"), str):
         out["speculative_draft_model_path"] = launch["draft_model_path"]
+    if _unknown_build(out.get("build_info")) and isinstance(launch.get("xllamacpp_version"), str):
+        out["version"] = f"xllamacpp {launch['xllamacpp_version']}"  # the wheel names the engine's build
+
+
+def _unknown_build(build_info: Any) -> bool:
+    """Whether ``/props`` ``build_info`` says nothing (``b0-unknown``: built without a build number
+    or commit, as the xllamacpp wheel's server is)."""
+    return not isinstance(build_info, str) or build_info.startswith("b0-") or "unknown" in build_info
 
 
 def _settings(found: Mapping[str, dict[str, Any]], fetch: Fetch) -> dict[str, Any]:
@@ -148,9 +159,10 @@ def step_figures(requests: pd.DataFrame, before: Mapping[str, float], after: Map
     ``spec_draft_tokens_timings`` / ``spec_accepted_tokens_timings`` (Σ draft_n, Σ
     draft_n_accepted: equal to the counter deltas ``spec_draft_tokens_counters`` /
     ``spec_accepted_tokens_counters`` when only this sweep used the server),
-    ``spec_verify_steps_counters`` (Δ verification steps) and ``spec_plain_steps`` (target
+    ``spec_verify_steps_counters`` (Δ verification steps), ``spec_plain_steps`` (target
     forwards that verified no draft, the first token's prompt pass excluded; an estimate: a step
-    truncated at ``max_tokens`` counts its discarded drafts).
+    truncated at ``max_tokens`` counts its discarded drafts) and ``spec_draft_share`` (the share
+    of those decode steps that carried a draft, 0..1: verification ÷ (verification + plain)).
     """
     ok = requests[requests["error"].isna() & (requests["output_tokens"].fillna(0) > 0)]
     if not len(ok) or "spec_verify_ct" not in ok.columns or ok["spec_verify_ct"].isna().any():
@@ -166,16 +178,19 @@ def step_figures(requests: pd.DataFrame, before: Mapping[str, float], after: Map
             out[name] = after[key] - before[key]
     if "spec_verify_steps_counters" in out:
         out["spec_plain_steps"] = steps - len(ok) - out["spec_verify_steps_counters"]
+        if steps - len(ok) > 0:
+            out["spec_draft_share"] = out["spec_verify_steps_counters"] / (steps - len(ok))
     return out
 
 
-#: llama.cpp's accept length (its ``mean len`` log line and ``/metrics``): verification steps only,
-#: against what the timings of each response give: every target forward counts, drafted or not
+#: the level's accept length from each response's timings, tokens per target step (every forward,
+#: drafted or not: SGLang's definition), against llama.cpp's own (its ``mean len`` log line and
+#: ``/metrics``), per drafted step, which reads high when few steps draft (an n-gram drafter)
 TIMINGS = TimingsAcceptance(
     counters_formula=("1 + Δllamacpp:spec_decode_num_accepted_tokens / Δllamacpp:spec_decode_num_drafts "
-                      "(accepted drafts per verification step: llama.cpp's definition)"),
+                      "(accepted drafts per drafted step: llama.cpp's definition)"),
     timings_formula=("Σ completion tokens / Σ (completion tokens − draft_n_accepted): tokens per "
-                     "target forward, steps that drafted nothing included (no step count in timings)"),
+                     "target step, steps that drafted nothing included, as SGLang's"),
     step_figures=step_figures,
 )
 

@@ -61,6 +61,7 @@ __all__ = [
     "Dataset",
     "DatasetError",
     "FORMATS",
+    "INPUT_GROUNDED",
     "PromptRecord",
     "builtin_prompts",
     "builtin_path",
@@ -521,6 +522,12 @@ def load_hf(dataset_id: str, split: str = "train", format: str = "auto", *, name
 # ----------------------------------------------------------------------------------- built-in set
 
 
+#: the built-in set's input-grounded categories: the answer repeats a span of the prompt (text to
+#: copy, a whole file to return edited, a passage to quote), the traffic where prompt-lookup and
+#: n-gram drafters find drafts that are accepted
+INPUT_GROUNDED = ("copy", "edit-file", "quote-answer")
+
+
 def builtin_path() -> Path:
     """Where the built-in prompt set lives (shipped in the package: ``specsweep/data/prompts``)."""
     return Path(__file__).resolve().parents[1] / "data" / "prompts" / "builtin.jsonl"
@@ -529,8 +536,9 @@ def builtin_path() -> Path:
 def builtin_prompts(categories: Sequence[str] | None = None) -> list[PromptRecord]:
     """The project's own prompt set (file order), optionally only ``categories``.
 
-    Six categories that differ in how predictable the answer is: ``code-edit``, ``extraction``,
-    ``summarisation``, ``qa``, ``math``, ``creative-writing`` (see the README beside the file).
+    Categories that differ in how predictable the answer is: ``code-edit``, ``extraction``,
+    ``summarisation``, ``qa``, ``math``, ``creative-writing``, and the input-grounded
+    :data:`INPUT_GROUNDED` (see the README beside the file).
     """
     records = load(builtin_path(), "prompts").records
     if categories is None:

@@ -38,7 +38,7 @@ import numpy as np
 
 from specsweep.analyze.whatif.observe import ArmData
 
-__all__ = ["ArmModel", "fit"]
+__all__ = ["ArmModel", "fit", "step_line"]
 
 #: how fitted quantities are interpolated between batch sizes: "makima" (modified Akima, the default:
 #: follows a bend without PCHIP's flat spots next to a noisy pair of levels), "pchip", "linear", "loglog"
@@ -133,12 +133,35 @@ class ArmModel:
         return made[2](n)
 
     @property
-    def step_fit(self) -> dict[str, float]:
-        """Least-squares summary of the step time: fixed ms + ms per running request (measurement row)."""
-        if len(self.batch) < 2:
-            return {"fixed_ms": float(self.step_s[0, 0] * 1e3), "per_request_ms": float("nan")}
-        slope, icpt = np.polyfit(self.batch, self.step_s[0] * 1e3, 1)
-        return {"fixed_ms": float(icpt), "per_request_ms": float(slope)}
+    def step_fit(self) -> dict[str, Any]:
+        """The step time as fixed ms + ms per running request (measurement row): :func:`step_line`."""
+        return step_line(self.batch, self.step_s[0] * 1e3)
+
+
+def step_line(batch: np.ndarray, step_ms: np.ndarray) -> dict[str, Any]:
+    """The least-squares line ``fixed_ms + per_request_ms × n`` through step times ``step_ms`` (ms) at
+    batch sizes ``batch`` (requests), with both costs constrained to be non-negative (a step never
+    takes less than nothing, nor less as the batch grows); ``note`` says why the line is not the
+    unconstrained one, or why none was fitted (costs NaN): a step time that is not positive and finite.
+
+    Two unknowns: the constrained optimum is the unconstrained line when both costs come out
+    non-negative, else the better of the lines through the origin and the flat line at the mean.
+    """
+    x, y = np.asarray(batch, dtype=float), np.asarray(step_ms, dtype=float)
+    if not len(y) or not (np.isfinite(y).all() and (y > 0).all()):
+        return {"fixed_ms": math.nan, "per_request_ms": math.nan,
+                "note": "refused: a measured step time is not a positive finite number"}
+    if len(y) < 2 or np.ptp(x) == 0:
+        return {"fixed_ms": float(y.mean()), "per_request_ms": math.nan, "note": ""}
+    slope, icpt = np.polyfit(x, y, 1)
+    if slope >= 0 and icpt >= 0:
+        return {"fixed_ms": float(icpt), "per_request_ms": float(slope), "note": ""}
+    through_origin = (0.0, max(0.0, float(x @ y / (x @ x))))
+    flat = (float(y.mean()), 0.0)
+    best = min((through_origin, flat), key=lambda line: float(((line[0] + line[1] * x - y) ** 2).sum()))
+    cost = "fixed cost" if icpt < 0 else "cost per request"
+    return {"fixed_ms": best[0], "per_request_ms": best[1],
+            "note": f"constrained to non-negative costs (the unconstrained line had a negative {cost})"}
 
 
 def stall_mix(drain: np.ndarray | float, phi: np.ndarray | float) -> np.ndarray:

@@ -333,7 +333,8 @@ def _observe_levels(comp: Comparison, arm: str, lv: pd.DataFrame, req: pd.DataFr
         if not math.isfinite(u) or u <= 0:
             raise WhatIfError(f"arm '{arm}' at concurrency {int(c)}: no per-user speed to model from")
         if server.spec:
-            acc = _level_value(row, "spec_accept_length", "tokens_per_chunk_mean")
+            # tokens per target step first: a llama.cpp level's own figure counts only drafted steps
+            acc = _level_value(row, "spec_tokens_per_step", "spec_accept_length", "tokens_per_chunk_mean")
             obs.accept[i] = acc if math.isfinite(acc) and acc >= 1 else 1.0
             obs.accept_seen[i] = math.isfinite(acc) and acc >= 1
         if level_only:
