@@ -131,6 +131,17 @@ def _document(path: Path) -> tuple[dict[str, Any], list[Any]]:
     return doc, rest
 
 
+def _refuse_sweep(path: Path, skipped: list[str], levels: list[Level]) -> None:
+    """Refuse a file whose only closed-loop benchmark is the synchronous one beside open-loop ones
+    (guidellm's default ``--profile sweep``: synchronous, throughput, then constant rates): it would
+    import as a single level at concurrency 1, which is no sweep over concurrency."""
+    if skipped and all(lv.concurrency == 1 for lv in levels):
+        kinds = ", ".join(sorted(set(skipped)))
+        raise BadInput(f"{path}: a guidellm rate sweep (--profile sweep: synchronous, then {kinds} benchmarks), not "
+                       "concurrency levels; only its synchronous benchmark is closed-loop, one level at concurrency "
+                       "1. Run guidellm with --profile concurrent --rate 1,4,16,... (one benchmark per concurrency)")
+
+
 def read(path: Path) -> ToolRun:
     """One ``benchmarks.json`` (or the same report as ``benchmarks.yaml``): a level per closed-loop benchmark."""
     doc, rest = _document(path)
@@ -171,6 +182,7 @@ def read(path: Path) -> ToolRun:
         levels.append(Level(conc, {k: v for k, v in fig.items() if v == v}, records, where, chunks=chunks))
         data = _dig(bench, "config", "requests") or {}
         workload.setdefault("source", data)
+    _refuse_sweep(path, skipped, levels)
     if skipped:
         notes.append(f"{path.name}: benchmarks of open-loop strategies ({', '.join(sorted(set(skipped)))}) left out; "
                      "specsweep compares closed-loop concurrency levels")
