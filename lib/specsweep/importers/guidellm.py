@@ -36,6 +36,7 @@ from specsweep.importers.common import (
     read_json_objects,
     record,
     token_count,
+    tool_headline,
 )
 
 TOOL = "guidellm"
@@ -94,6 +95,26 @@ def _request(req: dict[str, Any], where: str, failed: bool) -> Any:
                  tokens, prompt_tokens=_num(req.get("prompt_tokens")),
                  token_source="usage" if usage is not None else "chunks", where=where)
     return rec, chunks
+
+
+_RATE = ("guidellm's is the mean of its output_tokens_per_second (requests_per_second) distribution over its "
+         "benchmark window; specsweep's is Σ / its window, from the first request sent to the last finished")
+_MEDIAN = "guidellm's median (its own percentile estimate) over the same requests"
+#: specsweep column -> ((guidellm metric, statistic over successful requests), seconds or tok/s per unit, why
+#: the two can differ)
+HEADLINE: dict[str, tuple[Any, float, str]] = {
+    "output_tok_s": (("output_tokens_per_second", "mean"), 1.0, _RATE),
+    "request_per_s": (("requests_per_second", "mean"), 1.0, _RATE),
+    "ttft_p50_s": (("time_to_first_token_ms", "median"), 1e-3, _MEDIAN),
+    "tpot_p50_s": (("inter_token_latency_ms", "median"), 1e-3, _MEDIAN + "; its ITL per request is specsweep's TPOT"),
+    "e2e_p50_s": (("request_latency", "median"), 1.0, _MEDIAN + "; its request latency ends at request_end (the "
+                  "response closed), specsweep's e2e at the last token"),
+}
+
+
+def _headline(metrics: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """guidellm's own summary figures of a benchmark (its ``metrics``, successful requests) under the specsweep columns."""
+    return tool_headline(HEADLINE, lambda key: _num(_dig(metrics, key[0], "successful", key[1])))
 
 
 def _check_sampled(bench: dict[str, Any], reqs: dict[str, Any], where: str) -> None:
@@ -179,12 +200,13 @@ def read(path: Path) -> ToolRun:
         incomplete = len(reqs.get("incomplete") or [])
         if incomplete:
             notes.append(f"{where}: {incomplete} incomplete request(s) (cancelled at the end of the benchmark) left out")
-        levels.append(Level(conc, {k: v for k, v in fig.items() if v == v}, records, where, chunks=chunks))
+        levels.append(Level(conc, {k: v for k, v in fig.items() if v == v}, records, where, chunks=chunks,
+                            headline=_headline(m)))
         data = _dig(bench, "config", "requests") or {}
         workload.setdefault("source", data)
     _refuse_sweep(path, skipped, levels)
     if skipped:
-        notes.append(f"{path.name}: benchmarks of open-loop strategies ({', '.join(sorted(set(skipped)))}) left out; "
+        notes.append(f"{path}: benchmarks of open-loop strategies ({', '.join(sorted(set(skipped)))}) left out; "
                      "specsweep compares closed-loop concurrency levels")
     if not levels:
         raise BadInput(f"{path}: no concurrent or synchronous benchmark; run guidellm with --profile kind=concurrent")
