@@ -29,6 +29,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from specsweep.analyze.client_bound import CLIENT_BOUND
 from specsweep.importers.common import (
     BadInput,
     Level,
@@ -217,9 +218,9 @@ def read(path: Path) -> ToolRun:
     notes = []
     if f.get("tpot_p50_s") == 0.0:
         warnings.append(f"aiperf at concurrency {conc} ({path.name}): the median time per output token is 0 ms, so "
-                        "most tokens reached the client in bursts: the client, not the server, likely limited this "
-                        "level (re-run it on a less loaded client machine); its throughput and latencies describe "
-                        "the client.")
+                        f"most tokens reached the client in bursts, so it looks {CLIENT_BOUND}: the client, not the "
+                        "server, likely limited this level (re-run it on a less loaded client machine); its "
+                        "throughput and latencies describe the client.")
     mismatch = _stat(doc, "osl_mismatch_count", "avg", where)
     if mismatch == mismatch and mismatch > 0:
         notes.append(f"{where}: aiperf counted {mismatch:.0f} request(s) whose output length differs from the requested one")

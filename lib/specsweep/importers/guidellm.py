@@ -28,6 +28,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from specsweep.analyze.client_bound import CLIENT_BOUND
 from specsweep.importers.common import (
     BadInput,
     Level,
@@ -117,6 +118,19 @@ def _headline(metrics: dict[str, Any]) -> dict[str, tuple[float, str]]:
     return tool_headline(HEADLINE, lambda key: _num(_dig(metrics, key[0], "successful", key[1])))
 
 
+def _own_warnings(bench: dict[str, Any], conc: int, path: Path) -> list[str]:
+    """guidellm's own warnings of a benchmark (``warnings[]``: its checks of its own client, e.g.
+    requests generated or dispatched late), each as a client-bound warning of the level."""
+    out = []
+    for w in bench.get("warnings") or []:
+        if isinstance(w, dict) and (w.get("message") or w.get("code")):
+            said = " ".join(str(w.get(k) or "")[:300] for k in ("message", "note")).strip() or str(w.get("code"))[:80]
+            out.append(f"guidellm at concurrency {conc} ({path.name}) warned about its own client ({str(w.get('code'))[:80]}"
+                       f"): {said} Its client may be {CLIENT_BOUND} there: its throughput and latencies may describe "
+                       "the client, not the server.")
+    return out
+
+
 def _check_sampled(bench: dict[str, Any], reqs: dict[str, Any], where: str) -> None:
     """Refuse a benchmark whose file keeps fewer request rows than it ran (``--metrics …
     sample_size=N``): figures recomputed from a sample's rows over the whole window would be too
@@ -169,7 +183,7 @@ def read(path: Path) -> ToolRun:
     if rest or not isinstance(doc.get("benchmarks"), list):
         raise BadInput(f"{path}: no 'benchmarks' list: not a guidellm benchmarks.json")
     version = _dig(doc, "metadata", "guidellm_version")
-    levels, notes, skipped = [], [], []
+    levels, notes, skipped, tool_warnings = [], [], [], []
     workload: dict[str, Any] = {}
     for i, bench in enumerate(doc["benchmarks"]):
         where = f"{path}, benchmarks[{i}]"
@@ -200,6 +214,7 @@ def read(path: Path) -> ToolRun:
         incomplete = len(reqs.get("incomplete") or [])
         if incomplete:
             notes.append(f"{where}: {incomplete} incomplete request(s) (cancelled at the end of the benchmark) left out")
+        tool_warnings += _own_warnings(bench, conc, path)
         levels.append(Level(conc, {k: v for k, v in fig.items() if v == v}, records, where, chunks=chunks,
                             headline=_headline(m)))
         data = _dig(bench, "config", "requests") or {}
@@ -220,5 +235,5 @@ def read(path: Path) -> ToolRun:
     target = _dig(doc, "config", "spec", "backend", "target")
     model = _dig(doc, "config", "spec", "backend", "model") or None
     return ToolRun(tool=TOOL, version=str(version) if version else None, levels=levels, source=path, model=model,
-                   workload=wl, definitions=dict(DEFINITIONS), warnings=[WARNING], notes=notes, reader=READER,
+                   workload=wl, definitions=dict(DEFINITIONS), warnings=[WARNING, *tool_warnings], notes=notes, reader=READER,
                    server={"endpoint": target} if target else {})
