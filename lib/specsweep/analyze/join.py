@@ -7,7 +7,10 @@ metrics averaged over repeats, ``n_repeats``, the concurrency estimate); the per
 every arm has.
 
 Invariant: two arms set a metric against each other only where both define it the same way, and
-only at concurrency levels both measured (docs/method.md, "How a verdict is reached").
+only at concurrency levels both measured (docs/method.md, "How a verdict is reached"). Where they
+define the aggregate throughput differently (they count output tokens differently: other tools or
+token-count modes), the token-based figures stay empty and the waits that do not depend on the count
+(TTFT, e2e) are still compared; arms that share neither are refused.
 """
 from __future__ import annotations
 

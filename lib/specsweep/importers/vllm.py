@@ -6,8 +6,10 @@ Written against vLLM's writer at commit 009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1
 ``main_async``'s ``result_json``). What the file means there:
 
 - ``max_concurrency``: the closed-loop concurrency (None: an open loop at ``request_rate``).
-- ``output_throughput`` = Σ output_lens / ``duration`` (tok/s); ``duration`` runs from the first
-  request's dispatch to the last response (seconds), as specsweep's window does.
+- ``output_throughput`` = Σ output_lens / ``duration`` (tok/s); ``duration`` runs from before the
+  first request is dispatched until every response is gathered (seconds), a little longer than
+  specsweep's first-sent to last-finished window: where the two differ by more than 0.1 %, an
+  import note names it (``HEADLINE``).
 - ``output_lens[i]``: the server's ``usage.completion_tokens``, or, when the server sent none, the
   generated text re-tokenised on the client; the file does not say which.
 - ``ttfts[i]``: first chunk − request sent; ``latencies[i]``: last chunk − request sent (seconds).
