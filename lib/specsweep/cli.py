@@ -265,6 +265,9 @@ def _add_import(sub: Any) -> None:
     p.add_argument("--select", default=None, metavar="WORD",
                    help="table only: the word in the headers that marks this arm's columns (default: the arm name)")
     p.add_argument("--force", action="store_true", help="replace an imported result set already at OUT/ARM")
+    p.add_argument("--tool-version", default=None, metavar="VERSION",
+                   help="the benchmark tool's (client's) version, for files that record none (vllm bench serve's "
+                        "is null); refused where the file records another")
     p.set_defaults(func=_run_import)
 
 
@@ -287,7 +290,7 @@ def _run_import(args: argparse.Namespace) -> int:
     # files the tool's reader cannot use raise importers' BadInput, an InputError
     path = import_files(args.tool, args.files, args.arm, args.out, label=args.label,
                         output_tokens=args.output_tokens, input_tokens=args.input_tokens,
-                        select=args.select, force=args.force)
+                        select=args.select, force=args.force, tool_version=args.tool_version)
     print(f"wrote {path}")
     return OK
 

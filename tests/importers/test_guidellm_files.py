@@ -47,3 +47,29 @@ def test_guidellms_yaml_report_reads_as_its_json_and_csv_html_name_the_file_to_g
     (tmp_path / "profile_export_aiperf.csv").write_text("Metric,avg\n")
     with pytest.raises(BadInput, match=r"pass the profile_export_aiperf.json"):
         import_files("aiperf", [tmp_path / "profile_export_aiperf.csv"], "x", tmp_path / "out")
+
+
+def test_a_rate_sweep_is_refused_naming_the_concurrent_profile(tmp_path: Path) -> None:
+    """guidellm's default --profile sweep runs synchronous, throughput and constant-rate benchmarks:
+    only the synchronous one is closed-loop, so it would import as one level at concurrency 1."""
+    doc = json.loads(gzip.decompress((FIX / "mtp.json.gz").read_bytes()))
+    first = doc["benchmarks"][0]
+    kinds = [{"type_": "synchronous"}, {"type_": "throughput", "max_concurrency": 512},
+             {"type_": "constant", "rate": 12.5}, {"type_": "constant", "rate": 25.0}]
+    doc["benchmarks"] = [dict(first, config=dict(first["config"], strategy=k)) for k in kinds]
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=r"rate sweep.*constant, throughput.*--profile concurrent --rate 1,4,16"):
+        import_files("guidellm", [path], "mtp", tmp_path / "out")
+    # a synchronous-only run (--profile synchronous) is one level at concurrency 1, as asked: read
+    doc["benchmarks"] = doc["benchmarks"][:1]
+    path.write_text(json.dumps(doc))
+    assert import_files("guidellm", [path], "sync", tmp_path / "out")
+    # concurrent benchmarks beside open-loop ones: the closed-loop ones are read, the others named in a note
+    doc["benchmarks"] = [*json.loads(gzip.decompress((FIX / "mtp.json.gz").read_bytes()))["benchmarks"],
+                         dict(first, config=dict(first["config"], strategy=kinds[2]))]
+    path.write_text(json.dumps(doc))
+    from specsweep.results.store import load_result_set
+
+    meta = load_result_set(import_files("guidellm", [path], "mixed", tmp_path / "out")).meta
+    assert any("open-loop strategies (constant) left out" in n for n in meta.notes)

@@ -44,3 +44,31 @@ def test_sglangs_file_names_the_servers_version_not_the_tools(tmp_path: Path) ->
     meta = load_result_set(import_files("sglang", [sg], "baseline", tmp_path)).meta
     assert meta.server["version"] == "0.0.0-refserver"  # server_info.version: the server's
     assert meta.tool["version"] is None and (meta.source or {}).get("version") is None
+
+
+def test_files_of_one_name_are_told_apart_in_provenance_and_notes(tmp_path: Path) -> None:
+    """aiperf writes profile_export_aiperf.json into every run's folder: the provenance and the notes
+    name each by its folder too, never three times the same name."""
+    files = sorted((FIX.parent / "aiperf").glob("mtp-c*/profile_export_aiperf.json"))
+    meta = load_result_set(import_files("aiperf", files, "mtp", tmp_path)).meta
+    names = [f["path"] for f in (meta.source or {})["files"]]
+    assert names == [f"{p.parent.name}/{p.name}" for p in files]
+    assert all(any(n.startswith(f"{name}: per-request rows") for n in meta.notes) for name in names)
+    assert str(FIX.parent) not in (tmp_path / "mtp" / "meta.json").read_text()
+
+
+def test_tool_version_is_given_where_the_file_records_none_and_never_overrides_it(tmp_path: Path, capsys) -> None:
+    from specsweep.cli import main
+
+    vllm = sorted((FIX.parent / "vllm").glob("mtp-c*.json.gz"))
+    assert main(["import", "vllm", *map(str, vllm), "--arm", "mtp", "--out", str(tmp_path), "--tool-version",
+                 "0.34.0"]) == 0
+    meta = load_result_set(tmp_path / "mtp").meta
+    assert meta.tool["version"] == "0.34.0" and (meta.source or {})["version"] == "0.34.0"
+    assert "vllm bench serve 0.34.0 result file(s)" in (meta.source or {})["citation"]
+    aiperf = FIX.parent / "aiperf" / "mtp-c1" / "profile_export_aiperf.json"  # records aiperf_version
+    assert main(["import", "aiperf", str(aiperf), "--arm", "a", "--out", str(tmp_path), "--tool-version", "9.9"]) == 2
+    assert "records aiperf" in capsys.readouterr().err
+    assert main(["import", "vllm", str(vllm[0]), "--arm", "b", "--out", str(tmp_path), "--tool-version",
+                 "<b>1</b>"]) == 2
+    assert "--tool-version" in capsys.readouterr().err

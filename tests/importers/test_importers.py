@@ -177,9 +177,19 @@ def test_sglang_openai_backend_names_the_requested_length_fallback(tmp_path):
     assert "requested length" in oai.meta.metric_definition_ids["output_tok_s"]
     assert any("sglang-oai" in w for w in oai.meta.warnings)
     assert "cumulative" in oai.meta.metric_definitions["sglang_accept_length"]
-    # the two arms count tokens differently: nothing token-based is set against each other
-    with pytest.raises(ValueError, match="output_tok_s` is not compared"):
-        compare([native, oai])
+    # the two arms count tokens differently: nothing token-based is set against each other, but the
+    # waits that do not depend on the count are, and the page says so instead of refusing the whole comparison
+    comp = compare([native, oai])
+    assert any(n.startswith("Metric `output_tok_s` is not compared") for n in comp.notes)
+    assert any("count output tokens differently" in n and "time to first token" in n for n in comp.notes)
+    compared = set(comp.deltas["metric"])
+    assert {"ttft_p50_s", "ttft_p99_s"} <= compared and not {"output_tok_s", "tpot_p50_s", "user_tok_s_mean"} & compared
+    from specsweep.decide import recommend
+    from specsweep.decide.profiles import DEFAULT_PROFILES
+
+    for profile in DEFAULT_PROFILES:
+        rec = recommend(comp, profile)
+        assert rec.arm is None and "count output tokens differently" in rec.headline
 
 
 def test_guidellm_tpot_includes_the_first_token_and_is_kept_apart(tmp_path):

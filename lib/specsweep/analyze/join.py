@@ -7,7 +7,10 @@ metrics averaged over repeats, ``n_repeats``, the concurrency estimate); the per
 every arm has.
 
 Invariant: two arms set a metric against each other only where both define it the same way, and
-only at concurrency levels both measured (docs/method.md, "How a verdict is reached").
+only at concurrency levels both measured (docs/method.md, "How a verdict is reached"). Where they
+define the aggregate throughput differently (they count output tokens differently: other tools or
+token-count modes), the token-based figures stay empty and the waits that do not depend on the count
+(TTFT, e2e) are still compared; arms that share neither are refused.
 """
 from __future__ import annotations
 
@@ -189,8 +192,39 @@ def joinable_levels(by_arm: dict[str, ResultSet]) -> tuple[dict[str, pd.DataFram
     raw_levels = {a: _with_littles_law(rs) for a, rs in by_arm.items()}
     raw_levels, definition_notes = agreeing_definitions({a: rs.meta for a, rs in by_arm.items()}, raw_levels)
     if any("output_tok_s" not in lv.columns for lv in raw_levels.values()):
-        raise ValueError("the arms' aggregate throughput cannot be compared: " + " ".join(definition_notes))
+        raw_levels = _without_token_figures(raw_levels, definition_notes)
+        definition_notes = [*definition_notes, TOKEN_FIGURES_NOTE]
     return raw_levels, definition_notes
+
+
+#: what the page says where the arms count tokens differently (tools or token-count modes)
+TOKEN_FIGURES_NOTE = ("The arms count output tokens differently (different tools or token-count modes), so the "
+                      "token-based figures defined differently (named above), aggregate throughput and per-user speed "
+                      "among them, are left out and no throughput verdict is given; time to first token and "
+                      "end-to-end time, which do not depend on the count, are compared where the arms define them "
+                      "alike.")
+#: what stays comparable between arms that count tokens differently: waits, not token rates
+COUNT_FREE_PREFIXES: tuple[str, ...] = ("ttft_", "e2e_")
+
+
+def token_figures_compared(levels: pd.DataFrame) -> bool:
+    """Whether the joined ``levels`` compare aggregate throughput (False where the arms count tokens
+    differently and :func:`joinable_levels` left every token-based figure out)."""
+    return "output_tok_s" in levels and bool(levels["output_tok_s"].notna().any())
+
+
+def _without_token_figures(raw_levels: dict[str, pd.DataFrame], notes: list[str]) -> dict[str, pd.DataFrame]:
+    """The arms' level rows with the aggregate throughput and per-user speeds present but empty
+    (the join's keys), where the arms define the aggregate throughput differently; a ValueError,
+    with ``notes``, where they share no count-free figure (TTFT, e2e) either: nothing to compare."""
+    shared = set.intersection(*({c for c in lv.columns if c.startswith(COUNT_FREE_PREFIXES) and lv[c].notna().any()}
+                                for lv in raw_levels.values()))
+    if not shared:
+        raise ValueError("the arms' aggregate throughput cannot be compared, and they share no time to first token "
+                         "or end-to-end time: " + " ".join(notes))
+    empty = ["output_tok_s", *USER_METRICS]
+    return {a: lv.drop(columns=[c for c in empty if c in lv.columns]).assign(**{c: math.nan for c in empty})
+            for a, lv in raw_levels.items()}
 
 
 def require_shared_levels(raw_levels: dict[str, pd.DataFrame], baseline: str) -> None:
@@ -212,6 +246,8 @@ def join_levels(by_arm: dict[str, ResultSet], raw_levels: dict[str, pd.DataFrame
     per-user speed metric every arm has). A ValueError, with the definition notes, where none has one."""
     levels = pd.concat([aggregate_levels(by_arm[a], raw_levels[a]) for a in raw_levels], ignore_index=True)
     user_metric = _user_metric(levels)
+    if user_metric is None and levels["output_tok_s"].isna().all():  # token figures left out: none is compared
+        user_metric = USER_METRICS[0]
     failed = [a for a, lv in raw_levels.items() if "n_ok" in lv and len(lv) and not lv["n_ok"].fillna(0).gt(0).any()]
     if user_metric is None and failed:
         raise ValueError(f"arm {failed[0]!r}: every request failed (100 % errors), so it has no speed to compare; "

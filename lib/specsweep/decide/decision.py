@@ -13,6 +13,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.crossover import zero_between
+from specsweep.analyze.join import token_figures_compared
 from specsweep.decide.caveats import caveat_sentences
 from specsweep.decide.ends import unsettled_ends
 from specsweep.decide.experiments import next_experiments
@@ -98,6 +99,8 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     """The recommendation for one profile (see the docstring of specsweep.decide for the rules): the
     decision and its arm, ties, range, bands and levels, with the claims its sentences state."""
     profile = parse_profile(profile)
+    if not token_figures_compared(comp.levels):
+        return _withheld_counts(comp, profile)
     refused = _chunk_counted(comp)
     candidates = _candidates(comp, profile, refused)
     if not candidates:
@@ -152,6 +155,20 @@ def _candidates(comp: Comparison, profile: Profile, refused: Sequence[str]) -> l
     if not _token_based(comp, profile):
         return list(comp.candidate_arms)
     return [a for a in comp.candidate_arms if a not in refused and comp.baseline not in refused]
+
+
+def _withheld_counts(comp: Comparison, profile: Profile) -> Recommendation:
+    """The recommendation where the arms count output tokens differently (tools or token-count
+    modes): no verdict, since every verdict reads a token rate; the waits are still compared."""
+    return Recommendation(
+        profile=profile, verdict=Verdict.NO_VERDICT, decision=DecisionKind.NOT_ESTABLISHED, arm=None,
+        up_to_concurrency=None, from_concurrency=None,
+        headline=("No verdict: the arms count output tokens differently (different tools or token-count modes), so "
+                  "aggregate throughput and per-user speed are not compared; time to first token and end-to-end "
+                  "time are (see the notes)."),
+        bands=[], reasons=[], caveats=[],
+        next_experiments=["Measure every arm with one tool and one token-count mode (the server's usage counts) to "
+                          "compare throughput."])
 
 
 def _withheld(comp: Comparison, profile: Profile, refused: Sequence[str]) -> Recommendation | None:

@@ -8,6 +8,7 @@ and says what each of the tool's figures means); :mod:`specsweep.importers.commo
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,14 +54,35 @@ def read_files(tool: str, files: Sequence[str | Path], **options: Any) -> list[T
     return runs
 
 
+#: a version as given on the command line: what release names are made of, at most 64 characters
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_~-]{0,63}")
+
+
+def given_version(runs: Sequence[ToolRun], version: str) -> None:
+    """Set ``version`` as the tool's version of the runs whose file records none; :class:`BadInput`
+    where it is no release name or a file records another (the file's own word stands)."""
+    if not _VERSION.fullmatch(version):
+        raise BadInput(f"--tool-version {version[:40]!r}: give the tool's release, e.g. 0.13.0 (letters, digits, "
+                       "'.', '+', '_', '~', '-'; at most 64 characters)")
+    for run in runs:
+        if run.version is None:
+            run.version = version
+        elif run.version != version:
+            raise BadInput(f"--tool-version {version}: {run.source.name} records {run.tool} {run.version[:40]}; "
+                           "leave --tool-version out, or pass the files of that version only")
+
+
 def import_files(tool: str, files: Sequence[str | Path], arm: str, out_dir: str | Path = "data/runs/imported", *,
                  label: str | None = None, output_tokens: int | None = None, input_tokens: int | None = None,
-                 select: str | None = None, force: bool = False) -> Path:
-    """Read ``files`` with ``tool``'s reader and write them as the result set ``out_dir/arm``."""
+                 select: str | None = None, force: bool = False, tool_version: str | None = None) -> Path:
+    """Read ``files`` with ``tool``'s reader and write them as the result set ``out_dir/arm``;
+    ``tool_version``: the tool's (client's) version where a file records none."""
     options = {"select": select or arm} if tool == "table" else {}
     runs = read_files(tool, files, **options)
+    if tool_version is not None:
+        given_version(runs, tool_version)
     return write_result_set(runs, arm, out_dir, label=label, output_tokens=output_tokens,
                             input_tokens=input_tokens, force=force)
 
 
-__all__ = ["TOOLS", "BadInput", "read_files", "import_files"]
+__all__ = ["TOOLS", "BadInput", "read_files", "import_files", "given_version"]

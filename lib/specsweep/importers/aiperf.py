@@ -11,8 +11,9 @@ its metric definitions in ai-dynamo/aiperf ``aiperf/metrics/types/*.py``. What t
   server's ``usage.completion_tokens``). Every token-based figure follows that count.
 - ``output_token_throughput`` = Σ OSL / ``benchmark_duration`` (tok/s), kept as
   ``aiperf_output_tok_s``. Where the per-request export is read, specsweep's ``output_tok_s`` is
-  recomputed over its own window (first request sent → last finished), which can be longer than
-  aiperf's, so the two can differ by a few tenths of a percent (more where requests straggle).
+  recomputed over its own window (first request sent → last finished), which is shorter than
+  aiperf's (its whole profiling phase), so specsweep's reads higher by tenths of a percent to
+  several percent; an import note names each difference beyond 0.1 % (``HEADLINE``).
 - ``inter_token_latency`` = (request_latency − TTFT)/(OSL − 1) per request: specsweep's TPOT;
   ``output_token_throughput_per_user`` = mean over requests of 1/ITL: specsweep's per-user speed.
 - ``request_latency``: request sent → last *content* response (usage-only chunks left out,
@@ -28,6 +29,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from specsweep.analyze.client_bound import CLIENT_BOUND
 from specsweep.importers.common import (
     BadInput,
     Level,
@@ -36,6 +38,7 @@ from specsweep.importers.common import (
     finite_float,
     read_json_objects,
     record,
+    tool_headline,
 )
 
 TOOL = "aiperf"
@@ -142,6 +145,19 @@ def _records(path: Path, server_counts: bool) -> tuple[list[Any], Path] | None:
     return (out, sibling) if out else None
 
 
+_WINDOW = ("aiperf divides by its benchmark_duration (its whole profiling phase); specsweep by its window, from the "
+           "first request sent to the last finished")
+#: specsweep column -> ((aiperf metric, statistic), seconds or tok/s per unit, why the two can differ)
+HEADLINE: dict[str, tuple[Any, float, str]] = {
+    "output_tok_s": (("output_token_throughput", "avg"), 1.0, _WINDOW),
+    "request_per_s": (("request_throughput", "avg"), 1.0, _WINDOW),
+    "ttft_p50_s": (("time_to_first_token", "p50"), 1e-3, "aiperf's median over the same requests"),
+    "tpot_p50_s": (("inter_token_latency", "p50"), 1e-3, "aiperf's median ITL, (latency − TTFT)/(OSL − 1) per "
+                   "request"),
+    "e2e_p50_s": (("request_latency", "p50"), 1e-3, "aiperf's median over the same requests"),
+}
+
+
 def read(path: Path) -> ToolRun:
     """One ``profile_export_aiperf.json``: one level."""
     if path.suffix.lower() == ".csv":
@@ -202,19 +218,20 @@ def read(path: Path) -> ToolRun:
     notes = []
     if f.get("tpot_p50_s") == 0.0:
         warnings.append(f"aiperf at concurrency {conc} ({path.name}): the median time per output token is 0 ms, so "
-                        "most tokens reached the client in bursts: the client, not the server, likely limited this "
-                        "level (re-run it on a less loaded client machine); its throughput and latencies describe "
-                        "the client.")
+                        f"most tokens reached the client in bursts, so it looks {CLIENT_BOUND}: the client, not the "
+                        "server, likely limited this level (re-run it on a less loaded client machine); its "
+                        "throughput and latencies describe the client.")
     mismatch = _stat(doc, "osl_mismatch_count", "avg", where)
     if mismatch == mismatch and mismatch > 0:
         notes.append(f"{where}: aiperf counted {mismatch:.0f} request(s) whose output length differs from the requested one")
     records = _records(path, server_counts)
     if records is not None:
-        notes.append(f"{path.name}: per-request rows from {records[1].name} beside it; specsweep's figures were "
+        notes.append(f"{path}: per-request rows from {records[1].name} beside it; specsweep's figures were "
                      "recomputed from them")
     return ToolRun(tool=TOOL, version=str(doc.get("aiperf_version") or "") or None,
                    levels=[Level(conc, {k: v for k, v in f.items() if v == v}, records[0] if records else None,
-                                 where)], source=path,
+                                 where, headline=tool_headline(HEADLINE, lambda key: _stat(doc, key[0], key[1], where))
+                                 if records else {})], source=path,
                    model=models[0] if models else None, workload=wl, definitions=definitions, definition_ids=ids,
                    warnings=warnings, notes=notes, reader=READER,
                    server={"endpoint": (endpoint.get("urls") or [None])[0]})

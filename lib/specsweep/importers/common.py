@@ -34,7 +34,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,10 @@ class Level:
     #: token-carrying chunks per request where the records' chunk times are not the real timeline
     #: (None: each record's ``chunk_times`` are the chunks the tool saw)
     chunks: list[int | None] | None = None
+    #: the tool's own headline figures for specsweep-named columns (column -> (figure in the column's
+    #: unit, what the tool's figure is and why it can differ)): where the column is recomputed from
+    #: the requests and differs by more than :data:`HEADLINE_TOLERANCE`, an import note names it
+    headline: dict[str, tuple[float, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -324,6 +328,48 @@ def build_frames(runs: Sequence[ToolRun], run_id: str, arm: str) -> tuple[pd.Dat
     return levels, requests
 
 
+#: the relative difference between a recomputed figure and the tool's own beyond which an import note names it
+HEADLINE_TOLERANCE = 1e-3
+
+
+def tool_headline(spec: dict[str, tuple[Any, float, str]], value: Callable[[Any], float | None]
+                  ) -> dict[str, tuple[float, str]]:
+    """:attr:`Level.headline` from a reader's ``spec`` (column -> (the tool's key, column units per
+    unit of it, why the two can differ)) and ``value`` (a key's figure in the file, None or NaN when absent)."""
+    out = {}
+    for col, (key, scale, why) in spec.items():
+        figure = value(key)
+        if figure is not None and figure == figure:
+            out[col] = (figure * scale, why)
+    return out
+
+
+def headline_notes(runs: Sequence[ToolRun], levels: pd.DataFrame) -> list[str]:
+    """One note per file and column whose recomputed figure differs from the tool's own headline
+    figure (:attr:`Level.headline`) by more than :data:`HEADLINE_TOLERANCE` at some level, naming
+    the levels, the range of the difference (%) and why. ``levels``: :func:`build_frames`' rows."""
+    by_key = {(int(r["concurrency"]), int(r["repeat"])): r for r in levels.to_dict("records")}
+    seen: dict[int, int] = {}
+    out = []
+    for run in runs:
+        found: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        for lv in run.levels:
+            repeat = seen.get(lv.concurrency, 0)
+            seen[lv.concurrency] = repeat + 1
+            row = by_key.get((lv.concurrency, repeat), {})
+            for col, (theirs, why) in lv.headline.items():
+                ours = row.get(col)
+                if isinstance(ours, float) and math.isfinite(ours) and theirs and math.isfinite(theirs) \
+                        and abs(ours / theirs - 1) > HEADLINE_TOLERANCE:
+                    found.setdefault((col, why), []).append((lv.concurrency, (ours / theirs - 1) * 100))
+        for (col, why), diffs in found.items():
+            pcts = [d for _, d in diffs]
+            span = f"{min(pcts):+.2f}%" if len(pcts) == 1 else f"{min(pcts):+.2f}% to {max(pcts):+.2f}%"
+            out.append(f"{run.source}: specsweep's {col} differs from {run.tool}'s own figure by {span} at "
+                       f"concurrency {', '.join(str(c) for c, _ in diffs)}: {why}")
+    return out
+
+
 def _merge_unique(items: Iterable[str]) -> list[str]:
     out: list[str] = []
     for s in items:
@@ -332,12 +378,27 @@ def _merge_unique(items: Iterable[str]) -> list[str]:
     return out
 
 
+def unique_names(paths: Sequence[Path]) -> dict[Path, str]:
+    """Each path as the fewest trailing parts (the same number for all) that tell the files apart:
+    ``profile_export_aiperf.json`` alone, ``mtp-c8/profile_export_aiperf.json`` where several share a name."""
+    depth = max((len(p.parts) for p in paths), default=1)
+    for k in range(1, depth + 1):
+        names = {p: "/".join(p.parts[-k:]) for p in paths}
+        if len(set(names.values())) == len(set(paths)):
+            return names
+    return {p: str(p) for p in paths}
+
+
 def _without_folders(notes: Iterable[str], runs: Sequence[ToolRun]) -> list[str]:
-    """``notes`` with the imported files' folders taken out (a note names the file, never a local path)."""
+    """``notes`` with the imported files' folders taken out (a note names the file by
+    :func:`unique_names`, never by a local path)."""
+    names = unique_names([r.source for r in runs])
     folders = sorted({str(r.source.parent) + os.sep for r in runs if str(r.source.parent) not in ("", ".")},
                      key=len, reverse=True)
     out = []
     for note in notes:
+        for path in sorted(names, key=lambda q: len(str(q)), reverse=True):
+            note = note.replace(str(path), names[path])
         for folder in folders:
             note = note.replace(folder, "")
         out.append(note)
@@ -351,6 +412,18 @@ def _check_lengths(workload: dict[str, Any], source: Path) -> None:
         if isinstance(n, int) and n > MAX_COUNT:
             raise BadInput(f"{source}: {n:.3g} {key.replace('_', ' ')} per request (--{key.replace('_', '-')} "
                            f"or the file) is more than any request can have ({MAX_COUNT:,}); give the real length")
+
+
+def _provenance(runs: Sequence[ToolRun]) -> list[dict[str, Any]]:
+    """Each source file by its :func:`unique_names` name, SHA-256 and size (bytes)."""
+    names = unique_names([r.source for r in runs])
+    return [{"path": names[r.source], "sha256": file_digest(r.source), "bytes": r.source.stat().st_size} for r in runs]
+
+
+def _import_notes(runs: Sequence[ToolRun], levels: pd.DataFrame, derived: str | None) -> list[str]:
+    """The readers' notes, the headline differences (:func:`headline_notes`) and ``derived``, each once, without folders."""
+    return _merge_unique(_without_folders([*(n for r in runs for n in r.notes), *headline_notes(runs, levels),
+                                           derived or ""], runs))
 
 
 def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFrame, *, level_only: bool,
@@ -395,7 +468,7 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
         definitions.update(r.definitions)
         ids.update(r.definition_ids)
     versions = sorted({str(v) for _, v in tools if v})
-    files: list[dict[str, Any]] = [{"path": r.source.name, "sha256": file_digest(r.source), "bytes": r.source.stat().st_size} for r in runs]
+    files = _provenance(runs)
     concurrency = sorted({int(c) for c in levels["concurrency"]})
     meta: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -424,7 +497,7 @@ def build_meta(runs: Sequence[ToolRun], run_id: str, arm: str, levels: pd.DataFr
         "metric_definitions": definitions,
         "metric_definition_ids": ids,
         "warnings": _merge_unique(w for r in runs for w in r.warnings),
-        "notes": _merge_unique(_without_folders([*(n for r in runs for n in r.notes), derived_note or ""], runs)),
+        "notes": _import_notes(runs, levels, derived_note),
         **({"level_only_note": f"Imported from {first.tool} result files holding level figures only: no per-request "
                                "samples, so no per-request bootstrap; each figure means what the tool's definition "
                                "says (see the definitions)."} if level_only else {}),

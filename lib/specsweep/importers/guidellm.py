@@ -28,6 +28,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from specsweep.analyze.client_bound import CLIENT_BOUND
 from specsweep.importers.common import (
     BadInput,
     Level,
@@ -36,6 +37,7 @@ from specsweep.importers.common import (
     read_json_objects,
     record,
     token_count,
+    tool_headline,
 )
 
 TOOL = "guidellm"
@@ -96,6 +98,39 @@ def _request(req: dict[str, Any], where: str, failed: bool) -> Any:
     return rec, chunks
 
 
+_RATE = ("guidellm's is the mean of its output_tokens_per_second (requests_per_second) distribution over its "
+         "benchmark window; specsweep's is Σ / its window, from the first request sent to the last finished")
+_MEDIAN = "guidellm's median (its own percentile estimate) over the same requests"
+#: specsweep column -> ((guidellm metric, statistic over successful requests), seconds or tok/s per unit, why
+#: the two can differ)
+HEADLINE: dict[str, tuple[Any, float, str]] = {
+    "output_tok_s": (("output_tokens_per_second", "mean"), 1.0, _RATE),
+    "request_per_s": (("requests_per_second", "mean"), 1.0, _RATE),
+    "ttft_p50_s": (("time_to_first_token_ms", "median"), 1e-3, _MEDIAN),
+    "tpot_p50_s": (("inter_token_latency_ms", "median"), 1e-3, _MEDIAN + "; its ITL per request is specsweep's TPOT"),
+    "e2e_p50_s": (("request_latency", "median"), 1.0, _MEDIAN + "; its request latency ends at request_end (the "
+                  "response closed), specsweep's e2e at the last token"),
+}
+
+
+def _headline(metrics: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """guidellm's own summary figures of a benchmark (its ``metrics``, successful requests) under the specsweep columns."""
+    return tool_headline(HEADLINE, lambda key: _num(_dig(metrics, key[0], "successful", key[1])))
+
+
+def _own_warnings(bench: dict[str, Any], conc: int, path: Path) -> list[str]:
+    """guidellm's own warnings of a benchmark (``warnings[]``: its checks of its own client, e.g.
+    requests generated or dispatched late), each as a client-bound warning of the level."""
+    out = []
+    for w in bench.get("warnings") or []:
+        if isinstance(w, dict) and (w.get("message") or w.get("code")):
+            said = " ".join(str(w.get(k) or "")[:300] for k in ("message", "note")).strip() or str(w.get("code"))[:80]
+            out.append(f"guidellm at concurrency {conc} ({path.name}) warned about its own client ({str(w.get('code'))[:80]}"
+                       f"): {said} Its client may be {CLIENT_BOUND} there: its throughput and latencies may describe "
+                       "the client, not the server.")
+    return out
+
+
 def _check_sampled(bench: dict[str, Any], reqs: dict[str, Any], where: str) -> None:
     """Refuse a benchmark whose file keeps fewer request rows than it ran (``--metrics …
     sample_size=N``): figures recomputed from a sample's rows over the whole window would be too
@@ -131,13 +166,24 @@ def _document(path: Path) -> tuple[dict[str, Any], list[Any]]:
     return doc, rest
 
 
+def _refuse_sweep(path: Path, skipped: list[str], levels: list[Level]) -> None:
+    """Refuse a file whose only closed-loop benchmark is the synchronous one beside open-loop ones
+    (guidellm's default ``--profile sweep``: synchronous, throughput, then constant rates): it would
+    import as a single level at concurrency 1, which is no sweep over concurrency."""
+    if skipped and all(lv.concurrency == 1 for lv in levels):
+        kinds = ", ".join(sorted(set(skipped)))
+        raise BadInput(f"{path}: a guidellm rate sweep (--profile sweep: synchronous, then {kinds} benchmarks), not "
+                       "concurrency levels; only its synchronous benchmark is closed-loop, one level at concurrency "
+                       "1. Run guidellm with --profile concurrent --rate 1,4,16,... (one benchmark per concurrency)")
+
+
 def read(path: Path) -> ToolRun:
     """One ``benchmarks.json`` (or the same report as ``benchmarks.yaml``): a level per closed-loop benchmark."""
     doc, rest = _document(path)
     if rest or not isinstance(doc.get("benchmarks"), list):
         raise BadInput(f"{path}: no 'benchmarks' list: not a guidellm benchmarks.json")
     version = _dig(doc, "metadata", "guidellm_version")
-    levels, notes, skipped = [], [], []
+    levels, notes, skipped, tool_warnings = [], [], [], []
     workload: dict[str, Any] = {}
     for i, bench in enumerate(doc["benchmarks"]):
         where = f"{path}, benchmarks[{i}]"
@@ -168,11 +214,14 @@ def read(path: Path) -> ToolRun:
         incomplete = len(reqs.get("incomplete") or [])
         if incomplete:
             notes.append(f"{where}: {incomplete} incomplete request(s) (cancelled at the end of the benchmark) left out")
-        levels.append(Level(conc, {k: v for k, v in fig.items() if v == v}, records, where, chunks=chunks))
+        tool_warnings += _own_warnings(bench, conc, path)
+        levels.append(Level(conc, {k: v for k, v in fig.items() if v == v}, records, where, chunks=chunks,
+                            headline=_headline(m)))
         data = _dig(bench, "config", "requests") or {}
         workload.setdefault("source", data)
+    _refuse_sweep(path, skipped, levels)
     if skipped:
-        notes.append(f"{path.name}: benchmarks of open-loop strategies ({', '.join(sorted(set(skipped)))}) left out; "
+        notes.append(f"{path}: benchmarks of open-loop strategies ({', '.join(sorted(set(skipped)))}) left out; "
                      "specsweep compares closed-loop concurrency levels")
     if not levels:
         raise BadInput(f"{path}: no concurrent or synchronous benchmark; run guidellm with --profile kind=concurrent")
@@ -186,5 +235,5 @@ def read(path: Path) -> ToolRun:
     target = _dig(doc, "config", "spec", "backend", "target")
     model = _dig(doc, "config", "spec", "backend", "model") or None
     return ToolRun(tool=TOOL, version=str(version) if version else None, levels=levels, source=path, model=model,
-                   workload=wl, definitions=dict(DEFINITIONS), warnings=[WARNING], notes=notes, reader=READER,
+                   workload=wl, definitions=dict(DEFINITIONS), warnings=[WARNING, *tool_warnings], notes=notes, reader=READER,
                    server={"endpoint": target} if target else {})

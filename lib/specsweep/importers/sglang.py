@@ -48,6 +48,7 @@ REQUESTED_FALLBACK = ("output tokens: the server's usage.completion_tokens, or t
 DEFINITIONS: dict[str, str] = {
     "sglang_itl_mean_s": "SGLang 'ITL', mean: native backend: each chunk gap spread over the tokens it carried; OpenAI "
                          "backends: one sample per chunk unless an accept length was found",
+    "sglang_itl_p50_s": "SGLang 'ITL', median (see sglang_itl_mean_s)",
     "sglang_itl_p99_s": "SGLang 'ITL', p99 (see sglang_itl_mean_s)",
     "sglang_accept_length": "SGLang /server_info avg_spec_accept_length read after the run: cumulative since the "
                             "scheduler started (warm-up and earlier runs included), rank 0 only",
@@ -86,6 +87,7 @@ def read(path: Path) -> ToolRun:
             "n_ok": number(obj, "completed", where),
             "effective_concurrency": number(obj, "concurrency", where),
             "sglang_itl_mean_s": ms(obj, "mean_itl_ms", where),
+            "sglang_itl_p50_s": ms(obj, "median_itl_ms", where),
             "sglang_itl_p99_s": ms(obj, "p99_itl_ms", where),
             "sglang_accept_length": number(obj, "accept_length", where),
             "sglang_peak_output_tok_s": number(obj, "max_output_tokens_per_s", where),

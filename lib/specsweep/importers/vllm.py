@@ -6,8 +6,10 @@ Written against vLLM's writer at commit 009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1
 ``main_async``'s ``result_json``). What the file means there:
 
 - ``max_concurrency``: the closed-loop concurrency (None: an open loop at ``request_rate``).
-- ``output_throughput`` = Σ output_lens / ``duration`` (tok/s); ``duration`` runs from the first
-  request's dispatch to the last response (seconds), as specsweep's window does.
+- ``output_throughput`` = Σ output_lens / ``duration`` (tok/s); ``duration`` runs from before the
+  first request is dispatched until every response is gathered (seconds), a little longer than
+  specsweep's first-sent to last-finished window: where the two differ by more than 0.1 %, an
+  import note names it (``HEADLINE``).
 - ``output_lens[i]``: the server's ``usage.completion_tokens``, or, when the server sent none, the
   generated text re-tokenised on the client; the file does not say which.
 - ``ttfts[i]``: first chunk − request sent; ``latencies[i]``: last chunk − request sent (seconds).
@@ -47,6 +49,7 @@ from specsweep.importers.common import (
     read_json_objects,
     record,
     refuse_foreign,
+    tool_headline,
 )
 
 TOOL = "vllm bench serve"
@@ -123,6 +126,20 @@ def _figures(obj: dict[str, Any], where: str, detailed: bool) -> tuple[dict[str,
         f["user_tok_s_mean"] = 1.0 / tpot
         ids["user_tok_s_mean"] = USER_FROM_MEAN_TPOT
     return {k: v for k, v in f.items() if isinstance(v, str) or v == v}, ids
+
+
+#: specsweep column -> (vLLM's field, seconds or tok/s per unit of it, why the two can differ)
+_WINDOW = ("vLLM divides by its benchmark duration, from before the first request is dispatched until every "
+           "response is gathered; specsweep by its window, from the first request sent to the last finished")
+_PERCENTILE = "vLLM's median over the same per-request values"
+HEADLINE: dict[str, tuple[Any, float, str]] = {
+    "output_tok_s": ("output_throughput", 1.0, _WINDOW),
+    "request_per_s": ("request_throughput", 1.0, _WINDOW),
+    "ttft_p50_s": ("median_ttft_ms", 1e-3, _PERCENTILE),
+    "tpot_p50_s": ("median_tpot_ms", 1e-3, _PERCENTILE),
+    "e2e_p50_s": ("median_e2el_ms", 1e-3, _PERCENTILE),
+    "chunk_gap_p50_s": ("median_itl_ms", 1e-3, "vLLM's median ITL, pooled over every chunk gap of every request"),
+}
 
 
 def _level_requests(obj: dict[str, Any], where: str) -> list:
@@ -207,14 +224,16 @@ def read(path: Path) -> ToolRun:
             if total == total and counted != total:
                 notes.append(f"{where}: total_output_tokens {total:.0f} differs from the sum of output_lens "
                              f"({counted}); the per-request figures were used")
-        levels.append(Level(conc, figures, requests, where))
+        levels.append(Level(conc, figures, requests, where,
+                            headline=tool_headline(HEADLINE, lambda key: number(obj, key, where))  # noqa: B023 - called at once
+                            if requests is not None else {}))
         model = model or obj.get("model_id")
         version = version or obj.get("vllm_version") or obj.get("version")
         workload.setdefault("num_prompts", obj.get("num_prompts"))
         if obj.get("request_rate") not in (None, "inf"):
             notes.append(f"{where}: request_rate {obj['request_rate']} (a rate limit on top of max_concurrency)")
     if not any(lv.requests is not None for lv in levels):
-        notes.append(f"{path.name}: no per-request arrays (written without --save-detailed): vLLM's level figures "
+        notes.append(f"{path}: no per-request arrays (written without --save-detailed): vLLM's level figures "
                      "only; the per-user speed is 1 / mean TPOT")
     return ToolRun(tool=TOOL, version=str(version) if version else None, levels=levels, source=path,
                    model=str(model) if model else None, workload={"kind": "vllm bench serve (dataset not recorded in the file)"},

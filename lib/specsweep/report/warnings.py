@@ -17,6 +17,9 @@ figure it could distort:
   resync (the simulator ran slower than its profile) can change the verdict;
 - token counts from SSE chunks, workloads that differ, a failed prefix-cache flush, outputs shorter
   than asked: they change what the figures measure, so they can change the verdict;
+- a client-bound peer tool (its own warning, or its median TTFT above :data:`~specsweep.analyze.
+  client_bound.TTFT_RATIO` times every other tool's at a level): its figures there describe the
+  client, so it can change the verdict;
 - anything else recorded: not assessed (counted as able to change the verdict, ranked after the
   assessed ones).
 
@@ -34,6 +37,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from specsweep.analyze.client_bound import CLIENT_BOUND, client_bound_levels, client_bound_sentence
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.metrics import SIM_LAG_WARN_MS
 from specsweep.analyze.workload_match import workload_differences
@@ -240,7 +244,9 @@ def _recorded(comp: Comparison, min_effect: float) -> list[PageWarning]:
             continue
         text = f"{_names(comp, arms)} (recorded in {where}){md_text(at) if len(items) > 1 else ''}: {md_text(first)}"
         low = first.lower()
-        if "counted from chunks" in low:
+        if CLIENT_BOUND in low:
+            out.append(PageWarning("high", text, True, _CLIENT_EFFECT, "client-bound"))
+        elif "counted from chunks" in low:
             out.append(PageWarning("high", text, True, "Changes the verdict: token-based figures of chunk-counted arms "
                                    "are not trusted, so no throughput verdict is given for them.", "chunks"))
         elif "tokenize" in low:
@@ -259,6 +265,20 @@ def _recorded(comp: Comparison, min_effect: float) -> list[PageWarning]:
             out.append(PageWarning("medium", text, True, "Not assessed: specsweep has no rule for this warning, so it "
                                    "may change the verdict; check it against the figures.", "other", assessed=False))
     return out
+
+
+_CLIENT_EFFECT = ("Can change the verdict: a client that fell behind lowers that arm's throughput and raises its "
+                  "waits, so its deltas there measure the client, not the configuration.")
+
+
+def _client_bound(comp: Comparison) -> list[PageWarning]:
+    """One warning per imported arm whose median TTFT stands far above every other tool's at a level
+    (:func:`~specsweep.analyze.client_bound.client_bound_levels`)."""
+    by_arm: dict[str, list] = {}
+    for found in client_bound_levels(comp.levels, comp.metas):
+        by_arm.setdefault(found.arm, []).append(found)
+    return [PageWarning("high", f"{_names(comp, [arm])}: {md_text(client_bound_sentence(found))}.", True,
+                        _CLIENT_EFFECT, "client-bound") for arm, found in by_arm.items()]
 
 
 def workload_caveat(comp: Comparison) -> str | None:
@@ -296,6 +316,7 @@ def collect_warnings(comp: Comparison, recs: Sequence[Any] | None = None,
                 "Can change the verdict: its deltas mix the configuration's effect with the workload's, so they "
                 "are not the configuration's alone.", "workload-mismatch"))
     out += _recorded(comp, min_effect)
+    out += _client_bound(comp)
     runs = _run_levels(comp)
     sim = _simulator_lag(comp, runs, min_effect)
     if sim is not None:
