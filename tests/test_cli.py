@@ -310,3 +310,9 @@ def test_a_report_with_an_arm_whose_every_request_failed_names_it_exit_2(tmp_pat
     assert main(["report", str(base.run_dir), str(failed.run_dir), "--name", "x", "--out-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "arm 'mtp': every request failed (100 % errors)" in err
+    # the module entry point says the same, with the same exit status
+    proc = subprocess.run([sys.executable, "-m", "specsweep.report", "--result-set", str(base.run_dir), "--result-set",
+                           str(failed.run_dir), "--name", "y", "--out-dir", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "every request failed (100 % errors)" in proc.stderr

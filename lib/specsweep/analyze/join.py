@@ -239,6 +239,10 @@ def require_shared_levels(raw_levels: dict[str, pd.DataFrame], baseline: str) ->
                 "measure both arms at the same levels")
 
 
+class AllFailedError(InputError, ValueError):
+    """An arm whose every request failed: it has no speed to compare (bad input for a report, exit 2)."""
+
+
 def join_levels(by_arm: dict[str, ResultSet], raw_levels: dict[str, pd.DataFrame],
                 definition_notes: list[str]) -> tuple[pd.DataFrame, str]:
     """(one row per arm and concurrency — :func:`aggregate_levels` of every arm, plus the concurrency
@@ -250,7 +254,7 @@ def join_levels(by_arm: dict[str, ResultSet], raw_levels: dict[str, pd.DataFrame
         user_metric = USER_METRICS[0]
     failed = [a for a, lv in raw_levels.items() if "n_ok" in lv and len(lv) and not lv["n_ok"].fillna(0).gt(0).any()]
     if user_metric is None and failed:
-        raise ValueError(f"arm {failed[0]!r}: every request failed (100 % errors), so it has no speed to compare; "
+        raise AllFailedError(f"arm {failed[0]!r}: every request failed (100 % errors), so it has no speed to compare; "
                          "leave its result set out (a study does, and names it) or measure it again")
     if user_metric is None:
         raise ValueError("no per-user speed metric (user_tok_s_mean or request_tok_s_mean) is present in every arm"

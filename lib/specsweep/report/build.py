@@ -171,7 +171,7 @@ def build_report(
 
 
 #: errors of the report notebook that mean bad input (exit status 2), by name: only the name crosses the kernel boundary
-BAD_INPUT_ERRORS: frozenset[str] = frozenset({"OneArmError"})
+BAD_INPUT_ERRORS: frozenset[str] = frozenset({"OneArmError", "AllFailedError"})
 
 
 def _profiles_arg(text: str) -> list[dict[str, Any]]:
