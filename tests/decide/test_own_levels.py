@@ -82,3 +82,21 @@ def test_one_stalled_level_is_named_on_the_first_screen_and_in_what_to_measure_n
     (row,) = decision_rows(comp, [rec])
     assert "one level (32) carries this verdict: re-measure it" in row.stability
     assert check_page(comp, [rec]) == []
+
+
+def test_a_neutral_level_says_why_and_calls_only_a_band_reaching_zero_not_credible() -> None:
+    from specsweep.decide.judge import why_neutral
+
+    def judged(rule: object = None, decided: str = "output_tok_s") -> pd.DataFrame:
+        return pd.DataFrame({"concurrency": [32], "rule": [rule], "decided_by": [decided if rule is None else rule]})
+
+    def row(lo: float, hi: float, fit: float, credible: int = 0) -> dict:
+        return {"ci_low_pct": lo, "ci_high_pct": hi, "delta_pct": fit, "fit_delta_pct": fit, "credible": credible}
+
+    assert why_neutral(judged(), 32, row(-3.0, 5.0, 1.0), 2.0) == "not credible"
+    assert why_neutral(judged(), 32, row(float("nan"), float("nan"), 1.0), 2.0) == "not credible"
+    assert why_neutral(judged("both break an SLO"), 32, row(-34.0, -24.0, -29.0), 2.0) == "both arms miss the SLO here"
+    assert why_neutral(judged(), 32, row(-34.0, -24.0, -29.0, credible=0), 2.0) == ""  # band_text says why
+    assert why_neutral(judged(), 32, row(0.5, 2.5, 1.5, credible=1), 2.0) == "smaller than the 2% minimum effect"
+    held = why_neutral(judged(decided="e2e_p99_s"), 32, row(5.0, 15.0, 10.0, credible=1), 2.0)
+    assert held == "held back by e2e p99", held
