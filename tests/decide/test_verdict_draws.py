@@ -36,8 +36,8 @@ def test_no_difference_is_reported_as_none(rates, form: str) -> None:
 @pytest.mark.parametrize("form", ["repeats", "averaged"])
 def test_always_better_is_enabled(rates, form: str) -> None:
     r = rates[("better", form)]
-    # every profile says enable. With one averaged row per level the levels' scatter about a cubic
-    # (3 df) is checked against the assumption: in ≈ P(χ²₃ > 9) ≈ 3 % of draws it is larger by chance,
+    # every profile says enable. With one averaged row per level the levels' scatter about a quadratic
+    # (4 df) is checked against the assumption: in ≈ P(χ²₄ > 12) ≈ 2 % of draws it is larger by chance,
     # the band widens and +10 % is no longer credible — the price of never trusting an assumption the
     # data contradict. Repeats measure the noise and find it every time.
     assert r["enable"] >= (0.99 if form == "repeats" else 0.95), r

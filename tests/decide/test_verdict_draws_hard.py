@@ -14,12 +14,16 @@ What the model implies (σ = run-to-run noise of one figure of one run):
   issue's; +4 % everywhere with 3 runs on 8 levels: the constant's standard error is
   σ √(2/3) / √8 ≈ 0.87 %, so the band half-width ≈ 3.1 × 0.87 ≈ 2.7 % and 4 % − 2.7 % is ≈ 1.5 standard
   errors above the band: found with probability ≈ 0.93 at a level, target ≥ 80 %.
-- noise twice the assumption, one run: the scatter about a cubic over 8 levels (4 degrees of
-  freedom) exceeds the 3 % assumption with probability P(χ²₄ > 1) ≈ 0.91, and then the band uses
-  it, pooled with the assumption counted as 2 degrees of freedom (t with 6 df); else the constant's
-  error is twice the assumed one, 3.1 ÷ 2 ≈ 1.5 standard errors: ≈ 13 % per metric on ≈ 9 % of
-  draws, ≈ 1–2 % overall, plus what a 6-df estimate of the noise misses (a few %); the latency
-  profile reads two curves. Targets ≤ 10 % per profile, spurious crossovers ≤ 5 %.
+- noise twice the assumption, one run: the scatter about a quadratic over 8 levels (5 degrees of
+  freedom) exceeds the 3 % assumption with probability P(χ²₅ > 5 ÷ 4) ≈ 0.94, and then the band uses
+  it, pooled with the assumption counted as 2 degrees of freedom (t with 7 df); in the other 6 % of
+  a metric's curves the band rests on the assumption, half the true noise, and the lower degrees
+  fail their lack-of-fit test by that doubled noise: a constant's error is twice the assumed one
+  (3.1 ÷ 2 ≈ 1.5 true standard errors, ≈ 13 % per level), a cubic's wiggles worse — a false claim in
+  roughly half of those curves; two metrics, correlated: ≈ 4–6 % of studies, plus what a 7-df
+  estimate of the noise misses (≈ 1 %). So every profile reads no difference in ≈ 94–96 % (target
+  ≥ 94 %, the issue's; fresh draws of 150 ≥ 90 %, two binomial standard errors below), ≤ 10 % false
+  claims per profile; the latency profile reads two curves; spurious crossovers ≤ 5 %.
 - drift 4 % per arm sweep, no correction: a bias of 4 % at every level is larger than the band's
   ≈ 4.6 % half-width in a third of the draws, so the no-sentinel case must carry the caveat
   (always). With two sentinel runs the drift rate is estimated with a standard error of about
@@ -96,6 +100,7 @@ def test_noise_twice_the_assumption_with_one_run_per_level() -> None:
     r = rates("noise_2x_one_run", 150)
     for name in PROFILES:
         assert r[f"false_claim:{name}"] <= 0.10, (name, r)
+    assert r["no_difference"] >= 0.90, r
     assert r["any_crossover"] <= 0.05, r
 
 
@@ -183,7 +188,7 @@ def test_unguarded_drift_is_named_on_the_first_screen() -> None:
 TARGETS: dict[tuple[str, str], tuple[float, float]] = {
     ("nominal_none", "no_difference"): (0.94, 1.0),
     ("nominal_plus4", "throughput_enable"): (0.80, 1.0),
-    ("noise_2x_one_run", "no_difference"): (0.70, 1.0),  # ≤ 10 % false claims for each of 3 profiles
+    ("noise_2x_one_run", "no_difference"): (0.94, 1.0),
     ("noise_2x_one_run", "any_crossover"): (0.0, 0.05),
     ("drift_no_sentinel", "no_difference"): (0.0, 1.0),  # not a target: the caveat is
     ("drift_no_sentinel", "drift_caveat"): (1.0, 1.0),

@@ -72,6 +72,21 @@ def test_the_deciding_figures_are_the_datas(tmp_path: Path) -> None:
     assert "arms measured one after the other" in stability(comp)
 
 
+def test_a_neutral_level_whose_band_excludes_zero_says_why_not_that_it_is_not_credible(tmp_path: Path) -> None:
+    """Both arms miss a 60 tok/s per-user SLO at every level from 8 (the baseline's per-user speed is
+    100 × C^−0.25, 59.5 at 8), the arm 30% slower everywhere: each level is neutral by the SLO rule
+    while its band lies far below 0, so the first screen names the rule, not a band that is 'not credible'."""
+    comp, _, _ = two_arms(tmp_path, scaled(0.7))
+    slo = {"name": "slo", "objective": "throughput", "min_user_tok_s": 60, "concurrency_min": 8}
+    rec = recommend(comp, slo)
+    assert set(rec.levels["rule"]) == {"both break an SLO"}  # the premise: every level neutral by the SLO
+    (row,) = decision_rows(comp, [rec])
+    assert row.kind.value == "no measurable difference", row
+    assert row.deciding.startswith("aggregate throughput: -30% [-3"), row  # a band clear of 0
+    assert "not credible" not in row.deciding, row
+    assert "(largest Δ, both arms miss the SLO here)" in row.deciding, row
+
+
 def test_untrusted_names_are_escaped_on_the_screen_and_in_the_summary(tmp_path: Path) -> None:
     comp, base, spec = two_arms(tmp_path, scaled(1.2), label=PAYLOAD, name="mtp*1")
     recs = [recommend(comp, {**p, "name": p["name"] + " <b>|</b>"}) for p in DEFAULT_PROFILES]

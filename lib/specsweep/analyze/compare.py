@@ -74,7 +74,7 @@ METHOD: str = (
     "per-request statistics of single runs, a bootstrap over each level's requests (within-run noise, never less "
     "than the run-to-run noise below); else, with one run per level, an assumed run-to-run noise per run and arm "
     "(the report parameter assumed_noise_pct, 3% unless set; a stated assumption, not a measurement: repeats replace "
-    "it) — but where 7 or more levels let the data show their scatter about a cubic and that scatter, pooled with "
+    "it) — but where 7 or more levels let the data show their scatter about a quadratic and that scatter, pooled with "
     "the assumption counted as 2 degrees of freedom, is larger, the pooled figure is used for the band (with its "
     "degrees of freedom; the page says whether the scatter is significantly larger, one-sided χ² test at 5%), so "
     "the page is never more confident than the data. The curve is the lowest-degree polynomial in x (degree 0 to "

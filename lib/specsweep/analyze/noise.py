@@ -7,7 +7,7 @@ measured, their request rows. Output: :func:`fit_metric`, the metric's
 The sources, in order (docs/method.md, "How a verdict is reached"): repeats (each level's own
 variance of ln(value), :func:`level_variance`); else, for per-request statistics of single runs, a
 bootstrap over each level's requests, floored at the assumed run-to-run noise; else, one run per
-level, :data:`ASSUMED_NOISE_PCT` per run and arm, widened to the levels' scatter about a cubic
+level, :data:`ASSUMED_NOISE_PCT` per run and arm, widened to the levels' scatter about a quadratic
 pooled with it (:func:`residual_scatter`) where that is larger, the page saying whether it is
 significantly larger (:func:`significantly_larger`); the curve family is chosen under the
 assumption either way (a larger noise widens the band, never simplifies the curve). Invariant: the page is never more
@@ -197,7 +197,7 @@ def _fit_on_bootstrap(logs: LevelLogs, boot: list[float], floor: float | None, a
 def _fit_on_assumption(logs: LevelLogs, floor: float, assumed_noise_pct: float | None,
                        fit: FitCurve) -> DeltaCurve | None:
     """One run per level: the assumed run-to-run noise ``floor`` (variance of y), or the levels'
-    scatter about a cubic pooled with it where that is larger (the band only: the curve family is
+    scatter about a quadratic pooled with it where that is larger (the band only: the curve family is
     chosen under the assumption either way, so a larger noise never lets a simpler curve pass)."""
     cs, ys = logs.cs, logs.ys
     raw = residual_scatter(cs, ys)
@@ -206,32 +206,38 @@ def _fit_on_assumption(logs: LevelLogs, floor: float, assumed_noise_pct: float |
         s2, sdf = scatter
         text = _scatter_text(s2, sdf, assumed_noise_pct, significantly_larger(raw, floor))
         return fit(cs, ys, [2.0] * len(cs), s2 / 2, sdf, noise=text, shape_var=floor / 2)
-    checked = ("; the levels' scatter about a cubic is within it" if scatter is not None else
-               f"; {len(cs)} levels are too few to check it against their scatter (needs {MAX_DEGREE + 4})")
+    checked = ("; the levels' scatter about a quadratic is within it" if scatter is not None else
+               f"; {len(cs)} levels are too few to check it against their scatter (needs {MIN_SCATTER_LEVELS})")
     return fit(cs, ys, [2.0] * len(cs), floor / 2, math.inf,
                noise=f"an assumed run-to-run noise of {assumed_noise_pct:g}% per run (one run per "
                      f"level: not measured; repeats would measure it{checked})")
 
 
-#: residual degrees of freedom the scatter about a cubic needs before it can stand for the noise
-MIN_SCATTER_DF: int = 3
+#: fewest levels whose scatter can stand for the noise (a cubic's four coefficients and three residual
+#: degrees of freedom: a grid that could carry the most flexible curve and still show its noise)
+MIN_SCATTER_LEVELS: int = MAX_DEGREE + 4
+#: degree of the smooth curve the levels' scatter is measured about: a quadratic, not the cubic the
+#: fit may use — one more degree of freedom for the noise (5 of 8 levels instead of 4) misses noise
+#: twice the assumption in 6 % of curves instead of 9 %, and a scatter inflated by a curve that bends
+#: more than a quadratic only widens the band (the curve's shape is chosen under the assumption)
+SCATTER_DEGREE: int = 2
 
 
 def residual_scatter(cs: Sequence[float], ys: Sequence[float]) -> tuple[float, int] | None:
-    """(variance of y about a cubic in log2(concurrency), its degrees of freedom), or None with
-    fewer than ``MAX_DEGREE + 1 + MIN_SCATTER_DF`` levels.
+    """(variance of y about a quadratic in log2(concurrency), its degrees of freedom), or None with
+    fewer than :data:`MIN_SCATTER_LEVELS` levels.
 
-    With one run per level this is all the data say about the noise: any smooth curve up to a cubic
-    is read as the effect, what is left as noise (an over-estimate where the true curve is not that
-    smooth, never an under-estimate of the noise it contains).
+    With one run per level this is all the data say about the noise: any smooth curve up to a
+    quadratic (:data:`SCATTER_DEGREE`) is read as the effect, what is left as noise (an over-estimate
+    where the true curve is not that smooth, never an under-estimate of the noise it contains).
     """
     k = len(ys)
-    if k < MAX_DEGREE + 1 + MIN_SCATTER_DF:
+    if k < MIN_SCATTER_LEVELS:
         return None
     x = np.log2(np.asarray(cs, float))
     x0, sc = float(x.mean()), float(x.std()) or 1.0
-    _, _, rss = wls(design_matrix(x, MAX_DEGREE, x0, sc), np.asarray(ys, float), np.ones(k))
-    df = k - MAX_DEGREE - 1
+    _, _, rss = wls(design_matrix(x, SCATTER_DEGREE, x0, sc), np.asarray(ys, float), np.ones(k))
+    df = k - SCATTER_DEGREE - 1
     return rss / df, df
 
 
@@ -244,9 +250,9 @@ def significantly_larger(scatter: tuple[float, int] | None, assumed_var: float) 
     a one-sided χ² test at :data:`SCATTER_ALPHA` (df × scatter ÷ assumed ~ χ²(df) when the assumption
     holds). The page says which: a larger scatter is the larger of two noisy figures in about 40 % of
     draws where the assumption is right. It still widens the band then — with one run per level and
-    4 degrees of freedom the test finds noise twice the assumption in only 2 draws of 3, and a band
-    kept at the assumption in the third makes a false claim in 1 draw of 4 (decide.draws,
-    ``noise_2x_one_run``)."""
+    5 degrees of freedom the test finds noise twice the assumption in only 3 draws of 4, and keeping
+    the band at the assumption in the fourth reads 84 % of such studies right instead of 96 %
+    (decide.draws, ``noise_2x_one_run``)."""
     from scipy import special  # deferred, and not scipy.stats: slow to import, see bench/import_time.py
 
     if scatter is None or assumed_var <= 0:
@@ -271,7 +277,7 @@ def _with_assumption(scatter: tuple[float, int] | None, assumed_var: float) -> t
 def _scatter_text(s2: float, df: float, assumed_noise_pct: float | None, significant: bool) -> str:
     per_run = (math.exp(math.sqrt(s2 / 2)) - 1) * 100
     how = "significantly larger than" if significant else "larger than (not significantly)"
-    return (f"the levels' scatter about a cubic pooled with the assumed {assumed_noise_pct:g}% per run (counted as "
+    return (f"the levels' scatter about a quadratic pooled with the assumed {assumed_noise_pct:g}% per run (counted as "
             f"{ASSUMPTION_DF:g} degrees of freedom): {per_run:.1f}% per run and arm on {df:g} degrees of freedom, "
             f"{how} the assumption, so it is used for the band (one run per level; the curve's shape is "
             "chosen under the assumption)")

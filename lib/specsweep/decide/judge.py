@@ -9,7 +9,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, records
 from specsweep.decide.profiles import Profile
-from specsweep.decide.text import _fit, band_text
+from specsweep.decide.text import _fit, band_text, deciding_word
 from specsweep.decide.verdicts import Verdict
 
 
@@ -268,3 +268,30 @@ def carried_by_one(judged: pd.DataFrame) -> int | None:
     if len(outs) < 3 or len(decisive) != 1:
         return None
     return int(judged["concurrency"].iloc[decisive[0]])
+
+
+#: the words beside a neutral level's band for the rules that leave a level neutral, whatever its band says
+NEUTRAL_RULE_WORDS: dict[str, str] = {
+    "both break an SLO": "both arms miss the SLO here",
+    "within noise of the SLO": "the SLO line lies within noise here",
+}
+
+
+def why_neutral(judged: pd.DataFrame, c: int, row: dict[str, Any] | pd.Series | None, min_effect_pct: float) -> str:
+    """Why the neutral level ``c`` of ``judged`` counts for nothing, in the words the page puts beside
+    its delta ``row``: 'not credible' only where the band reaches 0 (or there is none); for a band clear
+    of 0 the rule that held the level (both arms miss the SLO, …), its size below ``min_effect_pct`` (%),
+    or the metric that decided it instead; '' where the band's own text already says why (its own
+    measured Δ points the other way)."""
+    level = judged[judged["concurrency"] == c]
+    rule = level["rule"].iloc[0] if not level.empty else None
+    if isinstance(rule, str):
+        return NEUTRAL_RULE_WORDS.get(rule, rule)
+    if row is None or pd.isna(row["ci_low_pct"]) or row["ci_low_pct"] <= 0 <= row["ci_high_pct"]:
+        return "not credible"
+    if row.get("credible", 1) == 0:
+        return ""
+    if abs(_fit(row)) <= min_effect_pct:
+        return f"smaller than the {min_effect_pct:g}% minimum effect"
+    decided = level["decided_by"].iloc[0] if not level.empty else None
+    return f"held back by {deciding_word(str(decided))}" if decided else "neutral"

@@ -18,7 +18,7 @@ from specsweep.decide import Recommendation
 from specsweep.decide.caveats import DRIFT_NOT_EXCLUDED, arms_interleaved_in, control_bounds_drift, unguarded
 from specsweep.decide.claims import Claim, join_and, pct
 from specsweep.decide.decisions import row_of
-from specsweep.decide.judge import carried_by_one
+from specsweep.decide.judge import carried_by_one, why_neutral
 from specsweep.decide.text import band_text, deciding_word
 from specsweep.decide.verdicts import DecisionKind
 from specsweep.markup import markdown_html, md_text
@@ -129,7 +129,8 @@ def _deciding(comp: Comparison, rec: Recommendation) -> tuple[str, str, str]:
     if rec.decision == DecisionKind.NO_DIFFERENCE and rows:
         c = max((c for c in rows if c in set(lv["concurrency"])), key=lambda c: abs(float(rows[c]["delta_pct"])), default=None)
         if c is not None:
-            return word, f"{word}: {band_text(rows[c])} at {c}", "largest Δ, not credible"
+            why = why_neutral(lv, c, rows[c], rec.profile.min_effect_pct)
+            return word, f"{word}: {band_text(rows[c])} at {c}", "largest Δ" + (f", {why}" if why else "")
     return "", "see the levels", ""
 
 
