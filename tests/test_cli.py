@@ -197,7 +197,7 @@ def test_an_arm_name_that_climbs_out_of_the_out_dir_writes_nothing(tmp_path, cap
     out.mkdir(parents=True)
     assert main(["sweep", "--arm", "../../../notebooks/sweep", "--out-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "--arm '../../../notebooks/sweep'" in err and len(err.splitlines()) == 1
+    assert "--arm" in err and "'../../../notebooks/sweep'" in err and len(err.splitlines()) == 1
     assert victim.read_text() == "the project's own notebook"
     assert list(out.iterdir()) == []
 
