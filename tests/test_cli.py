@@ -284,9 +284,12 @@ def test_a_file_a_server_writes_later_is_checked_before_it_starts(argv, option, 
         pytest.skip("the llama.cpp engine is not installed")
     blocker = tmp_path / "blocker"
     blocker.write_text("a file")
-    assert main([a.replace("BLOCKER", str(blocker)) for a in argv]) == 2
-    err = capsys.readouterr().err
-    assert f"{option} {blocker}: exists and is not a folder" in err and "Traceback" not in err
+    # as a user runs it, in its own process: a check that failed would start a server, which the
+    # timeout ends, instead of a server left running inside the test process
+    proc = subprocess.run([sys.executable, "-m", "specsweep.cli", *(a.replace("BLOCKER", str(blocker)) for a in argv)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert f"{option} {blocker}: exists and is not a folder" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_publish_checks_its_out_dir_before_measuring(tmp_path):
