@@ -20,6 +20,7 @@ import pytest
 
 from helpers import write_measured
 from specsweep.analyze.compare import compare
+from specsweep.markup import markdown_html
 from specsweep.measure.probe import counters, parse_metrics
 from specsweep.measure.sweep import run_sweep, simulator_schedule_figures
 from specsweep.refserver.launch import RefServer
@@ -121,7 +122,8 @@ def test_the_warning_weighs_the_lag_against_the_shortest_wait(tmp_path: Path, tt
         return
     (w,) = found
     assert w.changes_verdict is (kind == "changes")
-    assert "in 1 of 4 measured levels" in w.text and "at concurrency 8:" in w.text and "<script>" not in w.text
+    assert "in 1 of 4 measured levels" in w.text and "at concurrency 8:" in w.text
+    assert "\\<script>" in w.text and "<script>" not in markdown_html(w.text)  # the arm's name shows as text
     if not resyncs:  # weighed against the wait at 8, the level that lagged
         assert "at concurrency 8, 3.0 ms is" in w.effect or "at concurrency 8, where" in w.effect, w.effect
     assert ("clock was reset" in w.text) is bool(resyncs)
