@@ -348,6 +348,30 @@ async def _watch_parent(pid: int, stop: asyncio.Event, interval_s: float = 0.5) 
         await asyncio.sleep(interval_s)
 
 
+def _with_drift(cfg: Any, args: argparse.Namespace) -> Any:
+    """``cfg`` with the drift fault of ``--fault-drift-pct-per-min`` (a ValueError for a shrink of 100 % or more)."""
+    if not args.fault_drift_pct_per_min:
+        return cfg
+    if args.fault_drift_pct_per_min <= -100:
+        raise ValueError(f"--fault-drift-pct-per-min {args.fault_drift_pct_per_min:g}: a step cannot shrink "
+                         "by 100% or more per minute; give a value above -100")
+    return dataclasses.replace(cfg, drift_pct_per_min=args.fault_drift_pct_per_min,
+                               drift_epoch_s=args.fault_drift_epoch_s)
+
+
+def _check_surface_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """Refuse the vLLM-only flags on another API surface, as the servers they imitate do."""
+    if args.per_request_spec_decode_metrics != "none":
+        if args.api_surface != "vllm":
+            parser.error("--per-request-spec-decode-metrics is a vLLM flag: use it with --api-surface vllm "
+                         "(the sglang surface answers return_spec_tokens_details instead)")
+        if args.spec != "mtp":  # vLLM refuses the flag without --speculative-config
+            parser.error("--per-request-spec-decode-metrics requires speculative decoding to be enabled "
+                         "(--spec mtp), as vLLM requires --speculative-config")
+    if args.vllm_dev_mode and args.api_surface != "vllm":
+        parser.error("--vllm-dev-mode is vLLM's VLLM_SERVER_DEV_MODE: use it with --api-surface vllm")
+
+
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     """Run the server; returns the exit status. ``prog``: the command as typed (its help and errors name it)."""
     parser = build_parser(prog)
@@ -370,12 +394,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         profile = load_profile(args.profile, overrides)
         cfg = resolve(profile, args.spec, args.max_running_requests,
                       spec_resets_cap=args.api_surface == "sglang")
-        if args.fault_drift_pct_per_min:
-            if args.fault_drift_pct_per_min <= -100:
-                raise ValueError(f"--fault-drift-pct-per-min {args.fault_drift_pct_per_min:g}: a step cannot shrink "
-                                 "by 100% or more per minute; give a value above -100")
-            cfg = dataclasses.replace(cfg, drift_pct_per_min=args.fault_drift_pct_per_min,
-                                      drift_epoch_s=args.fault_drift_epoch_s)
+        cfg = _with_drift(cfg, args)
         faults = FaultConfig(seed=args.seed, error_rate=args.fault_error_rate,
                              drop_rate=args.fault_drop_rate, stall_rate=args.fault_stall_rate,
                              stall_s=args.fault_stall_s, malformed_rate=args.fault_malformed_rate,
@@ -388,15 +407,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
                                  echo_pad=args.fault_echo_pad, echo_base64=args.fault_echo_base64)
     except (ProfileError, ValueError) as exc:
         parser.error(str(exc))
-    if args.per_request_spec_decode_metrics != "none":
-        if args.api_surface != "vllm":
-            parser.error("--per-request-spec-decode-metrics is a vLLM flag: use it with --api-surface vllm "
-                         "(the sglang surface answers return_spec_tokens_details instead)")
-        if args.spec != "mtp":  # vLLM refuses the flag without --speculative-config
-            parser.error("--per-request-spec-decode-metrics requires speculative decoding to be enabled "
-                         "(--spec mtp), as vLLM requires --speculative-config")
-    if args.vllm_dev_mode and args.api_surface != "vllm":
-        parser.error("--vllm-dev-mode is vLLM's VLLM_SERVER_DEV_MODE: use it with --api-surface vllm")
+    _check_surface_flags(args, parser)
     if args.describe:
         print(json.dumps({"profile": profile.name, **cfg.describe()}, indent=2))
         return 0
