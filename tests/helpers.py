@@ -197,3 +197,29 @@ def load_fastsse() -> Any:
     sys.modules["fastsse_server"] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def run_canary_study(tmp_path: Path, server_args: list[str], env: dict[str, str], requests: int,
+                     log: Any = None) -> tuple[Any, Path, Path]:
+    """A two-arm study whose baseline is a reference server started by the study (``serve``) with
+    ``server_args`` (faults that quote secrets) and ``env``: (its result, out dir, report dir)."""
+    import sys
+
+    import yaml
+
+    from specsweep.study.file import load_study
+    from specsweep.study.runner import run_study
+
+    argv = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
+            "--health-delay-s", "0.2", *server_args]
+    doc = {"title": "Canary study", "name": "canary", "baseline": "baseline",
+           "sweep": {"concurrency": [1, 2], "input_tokens": 32, "output_tokens": 16, "requests_per_level": requests},
+           "arms": [{"name": "baseline", "serve": {"argv": argv, "env": env,
+                                                   "ready_url": "http://127.0.0.1:{port}/health",
+                                                   "start_timeout_s": 60, "stop_grace_s": 5}},
+                    {"name": "mtp", "embedded": {"profile": "tiny", "spec": "mtp"}}]}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out, reports = tmp_path / "out", tmp_path / "reports"
+    result = run_study(load_study(path), out_dir=out, report_dir=reports, log=log or (lambda _: None))
+    return result, out, reports

@@ -400,26 +400,11 @@ ARGV_CANARY = "canary-argv-3a8e61c0d9f2"
 
 
 def test_a_study_writes_an_arms_secrets_nowhere_when_its_server_quotes_them(tmp_path: Path) -> None:
-    import sys
+    from helpers import run_canary_study
 
-    import yaml
-
-    from specsweep.study.file import load_study
-    from specsweep.study.runner import run_study
-
-    argv = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
-            "--health-delay-s", "0.2", "--fault-error-rate", "0.4", "--seed", "5",
-            "--fault-echo-env", "HF_TOKEN", "--fault-echo-token", ARGV_CANARY]
-    doc = {"title": "Canary study", "name": "canary", "baseline": "baseline",
-           "sweep": {"concurrency": [1, 2], "input_tokens": 32, "output_tokens": 16, "requests_per_level": 12},
-           "arms": [{"name": "baseline", "serve": {"argv": argv, "env": {"HF_TOKEN": ENV_CANARY},
-                                                   "ready_url": "http://127.0.0.1:{port}/health",
-                                                   "start_timeout_s": 60, "stop_grace_s": 5}},
-                    {"name": "mtp", "embedded": {"profile": "tiny", "spec": "mtp"}}]}
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    out, reports = tmp_path / "out", tmp_path / "reports"
-    result = run_study(load_study(path), out_dir=out, report_dir=reports, log=lambda _: None)
+    result, out, reports = run_canary_study(
+        tmp_path, ["--fault-error-rate", "0.4", "--seed", "5", "--fault-echo-env", "HF_TOKEN",
+                   "--fault-echo-token", ARGV_CANARY], {"HF_TOKEN": ENV_CANARY}, requests=12)
     assert [o.status for o in result.outcomes] == ["complete", "complete"]
     run = Path(result.outcomes[0].run_dir)
     errors = load_result_set(run).requests["error"].dropna()

@@ -6,7 +6,6 @@ import base64
 import json
 import random
 import string
-import sys
 from pathlib import Path
 from urllib.parse import quote
 
@@ -106,28 +105,15 @@ def _readable(path: Path) -> str:
 
 def test_a_study_stores_no_fragment_or_encoding_of_a_secret_its_server_quotes(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    import yaml
-
+    from helpers import run_canary_study
     from specsweep.results.store import load_result_set
-    from specsweep.study.file import load_study
-    from specsweep.study.runner import run_study
 
     monkeypatch.setenv("SPECSWEEP_API_KEY", API_KEY)
-    argv = [sys.executable, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}",
-            "--health-delay-s", "0.2", "--fault-error-rate", "0.5", "--seed", "5", "--fault-echo-auth",
-            "--fault-echo-env", "HF_TOKEN", "--fault-echo-token", ARGV_TOKEN, "--fault-echo-pad", "300",
-            "--fault-echo-base64"]
-    doc = {"title": "Canary study", "name": "canary", "baseline": "baseline",
-           "sweep": {"concurrency": [1, 2], "input_tokens": 32, "output_tokens": 16, "requests_per_level": 16},
-           "arms": [{"name": "baseline", "serve": {"argv": argv, "env": {"HF_TOKEN": HF_TOKEN},
-                                                   "ready_url": "http://127.0.0.1:{port}/health",
-                                                   "start_timeout_s": 60, "stop_grace_s": 5}},
-                    {"name": "mtp", "embedded": {"profile": "tiny", "spec": "mtp"}}]}
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    out, reports = tmp_path / "out", tmp_path / "reports"
     lines: list[str] = []
-    result = run_study(load_study(path), out_dir=out, report_dir=reports, log=lines.append)
+    result, out, reports = run_canary_study(
+        tmp_path, ["--fault-error-rate", "0.5", "--seed", "5", "--fault-echo-auth", "--fault-echo-env", "HF_TOKEN",
+                   "--fault-echo-token", ARGV_TOKEN, "--fault-echo-pad", "300", "--fault-echo-base64"],
+        {"HF_TOKEN": HF_TOKEN}, requests=16, log=lines.append)
     assert [o.status for o in result.outcomes] == ["complete", "complete"]
     errors = load_result_set(Path(result.outcomes[0].run_dir)).requests["error"].dropna()
     assert len(errors) >= 8 and errors.str.endswith("…").any()  # the server did quote them, past the cut
