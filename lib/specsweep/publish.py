@@ -42,6 +42,7 @@ from typing import Any
 
 from specsweep.decide import decisions
 from specsweep.decide.decisions import DECISIONS_FILE, read_decisions, write_decisions
+from specsweep.decide.flip import RESAMPLES, table_with_flips
 from specsweep.errors import RunError, SpecsweepError, exit_status
 from specsweep.paths import REPO_ROOT
 from specsweep.report import build_report
@@ -134,12 +135,17 @@ def _inputs(pub: Published) -> tuple[list[Path], str, list[dict[str, Any]] | Non
     return sets, study.baseline, profiles
 
 
+#: resampled reruns behind each published row's flip chance (:mod:`specsweep.decide.flip`)
+FLIP_RESAMPLES: int = RESAMPLES
+
+
 def decision_tables(pubs: Sequence[Published]) -> dict[str, list[decisions.DecisionRow]]:
     """Each published report's decision table from the data measured now (see :mod:`specsweep.decide.decisions`)."""
     out = {}
     for pub in pubs:
         sets, baseline, profiles = _inputs(pub)
-        out[pub.name] = decisions.table_of(sets, baseline, profiles)
+        # each row with its flip chance, as the page prints it (a statistic: never part of the comparison)
+        out[pub.name] = table_with_flips(sets, baseline, profiles, resamples=FLIP_RESAMPLES)
     return out
 
 

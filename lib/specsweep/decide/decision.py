@@ -99,15 +99,9 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
     """The recommendation for one profile (see the docstring of specsweep.decide for the rules): the
     decision and its arm, ties, range, bands and levels, with the claims its sentences state."""
     profile = parse_profile(profile)
-    if not token_figures_compared(comp.levels):
-        return _withheld_counts(comp, profile)
-    refused = _chunk_counted(comp)
-    candidates = _candidates(comp, profile, refused)
-    if not candidates:
-        withheld = _withheld(comp, profile, refused)
-        if withheld is not None:
-            return withheld
-    d = decide(comp, profile, candidates)
+    d = judgement(comp, profile)
+    if isinstance(d, Recommendation):
+        return d
     metric = _profile_metric(comp, profile, d.arm)
     checks = _slo_checks(profile, comp)
     headline, head_claims = headline_sentences(comp, profile, d, metric)
@@ -126,6 +120,23 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         levels=_with_deciding_band(comp, levels, metric, checks[0][1] if checks else metric),
         claims=head_claims + reason_claims + experiment_claims, tied_with=list(d.tied_with),
     )
+
+
+def judgement(comp: Comparison, profile: Profile | dict[str, Any]) -> Decision | Recommendation:
+    """What :func:`recommend` decides before it words anything: the :class:`Decision`, or the
+    recommendation withheld where no arm can be judged (token counts not compared or from chunks,
+    only control arms). The decision table's fast path (:func:`specsweep.decide.decisions.decided_row`,
+    re-deciding resampled studies) reads it without the sentences."""
+    profile = parse_profile(profile)
+    if not token_figures_compared(comp.levels):
+        return _withheld_counts(comp, profile)
+    refused = _chunk_counted(comp)
+    candidates = _candidates(comp, profile, refused)
+    if not candidates:
+        withheld = _withheld(comp, profile, refused)
+        if withheld is not None:
+            return withheld
+    return decide(comp, profile, candidates)
 
 
 def _profile_metric(comp: Comparison, profile: Profile, arm: str) -> str:

@@ -43,9 +43,11 @@ from pydantic.dataclasses import dataclass
 
 from specsweep.analyze.compare import Comparison, compare
 from specsweep.decide import DEFAULT_PROFILES, parse_profile, recommend
+from specsweep.decide.decision import judgement
+from specsweep.decide.profiles import Profile
 from specsweep.decide.result import Recommendation
 from specsweep.decide.text import tested_bracket
-from specsweep.decide.verdicts import DecisionKind, Outcome
+from specsweep.decide.verdicts import DecisionKind, Outcome, Verdict
 from specsweep.results.store import load_result_sets
 
 #: the decision tables' file in a reports folder
@@ -67,6 +69,11 @@ class DecisionRow:
     bracket: tuple[int, int] | None = None
     tied: tuple[str, ...] = field(default_factory=tuple)
     outcomes: tuple[tuple[int, Outcome], ...] = field(default_factory=tuple)
+    #: the estimated probability (0–1) that a rerun of the same design gives another class or arm, and
+    #: of how many resampled reruns (:mod:`specsweep.decide.flip`); a statistic about the decision, not
+    #: part of it: :func:`same_decision` ignores both
+    flip_chance: float | None = None
+    flip_resamples: int | None = None
 
     def text(self) -> str:
         """The decision in words, e.g. ``enable up to 49 (between 32 and 64)``."""
@@ -91,8 +98,23 @@ def row_of(rec: Recommendation) -> DecisionRow:
     outcomes = cast(tuple[tuple[int, Outcome], ...],
                     tuple((int(c), str(o)) for c, o in zip(lv.get("concurrency", []), lv.get("outcome", []))))
     x = rec.decision_at
+    flip = rec.flip
     return DecisionRow(rec.profile.name, rec.decision, rec.arm, x, _bracket([c for c, _ in outcomes], x),
-                       tuple(rec.tied_with), outcomes)
+                       tuple(rec.tied_with), outcomes, None if flip is None else flip.chance,
+                       None if flip is None else flip.resamples)
+
+
+def decided_row(comp: Comparison, profile: dict[str, Any] | Profile) -> DecisionRow:
+    """The row :func:`decision_row` gives, from the decision alone (no sentences: a fraction of the
+    cost, for re-deciding many resampled studies); the same class, arm, tie set, range and outcomes."""
+    d = judgement(comp, profile)
+    if isinstance(d, Recommendation):
+        return row_of(d)
+    x = d.up_to if d.up_to is not None else d.from_c
+    outcomes = cast(tuple[tuple[int, Outcome], ...],
+                    tuple((int(c), str(o)) for c, o in zip(d.judged["concurrency"], d.judged["outcome"])))
+    return DecisionRow(parse_profile(profile).name, d.decision, None if d.verdict == Verdict.DISABLE else d.arm, x,
+                       _bracket([c for c, _ in outcomes], x), tuple(d.tied_with), outcomes)
 
 
 def decision_row(comp: Comparison, profile: dict[str, Any]) -> DecisionRow:
@@ -107,7 +129,8 @@ def decision_table(comp: Comparison, profiles: Sequence[dict[str, Any]] | None =
 
 def table_of(paths: Sequence[str | Path], baseline: str = "baseline",
              profiles: Sequence[dict[str, Any]] | None = None) -> list[DecisionRow]:
-    """The decision table of result sets (or study folders), compared the way the report compares them."""
+    """The decision table of result sets (or study folders), compared the way the report compares them
+    (:func:`specsweep.decide.flip.table_with_flips` adds each row's flip chance)."""
     sets = load_result_sets([str(p) for p in paths])
     return decision_table(compare(sets, baseline=baseline, assumed_noise_pct=3.0), profiles)
 
@@ -137,9 +160,14 @@ def differences(a: dict[str, list[DecisionRow]], b: dict[str, list[DecisionRow]]
 _ROWS: TypeAdapter[list[DecisionRow]] = TypeAdapter(list[DecisionRow])
 
 
+#: optional fields left out of a row's JSON where unset (so a table without them reads as before)
+_OPTIONAL: tuple[str, ...] = ("flip_chance", "flip_resamples")
+
+
 def to_json(rows: Sequence[DecisionRow]) -> list[dict[str, Any]]:
-    """A table as JSON-ready data (decisions as their words, tuples as lists once dumped)."""
-    return [asdict(r) for r in rows]
+    """A table as JSON-ready data (decisions as their words, tuples as lists once dumped; the flip
+    chance only where it was estimated)."""
+    return [{k: v for k, v in asdict(r).items() if not (k in _OPTIONAL and v is None)} for r in rows]
 
 
 def from_json(data: Sequence[dict[str, Any]]) -> list[DecisionRow]:

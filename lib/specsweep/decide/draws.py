@@ -269,9 +269,10 @@ def _hard_meta(arm: str, repeats: int, control: bool) -> Meta:
     return meta
 
 
-def draw_study(case: str, rng: np.random.Generator) -> list[ResultSet]:
-    """One study of ``case`` (see :data:`HARD_CASES`): baseline, 'spec' and, with a control, 'control'."""
-    spec = HARD_CASES[case]
+def draw_study(case: str | dict[str, Any], rng: np.random.Generator) -> list[ResultSet]:
+    """One study of ``case`` (a name in :data:`HARD_CASES`, or a spec of the same form): baseline,
+    'spec' and, with a control, 'control'."""
+    spec = HARD_CASES[case] if isinstance(case, str) else case
     levels = np.array(spec["levels"], float)
     reps = int(spec["repeats"])
     k = len(levels)

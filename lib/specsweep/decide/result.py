@@ -51,6 +51,24 @@ class Band:
     rule: str | None = None
 
 
+@dataclass(frozen=True)
+class FlipChance:
+    """How likely a rerun with the same design decides otherwise (:mod:`specsweep.decide.flip`): of
+    ``resamples`` simulated reruns, ``flips`` gave another decision class or arm than the measured one."""
+
+    flips: int
+    resamples: int
+
+    @property
+    def chance(self) -> float:
+        """The estimated probability (0–1) that a rerun flips the decision."""
+        return self.flips / self.resamples if self.resamples else math.nan
+
+    def text(self) -> str:
+        """As the page prints it: ``flip chance 3% (200 resamples)``."""
+        return f"flip chance {self.chance * 100:.0f}% ({self.resamples} resamples)"
+
+
 @dataclass
 class Recommendation:
     """A verdict for one profile, with the evidence behind it."""
@@ -73,6 +91,8 @@ class Recommendation:
     tied_with: list[str] = field(default_factory=list)
     #: every finding the sentences state, with its numbers (see specsweep.decide.claims)
     claims: list[Claim] = field(default_factory=list)
+    #: how likely a rerun of the same design decides otherwise; None where not estimated
+    flip: FlipChance | None = None
 
     @property
     def decision_at(self) -> float | None:

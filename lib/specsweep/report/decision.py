@@ -43,7 +43,8 @@ class ScreenRow:
     deciding_figure: str
     #: the deciding metric's name ('' where no one metric decides)
     deciding_metric: str
-    #: how many of the judged levels are credible (the page-wide part, :func:`stability`, is said once under the table)
+    #: how many of the judged levels are credible and the flip chance (the chance a rerun of the same design
+    #: decides otherwise); the page-wide part, :func:`stability`, is said once under the table
     stability: str
     #: arms not credibly different from ``arm`` for this profile (``arm`` is the simplest of them)
     tied_with: tuple[str, ...] = ()
@@ -201,6 +202,8 @@ def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[Scre
             levels_note += f"; one level ({lone}) carries this verdict: re-measure it"
         if kind in (DecisionKind.ENABLE, DecisionKind.KEEP_OFF) and unguarded(comp):
             levels_note += f"; {DRIFT_NOT_EXCLUDED}"
+        if rec.flip is not None:  # the chance a rerun of the same design decides otherwise (class or arm)
+            levels_note += f"; {rec.flip.text()}"
         word, deciding, note = _deciding(comp, rec)
         row = row_of(rec)  # the class, arm, ties and X decisions.json and the console carry
         out.append(ScreenRow(profile=rec.profile.name, kind=row.decision, x=row.x, arm=row.arm or rec.judged_arm,
