@@ -7,6 +7,7 @@
     specsweep serve llamacpp [...]                                    specsweep.engines.llamacpp, when installed
     specsweep import TOOL FILE [FILE ...] --arm NAME [--out DIR]      a peer tool's results as a result set
     specsweep capture --endpoint URL --out FILE                      a live server's shapes, for serve --replay
+    specsweep gate --reference REF_DIR NEW_DIR                       CI: exit 1 where decisions or metrics moved
 
 Exit status: 0 done; 1 the command ran and failed (a sweep or a report that did not finish);
 2 bad input (an unknown option, a bad value, a file that cannot be read), with a message naming it.
@@ -319,6 +320,64 @@ def _run_capture(args: argparse.Namespace) -> int:
     return OK
 
 
+# --------------------------------------------------------------------------------- gate
+
+
+def _add_gate(sub: Any) -> None:
+    p = sub.add_parser("gate", help="CI check: exit 1 where a new study's decisions or metrics differ from a reference",
+                       description="Compare NEW_DIR (a study or result-set folder) with the stored reference: exit 1 "
+                                   "with a one-screen diff where a profile's decision (class, arm, ties, crossover "
+                                   "bracket) changed, a level or arm is missing, or aggregate tok/s, accept length or "
+                                   "TTFT p99 moved beyond what the runs' own noise explains (t test on the repeats, "
+                                   "Bonferroni over every level compared); exit 0 otherwise (docs/gate.md).")
+    p.add_argument("new", metavar="NEW_DIR", help="the new study or result-set folder")
+    p.add_argument("--reference", required=True, metavar="REF_DIR", help="the reference study or result-set folder")
+    p.add_argument("--baseline", default="baseline", help="arm name of the baseline (default: baseline)")
+    p.add_argument("--profiles", default=None, metavar="YAML", help="workload profiles as a YAML list (default: the "
+                                                                     "report's)")
+    p.set_defaults(func=_run_gate)
+
+
+def _gate_sets(path: str, option: str, baseline: str) -> Any:
+    """The result sets of one side of the gate, or bad input naming ``option``."""
+    from specsweep.results.store import load_result_sets
+
+    try:
+        sets = load_result_sets([path])
+    except (SpecsweepError, OSError, ValueError) as exc:
+        raise BadInput(f"{option} {path}: {exc}") from None
+    arms = {rs.arm for rs in sets}
+    if baseline not in arms:
+        raise BadInput(f"{option} {path}: no arm {baseline!r} (arms: {', '.join(sorted(arms))}); pass --baseline ARM")
+    if len(arms) < 2:
+        raise BadInput(f"{option} {path}: holds the baseline arm alone; the gate compares decisions between arms")
+    return sets
+
+
+def _run_gate(args: argparse.Namespace) -> int:
+    import yaml
+
+    from specsweep.decide.gate import gate, gate_text
+    from specsweep.errors import FAILED
+
+    profiles = None
+    if args.profiles:
+        try:
+            profiles = yaml.safe_load(args.profiles)
+        except yaml.YAMLError as exc:
+            raise BadInput(f"--profiles: not YAML ({exc})") from None
+        if not isinstance(profiles, list):
+            raise BadInput("--profiles: give a YAML list of profiles, e.g. '[{name: t, objective: throughput}]'")
+    reference = _gate_sets(args.reference, "--reference", args.baseline)
+    new = _gate_sets(args.new, "NEW_DIR", args.baseline)
+    try:
+        result = gate(reference, new, args.baseline, profiles)
+    except ValueError as exc:  # a comparison that cannot be made (levels, workloads, a bad profile)
+        raise BadInput(f"NEW_DIR {args.new}: {exc}") from None
+    print(gate_text(result, args.reference, args.new))
+    return OK if result.passed else FAILED
+
+
 # --------------------------------------------------------------------- pass-through commands
 
 
@@ -372,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=text, add_help=False)
     _add_import(sub)
     _add_capture(sub)
+    _add_gate(sub)
     return parser
 
 
