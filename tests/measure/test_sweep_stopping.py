@@ -82,3 +82,21 @@ def test_the_auto_maximum_leaves_room_for_a_margin() -> None:
     cfg = parse_config({"concurrency": [1, 64], "target_moe_pct": 5})
     assert [cfg.max_requests_for(c) for c in (1, 64)] == [16, 640]
     assert parse_config({"concurrency": [1, 64]}).max_requests_for(64) == 128  # no target: the fixed count
+
+
+def _study(sweep: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump({"title": "T", "sweep": {"concurrency": [1, 4], **sweep},
+                           "arms": [{"name": "baseline", "embedded": {"profile": "tiny"}}]}, sort_keys=False)
+
+
+def test_a_study_passes_the_stopping_keys_to_every_sweep_and_refuses_bad_ones() -> None:
+    from specsweep.study.file import StudyError, parse_study
+
+    study = parse_study(_study({"target_moe_pct": 5, "max_requests_per_level": 100}))
+    arm = study.arms[0]
+    given = study.sweep_parameters(arm, 0)
+    assert given["target_moe_pct"] == 5 and given["max_requests_per_level"] == 100
+    with pytest.raises(StudyError, match="target_moe_pct"):
+        parse_study(_study({"target_moe_pct": -1}))
