@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specsweep.results.columns import LEVEL_DEFAULTS
+
 __all__ = ["BATCHES_PER_LEVEL", "CONFIDENCE", "Completion", "Margin", "StopRule", "batch_size", "level_margin_pct",
            "throughput_margin"]
 
@@ -48,8 +50,8 @@ BATCHES_PER_LEVEL = 4
 #: (a margin read off a few batches is often narrower than the truth; stopping on the first lucky one
 #: would leave intervals that cover less than they say)
 STOP_CONFIDENCE = 0.9
-#: what a level row says when its count was fixed in advance (no target margin)
-FIXED_COUNT = "fixed count"
+#: what a level row says when its count was fixed in advance (no target margin): what older result sets read as
+FIXED_COUNT: str = LEVEL_DEFAULTS["stop_reason"]
 
 #: one finished request: (t_sent, t_end) in perf_counter seconds and its output tokens (None: unknown)
 Completion = tuple[float, float, int | None]
