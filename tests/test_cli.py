@@ -144,6 +144,8 @@ def test_study_dry_run_passes_through(capsys):
                               "--concurrency '[1, 4, 16]'"),
     (["--repeats", "0"], "--repeats: Input should be greater than or equal to 1"),
     (["--endpoint", "gpu-host"], "--endpoint: give scheme://host:port"),
+    (["--target-moe-pct", "0"], "--target-moe-pct: Input should be greater than 0"),
+    (["--max-requests-per-level", "50"], "--max-requests-per-level: applies only with target_moe_pct"),
 ])
 def test_sweep_refuses_a_bad_option_before_a_kernel_starts(option, message, tmp_path, capsys):
     """The notebook's own check, run first and in the command's own syntax: no kernel, no notebook written."""

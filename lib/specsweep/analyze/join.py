@@ -35,7 +35,7 @@ class NoSharedLevelError(InputError, ValueError):
 NOT_METRICS: frozenset[str] = frozenset(
     {"run_id", "arm", "concurrency", "repeat", "n_requests", "n_ok", "n_errors", "window_s",
      "output_tokens", "steady_window_s", "token_source", "n_repeats", "requested_output_tokens",
-     "short_outputs", "warmup_requests"}
+     "short_outputs", "warmup_requests", "moe_pct"}
 )
 #: the per-user speed metrics, in order of preference: mean 1/TPOT, else per-request tok/s (level-only data)
 USER_METRICS: tuple[str, ...] = ("user_tok_s_mean", "request_tok_s_mean")

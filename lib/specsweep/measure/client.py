@@ -744,6 +744,31 @@ _SLOW_MARKS = (b"\r", b'"error"', *(f'"{key}"'.encode() for key, _ in (*CHUNK_FI
                b'"index":1')
 
 
+#: bytes at the end of a response searched for its last count (:func:`count_hint`)
+_HINT_TAIL_BYTES = 4096
+_HINT_RE = re.compile(rb'"completion_tokens":\s*(\d+)')
+
+
+def count_hint(raw: RawExchange) -> int | None:
+    """A finished response's output tokens as its last ``"completion_tokens"`` in its final 4 KiB
+    says (OpenAI ``usage``, SGLang ``meta_info``): microseconds, for the live per-level stopping rule
+    only — the level's figures always come from :func:`parse_exchange`. 0 for a failed request;
+    None when the tail holds no count (no counts sent, or the tail spilled to the level's spool)."""
+    if raw.error is not None or (raw.http_status is not None and raw.http_status >= 300):
+        return 0
+    tail: list[bytes] = []
+    held = 0
+    for read in reversed(raw.reads):
+        tail.append(read[-_HINT_TAIL_BYTES:])
+        held += len(tail[-1])
+        if held >= _HINT_TAIL_BYTES:
+            break
+    body = b"".join(reversed(tail))
+    at = body.rfind(_COUNT_KEY)
+    m = _HINT_RE.match(body, at) if at >= 0 else None
+    return int(m.group(1)) if m is not None else None
+
+
 def _json_list(items: list[bytes]) -> list[Any]:
     """``orjson.loads`` of JSON values given as bytes, in one call."""
     return orjson.loads(b"[" + b",".join(items) + b"]") if items else []

@@ -9,6 +9,11 @@ the names (tokens, seconds). ``auto`` values are resolved by the documented rule
   (the minimum is 4 unless given): every slot runs at least two requests, so each level has a span
   in which all C slots are busy; a larger minimum gives the low levels enough requests for their own
   figures (a prompt set sent whole at every level) while the high levels still get 2 × C.
+- ``target_moe_pct`` (off by default): per-level stopping. A level then sends at least the count
+  above and at most ``max_requests_per_level``, and stops sending once its throughput's 95 %
+  margin of error (relative half-width, %) is at most the target (``measure.stopping``; requests in
+  flight finish). ``max_requests_per_level="auto"``: max(4 × that minimum, 10 × C) — a margin needs
+  at least 4 × C requests, and 10 × C leaves room for several checks.
 - ``warmup_requests="auto"``: C short requests (16 output tokens) at concurrency C before each
   level, so every connection is open and the server warm; excluded from all metrics.
 - ``embedded_spec="auto"``: ``off`` for the arm named ``baseline``, ``mtp`` for any other arm.
@@ -82,6 +87,10 @@ class SweepConfig(BaseModel):
     requests_per_level: int | Literal["auto"] = "auto"
     min_requests_per_level: int = Field(DEFAULT_MIN_REQUESTS, ge=1, description="with requests_per_level='auto': "
                                         "measured requests per level are max(this, 2 x concurrency)")
+    target_moe_pct: float | None = Field(None, gt=0, le=100, description="per-level stopping: stop a level once "
+                                         "its throughput's 95 % margin of error is at most this (%); None: a fixed count")
+    max_requests_per_level: int | Literal["auto"] = Field("auto", description="with target_moe_pct: the most measured "
+                                                          "requests a level sends; auto: max(4 x the minimum, 10 x C)")
     warmup_requests: int | Literal["auto"] = "auto"
     repeats: int = Field(1, ge=1)
     request_timeout_s: float = Field(600.0, gt=0)
@@ -151,11 +160,26 @@ class SweepConfig(BaseModel):
             problems.append(("min_requests_per_level",
                 f"applies only with requests_per_level='auto' (got requests_per_level={self.requests_per_level}); "
                 "give one of the two"))
+        problems += self._stopping_problems()
         if isinstance(self.output_tokens, int) and self.output_tokens < 1:
             problems.append(("output_tokens", f"must be >= 1 or 'auto' (got {self.output_tokens})"))
         if isinstance(self.warmup_requests, int) and self.warmup_requests < 0:
             problems.append(("warmup_requests", f"must be >= 0 or 'auto' (got {self.warmup_requests})"))
         return problems
+
+    def _stopping_problems(self) -> list[tuple[str, str]]:
+        """The per-level stopping parameters' rules (module docstring)."""
+        most = self.max_requests_per_level
+        if most == "auto":
+            return []
+        if self.target_moe_pct is None:
+            return [("max_requests_per_level", f"applies only with target_moe_pct (got {most}); give target_moe_pct "
+                     "too, e.g. 5, or leave max_requests_per_level 'auto'")]
+        low = max(self.requests_for(c) for c in self.concurrency)
+        if most < low:
+            return [("max_requests_per_level", f"{most} is below a level's minimum count ({low}, from "
+                     "requests_per_level); give at least that, or 'auto'")]
+        return []
 
     # ---- resolved values --------------------------------------------------------------------
 
@@ -186,6 +210,16 @@ class SweepConfig(BaseModel):
         if self.requests_per_level == "auto":
             return max(self.min_requests_per_level, 2 * concurrency)
         return self.requests_per_level
+
+    def max_requests_for(self, concurrency: int) -> int:
+        """The most measured requests at ``concurrency``: :meth:`requests_for` without a target margin,
+        else ``max_requests_per_level`` or its ``auto`` rule (module docstring)."""
+        least = self.requests_for(concurrency)
+        if self.target_moe_pct is None:
+            return least
+        if self.max_requests_per_level == "auto":
+            return max(4 * least, 10 * concurrency)
+        return self.max_requests_per_level
 
     def warmups_for(self, concurrency: int) -> int:
         if self.warmup_requests == "auto":
@@ -251,7 +285,7 @@ def _closest_hint(name: str, known: Any = None) -> str:
 NOTEBOOK_PARAMETERS = (
     "endpoint", "arm", "label", "api", "model", "concurrency", "input_tokens", "output_tokens", "workload",
     "output_length",
-    "requests_per_level", "min_requests_per_level", "warmup_requests", "repeats", "request_timeout_s", "seed",
+    "requests_per_level", "min_requests_per_level", "target_moe_pct", "max_requests_per_level", "warmup_requests", "repeats", "request_timeout_s", "seed",
     "temperature", "out_dir",
     "resume", "client_workers", "embedded_profile", "embedded_spec", "embedded_args", "flush_cache",
 )

@@ -68,6 +68,7 @@ from specsweep.measure.probe import (
     spec_level_figures,
     try_flush_prefix_cache,
 )
+from specsweep.measure.stopping import FIXED_COUNT, StopRule, level_margin_pct
 from specsweep.notebooks.terminal import progress_stream
 from specsweep.results import provenance
 from specsweep.results.meta import Meta
@@ -99,7 +100,7 @@ from specsweep.workloads.prompts import (
 WARMUP_INDEX_BASE = 1_000_000_000
 #: meta.json fields that must match for a run to be resumed (a changed timeout would change what counts as failed)
 RESUME_KEYS = ("concurrency", "repeats", "requests_per_level", "warmup_requests", "temperature", "api", "seed",
-               "request_timeout_s")
+               "request_timeout_s", "target_moe_pct", "max_requests_per_level")
 #: a level is damaged (measured again on resume) when this fraction of its requests failed ...
 DAMAGED_ERROR_RATE = 0.5
 #: ... or at least this fraction, and more than twice the median of the run's other levels
@@ -241,10 +242,12 @@ def _levels_to_remeasure(resume: _Resume, log: Callable[[str], None]) -> tuple[s
 
 
 def _prompt_offsets(cfg: SweepConfig) -> dict[tuple[int, int], int]:
+    """Where each level's prompts start: after every earlier level's most requests, so a level that
+    stops early leaves the next level's prompts where they would be (paired across arms)."""
     offsets, total = {}, 0
     for key in cfg.plan():
         offsets[key] = total
-        total += cfg.requests_for(key[0])
+        total += cfg.max_requests_for(key[0])
     return offsets
 
 
@@ -353,6 +356,7 @@ def summarise_level(
     # tokens each request asked for (output_length="reference": its prompt's reference length)
     req["requested_output_tokens"] = [workload.max_tokens(i) if workload else requested_tokens for i in prompt_ids]
     lv: dict[str, Any] = level_metrics(req, concurrency)
+    lv["moe_pct"] = level_margin_pct(req, concurrency)  # what the level's count achieved, stopping rule or not
     # natural lengths: short outputs are expected, not a warning
     ok = req["error"].isna() & req["output_tokens"].notna() & (workload is None or workload.ignore_eos)
     lv.update(
@@ -655,8 +659,8 @@ def _workload_warnings(cfg: SweepConfig, workload: Workload, server_info: dict[s
     n = len(workload.prompts)
     if not n or server_info.get("disable_radix_cache") is True:
         return []
-    per_level = max(cfg.requests_for(c) for c, _ in cfg.plan())
-    needed = sum(cfg.requests_for(c) for c, _ in cfg.plan())
+    per_level = max(cfg.max_requests_for(c) for c, _ in cfg.plan())
+    needed = sum(cfg.max_requests_for(c) for c, _ in cfg.plan())
     if per_level > n:
         return [f"The prompt set has {n} prompts but a level sends up to {per_level} measured requests, so prompts "
                 "repeat within a level and a server's prefix cache can serve the repeats (shorter TTFT)."]
@@ -703,6 +707,9 @@ def _sweep_params(cfg: SweepConfig) -> dict[str, Any]:
         "requests_per_level": {str(c): cfg.requests_for(c) for c in cfg.concurrency},
         "requests_per_level_rule": cfg.requests_per_level if cfg.requests_per_level == "auto" else "fixed",
         **({"min_requests_per_level": cfg.min_requests_per_level} if cfg.requests_per_level == "auto" else {}),
+        **({"target_moe_pct": cfg.target_moe_pct,
+            "max_requests_per_level": {str(c): cfg.max_requests_for(c) for c in cfg.concurrency}}
+           if cfg.target_moe_pct is not None else {}),
         "warmup_requests": {str(c): cfg.warmups_for(c) for c in cfg.concurrency},
         "warmup_output_tokens": WARMUP_OUTPUT_TOKENS, "request_timeout_s": cfg.request_timeout_s,
         "temperature": cfg.temperature, "api": cfg.api, "seed": cfg.seed, "closed_loop": True,
@@ -897,6 +904,8 @@ class _Measured:
     after: dict[str, float]
     started_utc: str
     cpu_figures: dict[str, Any]
+    #: the level's stopping rule (None: a fixed count)
+    rule: StopRule | None = None
 
 
 def _plan_prompt_cache(lv: _Levels) -> None:
@@ -986,7 +995,9 @@ def _run_measured(lv: _Levels, c: int, r: int) -> _Measured:
     """The level's measured requests, ``c`` in flight, with the server's counters read before and
     after and its gauges polled during; a stop interrupts."""
     poller, cpu_meter = lv.poller, lv.cpu_meter
-    n = lv.cfg.requests_for(c)
+    n = lv.cfg.max_requests_for(c)
+    rule = (StopRule(concurrency=c, target_pct=lv.cfg.target_moe_pct, min_requests=lv.cfg.requests_for(c),
+                     max_requests=n) if lv.cfg.target_moe_pct is not None else None)
     start = lv.offsets[(c, r)]
     bodies = lv.workload.bodies(lv.info.flavour, range(start, start + n), model=lv.info.model,
                                 temperature=lv.cfg.temperature, extra={**lv.options, **lv.level_options})
@@ -998,7 +1009,7 @@ def _run_measured(lv: _Levels, c: int, r: int) -> _Measured:
     bar: _Progress | None = None
     try:
         bar = _Progress(lv.progress, n, f"C={c} r{r}", lv.workload.output_tokens)
-        result = lv.gen.run_level(bodies, c, stop=lv.stop, progress=bar)
+        result = lv.gen.run_level(bodies, c, stop=lv.stop, progress=bar, until=rule)
     finally:
         if bar is not None:
             bar.close()
@@ -1008,7 +1019,7 @@ def _run_measured(lv: _Levels, c: int, r: int) -> _Measured:
     if result.stopped:
         raise KeyboardInterrupt
     after = poller.snapshot() if poller else {}
-    return _Measured(result, samples, before, after, started, cpu_figures)
+    return _Measured(result, samples, before, after, started, cpu_figures, rule)
 
 
 def _save_level(lv: _Levels, c: int, r: int, measured: _Measured,
@@ -1023,6 +1034,8 @@ def _save_level(lv: _Levels, c: int, r: int, measured: _Measured,
         before=measured.before, after=measured.after, started_utc=measured.started_utc, workload=lv.workload)
     if flush_note is not None:
         level["prefix_cache_flush"] = flush_note
+    rule = measured.rule
+    level["stop_reason"] = rule.reason(float(level["moe_pct"].iloc[0])) if rule is not None else FIXED_COUNT
     for key, value in measured.cpu_figures.items():
         level[key] = value
     threads = engine_threads(lv.meta)
@@ -1179,6 +1192,9 @@ def _level_line(row: pd.Series) -> str:
                      + (f" [{source}]" if isinstance(source, str) and source else ""))
     if not pd.isna(row.get("server_running_max", math.nan)):
         parts.append(f"server ran ≤ {int(row['server_running_max'])}")
+    reason = row.get("stop_reason")
+    if isinstance(reason, str) and reason != FIXED_COUNT:
+        parts.append(f"{int(row.get('n_requests', 0))} requests, stopped on {reason}")
     return ", ".join(parts) + " — saved"
 
 
@@ -1201,6 +1217,8 @@ SUMMARY_COLUMNS: dict[str, str] = {
     "server_running_max": "server running max",
     "server_queued_max": "server queued max",
     "short_outputs": "short outputs",
+    "moe_pct": "throughput margin ± (%)",
+    "stop_reason": "stopped on",
     "client_cpu_cores": "client CPU (cores)",
 }
 

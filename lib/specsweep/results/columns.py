@@ -6,10 +6,14 @@ fallback from :func:`metric_info`.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["METRICS", "PERCENTILES", "Better", "MetricInfo", "metric_info"]
+import pandas as pd
+
+__all__ = ["LEVEL_DEFAULTS", "METRICS", "PERCENTILES", "TEXT_COLUMNS", "Better", "MetricInfo", "level_column",
+           "metric_info"]
 
 #: the percentiles every latency figure is reported at
 PERCENTILES: tuple[int, ...] = (50, 90, 99)
@@ -98,6 +102,12 @@ METRICS: dict[str, MetricInfo] = {
         "Draft share", "fraction", "neutral",
         "llama.cpp: verification steps ÷ decode steps over the level (the steps that carried a draft)",
     ),
+    "moe_pct": MetricInfo(
+        "Throughput margin of error", "%", "lower",
+        "half-width of the 95 % interval of the level's throughput per slot (Σ output tokens ÷ Σ request durations; "
+        "the aggregate ÷ C in a closed loop) relative to it: overlapping batch means over consecutive completions, "
+        "batches of at least C requests and a quarter of the level (specsweep.measure.stopping); NaN under 4 × C requests",
+    ),
     # the reference server only (refserver/schedule_metrics.py): how well the simulator kept its schedule
     "sim_steps": MetricInfo(
         "Simulator steps", "steps", "neutral",
@@ -133,6 +143,26 @@ for _name, _label in (("ttft", "Time to first token"), ("tpot", "Time per output
     METRICS[f"{_name}_mean_s"] = MetricInfo(f"{_label}, mean", "s", "lower", f"mean of {_name}")
     for _p in PERCENTILES:
         METRICS[f"{_name}_p{_p}_s"] = MetricInfo(f"{_label}, p{_p}", "s", "lower", f"p{_p} of {_name}")
+
+
+#: level columns that hold text: what each says
+TEXT_COLUMNS: dict[str, str] = {
+    "stop_reason": "why the level stopped sending requests: 'fixed count' (requests_per_level), 'margin reached "
+                   "(±x % after n requests)' (target_moe_pct; the requests in flight then finished too) or "
+                   "'max requests (±x %)' (max_requests_per_level reached first)",
+}
+
+#: what a level column reads as in a result set written before it existed
+LEVEL_DEFAULTS: dict[str, Any] = {"stop_reason": "fixed count", "moe_pct": math.nan}
+
+
+def level_column(levels: pd.DataFrame, name: str) -> pd.Series:
+    """Column ``name`` of a levels table, or its :data:`LEVEL_DEFAULTS` value on every row where an
+    older result set lacks it (measured sweeps sent a fixed count before per-level stopping)."""
+    if name in levels.columns:
+        return levels[name]
+    return pd.Series([LEVEL_DEFAULTS[name]] * len(levels), index=levels.index, name=name,
+                     dtype="string" if isinstance(LEVEL_DEFAULTS[name], str) else "float64")
 
 
 def metric_info(name: str) -> MetricInfo:

@@ -101,6 +101,10 @@ class Sweep(Record):
     requests_per_level: int | dict[str, Any] | None = None
     requests_per_level_rule: str | None = None
     min_requests_per_level: int | None = None
+    #: per-level stopping: the target margin of error (%), None: a fixed count per level
+    target_moe_pct: int | float | None = None
+    #: with a target: the most measured requests per level, by concurrency
+    max_requests_per_level: int | dict[str, Any] | None = None
     warmup_requests: int | dict[str, Any] | None = None
     temperature: int | float | None = None
     api: str | None = None

@@ -92,8 +92,8 @@ RUNNER_PARAMETERS: dict[str, str] = {
 #: the sweep notebook's parameters a study may share (see notebooks/sweep.ipynb)
 SWEEP_PARAMETERS: tuple[str, ...] = (
     "api", "model", "concurrency", "input_tokens", "output_tokens", "workload", "requests_per_level",
-    "min_requests_per_level", "warmup_requests", "request_timeout_s", "seed", "temperature", "client_workers",
-    "flush_cache",
+    "min_requests_per_level", "target_moe_pct", "max_requests_per_level", "warmup_requests", "request_timeout_s",
+    "seed", "temperature", "client_workers", "flush_cache",
 )
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 #: names of variables and flags whose values are secrets (HF_TOKEN, SPECSWEEP_API_KEY, --api-key, …);

@@ -53,11 +53,11 @@ from typing import Any
 from specsweep.measure.client import ReadPath, TransportKind, encode_body
 from specsweep.measure.loadgen.engine import _Config
 from specsweep.measure.loadgen.inprocess import InProcessRunner
-from specsweep.measure.loadgen.level import LevelResult, ProgressFn, split_concurrency
+from specsweep.measure.loadgen.level import LevelResult, ProgressFn, UntilFn, split_concurrency
 from specsweep.measure.loadgen.workers import WorkerPoolRunner
 from specsweep.servers.flavours import PATHS, Flavour
 
-__all__ = ["InProcessRunner", "LevelResult", "LoadGenerator", "ProgressFn", "WorkerPoolRunner", "run_level",
+__all__ = ["InProcessRunner", "LevelResult", "LoadGenerator", "ProgressFn", "UntilFn", "WorkerPoolRunner", "run_level",
            "split_concurrency"]
 
 
@@ -129,6 +129,7 @@ class LoadGenerator:
         *,
         stop: threading.Event | None = None,
         progress: ProgressFn | None = None,
+        until: UntilFn | None = None,
     ) -> LevelResult:
         """Send every body once with ``concurrency`` in flight; return records in issue order.
 
@@ -137,7 +138,9 @@ class LoadGenerator:
         ``progress(finished, total)``: called from this (the calling) thread whenever the number
         of finished requests changed (coalesced, at most every 50 ms, and once at the end) — never
         on the measuring loop. Ctrl-C (KeyboardInterrupt) stops the level the same way and then
-        re-raises.
+        re-raises. ``until``: a stopping rule (:data:`UntilFn`) asked as requests finish; once it
+        says stop no further body is sent and the requests in flight finish (they are measured): the
+        level then has fewer records than bodies.
         """
         if self._closed:
             raise RuntimeError("this LoadGenerator is closed")
@@ -150,7 +153,7 @@ class LoadGenerator:
         if not encoded:
             raise ValueError("bodies is empty: nothing to send")
         with self._lock:
-            return self._runner.run_level(encoded, concurrency, stop, progress)
+            return self._runner.run_level(encoded, concurrency, stop, progress, until)
 
     def close(self) -> None:
         """Close the client(s) and stop the loop thread or worker processes."""

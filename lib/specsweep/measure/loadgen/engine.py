@@ -191,9 +191,10 @@ async def _engine(
     concurrency: int,
     take: Callable[[], int | None],
     stop_check: Callable[[], bool],
-    on_done: Callable[[], None],
+    on_done: Callable[[RawExchange], None],
 ) -> _EngineOut:
-    """Run C slots until ``take`` returns None or ``stop_check`` turns True."""
+    """Run C slots until ``take`` returns None or ``stop_check`` turns True; ``on_done(raw)`` as
+    each request ends (its exchange, whole: for counting, or a look at its last bytes)."""
     path = PATHS[cfg.flavour]
     timeout_s, read, flavour, budget = cfg.timeout_s, cfg.read, cfg.flavour, cfg.parse_budget_bytes
     # requests are built before the clock starts: building one costs CPU the hot path must not pay
@@ -265,12 +266,12 @@ async def _engine(
             prev_end = raw.t_end
             if raw.spilled:  # part of it is in the spool already: the rest goes there too
                 results[i] = spool.put(raw)  # type: ignore[union-attr]
-                on_done()
+                on_done(raw)
                 continue
             nbytes = raw.nbytes
             if nbytes > _EAGER_PARSE_BYTES:  # e.g. SGLang's cumulative text: parse now, memory stays flat
                 results[i] = parse_exchange(flavour, raw)
-                on_done()
+                on_done(raw)
                 continue
             results[i] = raw
             unparsed.append(i)
@@ -284,7 +285,7 @@ async def _engine(
                         results[j] = spool.put(r) if spool is not None else parse_exchange(flavour, r)
                 unparsed.clear()
                 state.unparsed_bytes = 0
-            on_done()
+            on_done(raw)
 
     lag: list[float] = []
     gc.freeze()  # long-lived objects (e.g. a notebook's data) leave the GC's scans during the level

@@ -14,14 +14,18 @@ from typing import Any
 
 import httpx
 
+from specsweep.measure.client import RawExchange, count_hint
 from specsweep.measure.loadgen.engine import _client, _Config, _engine, _new_loop, _parse_on_loop
-from specsweep.measure.loadgen.level import LevelResult, ProgressFn, _assemble, _call_progress
+from specsweep.measure.loadgen.level import LevelResult, ProgressFn, UntilFn, _assemble, _call_progress
 
 __all__ = ["InProcessRunner"]
 
 #: seconds between two looks at a level's progress from the calling thread (4 a second: the bar
 #: redraws once a second; Ctrl-C interrupts the wait at once, whatever this is)
 _POLL_S = 0.25
+#: the same with a stopping rule to consult: requests sent between its "stop" and the next look
+#: are measured, but cost time
+_RULE_POLL_S = 0.05
 
 
 class InProcessRunner:
@@ -56,26 +60,31 @@ class InProcessRunner:
             self._loop.close()
 
     def run_level(self, bodies: list[bytes], concurrency: int, stop: threading.Event | None,
-                  progress: ProgressFn | None) -> LevelResult:
+                  progress: ProgressFn | None, until: UntilFn | None = None) -> LevelResult:
         """One level of encoded ``bodies`` with ``concurrency`` slots (checked by the caller); as
         ``LoadGenerator.run_level``. The level is parsed on the loop thread after it ends."""
         n = len(bodies)
         it = iter(range(n))
         counter = {"done": 0}
         interrupt = threading.Event()
+        halt = threading.Event()  # the stopping rule said stop: send no more, let the rest finish
+        completions: list[tuple[float, float, int | None]] = []
 
         def take() -> int | None:
-            return next(it, None)
+            return None if halt.is_set() else next(it, None)
 
-        def on_done() -> None:
+        def on_done(raw: RawExchange) -> None:
             counter["done"] += 1
+            if until is not None:  # a look at its last bytes only: the level is parsed after it ends
+                completions.append((raw.t_sent, raw.t_end, count_hint(raw)))
 
         def stop_check() -> bool:
             return interrupt.is_set() or (stop is not None and stop.is_set())
 
         fut = asyncio.run_coroutine_threadsafe(
             _engine(self._client, self.cfg, bodies, concurrency, take, stop_check, on_done), self._loop)
-        out, interrupted = self._wait(fut, lambda: counter["done"], n, progress, interrupt)
+        rule = None if until is None else (lambda: until(completions[:]), halt)
+        out, interrupted = self._wait(fut, lambda: counter["done"], n, progress, interrupt, rule)
         parse_cpu = self._call(_parse_on_loop(self.cfg.flavour, out))
         res = _assemble(out.results, concurrency=concurrency, workers=1, n_bodies=n, cpu_s=out.cpu_s,  # type: ignore[arg-type]
                         parse_cpu_s=parse_cpu, lag=out.lag, max_in_flight=out.max_in_flight,
@@ -86,22 +95,28 @@ class InProcessRunner:
 
     @staticmethod
     def _wait(fut: concurrent.futures.Future[Any], done: Callable[[], int], total: int,
-              progress: ProgressFn | None, interrupt: threading.Event) -> tuple[Any, bool]:
+              progress: ProgressFn | None, interrupt: threading.Event,
+              rule: tuple[Callable[[], bool], threading.Event] | None = None) -> tuple[Any, bool]:
         """The level's outcome and whether Ctrl-C came meanwhile (``interrupt`` is then set, which
-        stops the level); ``progress`` is called here whenever ``done()`` changed."""
+        stops the level); ``progress`` is called here whenever ``done()`` changed. ``rule``: (the
+        stopping rule on the completions so far, the event that halts sending) — asked at every look
+        whenever the count changed, until it says stop."""
         last = -1
         interrupted = False
+        poll = _POLL_S if rule is None else _RULE_POLL_S
         while True:
             try:
                 try:
-                    out = fut.result(timeout=_POLL_S)
+                    out = fut.result(timeout=poll)
                     break
                 except concurrent.futures.TimeoutError:
                     pass
                 d = done()
+                if d != last and rule is not None and not rule[1].is_set() and rule[0]():
+                    rule[1].set()
                 if progress is not None and d != last:
-                    last = d
                     _call_progress(progress, d, total)
+                last = d
             except KeyboardInterrupt:
                 interrupted = True
                 interrupt.set()

@@ -9,9 +9,13 @@ from time import perf_counter
 
 from specsweep.results.records import RequestRecord
 
-__all__ = ["LevelResult", "ProgressFn", "split_concurrency"]
+__all__ = ["LevelResult", "ProgressFn", "UntilFn", "split_concurrency"]
 
 ProgressFn = Callable[[int, int], None]
+#: ``until(completions) -> stop``: a level's stopping rule (``measure.stopping.StopRule``), called
+#: from the calling thread with every completion so far, ``(t_sent, t_end, output tokens or None)``
+#: in the order they ended; once it says True no further request is sent and the level drains
+UntilFn = Callable[[Sequence[tuple[float, float, int | None]]], bool]
 
 
 @dataclass(slots=True)

@@ -11,16 +11,26 @@ one clock for all processes of the machine). The parent and each worker talk ove
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
+import queue
 import signal
 import threading
 import time
 from time import perf_counter
 from typing import Any
 
+from specsweep.measure.client import RawExchange, count_hint
 from specsweep.measure.loadgen.engine import _client, _Config, _engine, _new_loop, _parse_all, _release_free_memory
-from specsweep.measure.loadgen.level import LevelResult, ProgressFn, _assemble, _call_progress, split_concurrency
+from specsweep.measure.loadgen.level import (
+    LevelResult,
+    ProgressFn,
+    UntilFn,
+    _assemble,
+    _call_progress,
+    split_concurrency,
+)
 from specsweep.results.records import RequestRecord
 
 __all__ = ["WorkerPoolRunner"]
@@ -45,6 +55,9 @@ class WorkerPoolRunner:
         self._counter = ctx.Value("q", 0)
         self._done = ctx.Value("q", 0)
         self._mp_stop = ctx.Event()
+        # (level number, t_sent, t_end, tokens or None) of each finished request, for a stopping rule
+        self._finished: Any = ctx.Queue()
+        self._level_no = 0
         self._procs: list[Any] = []
         self._conns: list[Any] = []
         shares = split_concurrency(self.cfg.max_concurrency, self.workers)
@@ -53,7 +66,7 @@ class WorkerPoolRunner:
                 parent, child = ctx.Pipe()
                 p = ctx.Process(target=_worker_main, name=f"specsweep-loadgen-{w}", daemon=True,
                                 args=(child, self.cfg, max(1, shares[w]), self._counter, self._done,
-                                      self._mp_stop))
+                                      self._mp_stop, self._finished))
                 p.start()
                 child.close()
                 self._procs.append(p)
@@ -84,11 +97,35 @@ class WorkerPoolRunner:
         except EOFError:
             raise RuntimeError(f"loadgen worker {w} closed its pipe (exit code {proc.exitcode})") from None
 
+    def _consult(self, until: UntilFn, completions: list[tuple[float, float, int | None]], n: int) -> bool:
+        """Add the completions the workers reported since the last look to ``completions`` (in the
+        order they ended) and ask ``until``; when it says stop, the shared counter jumps to ``n`` so
+        no worker takes another body (those in flight finish). Whether it said stop."""
+        fresh = False
+        while True:
+            try:
+                no, *item = self._finished.get_nowait()
+            except queue.Empty:
+                break
+            if no == self._level_no:  # a late report of an earlier level is not this one's
+                completions.append(tuple(item))  # type: ignore[arg-type]
+                fresh = True
+        if not fresh:
+            return False
+        completions.sort(key=lambda c: c[1])
+        if not until(completions[:]):
+            return False
+        with self._counter.get_lock():
+            self._counter.value = max(self._counter.value, n)
+        return True
+
     def run_level(self, bodies: list[bytes], concurrency: int, stop: threading.Event | None,
-                  progress: ProgressFn | None) -> LevelResult:
+                  progress: ProgressFn | None, until: UntilFn | None = None) -> LevelResult:
         """One level of encoded ``bodies`` with ``concurrency`` slots (checked by the caller) split
         over the workers; as ``LoadGenerator.run_level``. Each worker parses its own responses."""
         n = len(bodies)
+        self._level_no += 1
+        completions: list[tuple[float, float, int | None]] = []
         shares = split_concurrency(concurrency, self.workers)
         with self._counter.get_lock():
             self._counter.value = 0
@@ -97,7 +134,7 @@ class WorkerPoolRunner:
         self._mp_stop.clear()
         used = [w for w in range(self.workers) if shares[w] > 0]
         for w in used:
-            self._conns[w].send(("level", bodies, shares[w]))
+            self._conns[w].send(("level", bodies, shares[w], self._level_no if until is not None else 0))
         for w in used:
             msg = self._recv(w, timeout=120.0)
             if msg[0] != "armed":
@@ -123,6 +160,8 @@ class WorkerPoolRunner:
                     time.sleep(_POLL_S)
                 if stop is not None and stop.is_set():
                     self._mp_stop.set()
+                if until is not None and self._consult(until, completions, n):
+                    until = None  # decided: the level drains
                 d = self._done.value
                 if progress is not None and d != last:
                     last = d
@@ -156,6 +195,9 @@ class WorkerPoolRunner:
 
     def close(self) -> None:
         """Tell every worker to close its client and exit; terminate one that does not within 10 s."""
+        with contextlib.suppress(queue.Empty, OSError, ValueError):
+            while True:  # reports nobody read: a worker exits only once its queue's pipe took them
+                self._finished.get_nowait()
         for conn in self._conns:
             try:
                 conn.send(("close",))
@@ -170,13 +212,13 @@ class WorkerPoolRunner:
             conn.close()
 
 
-def _worker_main(conn: Any, cfg: _Config, limit: int, counter: Any, done: Any, stop: Any) -> None:
+def _worker_main(conn: Any, cfg: _Config, limit: int, counter: Any, done: Any, stop: Any, finished: Any) -> None:
     """Entry point of a worker process: one loop, one client, levels on command."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and tells us to stop
     loop = _new_loop(cfg.use_uvloop)
     asyncio.set_event_loop(loop)
     try:
-        loop.run_until_complete(_worker_async(conn, cfg, limit, counter, done, stop))
+        loop.run_until_complete(_worker_async(conn, cfg, limit, counter, done, stop, finished))
     except Exception as exc:  # report, then exit non-zero
         try:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -187,7 +229,8 @@ def _worker_main(conn: Any, cfg: _Config, limit: int, counter: Any, done: Any, s
         loop.close()
 
 
-async def _worker_async(conn: Any, cfg: _Config, limit: int, counter: Any, done: Any, stop: Any) -> None:
+async def _worker_async(conn: Any, cfg: _Config, limit: int, counter: Any, done: Any, stop: Any,
+                        finished: Any) -> None:
     loop = asyncio.get_running_loop()
     client = _client(cfg, limit)
     conn.send(("ready", perf_counter(), os.getpid()))
@@ -198,7 +241,7 @@ async def _worker_async(conn: Any, cfg: _Config, limit: int, counter: Any, done:
                 return
             if msg[0] != "level":
                 continue
-            _, bodies, share = msg
+            _, bodies, share, level_no = msg  # level_no 0: no stopping rule listens
             n = len(bodies)
             conn.send(("armed",))
             go = await loop.run_in_executor(None, conn.recv)
@@ -213,9 +256,11 @@ async def _worker_async(conn: Any, cfg: _Config, limit: int, counter: Any, done:
                     counter.value = i + 1
                 return i
 
-            def on_done() -> None:
+            def on_done(raw: RawExchange) -> None:
                 with done.get_lock():
                     done.value += 1
+                if level_no:  # noqa: B023 - called only within this iteration
+                    finished.put((level_no, raw.t_sent, raw.t_end, count_hint(raw)))  # noqa: B023
 
             out = await _engine(client, cfg, bodies, share, take, stop.is_set, on_done)
             t0 = time.process_time()
