@@ -278,7 +278,7 @@ def _band_wants(comp: Comparison, rec: Recommendation, plan: Plan, measured: Mea
     for arm in _contention(rec):
         for c, _ in _outcomes(rec, arm):
             p = level_flip(comp, rec.profile, arm, c, measured, plan)
-            total += p
+            total = max(total, p)
             if p > per_level.get(c, (0.0, ""))[0]:
                 per_level[c] = (p, arm)
     wants = [_Want(c, p, f"{rec.profile.name}: {arm} at {c} may still change sign (probability {p:.0%} if "
