@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Literal
 
+import pandas as pd
+
 from specsweep.analyze.compare import Comparison, compare
 from specsweep.decide import Profile, Recommendation, recommend
 from specsweep.decide.ties import profile_metrics
@@ -137,16 +139,20 @@ class Measured:
         return sum(sum(v) for v in self.seconds.values())
 
     def cost_s(self, level: int, prior_s: float) -> float:
-        """A run's estimated seconds at ``level``: the mean measured there, else the nearest measured
-        level's mean scaled by the ratio of the levels' log2 distance (runs grow with load), else ``prior_s``."""
-        if self.seconds.get(level):
-            return sum(self.seconds[level]) / len(self.seconds[level])
-        known = [c for c, v in self.seconds.items() if v]
-        if not known:
+        """A run's estimated seconds at ``level``: the mean measured there; else interpolated in
+        log2(C) between the measured levels around it (the nearest one's beyond them); else ``prior_s``."""
+        means = {c: sum(v) / len(v) for c, v in self.seconds.items() if v}
+        if level in means:
+            return means[level]
+        if not means:
             return prior_s
-        near = min(known, key=lambda c: (abs(math.log2(c) - math.log2(level)), c))
-        mean = sum(self.seconds[near]) / len(self.seconds[near])
-        return mean * max(1.0, level / near) ** 0.5 if level > near else mean
+        below = [c for c in means if c < level]
+        above = [c for c in means if c > level]
+        if not below or not above:
+            return means[max(below) if below else min(above)]
+        a, b = max(below), min(above)
+        t = (math.log2(level) - math.log2(a)) / (math.log2(b) - math.log2(a))
+        return means[a] + t * (means[b] - means[a])
 
 
 def coarse_levels(levels: Sequence[int], n: int = COARSE_LEVELS) -> list[int]:
@@ -173,45 +179,55 @@ def _bonferroni_z(k: int, family: int) -> float:
     return NormalDist().inv_cdf(1 - 0.025 / max(k * family, 1))
 
 
-def sign_flip(fit_pct: float, low_pct: float, high_pct: float, min_effect_pct: float, shrink: float, z: float) -> float:
-    """Probability that a delta's sign (gain +1, loss −1, neutral 0; credible and beyond
-    ``min_effect_pct`` %) changes once its variance shrinks by the factor ``shrink`` (≤ 1: more runs).
+def sign_flip(now: int, y: float, se: float, shrink: float, z: float, min_effect_pct: float) -> float:
+    """Probability that a level's sign ``now`` (gain +1, loss −1, neutral 0) changes once the variance
+    of its measured ln-ratio ``y`` (standard error ``se``) shrinks by the factor ``shrink`` (< 1: more runs).
 
-    The current estimate y = ln(1 + fit) has standard error s = half the band (in logs) ÷ ``z``;
-    with the runs added, y' ~ N(y, s² − s'²) (s' = s·√shrink), and y' is a gain where it exceeds
-    both z·s' and ln(1 + min effect), a loss where it is below both negated.
+    With the runs added, y' ~ N(y, se² − se'²) (se' = se·√shrink: the predictive distribution of the
+    mean of all runs given those measured), and y' is a gain where it exceeds both z·se' (the band
+    then clear of 0) and ln(1 + min effect), a loss where it is below both negated.
     """
-    if any(math.isnan(v) for v in (fit_pct, low_pct, high_pct)) or shrink >= 1.0:
+    if any(math.isnan(v) for v in (y, se)) or shrink >= 1.0 or se <= 0:
         return 0.0
-    y = math.log1p(fit_pct / 100)
-    lo, hi = math.log1p(low_pct / 100), math.log1p(high_pct / 100)
-    s = max((hi - lo) / 2 / z, 1e-12)
-    s_new = s * math.sqrt(max(shrink, 0.0))
-    sd = math.sqrt(max(s * s - s_new * s_new, 1e-24))
-    up, down = max(z * s_new, math.log1p(min_effect_pct / 100)), max(z * s_new, -math.log1p(-min_effect_pct / 100))
+    se_new = se * math.sqrt(max(shrink, 0.0))
+    sd = math.sqrt(max(se * se - se_new * se_new, 1e-24))
+    up = max(z * se_new, math.log1p(min_effect_pct / 100))
+    down = max(z * se_new, -math.log1p(-min(min_effect_pct, 99.0) / 100))
     p_gain = 1 - NormalDist(y, sd).cdf(up)
     p_loss = NormalDist(y, sd).cdf(-down)
-    now = 1 if lo > 0 and fit_pct > min_effect_pct else -1 if hi < 0 and fit_pct < -min_effect_pct else 0
-    return 1.0 - {1: p_gain, -1: p_loss, 0: 1.0 - p_gain - p_loss}[now]
+    return 1.0 - {1: p_gain, -1: p_loss}.get(now, 1.0 - p_gain - p_loss)
+
+
+def _sign_now(row: Mapping[str, object], min_effect_pct: float) -> int:
+    """A delta row's sign as the judge reads it: credible and beyond the minimum effect (in ln-ratio terms)."""
+    fit, cred = float(row["fit_delta_pct"]), row.get("credible", 0)  # type: ignore[arg-type]
+    cred = 0 if cred is None or (isinstance(cred, float) and math.isnan(cred)) else int(cred)  # type: ignore[call-overload]
+    return cred if cred * fit > min_effect_pct else 0
 
 
 def level_flip(comp: Comparison, profile: Profile, arm: str, level: int, measured: Measured, plan: Plan) -> float:
     """Probability that measuring ``level`` up to the most runs allowed (arm and baseline) changes the
-    sign of a metric the profile reads for ``arm`` there (the largest over those metrics)."""
+    sign of a metric the profile reads for ``arm`` there (the largest over those metrics).
+
+    It reads the level's *own* measured ln-ratio and noise, not the fitted curve's band: the curve of
+    a few levels smooths over what the full grid's levels would show (a loss at the end of the grid),
+    while the level's own runs are what more runs there refine. The band is sized for the full grid
+    (all of ``plan.levels``, the metrics a verdict reads)."""
     n_a, n_b = measured.count(arm, level), measured.count(plan.baseline, level)
     m_a, m_b = max(plan.max_repeats(arm, level), n_a), max(plan.max_repeats(plan.baseline, level), n_b)
     if not n_a or not n_b:
         return 0.0
     shrink = (1 / m_a + 1 / m_b) / (1 / n_a + 1 / n_b)
+    z = _bonferroni_z(len(plan.levels), comp.family)
     out = 0.0
     for metric in profile_metrics(comp, profile, arm):
-        rows = comp.delta_rows(arm, metric)
-        row = rows.get(level)
-        if row is None:
+        row = comp.delta_rows(arm, metric).get(level)
+        if row is None or pd.isna(row.get("level_delta_pct")):
             continue
-        z = _bonferroni_z(len(rows), comp.family)
-        out = max(out, sign_flip(float(row["fit_delta_pct"]), float(row["ci_low_pct"]), float(row["ci_high_pct"]),
-                                 profile.min_effect_pct, shrink, z))
+        flip = -1 if row["better"] == "lower" else 1
+        y = flip * math.log1p(float(row["level_delta_pct"]) / 100)
+        now = flip * _sign_now(row, profile.min_effect_pct)
+        out = max(out, sign_flip(now, y, float(row["level_noise_ln"]), shrink, z, profile.min_effect_pct))
     return out
 
 
@@ -265,6 +281,44 @@ def _bracket_wants(rec: Recommendation, plan: Plan, measured: Measured) -> list[
     return wants
 
 
+def _curve_smooths(comp: Comparison, rec: Recommendation, plan: Plan, measured: Measured) -> list[_Want]:
+    """New levels beside a measured level whose own runs credibly disagree with the fitted curve's
+    outcome there (the curve through a few levels smooths a loss at the end of the grid, or a stall,
+    away): the untested level nearest the middle on each side."""
+    arm = rec.judged_arm
+    if arm is None:
+        return []
+    z = _bonferroni_z(len(plan.levels), comp.family)
+    tested = sorted(set(measured.levels(arm)) & set(measured.levels(plan.baseline)))
+    wants = []
+    for c, outcome in _outcomes(rec, arm):
+        own = _own_sign(comp, rec.profile, arm, c, z)
+        if own == 0 or own == {"gain": 1, "loss": -1}.get(outcome, 0):
+            continue
+        i = tested.index(c) if c in tested else -1
+        for a, b in ((tested[i - 1], c) if i > 0 else (0, 0), (c, tested[i + 1]) if 0 <= i < len(tested) - 1 else (0, 0)):
+            mid = _middle(plan.levels, a, b, set(tested)) if a else None
+            if mid is not None:
+                wants.append(_Want(mid, 5.0, f"{rec.profile.name}: at {c} the runs themselves show a "
+                                              f"{'gain' if own > 0 else 'loss'} that the curve through its neighbours "
+                                              f"calls {outcome}; {mid} shows the shape between", True))
+    return wants
+
+
+def _own_sign(comp: Comparison, profile: Profile, arm: str, level: int, z: float) -> int:
+    """+1/−1 where the level's own runs of a metric the profile reads show a gain/loss clear of 0 at
+    ``z`` standard errors and beyond the minimum effect (the first such metric), else 0."""
+    for metric in profile_metrics(comp, profile, arm):
+        row = comp.delta_rows(arm, metric).get(level)
+        if row is None or pd.isna(row.get("level_delta_pct")) or pd.isna(row.get("level_noise_ln")):
+            continue
+        flip = -1 if row["better"] == "lower" else 1
+        y = flip * math.log1p(float(row["level_delta_pct"]) / 100)
+        if abs(y) > max(z * float(row["level_noise_ln"]), math.log1p(profile.min_effect_pct / 100)):
+            return 1 if y > 0 else -1
+    return 0
+
+
 def _contention(rec: Recommendation) -> list[str]:
     arm = rec.judged_arm
     return [] if arm is None else [arm, *rec.tied_with]
@@ -278,7 +332,7 @@ def _band_wants(comp: Comparison, rec: Recommendation, plan: Plan, measured: Mea
     for arm in _contention(rec):
         for c, _ in _outcomes(rec, arm):
             p = level_flip(comp, rec.profile, arm, c, measured, plan)
-            total = max(total, p)
+            total += p
             if p > per_level.get(c, (0.0, ""))[0]:
                 per_level[c] = (p, arm)
     wants = [_Want(c, p, f"{rec.profile.name}: {arm} at {c} may still change sign (probability {p:.0%} if "
@@ -341,7 +395,7 @@ def next_step(sets: Sequence[ResultSet], plan: Plan, measured: Measured) -> Step
     wants: list[_Want] = []
     open_profiles = []
     for rec in recs:
-        bracket = _bracket_wants(rec, plan, measured)
+        bracket = _bracket_wants(rec, plan, measured) + _curve_smooths(comp, rec, plan, measured)
         bands, total = _band_wants(comp, rec, plan, measured)
         wants += bracket + (bands if total > plan.target_flip else [])
         if bracket or total > plan.target_flip:

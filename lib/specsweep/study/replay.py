@@ -172,6 +172,9 @@ def _controls(sets: Sequence[ResultSet]) -> list[str]:
 def replay_plan(rec: Recorded, profiles: Sequence[Profile], **kw: object) -> Plan:
     """The policy's plan for a recorded study: its levels, arms, controls and recorded runs."""
     arms = [rs.arm for rs in rec.sets]
+    # before anything is measured a run is guessed to take the full grid's mean run (as a study file's
+    # rough duration guesses it); measured durations replace the guess level by level
+    kw.setdefault("prior_cost_s", sum(rec.seconds.values()) / max(len(rec.seconds), 1))
     return plan_for(rec.levels, rec.baseline, arms, _controls(rec.sets), profiles, rec.max_repeats, **kw)
 
 
@@ -195,6 +198,8 @@ def replay(rec: Recorded, profiles: Sequence[Profile], name: str = "study", **kw
             measured.add(ch.arm, ch.level, rec.seconds[key])
     if not isinstance(outcome, Stop):
         outcome = Stop("exhausted", f"stopped after {MAX_STEPS} steps")
+    if not taken:
+        raise ValueError(f"{name}: the policy measured nothing ({outcome.detail}); raise budget_s")
     _, full_recs = recommendations(rec.sets, plan)
     _, ad_recs = recommendations(rec.subset(taken), plan)
     full_rows, ad_rows = [row_of(r) for r in full_recs], [row_of(r) for r in ad_recs]
