@@ -16,10 +16,14 @@ The order of what it asks for:
    measured levels whose outcomes differ (gain, loss, neutral), and between the last gain and the
    first loss of an 'enable up to/from X', the untested level nearest the middle in log2(C) — so X
    ends up between two *adjacent* levels of the grid, the bracket the full grid would name.
-3. **Open bands.** At each measured level of each arm in contention, the probability that measuring
+3. **What the curve smooths away.** Beside a measured level whose own runs credibly show a gain or
+   a loss that the fitted curve there does not (a loss at the end of the grid, a stall), the untested
+   level nearest the middle on each side.
+4. **Open signs.** At each measured level of each arm in contention, the probability that measuring
    it up to the most repeats allowed would change the sign (gain, loss or neutral) of a metric the
-   profile reads (:func:`level_flip`); the level with the largest probability per second of cost is
-   repeated, until a profile's summed probability is at most ``target_flip`` (settled).
+   profile reads (:func:`level_flip`, from the level's own runs); the level with the largest
+   probability per second of cost is repeated, until a profile's summed probability over its levels
+   is at most ``target_flip`` (settled).
 
 It stops when every profile is settled (``settled``), when the next useful measurement would spend
 more than the budget left (``budget``), or when what keeps a decision open cannot be measured any
