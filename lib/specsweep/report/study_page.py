@@ -8,6 +8,7 @@ only this, not the runner's HTTP client, process guard and study-file parser.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -15,7 +16,15 @@ from specsweep.analyze.agreement import agreement_markdown, first_difference_exa
 from specsweep.markup import md_text
 from specsweep.results.store import ResultSet
 
-__all__ = ["cap_markdown", "run_order", "study_markdown"]
+__all__ = ["adaptive_line", "adaptive_markdown", "cap_markdown", "run_order", "study_markdown"]
+
+#: why an adaptive study stopped, in the page's words
+STOPPED: dict[str, str] = {
+    "settled": "settled",
+    "budget": "on budget",
+    "exhausted": "with a decision still open that no run allowed could change",
+    "failed": "after a failed run, unfinished",
+}
 
 
 def run_order(sets: Sequence[ResultSet]) -> pd.DataFrame:
@@ -102,6 +111,36 @@ def cap_markdown(sets: Sequence[ResultSet]) -> str:
             + "\n".join(lines))
 
 
+def adaptive_line(summary: dict[str, Any]) -> str:
+    """'decided in X min of measurement; the full grid of the same levels would have taken about Y min'
+    (``summary``: what an adaptive study records, :mod:`specsweep.study.adaptive_run`; seconds inside)."""
+    return (f"decided in {_minutes(summary['measured_s'])} of measurement; the full grid of the same levels "
+            f"({len(summary['levels'])} levels × {summary['max_repeats']} runs × {summary['arms']} arms) would have "
+            f"taken about {_minutes(summary['full_grid_s'])}")
+
+
+def _minutes(seconds: float) -> str:
+    """A duration as the page says it: minutes, or seconds below two minutes."""
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
+def adaptive_markdown(summary: dict[str, Any]) -> str:
+    """What the page says about an adaptive study: the time against the full grid's, why it stopped,
+    the levels it never measured and the arms it stopped measuring, each with why (escaped)."""
+    stop = str(summary.get("stop", "failed"))
+    lines = [f"**Adaptive study:** {adaptive_line(summary)}. It stopped {STOPPED.get(stop, md_text(stop))}"
+             + (f" — {md_text(str(summary['stop_detail']))}." if summary.get("stop_detail") else ".")]
+    skipped = summary.get("skipped") or {}
+    if skipped:
+        lines.append("Levels not measured: " + "; ".join(f"{md_text(str(c))} ({md_text(str(why))})"
+                                                        for c, why in skipped.items()) + ".")
+    dropped = summary.get("dropped") or {}
+    if dropped:
+        lines.append("Arms no longer measured: " + "; ".join(f"{md_text(str(a))} ({md_text(str(why))})"
+                                                            for a, why in dropped.items()) + ".")
+    return " ".join(lines)
+
+
 def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str:
     """What a report says about the study behind its result sets: missing arms, how the runs were
     ordered, the study's notes (its own Markdown), what the running-request caps did
@@ -122,6 +161,9 @@ def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str
                if rs.meta.study is not None and rs.meta.study.missing_repeats]
     for arm, reps in partial:
         lines.append(f"\n⚠ Arm *{md_text(arm)}* lacks repeat(s) {', '.join(map(str, reps))}.")
+    adaptive = (info.model_extra or {}).get("adaptive")
+    if isinstance(adaptive, dict):
+        lines.append("\n" + adaptive_markdown(adaptive))
     if info.notes:
         lines.append("\n" + info.notes.strip())
     caps = cap_markdown(sets)

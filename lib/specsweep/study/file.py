@@ -72,7 +72,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from specsweep.decide import Profile
+from specsweep.decide import DEFAULT_PROFILES, Profile
 from specsweep.errors import InputError
 from specsweep.measure.config import ARM_PATTERN, SERVER_OUTPUT_TOKENS, SweepConfig
 from specsweep.results.untrusted import decode_utf8, read_bounded
@@ -253,6 +253,22 @@ ORDER_TEXT: dict[str, str] = {
 }
 
 
+class AdaptiveSpec(BaseModel):
+    """An adaptive study (:mod:`specsweep.study.adaptive`): measure level by level what keeps a
+    decision open, stop when every profile named is settled or the budget is spent."""
+
+    model_config = ConfigDict(extra="forbid")
+    budget_device_minutes: float = Field(gt=0, description="minutes of measurement (the levels' measured windows, "
+                                                           "every arm together) the study may spend at most")
+    profiles: list[str] | None = Field(None, min_length=1, description="names of the study's profiles whose decisions "
+                                       "must settle (default: every profile the report judges)")
+    target_flip_pct: float = Field(5.0, gt=0, le=50, description="a profile is settled when the probability that "
+                                   "the runs still allowed change the sign of a level it reads is at most this (%)")
+    coarse_levels: int = Field(4, ge=2, le=64, description="levels of the first, coarse pass (both ends included)")
+    max_repeats: int | None = Field(None, ge=1, le=100, description="most runs of one arm at one level (default: "
+                                    "the study's repeats, at least 3)")
+
+
 class StudySpec(BaseModel):
     """A whole study file."""
 
@@ -281,6 +297,8 @@ class StudySpec(BaseModel):
     parallel: int = Field(1, ge=1, le=64, description="backend local: sweeps run at once, each in a worker process "
                           "(1: one after another, right for real servers that share a machine; embedded arms can "
                           "run several at once)")
+    adaptive: AdaptiveSpec | None = Field(None, description="choose each measurement by what keeps a decision open "
+                                                           "(docs/studies.md, 'Adaptive studies')")
     arms: list[ArmSpec] = Field(min_length=1)
 
     @field_validator("port_range")
@@ -300,6 +318,20 @@ class StudySpec(BaseModel):
             unknown = [a for a in self.sentinel.arms or [] if a not in names and not any(x.grid for x in self.arms)]
             if unknown:
                 raise ValueError(f"sentinel arms {unknown} are not arms of the study ({', '.join(sorted(names))})")
+        return self
+
+    @model_validator(mode="after")
+    def _adaptive(self) -> StudySpec:
+        if self.adaptive is None:
+            return self
+        if self.order != "interleaved" or self.sentinel is not None:
+            raise ValueError("adaptive: an adaptive study chooses its own order, level by level; remove "
+                             f"{'order' if self.order != 'interleaved' else 'sentinel'} (or the adaptive block)")
+        known = [p.name for p in self.profiles] if self.profiles is not None else [p["name"] for p in DEFAULT_PROFILES]
+        unknown = [n for n in self.adaptive.profiles or [] if n not in known]
+        if unknown:
+            raise ValueError(f"adaptive.profiles: {', '.join(map(repr, unknown))} is not a profile of the study; "
+                             f"name one of {', '.join(map(repr, known))}")
         return self
 
     @model_validator(mode="after")
@@ -495,6 +527,9 @@ class Study:
     spec: StudySpec
     arms: list[Arm]
     path: Path | None = None
+    #: an adaptive study's runs so far, in time order (set by :mod:`specsweep.study.adaptive_run`);
+    #: None: the schedule follows from the file
+    adaptive_runs: list[tuple[Arm, Slot]] | None = None
 
     @property
     def name(self) -> str:
@@ -520,7 +555,10 @@ class Study:
 
     def schedule(self) -> list[tuple[Arm, Slot]]:
         """Every sweep run in time order (see :class:`Slot`): the repeats in the study's ``order``,
-        then the sentinel runs. With ``interleaved`` and no sentinel, run index = repeat."""
+        then the sentinel runs. With ``interleaved`` and no sentinel, run index = repeat. An adaptive
+        study's schedule is the runs it chose so far (:attr:`adaptive_runs`)."""
+        if self.adaptive_runs is not None:
+            return list(self.adaptive_runs)
         levels = list(SweepConfig.model_validate(self.spec.sweep).concurrency)
         count: dict[str, int] = {}
         out: list[tuple[Arm, Slot]] = []
@@ -648,6 +686,11 @@ class Study:
         lines = [f"study {self.name!r}: {self.title}", f"baseline: {self.baseline}",
                  f"result sets: {out_dir}", f"report: {report_dir / (self.name + '.html')}",
                  f"{len(self.arms)} arm(s) × {self.spec.repeats} repeat(s), in this order:"]
+        if self.spec.adaptive is not None:
+            a = self.spec.adaptive
+            lines[-1] = (f"{len(self.arms)} arm(s), adaptive: level by level, coarse design of {a.coarse_levels} "
+                         f"levels first, at most {a.budget_device_minutes:g} min of measurement (the runs are chosen "
+                         "as the study goes; the full grid of the same levels is not measured)")
         for i, (r, arm) in enumerate(self.plan(), 1):
             lines.append(f"{i:3d}. repeat {r} — {arm.describe()}")
             params = {k: v for k, v in self.sweep_parameters(arm, r).items() if not k.startswith("embedded_")}

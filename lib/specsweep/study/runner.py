@@ -86,6 +86,8 @@ from specsweep.results.study_record import (
     read_study_record,
     write_study_record,
 )
+from specsweep.study.adaptive_record import ADAPTIVE_FILE
+from specsweep.study.adaptive_record import summary as adaptive_summary
 
 # the per-arm machinery lives in study_arm (shared with the Ray and parallel backends); re-exported here
 from specsweep.study.arm import (  # noqa: F401
@@ -185,7 +187,9 @@ def assemble_arm(study: Study, arm: Arm, out_dir: Path, missing: Sequence[str] =
                                          for c in (s.levels or meta.sweep.concurrency or [])})
     if study.is_control(arm):
         meta.control = True
+    adaptive = adaptive_summary(out_dir) if study.spec.adaptive is not None else None
     meta.study = StudyMeta.model_validate({
+        **({"adaptive": adaptive} if adaptive is not None else {}),
         "name": study.name, "title": study.title, "notes": study.spec.notes, "repeats": study.spec.repeats,
         "order": ORDER_TEXT[study.spec.order] + (f"; up to {study.spec.parallel} sweeps at once, each in a worker "
                                                   "process" if study.spec.parallel > 1 else ""),
@@ -307,6 +311,9 @@ def run_study(study: Study, *, out_dir: str | Path | None = None, report_dir: st
     result = StudyResult(study=study, out_dir=out)
     if backend not in ("local", "ray"):
         raise StudyError(f"backend {backend!r}: use 'local' (arms one after another here) or 'ray' (arms as Ray tasks)")
+    if backend == "ray" and study.spec.adaptive is not None:
+        raise StudyError("backend 'ray': an adaptive study chooses each measurement from the last one; run it with "
+                         "the local backend (or remove its 'adaptive' block)")
     if dry_run:
         log(study.dry_run(out, reports))
         return result
@@ -335,6 +342,7 @@ def _prepare_out_dir(study: Study, out: Path, *, fresh: bool, resume: bool, log:
                 shutil.rmtree(out / name)
         status.unlink()
         (out / "agreement.csv").unlink(missing_ok=True)
+        (out / ADAPTIVE_FILE).unlink(missing_ok=True)
         log(f"fresh: removed the previous study in {out}")
     if status.exists() and not resume:
         raise StudyError(f"{out} already holds a study (study.json); pass --resume (resume=True) to continue it, "
@@ -369,6 +377,10 @@ def _measure_plan(study: Study, result: StudyResult, *, backend: Backend, resume
             from specsweep.study.ray_backend import run_on_ray
 
             run_on_ray(study, out, resume=resume, log=log, on_outcome=done)
+        elif study.spec.adaptive is not None:  # level by level, each choice recorded (serially: it waits on each)
+            from specsweep.study.adaptive_run import run_adaptive
+
+            run_adaptive(study, out, resume=resume, log=log, on_outcome=done, assemble=assemble_arm)
         elif study.spec.parallel > 1:
             from specsweep.study.parallel import run_parallel
 
