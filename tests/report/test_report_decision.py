@@ -2,6 +2,7 @@
 decision classes for known cases, figures derived from the data, untrusted names escaped."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -273,3 +274,66 @@ def test_a_control_arm_gets_no_speedup_explanation() -> None:
     section = whatif_section.build(comp, sets)
     assert section.decompositions and "control" not in section.decompositions
     assert "control's aggregate" not in section.markdown
+
+
+#: where the aggregate is named without the basis the comparison decides on (tok/s per engine CPU-second)
+BARE_AGGREGATE = re.compile(r"aggregate (?:output )?throughput(?! per engine CPU-second)", re.I)
+
+
+def cpu_starved_pair(tmp: Path, threads: int | None = 1):
+    """A baseline and an n-gram arm on a CPU engine (``threads`` compute threads; None: not a CPU
+    engine the launcher started), the arm faster at 1–2 and slower from 8; at 2 its engine got 60 %
+    of its thread's CPU, so the comparison decides on tok/s per engine CPU-second."""
+    from helpers import write_measured
+    from specsweep.results.store import load_result_set
+
+    server = {"name": "llamacpp", **({"launch": {"engine": "llama.cpp", "threads": threads}} if threads else {})}
+    levels = (1, 2, 4, 8, 16)
+    base = write_measured(tmp / "b", "baseline", {c: {"tokens": 32, "step_s": 0.02, "ttft_s": 0.05} for c in levels},
+                          repeats=2, seed=1, level_extra={c: {"server_cpu_cores": 1.0} for c in levels}, server=server)
+    spec = {c: {"tokens": 32, "step_s": 0.02 * (0.8 if c <= 2 else 1.25 if c >= 8 else 1.0), "ttft_s": 0.05}
+            for c in levels}
+    arm = write_measured(tmp / "n", "ngram", spec, repeats=2, seed=2, server=server,
+                         level_extra={c: {"server_cpu_cores": 0.6 if c == 2 else 1.0} for c in levels})
+    return compare([load_result_set(base), load_result_set(arm)], n_boot=50)
+
+
+def page_texts(comp, recs) -> dict[str, str]:
+    """Every text that names the deciding metric: the first screen, the verdict, the profile sections,
+    the Markdown summary (profile descriptions, the user's own words, left out)."""
+    from specsweep.report.verdict import profile_sections, shared_markdown, verdict_markdown
+
+    texts = {"first screen": decision_markdown(comp, recs), "verdict prose": verdict_prose(comp, recs),
+             "verdict": verdict_markdown(comp, recs), "shared": shared_markdown(comp, recs),
+             "summary": summary_markdown(comp, recs, "t")}
+    texts.update({f"section {r.profile.name}": s for r, s in zip(recs, profile_sections(comp, recs))})
+    for r in recs:
+        texts = {k: v.replace(r.profile.description or "\0", "") for k, v in texts.items()}
+    return texts
+
+
+def test_a_cpu_normalised_aggregate_is_named_by_its_basis_wherever_the_page_names_it(tmp_path: Path) -> None:
+    """Where the comparison decides on tok/s per engine CPU-second, no sentence, table cell or
+    heading calls that figure plain "aggregate throughput": the first screen's deciding cell, the
+    verdict, every profile section and the Markdown summary name the basis; the same data on a
+    machine that gave the engine its CPU say "aggregate throughput"."""
+    from specsweep.analyze.enginecpu import BASIS_CPU
+
+    comp = cpu_starved_pair(tmp_path / "cpu")
+    assert comp.aggregate_basis == BASIS_CPU  # the premise
+    recs = [recommend(comp, p) for p in DEFAULT_PROFILES]
+    texts = page_texts(comp, recs)
+    for where, text in texts.items():
+        bare = BARE_AGGREGATE.search(text)
+        assert bare is None, (where, text[max(0, bare.start() - 120):bare.end() + 60])
+    batch = next(r for r in decision_rows(comp, recs) if r.profile == "Batch throughput")
+    assert batch.deciding.startswith("aggregate throughput per engine CPU-second: "), batch.deciding
+    assert "(decided by aggregate throughput per engine CPU-second)" in texts["verdict prose"]
+    assert "aggregate throughput per engine CPU-second" in texts["section Batch throughput"]
+
+    plain = cpu_starved_pair(tmp_path / "gpu", threads=None)
+    assert plain.aggregate_basis is None
+    recs = [recommend(plain, p) for p in DEFAULT_PROFILES]
+    assert not any("CPU-second" in t for t in page_texts(plain, recs).values())
+    batch = next(r for r in decision_rows(plain, recs) if r.profile == "Batch throughput")
+    assert batch.deciding.startswith("aggregate throughput: "), batch.deciding

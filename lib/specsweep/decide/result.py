@@ -73,6 +73,8 @@ class Recommendation:
     tied_with: list[str] = field(default_factory=list)
     #: every finding the sentences state, with its numbers (see specsweep.decide.claims)
     claims: list[Claim] = field(default_factory=list)
+    #: what the aggregate is where it is not wall-clock tok/s (``Comparison.aggregate_basis``), else None
+    aggregate_basis: str | None = None
 
     @property
     def decision_at(self) -> float | None:
@@ -118,7 +120,7 @@ class Recommendation:
             lines += ["| concurrency | outcome | decided by | deciding Δ [95% band] | aggregate Δ [95% band] | per-user Δ |",
                       "|---|---|---|---|---|---|"]
             for r in lv.itertuples():
-                decided = r.decided_by if isinstance(r.rule, str) else deciding_word(r.decided_by)
+                decided = r.decided_by if isinstance(r.rule, str) else deciding_word(r.decided_by, self.aggregate_basis)
                 deciding = getattr(r, "deciding_band", "n/a")
                 lines.append(f"| {r.concurrency} | {r.outcome} | {decided} | {deciding} | {r.aggregate_band} | "
                              f"{_pct(r.user_delta_pct) if not math.isnan(r.user_delta_pct) else 'n/a'} |")

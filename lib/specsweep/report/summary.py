@@ -17,7 +17,7 @@ from typing import Any
 from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
 from specsweep.decide.claims import half_up
-from specsweep.decide.text import band_text
+from specsweep.decide.text import band_text, basis_suffix
 from specsweep.markup import md_text
 from specsweep.report.decision import decision_markdown, verdict_prose
 from specsweep.results.meta import Meta
@@ -63,7 +63,7 @@ def summary_markdown(comp: Comparison, recs: Sequence[Recommendation], title: st
     lines = [f"## {md_text(title)}", "", decision_markdown(comp, recs), "", verdict_prose(comp, recs), ""]
     numbers = key_numbers_markdown(comp, recs)
     if numbers:
-        lines += ["**Aggregate output throughput** (measured; Δ against the baseline with the 95% simultaneous band "
+        lines += [f"**Aggregate output throughput{basis_suffix(comp.aggregate_basis)}** (measured; Δ against the baseline with the 95% simultaneous band "
                   "of the fitted curve)", "", numbers, ""]
     lines += ["**Arms**", ""]
     for a in comp.arms:

@@ -8,7 +8,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
-from specsweep.decide.text import tested_bracket
+from specsweep.decide.text import aggregate_word, basis_suffix, tested_bracket
 from specsweep.markup import md_text
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 from specsweep.report.warnings import top_warnings, workload_caveat
@@ -56,6 +56,7 @@ def _crossover_line(comp: Comparison, arm: str) -> str:
 def _curve_sentence(comp: Comparison, arm: str) -> str:
     """One sentence on the aggregate delta curve of an arm: its credible crossovers, or where it stands."""
     label = md_text(arm)  # the short name; the label is given once, in Setup
+    agg = aggregate_word(comp.aggregate_basis)
     cx = comp.crossover(arm, "output_tok_s")
     if len(cx):
         parts = []
@@ -64,7 +65,7 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
             lo, hi = tested_bracket(comp.shared_levels(arm), float(c.crossover_concurrency))
             parts.append(f"credibly {way} than the baseline's above about **{c.crossover_concurrency:.0f}** concurrent "
                          f"requests (the fitted delta curve crosses 0 between the tested {lo} and {hi})")
-        return f"{label}'s aggregate throughput is " + "; then ".join(parts) + "."
+        return f"{label}'s {agg} is " + "; then ".join(parts) + "."
     rows = comp.delta(arm, "output_tok_s")
     if rows.empty:
         return ""
@@ -73,11 +74,11 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
     cred = rows["credible"].to_numpy()
     span = f"({rows['delta_pct'].min():+.0f}% to {rows['delta_pct'].max():+.0f}%)"
     if (cred > 0).all():
-        return f"{label}'s aggregate throughput is credibly above the baseline's at {where} {span}."
+        return f"{label}'s {agg} is credibly above the baseline's at {where} {span}."
     if (cred < 0).all():
-        return f"{label}'s aggregate throughput is credibly below the baseline's at {where} {span}."
+        return f"{label}'s {agg} is credibly below the baseline's at {where} {span}."
     sure = [str(int(c)) for c in rows.loc[cred != 0, "concurrency"]]
-    return (f"{label}'s aggregate Δ ranges {span[1:-1]}, but it is credibly different from the baseline's "
+    return (f"{label}'s aggregate Δ{basis_suffix(comp.aggregate_basis)} ranges {span[1:-1]}, but it is credibly different from the baseline's "
             + (f"only at {', '.join(sure)}" if sure else "at no level") + ", so no crossover is claimed.")
 
 
