@@ -57,6 +57,8 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
     """One sentence on the aggregate delta curve of an arm: its credible crossovers, or where it stands."""
     label = md_text(arm)  # the short name; the label is given once, in Setup
     agg = aggregate_word(comp.aggregate_basis)
+    if arm in comp.controls:
+        return _control_curve_sentence(comp, arm, agg)
     cx = comp.crossover(arm, "output_tok_s")
     if len(cx):
         parts = []
@@ -80,6 +82,18 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
     sure = [str(int(c)) for c in rows.loc[cred != 0, "concurrency"]]
     return (f"{label}'s aggregate Δ{basis_suffix(comp.aggregate_basis)} ranges {span[1:-1]}, but it is credibly different from the baseline's "
             + (f"only at {', '.join(sure)}" if sure else "at no level") + ", so no crossover is claimed.")
+
+
+def _control_curve_sentence(comp: Comparison, arm: str, agg: str) -> str:
+    """A control arm's aggregate Δ in a sentence: the noise floor it measures (it is the baseline
+    measured again), never a gain, a loss or a crossover."""
+    rows = comp.delta(arm, "output_tok_s")
+    if rows.empty:
+        return ""
+    lo, hi = float(rows["delta_pct"].min()), float(rows["delta_pct"].max())
+    span = f"{lo:+.0f}%" if f"{lo:+.0f}" == f"{hi:+.0f}" else f"{lo:+.0f}% to {hi:+.0f}%"
+    return (f"The control arm {md_text(arm)} (configured like the baseline) differs from it by {span} in {agg} — "
+            "this machine's run-to-run noise, the floor every other arm's band is held to.")
 
 
 #: workload kinds whose content is synthetic: a drafter's acceptance on them says little about real traffic
