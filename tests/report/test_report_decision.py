@@ -134,7 +134,8 @@ def test_write_summary_takes_it_from_the_executed_notebook_and_drops_it_there(tm
 
 
 def test_each_line_is_printed_once_across_the_profile_sections(tmp_path: Path) -> None:
-    """Lines every profile carries are said once for all; a line two carry is printed under the first only."""
+    """Lines every profile carries are said once for all; a line two carry is printed under the first only,
+    and the later profile says what of its own stands there (its topics), never a bare count of lines."""
     from specsweep.report.verdict import profile_sections, shared_lines
 
     comp, _, _ = two_arms(tmp_path, scaled(cross8, 1.3))
@@ -144,7 +145,10 @@ def test_each_line_is_printed_once_across_the_profile_sections(tmp_path: Path) -
     shared = set(shared_lines(recs))
     for line in {x for r in recs for x in (*r.reasons, *r.caveats, *r.next_experiments)} - shared:
         assert sum(f"- {line}" in s or f". {line}" in s for s in sections) == 1, line
-    assert any("given under batch above" in s for s in sections[1:])
+    refs = [ln for s in sections for ln in s.splitlines() if "given under" in ln]
+    assert refs == ["*Also for thr2 — the note on what the objective weighs and the next experiment, given under batch "
+                    "above.*", "*Also for lat — the finding on aggregate throughput, given under batch above.*"], refs
+    assert not any(re.search(r"\b\d+ lines?\b", s) for s in sections)
 
 
 def test_an_slo_decision_is_enabled_only_where_the_arm_meets_the_slo(tmp_path: Path) -> None:
