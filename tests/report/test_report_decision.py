@@ -128,9 +128,11 @@ def test_write_summary_takes_it_from_the_executed_notebook_and_drops_it_there(tm
     nbformat.write(nb, str(path))
     out = write_summary(path, tmp_path / "x.md")
     assert out is not None and out.read_text() == "## title\n"
+    assert (tmp_path / "x.txt").read_text() == "title\n"  # its plain text beside it
     assert nbformat.read(str(path), as_version=4).cells[0].outputs == []  # the page does not carry it
     # a notebook without a summary leaves no stale one beside the page
     assert write_summary(path, tmp_path / "x.md") is None and not (tmp_path / "x.md").exists()
+    assert not (tmp_path / "x.txt").exists()
 
 
 def test_each_line_is_printed_once_across_the_profile_sections(tmp_path: Path) -> None:
@@ -341,3 +343,33 @@ def test_a_cpu_normalised_aggregate_is_named_by_its_basis_wherever_the_page_name
     assert not any("CPU-second" in t for t in page_texts(plain, recs).values())
     batch = next(r for r in decision_rows(plain, recs) if r.profile == "Batch throughput")
     assert batch.deciding.startswith("aggregate throughput: "), batch.deciding
+
+
+#: a label with Markdown, HTML, an ANSI colour, a bidirectional override and a bell in it
+HOSTILE_LABEL = "\x1b[31mred\x1b[0m \u202e<script>x</script> **b** [a](javascript:y) | `c`\x07"
+
+
+def test_the_plain_text_summary_says_the_markdowns_sentences_with_no_markdown_and_nothing_to_inject(
+        tmp_path: Path) -> None:
+    """The .txt beside the .md: the same decision table cells and verdict sentences, no Markdown syntax
+    (no table rule, emphasis, code or backslash escape), untrusted names shown literally and stripped
+    of ANSI escapes and control characters."""
+    from specsweep.report.plaintext import inert
+    from specsweep.report.summary import summary_text
+
+    comp, _, _ = two_arms(tmp_path, scaled(cross8), label=HOSTILE_LABEL, name="mtp*1")
+    recs = [recommend(comp, {**p, "name": p["name"] + " <b>|</b> *x*"}) for p in DEFAULT_PROFILES]
+    md, txt = summary_markdown(comp, recs, "t <i>", "t.html"), summary_text(comp, recs, "t <i>", "t.html")
+    label = inert(HOSTILE_LABEL)
+    assert label in txt and label == "red <script>x</script> **b** [a](javascript:y) | `c`"
+    rest = txt.replace(label, "")
+    for syntax in ("\\", "|---", "**", "`", "##", "\n- ", "\n* "):
+        assert syntax not in rest, syntax
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", txt)
+    for row in decision_rows(comp, recs):  # the first screen's cells, as the .md's table has them
+        for cell in (row.profile, row.decision, row.arm_text(), row.enable_at, row.deciding, row.stability):
+            assert cell in txt, cell
+    for para in verdict_prose(comp, recs).split("\n\n"):  # the verdict's sentences, word for word
+        assert re.sub(r"\\(.)", r"\1", para.replace("**", "")) in txt, para
+    assert "mtp*1 raises aggregate throughput" in txt and "the full report: t.html" in txt
+    assert txt.startswith("t <i>\n") and md.startswith("## t \\<i>")
