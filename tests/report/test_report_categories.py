@@ -51,7 +51,7 @@ MEASURE_ATTEMPTS = 3
 def mixed_sets(tmp: Path, refserver: RefServer, refserver_mtp: RefServer, concurrency: list[int],
                repeats: int = 1) -> list[ResultSet]:
     """Baseline and MTP sweeps (8 requests a level, 32 tokens) of a prompt file that alternates
-    built-in code-edit prompts (the reference server's highest acceptance) and creative-writing
+    built-in code-edit prompts (the reference server's highest acceptance among the open categories) and creative-writing
     prompts (its lowest) relabelled with :data:`PAYLOAD`.
 
     The tiny profile's steps take about 2 ms, so one stall of a loaded test machine decides a
