@@ -354,7 +354,7 @@ def test_the_plain_text_summary_says_the_markdowns_sentences_with_no_markdown_an
     """The .txt beside the .md: the same decision table cells and verdict sentences, no Markdown syntax
     (no table rule, emphasis, code or backslash escape), untrusted names shown literally and stripped
     of ANSI escapes and control characters."""
-    from specsweep.report.plaintext import inert
+    from specsweep.markup import inert
     from specsweep.report.summary import summary_text
 
     comp, _, _ = two_arms(tmp_path, scaled(cross8), label=HOSTILE_LABEL, name="mtp*1")

@@ -46,6 +46,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.pareto import pareto_frontier
+from specsweep.markup import inert
 from specsweep.report import chartdata
 from specsweep.results.columns import metric_info
 
@@ -114,8 +115,9 @@ def validated_once(build: Callable[_P, _R]) -> Callable[_P, _R]:
 
 def _js_string(text: str) -> str:
     """``text`` as a Vega expression string literal (JSON-escaped: quotes, backslashes, control
-    and non-ASCII characters), so an untrusted arm name cannot change the expression."""
-    return json.dumps(text, ensure_ascii=True)
+    and non-ASCII characters), so an untrusted arm name cannot change the expression; :func:`inert`
+    first, as :func:`~specsweep.markup.script_json` makes the data's strings it is matched against."""
+    return json.dumps(inert(text), ensure_ascii=True)
 
 
 def wrapped(text: str, width: int = LEGEND_WRAP) -> list[str]:

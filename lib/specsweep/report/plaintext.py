@@ -12,34 +12,25 @@ into text with no Markdown syntax at all, so the ``.txt`` says the ``.md``'s sen
   one line per row ("first cell — header: cell; header: cell …");
 - a bullet ``- x`` is ``• x``;
 - control characters (ANSI escape sequences, C0/C1 controls but the line break) and the Unicode
-  bidirectional overrides are removed, from the whole text, so an untrusted string cannot recolour a
-  terminal, ring a bell or reorder what a reader sees.
+  bidirectional controls are removed (:func:`specsweep.markup.inert`, the rule the ``.md`` and ``.html``
+  follow), from the whole text, so an untrusted string cannot recolour a terminal, ring a bell or
+  reorder what a reader sees.
 """
 from __future__ import annotations
 
 import re
 import string
 
-__all__ = ["TABLE_WIDTH", "inert", "plain_text"]
+from specsweep.markup import inert
+
+__all__ = ["TABLE_WIDTH", "plain_text"]
 
 #: a table wider than this many characters, aligned, is written one line per row instead
 TABLE_WIDTH = 100
 
-#: ANSI escape sequences (CSI … final byte, OSC … BEL/ST, and two-character escapes)
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-#: control characters other than the line break, DEL and C1, and the bidirectional controls
-_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-#: a Markdown escape inside an escape sequence (md_text escapes its ``[``): undone before the sequence is removed
-_ESCAPED_IN_ANSI = re.compile(r"\x1b\\([!-/:-@\[-`{-~])")
 _PUNCTUATION = frozenset(string.punctuation)
 _HEADING = re.compile(r"^#{1,6}\s+")
 _BULLET = re.compile(r"^(\s*)[-+*]\s+")
-
-
-def inert(text: str) -> str:
-    """``text`` without ANSI escape sequences, control characters (the line break kept; a tab
-    becomes a space) or bidirectional controls."""
-    return _CONTROL.sub("", _ANSI.sub("", text.replace("\t", " ")))
 
 
 def _split(text: str, sep: str | None = None) -> list[str]:
@@ -98,7 +89,7 @@ def plain_text(markdown: str) -> str:
     """The summary's Markdown as plain text (see the module docstring), ending in one line break."""
     out: list[str] = []
     table: list[list[str]] = []
-    for raw in inert(_ESCAPED_IN_ANSI.sub("\x1b\\1", markdown)).splitlines():
+    for raw in inert(markdown).splitlines():
         line = raw.rstrip()
         if line.lstrip().startswith("|"):
             if not _is_rule(line):
