@@ -14,7 +14,11 @@ from specsweep.refserver.model import AcceptanceModel
 from specsweep.workloads.datasets import builtin_prompts
 
 PROFILES = Path(acc.__file__).parent / "profiles"
-DOCUMENTED_ORDER = ["code-edit", "extraction", "summarisation", "qa", "math", "creative-writing"]
+DOCUMENTED_ORDER = ["copy", "edit-file", "quote-answer", "code-edit", "extraction", "summarisation", "qa", "math",
+                    "creative-writing"]
+#: the shifts of the categories the demo studies measure: fixed, so their pages' decisions stay
+OPEN_SHIFTS = {"code-edit": 1.0, "extraction": 0.8, "summarisation": 0.3, "qa": 0.0, "all": 0.0, "math": -0.2,
+               "creative-writing": -1.0}
 
 
 def _spec(profile: str) -> tuple[float, int]:
@@ -41,7 +45,7 @@ def test_categories_are_ordered_as_documented(base_mean: float, k: int) -> None:
     ordered = [means[c] for c in DOCUMENTED_ORDER]
     assert ordered == sorted(ordered, reverse=True)
     assert means["code-edit"] > means["summarisation"] > means["creative-writing"]
-    assert max(means.values()) == means["code-edit"] and min(means.values()) == means["creative-writing"]
+    assert max(means.values()) == means["copy"] and min(means.values()) == means["creative-writing"]
     assert means["all"] == pytest.approx(base_mean, abs=1e-9)  # no category: the profile's own mean
     assert all(1.0 <= m <= k + 1 for m in means.values())
 
@@ -49,8 +53,8 @@ def test_categories_are_ordered_as_documented(base_mean: float, k: int) -> None:
 def test_the_documented_table_matches_the_rule() -> None:
     doc = acc.__doc__ or ""
     rows = re.findall(r"^([a-z-]+)\s+([+-]?\d\.\d)\s+(\d\.\d\d)\s+(\d\.\d\d)\s*$", doc, re.M)
-    assert [r[0] for r in rows] == ["code-edit", "extraction", "summarisation", "qa", "all", "math",
-                                    "creative-writing"]
+    assert [r[0] for r in rows] == ["copy", "edit-file", "quote-answer", "code-edit", "extraction", "summarisation",
+                                    "qa", "all", "math", "creative-writing"]
     tiny, seed = acc.category_means(*_spec("tiny")), acc.category_means(*_spec("qwen3.5-122b-a10b-4x-rtxpro6000"))
     for cat, shift, t, s in rows:
         assert acc.CATEGORY_SHIFT[cat] == float(shift)
@@ -132,3 +136,28 @@ def test_category_acceptance_is_recovered_from_per_request_counts() -> None:
         assert out.loc[cat, "spec_accept_length"] == pytest.approx(expected, rel=0.05), cat
     got = [out.loc[c, "spec_accept_length"] for c in DOCUMENTED_ORDER]
     assert got[0] > got[2] > got[-1]  # code edit above summarisation above creative writing
+
+
+@pytest.mark.parametrize("base_mean, k", [(2.0, 3), (1.89, 1), (1.3, 2), (3.5, 4), (1.05, 5)])
+def test_input_grounded_categories_accept_more_the_more_the_answer_copies_the_prompt(base_mean: float, k: int) -> None:
+    """The input-grounded categories (the answer repeats a span of the prompt) get the documented copy
+    rule: a log-odds shift of COPY_WEIGHT × the share of the answer copied, so copy > edit-file >
+    quote-answer > code-edit (the most predictable of the others); the open categories keep their
+    shifts exactly (the demo studies' decisions rest on them)."""
+    from specsweep.workloads.datasets import INPUT_GROUNDED
+
+    assert set(acc.GROUNDED_COPY_SHARE) == set(INPUT_GROUNDED)
+    for cat, share in acc.GROUNDED_COPY_SHARE.items():
+        assert 0 < share <= 1 and acc.CATEGORY_SHIFT[cat] == pytest.approx(acc.COPY_WEIGHT * share)
+    assert {c: s for c, s in acc.CATEGORY_SHIFT.items() if c not in INPUT_GROUNDED} == OPEN_SHIFTS
+    means = acc.category_means(base_mean, k)
+    grounded = [means[c] for c in ("copy", "edit-file", "quote-answer", "code-edit")]
+    assert grounded == sorted(grounded, reverse=True)
+    if base_mean > 1.05:  # a profile whose drafts are ever accepted: copied text is accepted more, not equally
+        assert grounded[0] > grounded[-1]
+    # every built-in prompt of a grounded category is recognised and beats the set's open prompts on average
+    for cat in INPUT_GROUNDED:
+        texts = [r.text() for r in builtin_prompts([cat])]
+        assert all(acc.category_of_prompt(t) == cat for t in texts)
+        mean = statistics.mean(acc.expected_accept_length(t, cat, base_mean, k) for t in texts)
+        assert mean >= acc.expected_accept_length("", "code-edit", base_mean, k) - 1e-9

@@ -537,3 +537,90 @@ def test_the_decomposition_chart_is_as_wide_as_the_others_and_its_legend_is_whol
     assert "…" not in drawn
     for what in FACTORS.values():
         assert what.replace("&", "&amp;") in drawn, what
+
+
+def _interval_units(spec: dict) -> list[dict]:
+    """The unit specs that draw a 95 % interval (a bar, a tick at its end, a band, an error bar)."""
+    return [u for u in layers_of(spec) if any((u.get("encoding") or {}).get(ch, {}).get("field") in
+                                              ("ci_low_pct", "ci_high_pct") for ch in ("y", "y2"))]
+
+
+def test_intervals_past_the_panel_are_clipped_to_its_domain_and_marked() -> None:
+    """The real-engine reference: the control's and the self-draft arm's 95 % intervals reach +60 % and
+    +15,899 % while every point estimate lies between -61 % and +5 %. Each delta panel's y domain is
+    set from the point estimates (with a margin), every interval mark is clipped to it, and where an
+    interval is cut a triangle at the edge says so (its tooltip how far it runs), with a note under the
+    panel's title; the seed's narrow bands are clipped nowhere."""
+    comp = compare(load_result_sets([ROOT / "data" / "reference" / "real-llamacpp-smollm2"]))
+    agg = comp.deltas[comp.deltas["metric"] == "output_tok_s"]
+    assert agg["ci_high_pct"].max() > 10_000 and agg["delta_pct"].max() < 10  # the premise
+    for chart in (charts.delta_chart(comp), charts.delta_fit_chart(comp)):
+        spec = chart.to_dict()
+        for panel in spec["hconcat"]:
+            units = _interval_units(panel)
+            assert units and all(u["mark"].get("clip") is True for u in units), [u["mark"] for u in units]
+            lo, hi = units[0]["encoding"]["y"]["scale"]["domain"]
+            assert all(u["encoding"]["y"]["scale"]["domain"] == [lo, hi] for u in units)
+            points = [r[k] for u in layers_of(panel) for r in rows_of(spec, u)
+                      for k in ("delta_pct", "fit_delta_pct") if isinstance(r.get(k), float)]
+            assert lo <= min(points) and max(points) <= hi < 200, (lo, hi)
+            marks = [u for u in layers_of(panel) if isinstance(u["mark"], dict) and
+                     u["mark"].get("shape") in ("triangle-up", "triangle-down")]
+            ends = [r for u in marks for r in rows_of(spec, u)]
+            assert any(r["clip_y"] == hi and r["ci_high_pct"] > hi for r in ends)
+            assert all(r["clipped"].startswith(f"interval clipped at {r['clip_y']:+.0f}%") for r in ends)
+            assert "clipped" in " ".join(panel["title"]["subtitle"])
+    seed = charts.delta_chart(compare(load_result_sets([SEED]))).to_dict()
+    assert not [u for u in layers_of(seed) if isinstance(u["mark"], dict) and u["mark"].get("shape")]
+    assert all(isinstance(p["title"], str) for p in seed["hconcat"])
+
+
+@pytest.mark.parametrize("noise", ["lognormal", "uniform"])
+def test_the_delta_domain_holds_every_point_and_clips_exactly_the_intervals_beyond_it(noise: str) -> None:
+    """Many draws of point estimates with intervals, some of them wild: the domain holds every point
+    and 0, reaches no further than half the points' span (10 points at least) past them, and an
+    interval end is marked as clipped exactly where it lies outside the domain."""
+    import numpy as np
+    import pandas as pd  # noqa: PLC0415
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 8))
+        points = rng.normal(rng.uniform(-50, 50), rng.uniform(1, 30), n)
+        half = rng.lognormal(1.5, 1.5, n) if noise == "lognormal" else rng.uniform(0.5, 200, n)
+        frame = pd.DataFrame({"arm_name": "a", "concurrency": range(n), "ci_low_pct": np.maximum(points - half, -100),
+                              "ci_high_pct": points + half})
+        lo, hi = charts.delta_domain(points, frame["ci_low_pct"], frame["ci_high_pct"])
+        core = (min(points.min(), 0.0), max(points.max(), 0.0))
+        pad = max(0.5 * (core[1] - core[0]), 10.0)
+        assert lo <= core[0] and core[1] <= hi
+        assert lo >= core[0] - pad * 1.1 - 1e-9 - 0.04 * (hi - lo) and hi <= core[1] + pad * 1.1 + 0.04 * (hi - lo)
+        cut = charts.clipped_ends(frame, (lo, hi))
+        want = int((frame["ci_high_pct"] > hi).sum() + (frame["ci_low_pct"] < lo).sum())
+        assert len(cut) == want
+
+
+def test_a_category_interval_past_the_panel_is_clipped_and_marked() -> None:
+    """The category view's error bars follow the same rule: a control's per-category interval of
+    −90 % to +4,000 % around points within ±12 % is clipped at the panel's edge and marked there."""
+    import pandas as pd  # noqa: PLC0415
+
+    comp = compare(load_result_sets([ROOT / "data" / "reference" / "real-llamacpp-smollm2"]))
+    rows = []
+    for arm, (lo, hi) in (("ngram", (-8.0, 20.0)), ("control", (-90.0, 4000.0))):
+        for cat, d in (("copy", 12.0), ("edit-file", -5.0)):
+            row = {"arm": arm, "concurrency": 4, "category": cat, "accept_length": 1.0}
+            for name in ("user", "aggregate"):
+                row.update({f"{name}_delta_pct": d, f"{name}_ci_low_pct": lo, f"{name}_ci_high_pct": hi,
+                            f"{name}_ci_kind": "repeats", f"{name}_fit_pct": float("nan")})
+            rows.append(row)
+    spec = charts.category_chart(comp, pd.DataFrame(rows)).to_dict()
+    for panel in spec["hconcat"]:
+        (bar,) = [u for u in _interval_units(panel)]
+        assert bar["mark"]["clip"] is True
+        lo, hi = bar["encoding"]["y"]["scale"]["domain"]
+        assert -30 < lo < -5 and 12 < hi < 40, (lo, hi)
+        ends = [r for u in layers_of(panel) if isinstance(u["mark"], dict) and u["mark"].get("shape")
+                for r in rows_of(spec, u)]
+        assert sorted((r["arm_name"], r["clip_edge"]) for r in ends) == [("control", "bottom")] * 2 + [("control", "top")] * 2
+        assert "clipped" in " ".join(panel["title"]["subtitle"])

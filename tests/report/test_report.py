@@ -25,6 +25,9 @@ def seed_build(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     path = build_report([SEED], "seed", title="Seed test report", out_dir=out)
     nb = nbformat.read(str(out / "_build" / "seed.ipynb"), as_version=4)
     assert nb.metadata.papermill.parameters["result_sets"] == [str(SEED)]
+    text = (out / "seed.txt").read_text()  # the summary's plain text beside it, for chat tools
+    assert text.startswith("Seed test report\n") and "Batch throughput — decision: enable up to 37; arm: mtp" in text
+    assert "\\" not in text and "|" not in text and "**" not in text
     return path.read_text(), (out / "seed.md").read_text()
 
 

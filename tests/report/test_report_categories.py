@@ -9,9 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import expected
@@ -49,7 +51,7 @@ MEASURE_ATTEMPTS = 3
 def mixed_sets(tmp: Path, refserver: RefServer, refserver_mtp: RefServer, concurrency: list[int],
                repeats: int = 1) -> list[ResultSet]:
     """Baseline and MTP sweeps (8 requests a level, 32 tokens) of a prompt file that alternates
-    built-in code-edit prompts (the reference server's highest acceptance) and creative-writing
+    built-in code-edit prompts (the reference server's highest acceptance among the open categories) and creative-writing
     prompts (its lowest) relabelled with :data:`PAYLOAD`.
 
     The tiny profile's steps take about 2 ms, so one stall of a loaded test machine decides a
@@ -341,3 +343,55 @@ def test_report_shows_the_category_view_escaped(category_sets3: list[ResultSet],
     assert "12 curves" not in text and "4 curves: 2 figures × the fitted categories" in text
     assert "around fitted" in text  # per-level intervals are the category curves' bands
     assert "aggregate share by category" in page and chart_count(page) >= 8  # the curve and category charts
+
+
+#: words that say speculation pays, wins, loses or costs: never said of a control arm
+PAYOFF_WORDS = re.compile(r"\b(pays?|paying|gains?|loss(?:es)?|loses|costs?|wins?|credibly (?:higher|lower|above|below))\b",
+                          re.I)
+
+
+def _category_row(arm: str, c: int, cat: str, user: float, agg: float) -> dict[str, object]:
+    """A category row as :func:`report.category_deltas` gives it, with a repeat interval of ±3 points."""
+    row: dict[str, object] = {"arm": arm, "concurrency": c, "category": cat, "category_share": 0.5,
+                              "accept_length": 1.0, "accept_length_baseline": 1.0, "n_repeats": 3}
+    for name, d in (("user", user), ("aggregate", agg)):
+        row.update({f"{name}_baseline": 100.0, f"{name}_arm": 100.0 + d, f"{name}_delta_pct": d,
+                    f"{name}_fit_pct": math.nan, f"{name}_ci_low_pct": d - 3, f"{name}_ci_high_pct": d + 3,
+                    f"{name}_ci_kind": "repeats"})
+    return row
+
+
+def test_a_control_arm_is_the_noise_floor_never_said_to_pay() -> None:
+    """The real-engine reference has a control arm (the baseline measured again). Category rows where
+    it differs credibly from the baseline, by either sign, are said as this machine's run-to-run noise,
+    with their figures, never as speculation paying or losing; an arm that is not a control, with the
+    same figures, still pays. Its category crossovers and its aggregate curve say the same."""
+    comp = compare(load_result_sets([REPO_ROOT / "data" / "reference" / "real-llamacpp-smollm2"]))
+    assert comp.controls == ["control"]  # the premise
+    rows = [_category_row(arm, c, cat, u, a) for arm in ("ngram", "control") for c in (1, 16)
+            for cat, u, a in (("copy", 12.0, 8.0), ("edit-file", 6.0, 5.0), (PAYLOAD, -15.0, -7.0))]
+    sentences = report.category_sentences(comp, [], pd.DataFrame(rows))
+    control = [s for s in sentences if "control" in s]
+    assert len(control) == 2 and len(sentences) == 4
+    for s in control:
+        assert PAYOFF_WORDS.search(s) is None, s
+        assert "run-to-run noise" in s and "-15% to +12% per user" in s and "-7% to +8% in aggregate share" in s, s
+        assert md_text(PAYLOAD) in s  # untrusted category names stay text
+    for s in sentences:
+        if "control" not in s:
+            assert "ngram pays for copy" in s, s
+    assert report.categories._pays(rows[-1], comp.controls) == report.categories.NOISE_FLOOR
+
+    crossovers = pd.DataFrame([{"arm": arm, "category": "copy", "figure": "aggregate", "n_levels": 3,
+                                "levels": [1, 4, 16], "status": "crossover", "n_crossovers": 1, "c_low": 4,
+                                "c_high": 16, "crossover_concurrency": 8.0, "direction": "gain_to_loss",
+                                "above": [1], "below": [16], "fit_min_pct": -10.0, "fit_max_pct": 10.0,
+                                "method": "m"} for arm in ("ngram", "control")])
+    said = report.category_crossover_sentences(comp, crossovers)
+    (ctl,) = [s for s in said if "control" in s]
+    assert PAYOFF_WORDS.search(ctl) is None and "noise floor" in ctl and "between 4 and 16" in ctl, ctl
+    assert any("ngram: for copy it is credibly lower" in s for s in said)
+
+    verdict = report.verdict_markdown(comp, [])
+    (line,) = [ln for ln in verdict.splitlines() if "control" in ln]
+    assert PAYOFF_WORDS.search(line) is None and "run-to-run noise" in line, line

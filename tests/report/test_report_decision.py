@@ -2,6 +2,7 @@
 decision classes for known cases, figures derived from the data, untrusted names escaped."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -127,13 +128,16 @@ def test_write_summary_takes_it_from_the_executed_notebook_and_drops_it_there(tm
     nbformat.write(nb, str(path))
     out = write_summary(path, tmp_path / "x.md")
     assert out is not None and out.read_text() == "## title\n"
+    assert (tmp_path / "x.txt").read_text() == "title\n"  # its plain text beside it
     assert nbformat.read(str(path), as_version=4).cells[0].outputs == []  # the page does not carry it
     # a notebook without a summary leaves no stale one beside the page
     assert write_summary(path, tmp_path / "x.md") is None and not (tmp_path / "x.md").exists()
+    assert not (tmp_path / "x.txt").exists()
 
 
 def test_each_line_is_printed_once_across_the_profile_sections(tmp_path: Path) -> None:
-    """Lines every profile carries are said once for all; a line two carry is printed under the first only."""
+    """Lines every profile carries are said once for all; a line two carry is printed under the first only,
+    and the later profile says what of its own stands there (its topics), never a bare count of lines."""
     from specsweep.report.verdict import profile_sections, shared_lines
 
     comp, _, _ = two_arms(tmp_path, scaled(cross8, 1.3))
@@ -143,7 +147,10 @@ def test_each_line_is_printed_once_across_the_profile_sections(tmp_path: Path) -
     shared = set(shared_lines(recs))
     for line in {x for r in recs for x in (*r.reasons, *r.caveats, *r.next_experiments)} - shared:
         assert sum(f"- {line}" in s or f". {line}" in s for s in sections) == 1, line
-    assert any("given under batch above" in s for s in sections[1:])
+    refs = [ln for s in sections for ln in s.splitlines() if "given under" in ln]
+    assert refs == ["*Also for thr2 — the note on what the objective weighs and the next experiment, given under batch "
+                    "above.*", "*Also for lat — the finding on aggregate throughput, given under batch above.*"], refs
+    assert not any(re.search(r"\b\d+ lines?\b", s) for s in sections)
 
 
 def test_an_slo_decision_is_enabled_only_where_the_arm_meets_the_slo(tmp_path: Path) -> None:
@@ -273,3 +280,96 @@ def test_a_control_arm_gets_no_speedup_explanation() -> None:
     section = whatif_section.build(comp, sets)
     assert section.decompositions and "control" not in section.decompositions
     assert "control's aggregate" not in section.markdown
+
+
+#: where the aggregate is named without the basis the comparison decides on (tok/s per engine CPU-second)
+BARE_AGGREGATE = re.compile(r"aggregate (?:output )?throughput(?! per engine CPU-second)", re.I)
+
+
+def cpu_starved_pair(tmp: Path, threads: int | None = 1):
+    """A baseline and an n-gram arm on a CPU engine (``threads`` compute threads; None: not a CPU
+    engine the launcher started), the arm faster at 1–2 and slower from 8; at 2 its engine got 60 %
+    of its thread's CPU, so the comparison decides on tok/s per engine CPU-second."""
+    from helpers import write_measured
+    from specsweep.results.store import load_result_set
+
+    server = {"name": "llamacpp", **({"launch": {"engine": "llama.cpp", "threads": threads}} if threads else {})}
+    levels = (1, 2, 4, 8, 16)
+    base = write_measured(tmp / "b", "baseline", {c: {"tokens": 32, "step_s": 0.02, "ttft_s": 0.05} for c in levels},
+                          repeats=2, seed=1, level_extra={c: {"server_cpu_cores": 1.0} for c in levels}, server=server)
+    spec = {c: {"tokens": 32, "step_s": 0.02 * (0.8 if c <= 2 else 1.25 if c >= 8 else 1.0), "ttft_s": 0.05}
+            for c in levels}
+    arm = write_measured(tmp / "n", "ngram", spec, repeats=2, seed=2, server=server,
+                         level_extra={c: {"server_cpu_cores": 0.6 if c == 2 else 1.0} for c in levels})
+    return compare([load_result_set(base), load_result_set(arm)], n_boot=50)
+
+
+def page_texts(comp, recs) -> dict[str, str]:
+    """Every text that names the deciding metric: the first screen, the verdict, the profile sections,
+    the Markdown summary (profile descriptions, the user's own words, left out)."""
+    from specsweep.report.verdict import profile_sections, shared_markdown, verdict_markdown
+
+    texts = {"first screen": decision_markdown(comp, recs), "verdict prose": verdict_prose(comp, recs),
+             "verdict": verdict_markdown(comp, recs), "shared": shared_markdown(comp, recs),
+             "summary": summary_markdown(comp, recs, "t")}
+    texts.update({f"section {r.profile.name}": s for r, s in zip(recs, profile_sections(comp, recs))})
+    for r in recs:
+        texts = {k: v.replace(r.profile.description or "\0", "") for k, v in texts.items()}
+    return texts
+
+
+def test_a_cpu_normalised_aggregate_is_named_by_its_basis_wherever_the_page_names_it(tmp_path: Path) -> None:
+    """Where the comparison decides on tok/s per engine CPU-second, no sentence, table cell or
+    heading calls that figure plain "aggregate throughput": the first screen's deciding cell, the
+    verdict, every profile section and the Markdown summary name the basis; the same data on a
+    machine that gave the engine its CPU say "aggregate throughput"."""
+    from specsweep.analyze.enginecpu import BASIS_CPU
+
+    comp = cpu_starved_pair(tmp_path / "cpu")
+    assert comp.aggregate_basis == BASIS_CPU  # the premise
+    recs = [recommend(comp, p) for p in DEFAULT_PROFILES]
+    texts = page_texts(comp, recs)
+    for where, text in texts.items():
+        bare = BARE_AGGREGATE.search(text)
+        assert bare is None, (where, text[max(0, bare.start() - 120):bare.end() + 60])
+    batch = next(r for r in decision_rows(comp, recs) if r.profile == "Batch throughput")
+    assert batch.deciding.startswith("aggregate throughput per engine CPU-second: "), batch.deciding
+    assert "(decided by aggregate throughput per engine CPU-second)" in texts["verdict prose"]
+    assert "aggregate throughput per engine CPU-second" in texts["section Batch throughput"]
+
+    plain = cpu_starved_pair(tmp_path / "gpu", threads=None)
+    assert plain.aggregate_basis is None
+    recs = [recommend(plain, p) for p in DEFAULT_PROFILES]
+    assert not any("CPU-second" in t for t in page_texts(plain, recs).values())
+    batch = next(r for r in decision_rows(plain, recs) if r.profile == "Batch throughput")
+    assert batch.deciding.startswith("aggregate throughput: "), batch.deciding
+
+
+#: a label with Markdown, HTML, an ANSI colour, a bidirectional override and a bell in it
+HOSTILE_LABEL = "\x1b[31mred\x1b[0m \u202e<script>x</script> **b** [a](javascript:y) | `c`\x07"
+
+
+def test_the_plain_text_summary_says_the_markdowns_sentences_with_no_markdown_and_nothing_to_inject(
+        tmp_path: Path) -> None:
+    """The .txt beside the .md: the same decision table cells and verdict sentences, no Markdown syntax
+    (no table rule, emphasis, code or backslash escape), untrusted names shown literally and stripped
+    of ANSI escapes and control characters."""
+    from specsweep.markup import inert
+    from specsweep.report.summary import summary_text
+
+    comp, _, _ = two_arms(tmp_path, scaled(cross8), label=HOSTILE_LABEL, name="mtp*1")
+    recs = [recommend(comp, {**p, "name": p["name"] + " <b>|</b> *x*"}) for p in DEFAULT_PROFILES]
+    md, txt = summary_markdown(comp, recs, "t <i>", "t.html"), summary_text(comp, recs, "t <i>", "t.html")
+    label = inert(HOSTILE_LABEL)
+    assert label in txt and label == "red <script>x</script> **b** [a](javascript:y) | `c`"
+    rest = txt.replace(label, "")
+    for syntax in ("\\", "|---", "**", "`", "##", "\n- ", "\n* "):
+        assert syntax not in rest, syntax
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", txt)
+    for row in decision_rows(comp, recs):  # the first screen's cells, as the .md's table has them
+        for cell in (row.profile, row.decision, row.arm_text(), row.enable_at, row.deciding, row.stability):
+            assert cell in txt, cell
+    for para in verdict_prose(comp, recs).split("\n\n"):  # the verdict's sentences, word for word
+        assert re.sub(r"\\(.)", r"\1", para.replace("**", "")) in txt, para
+    assert "mtp*1 raises aggregate throughput" in txt and "the full report: t.html" in txt
+    assert txt.startswith("t <i>\n") and md.startswith("## t \\<i>")

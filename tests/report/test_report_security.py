@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -35,9 +36,10 @@ def mixed(i: int) -> str:
     return f"x{i} " + " ".join(PAYLOADS[(i + k) % len(PAYLOADS)] for k in range(len(PAYLOADS)))
 
 
-def write_payload_set(folder: Path, arm: str, i: int, tokens_per_chunk: int) -> Path:
-    """A measured result set (real metrics and store code) whose every string field is a payload,
-    with one failed request per level carrying a payload as its error text."""
+def write_payload_set(folder: Path, arm: str, i: int, tokens_per_chunk: int,
+                      mixed: Callable[[int], str] = mixed) -> Path:
+    """A measured result set (real metrics and store code) whose every string field is a payload
+    (``mixed(i)`` for the i-th field), with one failed request per level carrying a payload as its error text."""
     folder.mkdir(parents=True, exist_ok=True)
     meta = base_meta(
         arm, kind="run", level_only=False, run_id=f"run-{mixed(i)}", label=mixed(i + 1),
@@ -104,6 +106,51 @@ def test_no_script_runs_and_every_chart_renders(payload_html: Path) -> None:
     assert result["failed"] == 0, result
     assert result["hovered"] >= 10 and result["tooltips"] >= 1, result
     assert SCRIPT in result["text"] and IMG in result["text"], "the payloads should show as text"
+
+
+#: a terminal colour and an OSC title, a bidirectional override and isolate, a bell, a C1 control
+#: (CSI alone) and a backspace: none of them may reach a page, where they recolour a terminal that
+#: cats the .md or .txt, ring its bell, or reorder what a reader sees (U+202E then "gpj.exe" reads "exe.jpg")
+HOSTILE = "\x1b[31mred\x1b[0m \x1b]0;title\x07\u202erev\u202c \u2066iso\u2069 bell\x07 c1\x9b2J bs\x08"
+#: the characters that must not appear raw in any page, nor in the HTML as a character reference
+FORBIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+FORBIDDEN_ENTITY = re.compile(r"&#(x0*(1b|7|8|9b|202e|202c|2066|2069)|0*(27|7|8|155|8238|8236|8294|8297));", re.I)
+#: the same as JSON escapes, which a chart's data and expressions (in a <script>) turn back into the characters
+FORBIDDEN_JSON = re.compile(r"\\u(00[01][0-9a-f]|007f|00[89][0-9a-f]|061c|200[ef]|202[a-e]|206[6-9])", re.I)
+
+
+def hostile(i: int) -> str:
+    return f"y{i} {HOSTILE}"
+
+
+def test_no_control_character_or_bidi_override_reaches_a_page(tmp_path: Path) -> None:
+    """Arm names, labels, model and server names, error texts, the title and profile names each
+    carry ANSI escapes, bidirectional controls and C0/C1 controls: the .md, .txt and .html show their
+    printable text and none of those characters (raw, or escaped in the HTML's JSON and entities)."""
+    baseline = hostile(90) + " base"
+    write_payload_set(tmp_path / "study" / "a", baseline, 0, 1, hostile)
+    write_payload_set(tmp_path / "study" / "b", hostile(91) + " spec", 1, 2, hostile)
+    profiles = [{"name": hostile(30), "objective": "latency", "description": hostile(31)},
+                {"name": hostile(32), "objective": "throughput", "description": hostile(33)}]
+    html = build_report([tmp_path / "study"], "ctl", baseline=baseline, title=hostile(34), profiles=profiles,
+                        out_dir=tmp_path / "out")
+    pages = {p: (tmp_path / "out" / f"ctl{p}").read_text(encoding="utf-8") for p in (".md", ".txt", ".html")}
+    assert html.read_text(encoding="utf-8") == pages[".html"]
+    for field in ("y1 ", "y2 ", "y3 ", "y6 ", "y30 ", "y34 ", "y90 ", "y91 "):
+        assert field in pages[".html"], f"field {field!r} never reached the page; the test would prove nothing"
+    for suffix, page in pages.items():
+        assert "red rev iso bell c1" in page, f"{suffix}: a hostile string's printable text should show"
+        bad = FORBIDDEN.search(page)
+        assert bad is None, (suffix, page[max(0, bad.start() - 80):bad.end() + 40])
+    # the rebuild command names the baseline exactly, each control spelled as an escape
+    assert "--baseline $'y90 \\x1b[31mred\\x1b[0m \\x1b]0;title\\x07\\u202erev" in pages[".html"]
+    bad = FORBIDDEN_ENTITY.search(pages[".html"])
+    assert bad is None, pages[".html"][max(0, bad.start() - 120):bad.end() + 60]
+    # the charts' specs (the bundle first, whose own code escapes controls); the reproduce commands
+    # may spell a control as "\u001b" or "$'\x1b'", visibly, so that they stay exact
+    for spec in re.findall(r"<script\b[^>]*>(.*?)</script>", pages[".html"], re.S)[1:]:
+        bad = FORBIDDEN_JSON.search(spec)
+        assert bad is None, spec[max(0, bad.start() - 120):bad.end() + 60]
 
 
 def test_sweep_notebook_output_shows_server_and_user_strings_as_text(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.decide.claims import Claim
+from specsweep.decide.text import aggregate_word
 
 #: a running-request figure below this share of the cap counts as "well below" it (estimate and gauge alike)
 WELL_BELOW_CAP: float = 0.75
@@ -99,6 +100,7 @@ def cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
     lv = comp.arm_levels(arm)
     est = _estimate(lv, above)
     kind_of_server = server_kind(comp.metas[arm].server)
+    agg = aggregate_word(comp.aggregate_basis)
     if not math.isnan(est.plateau) and est.plateau < WELL_BELOW_CAP * cap:
         claims, memory_bound = _below_cap_claims(comp, arm, label, cap, above, est, profile)
         out += claims
@@ -106,7 +108,7 @@ def cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
             return out, _memory_advice(comp, arm, label, kind_of_server, profile)
         at_cap = any(c.kind == "gauge" and c.extra.get("gauge_max", -1) >= cap for c in claims)
         # where the gauge ran at the cap it overrules the estimate, and the expectation follows the gauge
-        expect = ("the server's gauge ran at the cap, so if the cap binds, aggregate throughput above it should rise"
+        expect = (f"the server's gauge ran at the cap, so if the cap binds, {agg} above it should rise"
                   if at_cap else
                   f"the {est.kind} (about {est.about}) is well below {cap}, so if throughput at "
                   f"{', '.join(map(str, above))} stays near today's, the cap is not the cause and the limit lies elsewhere")
@@ -119,7 +121,7 @@ def cap_sentences(comp: Comparison, arm: str, label: str, judged: pd.DataFrame,
                 "consistent with the cap binding.")))
         out.extend(_server_gauge_sentences(lv, above, cap, label, estimate_below=False if not math.isnan(est.plateau) else None,
                                            arm=arm, profile=profile)[0])
-        expect = "if the cap binds, aggregate throughput above it should rise"
+        expect = f"if the cap binds, {agg} above it should rise"
     argv = cap_argv(kind_of_server, max_c)
     return out, Claim(kind="advice", arm=arm, profile=profile, argv=argv, server=kind_of_server, levels=tuple(above),
                       sentence=(f"Re-run {label} with {_argv_text(argv)} to test whether the cap causes the lower "
@@ -142,7 +144,8 @@ def _cap_claim(comp: Comparison, arm: str, label: str, cap: int, above: list[int
              f"The {label} server ran with max_running_requests = {cap}")
             + (f" (the baseline's was {base_cap})" if base_cap else " (the baseline set none)")
             + f", below the {int(comp.levels['concurrency'].max())} concurrent requests tested; "
-            + ("every level where its aggregate throughput is lower" if every else "the levels where it is lowest")
+            + (f"every level where its {aggregate_word(comp.aggregate_basis)} is lower" if every
+               else "the levels where it is lowest")
             + f" ({', '.join(map(str, above))}) " + ("lies" if every else "lie")
             + " above that cap, so the cap is the leading hypothesis for the lower throughput there: "
             "requests beyond it queue instead of joining the batch."))

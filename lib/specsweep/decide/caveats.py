@@ -11,6 +11,7 @@ from specsweep.analyze.compare import Comparison, info
 from specsweep.analyze.control import bounds_drift
 from specsweep.analyze.drift import arms_interleaved, level_times
 from specsweep.decide.profiles import SYNTHETIC_KINDS
+from specsweep.decide.text import aggregate_word
 from specsweep.markup import md_text
 
 
@@ -19,26 +20,27 @@ def drift_sentences(comp: Comparison) -> list[str]:
     control arms' deviation, or (neither, and no interleaved repeats) the risk and how to remove it."""
     out = []
     d = comp.drift
+    agg = aggregate_word(comp.aggregate_basis)  # the figure the verdict reads
     if d is not None:
         where = ", ".join(f"{md_text(a)} at {', '.join(str(c) for c in g['concurrency'])}"
                           for a, g in d.pairs.groupby("arm"))
         if d.corrected:
             pct, se = d.total_pct("output_tok_s")
             minutes = d.span_s / 60
-            what = (f"a drift of {pct:+.1f}% ± {se:.1f}% in aggregate throughput over the study's {minutes:.0f} minutes"
-                    if d.credible() else f"no measurable drift in aggregate throughput ({pct:+.1f}% ± {se:.1f}% over "
+            what = (f"a drift of {pct:+.1f}% ± {se:.1f}% in {agg} over the study's {minutes:.0f} minutes"
+                    if d.credible() else f"no measurable drift in {agg} ({pct:+.1f}% ± {se:.1f}% over "
                     f"{minutes:.0f} minutes)")
             out.append(f"Sentinel runs ({where}, measured again at the end) show {what}; every run was corrected for "
                        "it, linearly in time, and each band widened by what that correction leaves uncertain.")
         else:
             worst = float(d.pairs["delta_pct"].abs().max())
             out.append(f"Sentinel runs ({where}, measured again at the end) differ from the earlier runs by up to "
-                       f"{worst:.1f}% in aggregate throughput; without timestamps the runs cannot be corrected, so "
+                       f"{worst:.1f}% in {agg}; without timestamps the runs cannot be corrected, so "
                        "every band is at least that wide.")
     bounded = control_bounds_drift(comp)
     for a, dev in comp.control_deviation("output_tok_s").items():
         out.append(f"Control arm {md_text(a)} is configured like the baseline: it differs from it "
-                   f"by up to {dev:.1f}% in aggregate throughput from noise and drift alone. It is never a candidate, "
+                   f"by up to {dev:.1f}% in {agg} from noise and drift alone. It is never a candidate, "
                    "every other arm's band is at least as wide as its deviation, and a difference it shows too is "
                    "not established." + ("" if bounded else
                    " It was measured nearer in time to the baseline than the arms it is compared with, so it does "

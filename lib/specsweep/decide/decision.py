@@ -119,6 +119,7 @@ def recommend(comp: Comparison, profile: Profile | dict[str, Any]) -> Recommenda
         next_experiments=experiments,
         levels=_with_deciding_band(comp, levels, metric, checks[0][1] if checks else metric),
         claims=head_claims + reason_claims + experiment_claims, tied_with=list(d.tied_with),
+        aggregate_basis=comp.aggregate_basis,
     )
 
 

@@ -61,7 +61,7 @@ def end_headline(comp: Comparison, arm: str, label: str, criterion: str, judged:
         row = comp.delta_rows(arm, metric).get(int(r.concurrency))
         curve = comp.curve(arm, metric)
         size = _detectable_at(curve, int(r.concurrency)) if curve is not None else math.nan
-        at.append(f"at {r.concurrency} its own measured {deciding_word(metric)} Δ points the other way "
+        at.append(f"at {r.concurrency} its own measured {deciding_word(metric, comp.aggregate_basis)} Δ points the other way "
                   f"({band_text(row)}; detectable there with 80% power: ±{size:.0f}%)")
     return (f"Not established: {label} {way} on {criterion} at concurrency {', '.join(map(str, decisive))}, but "
             f"{'; '.join(at)}. The fitted curve does not settle an end level: re-measure "

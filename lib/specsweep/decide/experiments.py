@@ -65,7 +65,7 @@ def _crossover_experiments(comp: Comparison, arm: str, judged: pd.DataFrame, met
     metric (``metric``: aggregate throughput for a throughput profile, the wait for a latency one),
     or, with no credible level at all, where that metric's fitted delta is least certain."""
     out = []
-    word = deciding_word(metric)
+    word = deciding_word(metric, comp.aggregate_basis)
     curve = comp.curve(arm, metric)
     crossings = curve_crossovers(curve) if curve is not None else []
     for r in crossings:

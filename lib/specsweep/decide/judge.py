@@ -277,12 +277,13 @@ NEUTRAL_RULE_WORDS: dict[str, str] = {
 }
 
 
-def why_neutral(judged: pd.DataFrame, c: int, row: dict[str, Any] | pd.Series | None, min_effect_pct: float) -> str:
+def why_neutral(judged: pd.DataFrame, c: int, row: dict[str, Any] | pd.Series | None, min_effect_pct: float,
+                basis: str | None = None) -> str:
     """Why the neutral level ``c`` of ``judged`` counts for nothing, in the words the page puts beside
     its delta ``row``: 'not credible' only where the band reaches 0 (or there is none); for a band clear
     of 0 the rule that held the level (both arms miss the SLO, …), its size below ``min_effect_pct`` (%),
     or the metric that decided it instead; '' where the band's own text already says why (its own
-    measured Δ points the other way)."""
+    measured Δ points the other way). ``basis``: the comparison's ``aggregate_basis``."""
     level = judged[judged["concurrency"] == c]
     rule = level["rule"].iloc[0] if not level.empty else None
     if isinstance(rule, str):
@@ -294,4 +295,4 @@ def why_neutral(judged: pd.DataFrame, c: int, row: dict[str, Any] | pd.Series | 
     if abs(_fit(row)) <= min_effect_pct:
         return f"smaller than the {min_effect_pct:g}% minimum effect"
     decided = level["decided_by"].iloc[0] if not level.empty else None
-    return f"held back by {deciding_word(str(decided))}" if decided else "neutral"
+    return f"held back by {deciding_word(str(decided), basis)}" if decided else "neutral"

@@ -93,6 +93,8 @@ class Recommendation:
     claims: list[Claim] = field(default_factory=list)
     #: how likely a rerun of the same design decides otherwise; None where not estimated
     flip: FlipChance | None = None
+    #: what the aggregate is where it is not wall-clock tok/s (``Comparison.aggregate_basis``), else None
+    aggregate_basis: str | None = None
 
     @property
     def decision_at(self) -> float | None:
@@ -138,7 +140,7 @@ class Recommendation:
             lines += ["| concurrency | outcome | decided by | deciding Δ [95% band] | aggregate Δ [95% band] | per-user Δ |",
                       "|---|---|---|---|---|---|"]
             for r in lv.itertuples():
-                decided = r.decided_by if isinstance(r.rule, str) else deciding_word(r.decided_by)
+                decided = r.decided_by if isinstance(r.rule, str) else deciding_word(r.decided_by, self.aggregate_basis)
                 deciding = getattr(r, "deciding_band", "n/a")
                 lines.append(f"| {r.concurrency} | {r.outcome} | {decided} | {deciding} | {r.aggregate_band} | "
                              f"{_pct(r.user_delta_pct) if not math.isnan(r.user_delta_pct) else 'n/a'} |")

@@ -21,7 +21,17 @@ from specsweep.decide.ends import end_headline
 from specsweep.decide.judge import _levels_of, _lookup, _meets, _sign, _slo_checks, _wait_size, wait_metrics
 from specsweep.decide.profiles import Profile
 from specsweep.decide.result import Band, Decision
-from specsweep.decide.text import WAIT_WORDS, _levels_text, _num, _range_pct, band_text, deciding_word, tested_bracket
+from specsweep.decide.text import (
+    WAIT_WORDS,
+    _levels_text,
+    _num,
+    _range_pct,
+    aggregate_word,
+    band_text,
+    basis_suffix,
+    deciding_word,
+    tested_bracket,
+)
 from specsweep.decide.ties import first_difference, tie_sentence
 from specsweep.decide.verdicts import Verdict, decision_class
 from specsweep.markup import md_text
@@ -56,14 +66,17 @@ def _throughput_sentence(comp: Comparison, arm: str, label: str, judged: pd.Data
     """The sentence on aggregate throughput at the judged levels, and its claims (each with its clause;
     the crossovers with their own sentence)."""
     _, _, claims = _delta_claims(comp, arm, "output_tok_s", judged, min_effect, profile)
-    clauses = {"gain": "credibly raises aggregate output throughput ({})",
+    # the figure the verdict reads: wall-clock tok/s, or the basis the comparison decides on
+    agg = "aggregate output throughput" + basis_suffix(comp.aggregate_basis)
+    clauses = {"gain": "credibly raises {it} ({})",
                "loss": "credibly lowers {it} ({})",
                "no-difference": "does not credibly change {it} ({}: within the band or ±" + f"{min_effect:g}%)"}
     out = []
     for i, c in enumerate(claims):
-        it = "it" if i else "aggregate output throughput"
+        it = "it" if i else agg
         out.append(with_sentence(c, clauses[c.kind].format(_at_list(c), it=it)))
-    text = f"{label} " + (join_and([c.sentence for c in out]) or "was not compared on aggregate throughput") + "."
+    text = f"{label} " + (join_and([c.sentence for c in out])
+                          or f"was not compared on {aggregate_word(comp.aggregate_basis)}") + "."
     cx_claims = []
     for _, r in comp.crossover(arm, "output_tok_s").iterrows():
         # the bracket is the tested levels around X, as everywhere X is named (not the credible levels
@@ -120,16 +133,19 @@ def _point_text(comp: Comparison, arm: str, metric_at: Mapping[int, str], cs: Se
     def quote(c: int) -> str:
         return f"{band_text(comp.delta_rows(arm, metric_at[c]).get(c))} at {c}"
 
+    def word(c: int) -> str:
+        return deciding_word(metric_at[c], comp.aggregate_basis)
+
     if round(x) in cs:  # X rounds to a tested level: say what was measured there
         c = int(round(x))
         exact = abs(x - c) < 1e-9
-        return (f"{'' if exact else 'about '}{c} concurrent requests (measured there: {deciding_word(metric_at[c])} "
+        return (f"{'' if exact else 'about '}{c} concurrent requests (measured there: {word(c)} "
                 f"{band_text(comp.delta_rows(arm, metric_at[c]).get(c))})", (c, c))
     lo, hi = tested_bracket(cs, x)
     if metric_at[lo] == metric_at[hi]:
-        at = f"{deciding_word(metric_at[lo])}: {quote(lo)}, {quote(hi)}"
+        at = f"{word(lo)}: {quote(lo)}, {quote(hi)}"
     else:
-        at = f"{deciding_word(metric_at[lo])} {quote(lo)}, {deciding_word(metric_at[hi])} {quote(hi)}"
+        at = f"{word(lo)} {quote(lo)}, {word(hi)} {quote(hi)}"
     return f"about {x:.0f} concurrent requests, between the tested {lo} and {hi} ({at})", (lo, hi)
 
 
@@ -165,7 +181,7 @@ def _headline(verdict: Verdict, label: str, criterion: str, judged: pd.DataFrame
                          "route high-concurrency traffic to a pool without it).", metric, bounds)
         return claim(f"Enable {label} from {at} up; below that it loses on {full}.", metric, bounds)
     if verdict == Verdict.ENABLE and slo:
-        return claim(_slo_enable_text(label, slo, judged))
+        return claim(_slo_enable_text(label, slo, judged, comp.aggregate_basis if comp is not None else None))
     if verdict == Verdict.ENABLE:
         return claim(_range_text(f"Enable {label}: it wins on {full}", gains, _levels_of(judged, "neutral"), where, span))
     if verdict == Verdict.DISABLE and not losses:
@@ -203,8 +219,9 @@ def _range_text(head: str, decisive: Sequence[int], flat: Sequence[int], where: 
     return f"{head} at concurrency {_at(decisive)} and makes no measurable difference at {_at(flat)}."
 
 
-def _slo_enable_text(label: str, slo: str, judged: pd.DataFrame) -> str:
-    """The headline of 'enable' under an SLO: where only the arm keeps it, where both do, where neither."""
+def _slo_enable_text(label: str, slo: str, judged: pd.DataFrame, basis: str | None = None) -> str:
+    """The headline of 'enable' under an SLO: where only the arm keeps it, where both do, where neither
+    (``basis``: the comparison's ``aggregate_basis``)."""
     gains = _levels_of(judged, "gain")
     kept = _levels_of(judged, "gain", "arm meets the SLOs, the baseline does not")
     both = [c for c in gains if c not in kept]
@@ -214,7 +231,7 @@ def _slo_enable_text(label: str, slo: str, judged: pd.DataFrame) -> str:
     if kept:
         parts.append(f"it keeps the SLO ({slo}) where the baseline does not (concurrency {_at(kept)})")
     if both:
-        parts.append(f"it delivers more aggregate throughput where both keep it ({_at(both)})")
+        parts.append(f"it delivers more {aggregate_word(basis)} where both keep it ({_at(both)})")
     if neither:
         parts.append(f"neither arm keeps it at {_at(neither)}")
     if rest:
@@ -225,7 +242,7 @@ def _slo_enable_text(label: str, slo: str, judged: pd.DataFrame) -> str:
 def criterion_text(comp: Comparison, profile: Profile, arm: str) -> str:
     """What a profile judges on, as its headline says it (without its SLO)."""
     if profile.objective == "throughput":
-        return "aggregate throughput"
+        return aggregate_word(comp.aggregate_basis)
     if profile.objective == "balanced":
         return f"per-user speed at no more than {profile.max_throughput_loss_pct:g}% aggregate loss"
     waits = ("end-to-end time, a Little's-law estimate" if wait_metrics(comp, arm) == [ESTIMATED_WAIT]
@@ -312,7 +329,8 @@ def others_sentence(comp: Comparison, profile: Profile, d: Decision, others: Seq
     for a in others:
         mine, theirs = _margins(float(d.per_arm[arm]["margin"].mean()), float(d.per_arm[a]["margin"].mean()))
         where = first_difference(comp, profile, arm, a)
-        diff = (f"differs credibly from {md_text(arm)} ({deciding_word(where[0])} {pct(where[2])} at {where[1]})"
+        diff = (f"differs credibly from {md_text(arm)} ({deciding_word(where[0], comp.aggregate_basis)} "
+                f"{pct(where[2])} at {where[1]})"
                 if where else f"could not be compared with {md_text(arm)} directly")
         parts.append(f"{md_text(a)} {diff}; its mean deciding Δ is {theirs} against {mine}")
     return "Not tied: " + "; ".join(parts) + "."
@@ -320,16 +338,17 @@ def others_sentence(comp: Comparison, profile: Profile, d: Decision, others: Seq
 
 def objective_reasons(comp: Comparison, profile: Profile, arm: str, judged: pd.DataFrame) -> list[str]:
     """What the profile's objective weighs, and for a latency profile what it costs in capacity."""
+    agg = aggregate_word(comp.aggregate_basis)
     if profile.objective == "latency":
         return _latency_reasons(comp, arm, judged, profile.min_effect_pct)
     if profile.objective == "throughput" and _slo_checks(profile, comp):
-        return ["Under an SLO, what counts is the aggregate throughput a configuration delivers while it "
+        return [f"Under an SLO, what counts is the {agg} a configuration delivers while it "
                 "keeps the SLO; a level where only one arm keeps it goes to that arm if the difference in the "
                 "SLO's metric is credible."]
     if profile.objective == "throughput":
-        return ["For batch or offline work, aggregate throughput (tokens per GPU-second) is what counts; "
-                "per-request speed does not."]
-    return [f"Balanced: per-user speed should improve while aggregate throughput drops by at most "
+        what = agg if comp.aggregate_basis else "aggregate throughput (tokens per GPU-second)"
+        return [f"For batch or offline work, {what} is what counts; per-request speed does not."]
+    return [f"Balanced: per-user speed should improve while {agg} drops by at most "
             f"{profile.max_throughput_loss_pct:g}%."]
 
 
@@ -337,6 +356,7 @@ def _latency_reasons(comp: Comparison, arm: str, judged: pd.DataFrame, min_effec
     """How a latency profile judges a level, how the wait is estimated without percentiles, and the
     capacity the arm costs where its aggregate throughput is lowest."""
     waits = wait_metrics(comp, arm)
+    agg = aggregate_word(comp.aggregate_basis)
     names = ", ".join(deciding_word(m) for m in waits)
     out = [f"Latency-sensitive use is judged on the whole wait — {names} — and on per-user speed: a level "
            "is lost where any wait is credibly longer (for TTFT: by more than the minimum effect as a share "
@@ -346,13 +366,13 @@ def _latency_reasons(comp: Comparison, arm: str, judged: pd.DataFrame, min_effec
     if waits == [ESTIMATED_WAIT]:
         out.append("These data have no latency percentiles, so the wait is estimated by Little's law (see the "
                    "glossary): mean request time = concurrency × output tokens ÷ aggregate tok/s. It is an "
-                   "estimate, and at the same concurrency it moves exactly inversely to aggregate throughput.")
+                   f"estimate, and at the same concurrency it moves exactly inversely to {agg}.")
     worst = judged[(judged["aggregate_delta_pct"] < -min_effect) & (judged["aggregate_delta_pct"] > -100)]
     if len(worst):
         r = worst.loc[worst["aggregate_delta_pct"].idxmin()]
         need = 1.0 / (1.0 + r["aggregate_delta_pct"] / 100.0)
         out.append(f"The price is capacity: at concurrency {int(r['concurrency'])} the same hardware delivers "
-                   f"{-r['aggregate_delta_pct']:.0f}% less aggregate throughput, so serving the same token rate there "
+                   f"{-r['aggregate_delta_pct']:.0f}% less {agg}, so serving the same token rate there "
                    f"would need about {need:.1f}× the servers.")
     return out
 
@@ -502,7 +522,7 @@ def aggregate_quote(comp: Comparison, arm: str, levels: Sequence[int] | None = N
     hi = max(cs, key=lambda c: rows[c]["delta_pct"])
     lo = min(cs, key=lambda c: rows[c]["delta_pct"])
     picks = [hi] if hi == lo else [hi, lo]
-    return ("Aggregate Δ: " + "; ".join(f"{band_text(rows[c])} at {c}" for c in picks)
+    return (f"Aggregate Δ{basis_suffix(comp.aggregate_basis)}: " + "; ".join(f"{band_text(rows[c])} at {c}" for c in picks)
             + " (95% simultaneous band of the fitted curve in brackets).")
 
 

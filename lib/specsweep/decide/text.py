@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from specsweep.analyze.compare import ESTIMATED_WAIT
+from specsweep.analyze.enginecpu import BASIS_CPU
 from specsweep.decide.claims import pct
 
 
@@ -58,9 +59,32 @@ _DECIDING: dict[str, str] = {
 }
 
 
-def deciding_word(metric: str) -> str:
+#: what follows the aggregate's name by the basis a comparison decides on (``Comparison.aggregate_basis``):
+#: a CPU engine that lost CPU to another process is judged on tok/s per engine CPU-second, and every
+#: sentence naming the aggregate says so
+_BASIS_SUFFIX: dict[str, str] = {BASIS_CPU: "per engine CPU-second"}
+
+
+def basis_suffix(basis: str | None = None) -> str:
+    """' per engine CPU-second' after the aggregate's name where the comparison decides on that basis
+    (``Comparison.aggregate_basis``), '' for wall-clock tok/s (``basis`` None)."""
+    if not basis:
+        return ""
+    return " " + _BASIS_SUFFIX.get(basis, f"({basis})")
+
+
+def aggregate_word(basis: str | None = None) -> str:
+    """The aggregate's name on a page: 'aggregate throughput' for wall-clock tok/s (``basis`` None),
+    'aggregate throughput per engine CPU-second' where the comparison decides on that (:func:`basis_suffix`)."""
+    return _DECIDING["output_tok_s"] + basis_suffix(basis)
+
+
+def deciding_word(metric: str, basis: str | None = None) -> str:
     """The short name a page gives a metric that decides a level ('aggregate throughput', 'TTFT p99');
-    the column name for any other."""
+    the column name for any other. ``basis``: ``Comparison.aggregate_basis``, where the aggregate is
+    not wall-clock tok/s (:func:`aggregate_word`)."""
+    if metric == "output_tok_s":
+        return aggregate_word(basis)
     return _DECIDING.get(metric, metric)
 
 

@@ -3,7 +3,10 @@ accept length a simulated drafter achieves on it.
 
 Real drafters are accepted more often where the answer is predictable: an edit of code that is
 in the prompt, or facts reformatted from a given text, repeat what the target model already
-sees; open-ended writing does not. The reference server models this per request:
+sees; open-ended writing does not. Most of all where the answer *copies* the prompt (text repeated,
+a file returned with one edit, quotes from a passage): there the next tokens stand in the prompt, so
+an MTP head or a draft model proposes them as surely as a prompt-lookup or n-gram drafter (which
+finds drafts only there) does, and the target accepts them. The reference server models this per request:
 
 1. The profile's ``mean_accept_length`` (``base_mean``, tokens per verify step, bonus included)
    with ``k`` draft tokens gives a per-draft acceptance probability ``p0``, solved from
@@ -12,6 +15,11 @@ sees; open-ended writing does not. The reference server models this per request:
    REPEAT_WEIGHT * r``, where ``r`` is the prompt's **repetitiveness**: the share of its word
    trigrams that repeat an earlier trigram of the same prompt (0 for text without repeats).
    Log-odds keep ``p`` inside (0, 1) for any profile and keep the order of the categories.
+   An **input-grounded** category's shift is the copy rule: ``COPY_WEIGHT`` (2.0) × the share of
+   its answer that copies the prompt (:data:`GROUNDED_COPY_SHARE`: ``copy`` 1.0, ``edit-file`` 0.9,
+   ``quote-answer`` 0.6), so copy-like traffic is accepted most, and more the more it copies; the
+   other categories' shifts are set by hand (the demo studies measure them, and their pages rest
+   on them).
 3. ``p`` is capped at ``P_MAX`` and the mean accept length is ``E[L] = sum_{i=0..k} p^i``.
 
 Category shifts (log-odds) and the mean accept lengths they give (``all``, the category of prompts without one, is 0, so a workload of
@@ -20,6 +28,9 @@ random token IDs keeps the profile's mean exactly):
 ================  ======  ================  =====================================
 category          shift   tiny (k=3, 2.0)   qwen3.5-122b seed profile (k=1, 1.89)
 ================  ======  ================  =====================================
+copy              +2.0    3.43              1.98
+edit-file         +1.8    3.33              1.98
+quote-answer      +1.2    2.94              1.96
 code-edit         +1.0    2.79              1.96
 extraction        +0.8    2.64              1.95
 summarisation     +0.3    2.23              1.92
@@ -54,6 +65,8 @@ from specsweep.refserver.model import AcceptanceModel
 
 __all__ = [
     "CATEGORY_SHIFT",
+    "COPY_WEIGHT",
+    "GROUNDED_COPY_SHARE",
     "P_MAX",
     "REPEAT_WEIGHT",
     "accept_probability",
@@ -63,8 +76,17 @@ __all__ = [
     "repetitiveness",
 ]
 
+#: the input-grounded categories (the answer repeats a span of the prompt:
+#: ``specsweep.workloads.datasets.INPUT_GROUNDED``) and the share of the answer that copies the prompt, by
+#: the built-in set's design: ``copy`` is the given text itself, ``edit-file`` the given file with one small
+#: edit, ``quote-answer`` quotes from a passage joined by a few words of its own
+GROUNDED_COPY_SHARE: dict[str, float] = {"copy": 1.0, "edit-file": 0.9, "quote-answer": 0.6}
+#: log-odds added per unit of the answer's copied share (module docstring, step 2)
+COPY_WEIGHT = 2.0
+
 #: log-odds shift of the per-draft acceptance probability, per prompt category
 CATEGORY_SHIFT: dict[str, float] = {
+    **{cat: COPY_WEIGHT * share for cat, share in GROUNDED_COPY_SHARE.items()},
     "code-edit": 1.0,
     "extraction": 0.8,
     "summarisation": 0.3,

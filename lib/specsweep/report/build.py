@@ -128,7 +128,7 @@ def build_report(
     out_dir = writable_dir(Path(out_dir).absolute(), "report folder (--out-dir)")
     executed = inside(out_dir, writable_dir(out_dir / "_build", "report folder (--out-dir)") / f"{name}.ipynb",
                       "report name")
-    for page in (f"{name}.html", f"{name}.md"):
+    for page in (f"{name}.html", f"{name}.md", f"{name}.txt"):
         inside(out_dir, out_dir / page, "report name")  # a link there that leads out is refused, not followed
     params: dict[str, Any] = {
         "result_sets": [str(Path(p).absolute()) for p in result_sets],
@@ -162,7 +162,7 @@ def build_report(
         stopping.start()
         from specsweep.report.summary import write_summary
 
-        write_summary(nb, out_dir / f"{name}.md")  # the Markdown summary beside the page (and out of it)
+        write_summary(nb, out_dir / f"{name}.md")  # the Markdown summary and its .txt beside the page (and out of it)
         return export_html(nb, out_dir / f"{name}.html", exporter)  # the executed notebook as run, not read back
     finally:
         if stopping is not None:

@@ -320,11 +320,19 @@ def category_table(comp: Comparison, sets: Sequence[Any], deltas: pd.DataFrame |
     return pd.DataFrame(rows)
 
 
-def _pays(r: dict[str, Any]) -> str:
+#: what :func:`_pays` says of a control arm's row: its Δ is the machine's run-to-run noise
+NOISE_FLOOR = "noise floor"
+
+
+def _pays(r: dict[str, Any], controls: Sequence[str] = ()) -> str:
     """'pays', 'does not pay' or 'within noise' for one category row: pays where per-user and
     aggregate Δ are both above 0, does not where either is below. With an interval (the category
     curve's band, else repeats) a Δ counts only where the interval excludes 0, and a row with only
-    such uncounted Δs is within noise; without one, the measured Δ% decides."""
+    such uncounted Δs is within noise; without one, the measured Δ% decides. A row of a control arm
+    (``controls``: configured like the baseline) is :data:`NOISE_FLOOR`, whatever its Δ: it measures
+    the machine, not speculation."""
+    if r.get("arm") in controls:
+        return NOISE_FLOOR
     signs = []
     for name in ("user", "aggregate"):
         lo, hi, d = r[f"{name}_ci_low_pct"], r[f"{name}_ci_high_pct"], r[f"{name}_delta_pct"]
@@ -369,6 +377,9 @@ def category_sentences(comp: Comparison, sets: Sequence[Any], deltas: pd.DataFra
         g = g.assign(_quoted=[_quoted(r, "user") for r in g.to_dict("records")])
         g = g.sort_values("_quoted", ascending=False, kind="stable")
         recs = g.to_dict("records")
+        if arm in comp.controls:  # configured like the baseline: its Δ is the noise floor, never a payoff
+            out.append(_control_sentence(str(arm), int(c), recs))
+            continue
         verdicts = {r["category"]: _pays(r) for r in recs}
 
         def named(rs: list[dict[str, Any]]) -> str:
@@ -399,6 +410,27 @@ def category_sentences(comp: Comparison, sets: Sequence[Any], deltas: pd.DataFra
     return out
 
 
+def _spread(recs: Sequence[dict[str, Any]], name: str) -> str:
+    """The smallest and largest Δ% of one figure over a level's category rows, as the sentences quote
+    them ('fitted -3% to +5%'), or 'no measured Δ'."""
+    rows = [r for r in recs if not pd.isna(_quoted(r, name))]
+    if not rows:
+        return "no measured Δ"
+    lo, hi = min(rows, key=lambda r: _quoted(r, name)), max(rows, key=lambda r: _quoted(r, name))
+    a, b = _quoted_pct(lo, name), _quoted_pct(hi, name)
+    return a if a == b else f"{a} to {b}"
+
+
+def _control_sentence(arm: str, c: int, recs: Sequence[dict[str, Any]]) -> str:
+    """A control arm's categories at one level: how far they differ from the baseline, said as the
+    noise floor it is (the control is the baseline measured again), never as speculation paying."""
+    widest = max(recs, key=lambda r: abs(_quoted(r, "user")) if not pd.isna(_quoted(r, "user")) else -1.0)
+    return (f"At concurrency {c}, the control arm {md_text(arm)} (configured like the baseline) differs from it by "
+            f"{_spread(recs, 'user')} per user and {_spread(recs, 'aggregate')} in aggregate share across the "
+            f"categories (widest: {md_text(widest['category'])}, {_quoted_pct(widest, 'user')} per user) — this "
+            "machine's run-to-run noise, the floor under every other arm's category Δ, not an effect of speculation.")
+
+
 def _levels_text(levels: Sequence[int]) -> str:
     return ", ".join(str(int(c)) for c in levels) if len(levels) else "no level"
 
@@ -417,13 +449,16 @@ def category_crossover_sentences(comp: Comparison, crossovers: pd.DataFrame) -> 
             if g.empty:
                 continue
             parts = []
+            control = arm in comp.controls
             for r in g[g["status"] == "crossover"].to_dict("records"):
                 way = "lower" if r["direction"] == "gain_to_loss" else "higher"
                 extra = r["n_crossovers"] - 1
                 more = f" (and {extra} more sign change{'s' if extra > 1 else ''} after it)" if extra else ""
-                parts.append(f"for {md_text(r['category'])} it is credibly {way} than on the baseline above about "
-                             f"**{r['crossover_concurrency']:.0f}** concurrent requests (its fitted curve crosses 0 "
-                             f"between {int(r['c_low'])} and {int(r['c_high'])}){more}")
+                crosses = (f"its fitted curve crosses 0 near **{r['crossover_concurrency']:.0f}**" if control else
+                           f"it is credibly {way} than on the baseline above about "
+                           f"**{r['crossover_concurrency']:.0f}** concurrent requests (its fitted curve crosses 0")
+                parts.append(f"for {md_text(r['category'])} {crosses}"
+                             + (" (" if control else " ") + f"between {int(r['c_low'])} and {int(r['c_high'])}){more}")
             none = g[g["status"] == "none"].to_dict("records")
             if none:
                 parts.append("no crossover is claimed for " + "; ".join(
@@ -434,6 +469,11 @@ def category_crossover_sentences(comp: Comparison, crossovers: pd.DataFrame) -> 
                 parts.append(f"too few levels for a curve for {', '.join(md_text(r['category']) for r in few)} "
                              f"(fewer than {MIN_CATEGORY_LEVELS} levels with enough requests of the category on both "
                              "arms), so no crossover is claimed there")
+            if control:  # the baseline measured again: what its curves show is noise and drift
+                out.append(f"{titles[figure].capitalize()} by category, control arm {md_text(arm)}: " + "; ".join(parts)
+                           + " — it is configured like the baseline, so this is the noise floor (run-to-run noise "
+                           "and drift), not an effect of speculation.")
+                continue
             out.append(f"{titles[figure].capitalize()} by category, {md_text(arm)}: " + "; ".join(parts)
                        + ".")
     return out

@@ -46,6 +46,7 @@ import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.pareto import pareto_frontier
+from specsweep.markup import inert
 from specsweep.report import chartdata
 from specsweep.results.columns import metric_info
 
@@ -114,8 +115,9 @@ def validated_once(build: Callable[_P, _R]) -> Callable[_P, _R]:
 
 def _js_string(text: str) -> str:
     """``text`` as a Vega expression string literal (JSON-escaped: quotes, backslashes, control
-    and non-ASCII characters), so an untrusted arm name cannot change the expression."""
-    return json.dumps(text, ensure_ascii=True)
+    and non-ASCII characters), so an untrusted arm name cannot change the expression; :func:`inert`
+    first, as :func:`~specsweep.markup.script_json` makes the data's strings it is matched against."""
+    return json.dumps(inert(text), ensure_ascii=True)
 
 
 def wrapped(text: str, width: int = LEGEND_WRAP) -> list[str]:
@@ -380,9 +382,81 @@ def _independent_y() -> alt.Resolve:
     return alt.Resolve(scale=alt.ScaleResolveMap(y="independent"))
 
 
-def _zero_rule() -> alt.Chart:
-    """The black Δ = 0 line of every delta panel."""
-    return alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="black", strokeWidth=1).encode(y=alt.Y("y:Q"))
+def _zero_rule(scale: alt.Scale | None = None) -> alt.Chart:
+    """The black Δ = 0 line of every delta panel (on the panel's y ``scale``, where it has one)."""
+    return alt.Chart(pd.DataFrame({"y": [0]})).mark_rule(color="black", strokeWidth=1).encode(
+        y=alt.Y("y:Q", scale=scale if scale is not None else alt.Undefined))
+
+
+#: a delta panel's y axis reaches beyond its point estimates (and 0) by at most this share of their span,
+#: and at least :data:`CLIP_MIN_PAD` points, to take in the intervals; an interval reaching further is
+#: clipped at the panel's edge and marked there (:func:`clipped_ends`), so one wide band (a control arm's,
+#: a single run's) cannot squash every point into a line or run off the panel
+CLIP_PAD_SHARE = 0.5
+CLIP_MIN_PAD = 10.0
+#: the marker of an interval clipped at the top / the bottom of a panel
+CLIP_SHAPES = {"top": "triangle-up", "bottom": "triangle-down"}
+#: the subtitle of a panel where an interval is clipped
+CLIP_NOTE = "▲ ▼ a 95% interval clipped at the panel's edge (hover for how far it runs)"
+
+
+def _finite(values: Iterable[Any]) -> list[float]:
+    return [float(x) for x in values if x is not None and not pd.isna(x) and math.isfinite(float(x))]
+
+
+def delta_domain(points: Iterable[Any], lows: Iterable[Any], highs: Iterable[Any]) -> tuple[float, float]:
+    """The y domain (Δ %) of a delta panel: its point estimates (``points``: measured and fitted Δ %)
+    and 0, widened to take in the intervals' ends (``lows``, ``highs``) up to :data:`CLIP_PAD_SHARE` ×
+    the points' span (at least :data:`CLIP_MIN_PAD` points) beyond them, with 4 % room at each end."""
+    pts = _finite(points) + [0.0]
+    lo, hi = min(pts), max(pts)
+    pad = max(CLIP_PAD_SHARE * (hi - lo), CLIP_MIN_PAD)
+    d_lo = max(min(_finite(lows) + [lo]), lo - pad)
+    d_hi = min(max(_finite(highs) + [hi]), hi + pad)
+    room = 0.04 * (d_hi - d_lo)
+    return d_lo - room, d_hi + room
+
+
+def clipped_ends(frame: pd.DataFrame, domain: tuple[float, float]) -> pd.DataFrame:
+    """The interval ends of ``frame`` (``ci_low_pct``, ``ci_high_pct``, Δ %) beyond ``domain``: one
+    row each, with ``frame``'s columns, ``clip_edge`` ('top' or 'bottom'), ``clip_y`` (the edge it is
+    clipped at) and ``clipped`` ('interval clipped at +57%; it runs to +15,899%'); empty where none is."""
+    lo, hi = domain
+    rows = []
+    for r in frame.to_dict("records"):
+        for end, edge, y in (("ci_high_pct", "top", hi), ("ci_low_pct", "bottom", lo)):
+            v = r.get(end)
+            if v is None or pd.isna(v) or (v <= hi if edge == "top" else v >= lo):
+                continue
+            rows.append({**r, "clip_edge": edge, "clip_y": y,
+                         "clipped": f"interval clipped at {y:+.0f}%; it runs to {v:+,.0f}%"})
+    return pd.DataFrame(rows)
+
+
+def _clip_marks(clipped: pd.DataFrame, encode: Mapping[str, Any], y_title: str, scale: alt.Scale,
+                **mark: Any) -> list[alt.Chart]:
+    """A triangle at the panel's edge where each interval of ``clipped`` (:func:`clipped_ends`) is cut,
+    pointing the way it runs on; ``encode``: the layer's x (and x offset, colour) channels, ``mark``:
+    its offsets."""
+    out = []
+    for edge, shape in CLIP_SHAPES.items():
+        part = clipped[clipped["clip_edge"] == edge] if len(clipped) else clipped
+        if part.empty:
+            continue
+        out.append(alt.Chart(part).mark_point(shape=shape, filled=True, size=70, opacity=1, **mark).encode(
+            y=alt.Y("clip_y:Q", title=y_title, scale=scale), **encode,
+            tooltip=[alt.Tooltip("arm_name:N", title="arm"), alt.Tooltip("concurrency:Q", title="concurrency"),
+                     alt.Tooltip("clipped:N", title="95% interval")]))
+    return out
+
+
+#: :data:`CLIP_NOTE` for a small panel
+CLIP_NOTE_SHORT = "▲ ▼ band clipped (hover)"
+
+
+def _panel_title(title: str, clipped: bool, note: str = CLIP_NOTE) -> str | alt.TitleParams:
+    """A panel's title, with ``note`` under it where one of its intervals is clipped."""
+    return alt.TitleParams(text=title, subtitle=[note]) if clipped else title
 
 
 def _delta_panels(comp: Comparison, metrics: Sequence[str] | None, arms: Arms, levels: Levels, concurrency: Range,
@@ -467,21 +541,13 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms:
             alt.Tooltip("interval:N", title="95% interval"),
         ]
         y_title = "Δ% vs baseline"
-        encode = dict(x=concurrency_x(comp), y=alt.Y("delta_pct:Q", title=y_title), tooltip=tips)
-        layers: list[alt.Chart] = [_zero_rule(), *v.arm_layers(d, encode, spec_only=True)]
         ci = d[d["ci_kind"] != "none"] if len(d) else d
-        for name in v._values(spec_only=True):
-            part = ci[ci["arm_name"] == name] if len(ci) else ci
-            if part.empty:
-                continue
-            dx, dy = v.offset(name), -v.offset(name)
-            bar = alt.Chart(part).encode(x=concurrency_x(comp), color=v.colour(spec_only=True, symbol="stroke"),
-                                         tooltip=tips)
-            layers.append(bar.mark_rule(strokeWidth=1.5, xOffset=dx, yOffset=dy).encode(
-                y=alt.Y("ci_low_pct:Q", title=y_title), y2=alt.Y2("ci_high_pct:Q")))
-            for end in ("ci_low_pct", "ci_high_pct"):
-                layers.append(bar.mark_tick(orient="horizontal", size=8, thickness=1.5, xOffset=dx, yOffset=dy)
-                              .encode(y=alt.Y(f"{end}:Q", title=y_title)))
+        domain = delta_domain(d.get("delta_pct", []), ci.get("ci_low_pct", []), ci.get("ci_high_pct", []))
+        scale = alt.Scale(domain=list(domain), nice=False, zero=False)
+        encode = dict(x=concurrency_x(comp), y=alt.Y("delta_pct:Q", title=y_title, scale=scale), tooltip=tips)
+        layers: list[alt.Chart] = [_zero_rule(scale), *v.arm_layers(d, encode, spec_only=True)]
+        bars, clipped = _interval_bars(v, ci, tips, y_title, scale, domain)
+        layers += bars
         cx = _named(v, comp.crossovers[comp.crossovers["metric"] == metric])
         if len(cx):
             several = cx["arm"].nunique() > 1
@@ -501,8 +567,35 @@ def delta_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, arms:
             layers.append(rule.mark_rule(strokeDash=[2, 3], strokeWidth=1.5))
             layers.append(rule.mark_text(align="left", baseline="middle", fontSize=LABEL_FONT_PX).encode(
                 x=alt.X("label_x_px:Q", scale=None), y=alt.Y("label_y_px:Q", scale=None), text=alt.Text("label:N")))
-        panels.append(alt.layer(*layers, width=width, height=height or HEIGHT, title=f"Δ {info.label}"))
+        panels.append(alt.layer(*layers, width=width, height=height or HEIGHT,
+                                title=_panel_title(f"Δ {info.label}", clipped)))
     return alt.hconcat(*panels, resolve=_independent_y())
+
+
+def _interval_bars(v: View, ci: pd.DataFrame, tips: list[alt.Tooltip], y_title: str, scale: alt.Scale,
+                   domain: tuple[float, float]) -> tuple[list[alt.Chart], bool]:
+    """Each shown arm's 95 % intervals of a delta panel (``ci``: its rows with one) as error bars on
+    ``scale``, clipped at the panel's ``domain`` with a triangle where cut (:func:`clipped_ends`), and
+    whether any was."""
+    layers: list[alt.Chart] = []
+    clipped_any = False
+    x = concurrency_x(v.comp)
+    for name in v._values(spec_only=True):
+        part = ci[ci["arm_name"] == name] if len(ci) else ci
+        if part.empty:
+            continue
+        dx, dy = v.offset(name), -v.offset(name)
+        colour = v.colour(spec_only=True, symbol="stroke")
+        bar = alt.Chart(part).encode(x=x, color=colour, tooltip=tips)
+        layers.append(bar.mark_rule(strokeWidth=1.5, xOffset=dx, yOffset=dy, clip=True).encode(
+            y=alt.Y("ci_low_pct:Q", title=y_title, scale=scale), y2=alt.Y2("ci_high_pct:Q")))
+        for end in ("ci_low_pct", "ci_high_pct"):
+            layers.append(bar.mark_tick(orient="horizontal", size=8, thickness=1.5, xOffset=dx, yOffset=dy, clip=True)
+                          .encode(y=alt.Y(f"{end}:Q", title=y_title, scale=scale)))
+        clipped = clipped_ends(part, domain)
+        clipped_any |= not clipped.empty
+        layers += _clip_marks(clipped, {"x": x, "color": colour}, y_title, scale, xOffset=dx, yOffset=dy)
+    return layers, clipped_any
 
 
 @validated_once
@@ -768,29 +861,40 @@ def tokens_per_chunk_chart(comp: Comparison, *, arms: Arms = None, levels: Level
                            colours, width, height, bool(present))
 
 
+def fit_domain(d: pd.DataFrame) -> tuple[float, float]:
+    """:func:`delta_domain` of a fitted-curve frame: its measured and fitted Δ % and its band's ends."""
+    return delta_domain([*d["delta_pct"], *d["fit_delta_pct"]], d["ci_low_pct"], d["ci_high_pct"])
+
+
 def _fit_layers(v: View, d: pd.DataFrame, x: alt.X, tips: list[alt.Tooltip], y_title: str, point_size: float,
-                y_scale: alt.Scale | None = None) -> list[alt.Chart]:
-    """Per speculative arm of ``d``: its band (``ci_low_pct``–``ci_high_pct``, shaded), fitted line
-    (``fit_delta_pct``, in the arm's dash) and measured points (``delta_pct``), moved by the arm's offset."""
-    scale = y_scale if y_scale is not None else alt.Undefined
+                domain: tuple[float, float]) -> tuple[list[alt.Chart], bool]:
+    """Per speculative arm of ``d``: its band (``ci_low_pct``–``ci_high_pct``, shaded, clipped at
+    ``domain`` with a triangle where cut), fitted line (``fit_delta_pct``, in the arm's dash) and
+    measured points (``delta_pct``), moved by the arm's offset; and whether a band was clipped."""
+    scale = alt.Scale(domain=list(domain), nice=False, zero=False)
     layers: list[alt.Chart] = []
+    clipped_any = False
     for name in v._values(spec_only=True):
         if not (d["arm_name"] == name).any():
             continue
         dx, dy = v.offset(name), -v.offset(name)
         arm = alt.Chart(d).transform_filter(alt.FieldEqualPredicate(field="arm_name", equal=name)).encode(
             x=x, tooltip=tips)
+        clipped = clipped_ends(d[d["arm_name"] == name], domain)
+        clipped_any |= not clipped.empty
+        layers += _clip_marks(clipped, {"x": x, "color": v.colour(spec_only=True, symbol="stroke")}, y_title, scale,
+                              xOffset=dx, yOffset=dy)
         layers += [
-            arm.mark_area(opacity=0.18, xOffset=dx, yOffset=dy).encode(
+            arm.mark_area(opacity=0.18, xOffset=dx, yOffset=dy, clip=True).encode(
                 y=alt.Y("ci_low_pct:Q", title=y_title, scale=scale), y2=alt.Y2("ci_high_pct:Q"),
                 color=v.colour(spec_only=True, symbol="stroke")),
-            arm.mark_line(strokeWidth=2, xOffset=dx, yOffset=dy).encode(
+            arm.mark_line(strokeWidth=2, xOffset=dx, yOffset=dy, clip=True).encode(
                 y=alt.Y("fit_delta_pct:Q", scale=scale), color=v.colour(spec_only=True, symbol="stroke"),
                 strokeDash=v.dash(spec_only=True)),
             arm.mark_point(filled=True, size=v.point_size(name, point_size), xOffset=dx, yOffset=dy).encode(
                 y=alt.Y("delta_pct:Q", scale=scale), color=v.colour(spec_only=True, symbol="stroke")),
         ]
-    return layers
+    return layers, clipped_any
 
 
 @validated_once
@@ -818,10 +922,12 @@ def delta_fit_chart(comp: Comparison, metrics: Sequence[str] | None = None, *, a
                 alt.Tooltip("ci_low_pct:Q", title="band low", format="+.1f"),
                 alt.Tooltip("ci_high_pct:Q", title="band high", format="+.1f"),
                 alt.Tooltip("method:N", title="model")]
-        layers = [_zero_rule(), *_fit_layers(v, d, concurrency_x(comp), tips, "Δ% vs baseline", 50)]
+        domain = fit_domain(d)
+        fitted, clipped = _fit_layers(v, d, concurrency_x(comp), tips, "Δ% vs baseline", 50, domain)
+        layers = [_zero_rule(alt.Scale(domain=list(domain), nice=False, zero=False)), *fitted]
         panels.append(alt.layer(*layers,
             width=width, height=height or HEIGHT,
-            title=f"Fitted Δ {metric_info(metric).label} (band: 95% simultaneous)"))
+            title=_panel_title(f"Fitted Δ {metric_info(metric).label} (band: 95% simultaneous)", clipped)))
     return alt.hconcat(*panels, resolve=_independent_y()) if panels else None
 
 
@@ -873,18 +979,25 @@ def category_chart(comp: Comparison, categories: pd.DataFrame, *, arms: Arms = N
                 alt.Tooltip("interval:N", title="95% interval"),
                 alt.Tooltip("accept_length:Q", title="accept length (arm)", format=".2f")]
         x = alt.X("category:N", title="Prompt category", sort=sorted(part["category"].unique()))
-        base = alt.Chart(part).encode(x=x, y=alt.Y("delta_pct:Q", title="Δ% vs baseline"),
+        ci = part[part["ci_low_pct"].notna()]
+        domain = delta_domain(part["delta_pct"], ci["ci_low_pct"], ci["ci_high_pct"])
+        scale = alt.Scale(domain=list(domain), nice=False, zero=False)
+        base = alt.Chart(part).encode(x=x, y=alt.Y("delta_pct:Q", title="Δ% vs baseline", scale=scale),
                                       color=v.colour(spec_only=True),
                                       shape=alt.Shape("level:N", title="Level", sort=level_order),
                                       xOffset=alt.XOffset("level:N", sort=level_order), tooltip=tips)
-        layers = [_zero_rule(),
+        layers = [_zero_rule(scale),
                   base.mark_point(filled=True, size=70)]
-        ci = part[part["ci_low_pct"].notna()]
+        clipped = clipped_ends(ci, domain)
         if len(ci):
-            layers.append(alt.Chart(ci).mark_errorbar(ticks=True).encode(
-                x=x, xOffset=alt.XOffset("level:N", sort=level_order), y=alt.Y("ci_low_pct:Q", title="Δ% vs baseline"),
+            offset = alt.XOffset("level:N", sort=level_order)
+            layers.append(alt.Chart(ci).mark_errorbar(ticks=True, clip=True).encode(
+                x=x, xOffset=offset, y=alt.Y("ci_low_pct:Q", title="Δ% vs baseline", scale=scale),
                 y2=alt.Y2("ci_high_pct:Q"), color=v.colour(spec_only=True), tooltip=tips))
-        panels.append(alt.layer(*layers, width=width or PANEL_WIDTH, height=height or HEIGHT, title=title))
+            layers += _clip_marks(clipped, {"x": x, "xOffset": offset, "color": v.colour(spec_only=True)},
+                                  "Δ% vs baseline", scale)
+        panels.append(alt.layer(*layers, width=width or PANEL_WIDTH, height=height or HEIGHT,
+                                title=_panel_title(title, not clipped.empty)))
     return alt.hconcat(*panels, resolve=_independent_y())
 
 
@@ -940,9 +1053,7 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
         x_scale = alt.Scale(type="log", base=2, domain=[min(levels) / 1.3, max(levels) * 1.3], nice=False)
         x = alt.X("concurrency:Q", title="Concurrency (log2)", scale=x_scale,
                   axis=alt.Axis(values=[int(c) for c in levels], format="d", grid=False))
-        y_lo, y_hi = _padded(pd.concat([frame["ci_low_pct"], frame["ci_high_pct"], frame["delta_pct"],
-                                        pd.Series([0.0])]))
-        y_scale = alt.Scale(domain=[y_lo, y_hi])
+        domain = fit_domain(frame)  # one y axis per row of panels
         tips = [alt.Tooltip("arm_name:N", title="arm"), alt.Tooltip("category:N", title="category"),
                 alt.Tooltip("concurrency:Q", title="concurrency"),
                 alt.Tooltip("delta_pct:Q", title="measured Δ%", format="+.1f"),
@@ -953,7 +1064,8 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
         panels = []
         for cat in sorted(frame["category"].unique()):
             part = frame[frame["category"] == cat]
-            layers = [_zero_rule(), *_fit_layers(v, part, x, tips, titles[figure], 35, y_scale)]
+            fitted, clipped = _fit_layers(v, part, x, tips, titles[figure], 35, domain)
+            layers = [_zero_rule(alt.Scale(domain=list(domain), nice=False, zero=False)), *fitted]
             crossings = [m for m in marks.get(figure, []) if m["category"] == cat]
             if crossings:
                 layers.append(alt.Chart(_named(v, pd.DataFrame(crossings))).mark_rule(
@@ -962,7 +1074,7 @@ def category_curve_chart(comp: Comparison, curves: Mapping[tuple[str, str, str],
                     tooltip=[alt.Tooltip("arm_name:N", title="arm"), alt.Tooltip("category:N", title="category"),
                              alt.Tooltip("x:Q", title="crossover near", format=".0f"),
                              alt.Tooltip("between:N", title="between levels")]))
-            panels.append(alt.layer(*layers, width=pw, height=ph, title=cat))
+            panels.append(alt.layer(*layers, width=pw, height=ph, title=_panel_title(cat, clipped, CLIP_NOTE_SHORT)))
         figure_rows.append(alt.hconcat(*panels))
     return alt.vconcat(*figure_rows)
 

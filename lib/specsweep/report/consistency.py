@@ -325,7 +325,7 @@ def _bound_quotes(comp: Comparison, rec: Any, claim: Claim) -> list[Violation]:
         if r is not None and pct(float(r["delta_pct"])) not in claim.sentence:
             out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
                                  f"does not quote {metric}'s Δ at {c}, the metric the table says decided it"))
-        other = re.escape(deciding_word(claim.metric))
+        other = re.escape(deciding_word(claim.metric, comp.aggregate_basis))
         if metric != claim.metric and re.search(rf"{other}:? [+\-−]?[\d.]+%(?: \[[^\]]*\])? at {c}\b", claim.sentence):
             out.append(Violation("deciding-metric", rec.profile.name, claim.sentence,
                                  f"quotes {claim.metric} at {c}, which the table says {metric} decided"))

@@ -19,7 +19,7 @@ from specsweep.decide.caveats import DRIFT_NOT_EXCLUDED, arms_interleaved_in, co
 from specsweep.decide.claims import Claim, join_and, pct
 from specsweep.decide.decisions import row_of
 from specsweep.decide.judge import carried_by_one, why_neutral
-from specsweep.decide.text import band_text, deciding_word
+from specsweep.decide.text import aggregate_word, band_text, deciding_word
 from specsweep.decide.verdicts import DecisionKind
 from specsweep.markup import markdown_html, md_text
 
@@ -110,7 +110,8 @@ def _deciding(comp: Comparison, rec: Recommendation) -> tuple[str, str, str]:
     claim = _verdict_claim(rec)
     if claim is None or rec.levels.empty:
         return "", "—", ""
-    word = deciding_word(claim.metric)
+    basis = comp.aggregate_basis  # the aggregate is named by the basis it is decided on
+    word = deciding_word(claim.metric, basis)
     rows = comp.delta_rows(claim.arm, claim.metric)
     lv = rec.levels[rec.levels["arm"] == claim.arm]
     want = rec.decision.decisive_outcome
@@ -120,17 +121,17 @@ def _deciding(comp: Comparison, rec: Recommendation) -> tuple[str, str, str]:
 
         def at(c: int, named: bool = True) -> str:
             m = decided.get(c, claim.metric)
-            return (f"{deciding_word(m)}: " if named else "") + f"{band_text(comp.delta_rows(claim.arm, m).get(c))} at {c}"
+            return (f"{deciding_word(m, basis)}: " if named else "") + f"{band_text(comp.delta_rows(claim.arm, m).get(c))} at {c}"
 
         lo, hi = claim.bounds
         same = decided.get(lo, claim.metric) == decided.get(hi, claim.metric)
         return word, at(lo) if lo == hi else f"{at(lo)} → {at(hi, named=not same)}", ""
     if want is not None:
-        return _weakest(lv, want)
+        return _weakest(lv, want, basis)
     if rec.decision == DecisionKind.NO_DIFFERENCE and rows:
         c = max((c for c in rows if c in set(lv["concurrency"])), key=lambda c: abs(float(rows[c]["delta_pct"])), default=None)
         if c is not None:
-            why = why_neutral(lv, c, rows[c], rec.profile.min_effect_pct)
+            why = why_neutral(lv, c, rows[c], rec.profile.min_effect_pct, basis)
             return word, f"{word}: {band_text(rows[c])} at {c}", "largest Δ" + (f", {why}" if why else "")
     return "", "see the levels", ""
 
@@ -138,13 +139,14 @@ def _deciding(comp: Comparison, rec: Recommendation) -> tuple[str, str, str]:
 _PLURAL = {"gain": "gains", "loss": "losses"}
 
 
-def _weakest(levels: pd.DataFrame, want: str) -> tuple[str, str, str]:
-    """(metric name, its Δ and band) at the decisive level (outcome ``want``) nearest to 0."""
+def _weakest(levels: pd.DataFrame, want: str, basis: str | None = None) -> tuple[str, str, str]:
+    """(metric name, its Δ and band) at the decisive level (outcome ``want``) nearest to 0 (``basis``: the
+    comparison's ``aggregate_basis``)."""
     decisive = levels[levels["outcome"] == want]
     if decisive.empty:
         return "", "—", ""
     r = decisive.loc[decisive["deciding_band"].index[decisive["margin"].abs().to_numpy().argmin()]]
-    word = deciding_word(r["deciding_metric"])
+    word = deciding_word(r["deciding_metric"], basis)
     # which levels it is the weakest of, and by what: the fitted margin, not the measured Δ quoted
     weakest = "weakest fitted gain" if want == "gain" else "smallest fitted loss"
     over = join_and([str(int(c)) for c in decisive["concurrency"]])
@@ -270,6 +272,7 @@ def verdict_prose(comp: Comparison, recs: Sequence[Recommendation]) -> str:
     each group of profiles with the same decision and deciding metric once (how stable it is stands under
     the decision table). Short names only."""
     lines: list[str] = []
+    agg = aggregate_word(comp.aggregate_basis)
     arms = list(dict.fromkeys(c.arm for r in recs for c in r.claims if c.kind == "verdict" and c.arm))
     for arm in arms:
         claims = next((r.claims for r in recs if any(c.arm == arm and c.metric == "output_tok_s"
@@ -279,11 +282,11 @@ def verdict_prose(comp: Comparison, recs: Sequence[Recommendation]) -> str:
         cross = next((c for c in claims if c.kind == "crossover" and c.arm == arm), None)
         parts = []
         if gain:
-            parts.append(f"raises aggregate throughput at {join_and([str(c) for c in gain.levels])} ({_values(gain)})")
+            parts.append(f"raises {agg} at {join_and([str(c) for c in gain.levels])} ({_values(gain)})")
         if loss:
             parts.append(f"lowers it at {join_and([str(c) for c in loss.levels])} ({_values(loss)})")
         if not parts:
-            parts.append("changes aggregate throughput credibly at no tested level")
+            parts.append(f"changes {agg} credibly at no tested level")
         text = f"**{md_text(arm)}** " + " and ".join(parts)
         if cross and cross.bounds:
             text += f"; the fitted curve crosses 0 near {cross.at:.0f}, between the tested {cross.bounds[0]} and {cross.bounds[1]}"

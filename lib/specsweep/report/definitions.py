@@ -1,13 +1,12 @@
 """The full-data table, the glossary, and every metric's definition as shown on the page."""
 from __future__ import annotations
 
-import html
 import re
 
 import pandas as pd
 
 from specsweep.analyze.compare import DERIVED, METHOD, Comparison, info
-from specsweep.markup import md_text
+from specsweep.markup import html_text, md_text
 from specsweep.results.columns import METRICS
 from specsweep.servers import dialect_of
 
@@ -43,12 +42,12 @@ def full_data_html(comp: Comparison) -> str:
     from specsweep.report.display import human_number
 
     frame = data_table(comp)
-    head = "".join(f'<th title="{html.escape(str(c))}">{html.escape(column_title(str(c)))}</th>' for c in frame.columns)
+    head = "".join(f'<th title="{html_text(c)}">{html_text(column_title(str(c)))}</th>' for c in frame.columns)
     numeric = {c for c in frame.columns if pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])}
 
     def cell(c: str, v: object) -> str:
         text = "—" if v is None or (isinstance(v, float) and pd.isna(v)) else human_number(v) if c in numeric else str(v)
-        return f"<td>{html.escape(text)}</td>"
+        return f"<td>{html_text(text)}</td>"
 
     body = "".join("<tr>" + "".join(cell(str(c), v) for c, v in zip(frame.columns, row)) + "</tr>"
                    for row in frame.itertuples(index=False))

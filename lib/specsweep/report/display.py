@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from specsweep.decide.claims import pct
-from specsweep.markup import markdown, script_json
+from specsweep.markup import inert, markdown, script_json
 
 RENDERER = "specsweep-offline"
 
@@ -98,14 +98,21 @@ def table(frame: pd.DataFrame, *, index: bool = False) -> Any:
     """A frame as an HTML table for the report (no row numbers unless ``index``).
 
     Numbers are formatted for people (:func:`human_number`); every cell, header and index label is
-    HTML-escaped (``to_html(escape=True)``), so strings from result sets or servers stay text.
+    :func:`~specsweep.markup.inert` and HTML-escaped (``to_html(escape=True)``), so strings from result
+    sets or servers stay text.
     """
     from IPython.display import HTML
+
+    def clean(v: Any) -> Any:
+        return inert(v) if isinstance(v, str) else v
 
     shown = frame.copy()
     for col in shown.columns:
         if pd.api.types.is_numeric_dtype(shown[col]) and not pd.api.types.is_bool_dtype(shown[col]):
             shown[col] = shown[col].map(human_number)
+        else:
+            shown[col] = shown[col].map(clean)
+    shown = shown.rename(columns=clean, index=clean)
     return HTML(shown.to_html(index=index, na_rep="—", border=0, escape=True))
 
 

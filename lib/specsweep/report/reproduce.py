@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from specsweep import __version__
-from specsweep.markup import md_text
+from specsweep.markup import inert, md_text
 from specsweep.measure.config import DEFAULT_MIN_REQUESTS
 from specsweep.paths import REPO_ROOT
 from specsweep.results.meta import Meta
@@ -37,6 +37,13 @@ def _code_block(lines: Sequence[str], lang: str = "sh") -> list[str]:
     return [fence + lang, *lines, fence]
 
 
+def _json_word(value: Any) -> str:
+    """``value`` as JSON for a command line: non-ASCII text as typed, but every character :func:`inert`
+    would remove (controls, bidirectional overrides) as a ``\\uXXXX`` escape, so the word reads back
+    exactly and shows nothing that could reorder or recolour the page or a terminal."""
+    return "".join(ch if inert(ch) == ch else f"\\u{ord(ch):04x}" for ch in json.dumps(value, ensure_ascii=False))
+
+
 def report_command(parameters: dict[str, Any]) -> list[str]:
     """The argv of ``python -m specsweep.report`` that rebuilds a report from its notebook parameters.
 
@@ -52,7 +59,7 @@ def report_command(parameters: dict[str, Any]) -> list[str]:
     if parameters.get("title"):
         argv += ["--title", str(parameters["title"])]
     if parameters.get("profiles") is not None:
-        argv += ["--profiles", json.dumps(parameters["profiles"], ensure_ascii=False)]
+        argv += ["--profiles", _json_word(parameters["profiles"])]
     if parameters.get("allow_workload_mismatch"):
         argv.append("--allow-workload-mismatch")
     return argv
@@ -67,13 +74,25 @@ def papermill_command(parameters: dict[str, Any], output: str = "out.ipynb") -> 
     params = dict(parameters)
     if params.get("result_sets") is not None:
         params["result_sets"] = [repo_relative(p) for p in params["result_sets"]]
-    text = json.dumps(params, ensure_ascii=False)
+    text = _json_word(params)
     return [".venv/bin/papermill", "notebooks/report.ipynb", output, "-y", text]
 
 
+def _shell_word(word: str) -> str:
+    """One shell word, quoted where it needs it; a word with a character :func:`inert` would remove
+    (a control character, a bidirectional override) in ``$'…'`` with that character as an escape,
+    so the command stays exact and the page shows only printable text."""
+    if inert(word) == word:
+        return shlex.quote(word)
+    escaped = "".join("\\" + ch if ch in "\\'" else ch if inert(ch) == ch
+                      else f"\\x{ord(ch):02x}" if ord(ch) < 0x80 else f"\\u{ord(ch):04x}" for ch in word)
+    return f"$'{escaped}'"
+
+
 def shell_line(argv: Sequence[str]) -> str:
-    """``argv`` as one POSIX shell command line, every word quoted where it needs it."""
-    return " ".join(shlex.quote(str(a)) for a in argv)
+    """``argv`` as one shell command line (POSIX, with ``$'…'`` where a word holds a control
+    character), every word quoted where it needs it."""
+    return " ".join(_shell_word(str(a)) for a in argv)
 
 
 def _same_for_all(values: int | dict[str, Any], rule: Any) -> Any:
@@ -144,7 +163,7 @@ def sweep_command(params: dict[str, Any]) -> list[str]:
     JSON document, which YAML reads back exactly), its progress streamed to the terminal."""
     return [".venv/bin/papermill", "notebooks/sweep.ipynb", f"out-{params.get('arm', 'arm')}.ipynb",
             "--stdout-file", "/dev/stdout", "--stderr-file", "/dev/stderr",
-            "-y", json.dumps(params, ensure_ascii=False)]
+            "-y", _json_word(params)]
 
 
 #: where the printed re-measure commands write their runs (relative to the repository root), per report name

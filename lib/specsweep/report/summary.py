@@ -1,4 +1,6 @@
-"""The Markdown summary written beside every HTML report (``reports/<name>.md``).
+"""The Markdown summary written beside every HTML report (``reports/<name>.md``), and its plain-text
+variant (``reports/<name>.txt``, :mod:`specsweep.report.plaintext`) for chat tools that show Markdown
+as typed.
 
 The decision table and the key numbers, ready to paste into a pull request or a chat, built from
 the same claims as the page (:mod:`specsweep.report.decision`). Every untrusted string — the
@@ -6,7 +8,7 @@ title, profile names, arm names and labels, server names — is escaped for Mark
 
 The report notebook displays the summary as an output of MIME type :data:`SUMMARY_MIME`, which
 the HTML export does not show; :func:`write_summary` takes it from the executed notebook, so the
-summary is computed once, with the page.
+summary is computed once, with the page, and the ``.txt`` is read from the same text.
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from typing import Any
 from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
 from specsweep.decide.claims import half_up
-from specsweep.decide.text import band_text
+from specsweep.decide.text import band_text, basis_suffix
 from specsweep.markup import md_text
 from specsweep.report.decision import decision_markdown, verdict_prose
+from specsweep.report.plaintext import plain_text
 from specsweep.results.meta import Meta
 
 #: the MIME type of the notebook output that carries the summary
@@ -63,7 +66,7 @@ def summary_markdown(comp: Comparison, recs: Sequence[Recommendation], title: st
     lines = [f"## {md_text(title)}", "", decision_markdown(comp, recs), "", verdict_prose(comp, recs), ""]
     numbers = key_numbers_markdown(comp, recs)
     if numbers:
-        lines += ["**Aggregate output throughput** (measured; Δ against the baseline with the 95% simultaneous band "
+        lines += [f"**Aggregate output throughput{basis_suffix(comp.aggregate_basis)}** (measured; Δ against the baseline with the 95% simultaneous band "
                   "of the fitted curve)", "", numbers, ""]
     lines += ["**Arms**", ""]
     for a in comp.arms:
@@ -73,6 +76,12 @@ def summary_markdown(comp: Comparison, recs: Sequence[Recommendation], title: st
     lines.append("")
     lines.append("Built by specsweep" + (f"; the full report: {md_text(page)}" if page else "") + ".")
     return "\n".join(lines) + "\n"
+
+
+def summary_text(comp: Comparison, recs: Sequence[Recommendation], title: str, page: str | None = None) -> str:
+    """:func:`summary_markdown` as plain text: the same sentences and figures, no Markdown syntax, no
+    escapes, no control characters (:func:`specsweep.report.plaintext.plain_text`)."""
+    return plain_text(summary_markdown(comp, recs, title, page))
 
 
 def summary_output(comp: Comparison, recs: Sequence[Recommendation], title: str, page: str | None = None) -> None:
@@ -93,8 +102,9 @@ def summary_from_notebook(nb: Any) -> str | None:
 
 
 def write_summary(executed: Path | Any, md_path: Path) -> Path | None:
-    """Write the summary of an executed report notebook to ``md_path``; None (nothing written, a stale
-    file removed) when the notebook carries none."""
+    """Write the summary of an executed report notebook to ``md_path`` and its plain text
+    (:func:`~specsweep.report.plaintext.plain_text`) beside it, ``md_path`` with ``.txt``; None
+    (nothing written, stale files removed) when the notebook carries none."""
     import nbformat
 
     nb = nbformat.read(str(executed), as_version=4) if isinstance(executed, (str, Path)) else executed
@@ -105,9 +115,12 @@ def write_summary(executed: Path | Any, md_path: Path) -> Path | None:
                 cell.outputs = [o for o in cell.get("outputs", []) if SUMMARY_MIME not in (o.get("data") or {})]
         if isinstance(executed, (str, Path)):
             nbformat.write(nb, str(executed))
+    txt_path = md_path.with_suffix(".txt")
     if text is None:
         md_path.unlink(missing_ok=True)
+        txt_path.unlink(missing_ok=True)
         return None
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text(text, encoding="utf-8")
+    txt_path.write_text(plain_text(text), encoding="utf-8")
     return md_path

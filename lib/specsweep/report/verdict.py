@@ -1,6 +1,7 @@
 """The verdict section's text blocks: key numbers, warnings, curve sentences, shared lines."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -8,7 +9,8 @@ import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.decide import Recommendation
-from specsweep.decide.text import tested_bracket
+from specsweep.decide.claims import join_and
+from specsweep.decide.text import aggregate_word, basis_suffix, deciding_word, tested_bracket
 from specsweep.markup import md_text
 from specsweep.report.display import _band, _fmt, _pct_or_dash
 from specsweep.report.warnings import top_warnings, workload_caveat
@@ -56,6 +58,9 @@ def _crossover_line(comp: Comparison, arm: str) -> str:
 def _curve_sentence(comp: Comparison, arm: str) -> str:
     """One sentence on the aggregate delta curve of an arm: its credible crossovers, or where it stands."""
     label = md_text(arm)  # the short name; the label is given once, in Setup
+    agg = aggregate_word(comp.aggregate_basis)
+    if arm in comp.controls:
+        return _control_curve_sentence(comp, arm, agg)
     cx = comp.crossover(arm, "output_tok_s")
     if len(cx):
         parts = []
@@ -64,7 +69,7 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
             lo, hi = tested_bracket(comp.shared_levels(arm), float(c.crossover_concurrency))
             parts.append(f"credibly {way} than the baseline's above about **{c.crossover_concurrency:.0f}** concurrent "
                          f"requests (the fitted delta curve crosses 0 between the tested {lo} and {hi})")
-        return f"{label}'s aggregate throughput is " + "; then ".join(parts) + "."
+        return f"{label}'s {agg} is " + "; then ".join(parts) + "."
     rows = comp.delta(arm, "output_tok_s")
     if rows.empty:
         return ""
@@ -73,12 +78,24 @@ def _curve_sentence(comp: Comparison, arm: str) -> str:
     cred = rows["credible"].to_numpy()
     span = f"({rows['delta_pct'].min():+.0f}% to {rows['delta_pct'].max():+.0f}%)"
     if (cred > 0).all():
-        return f"{label}'s aggregate throughput is credibly above the baseline's at {where} {span}."
+        return f"{label}'s {agg} is credibly above the baseline's at {where} {span}."
     if (cred < 0).all():
-        return f"{label}'s aggregate throughput is credibly below the baseline's at {where} {span}."
+        return f"{label}'s {agg} is credibly below the baseline's at {where} {span}."
     sure = [str(int(c)) for c in rows.loc[cred != 0, "concurrency"]]
-    return (f"{label}'s aggregate Δ ranges {span[1:-1]}, but it is credibly different from the baseline's "
+    return (f"{label}'s aggregate Δ{basis_suffix(comp.aggregate_basis)} ranges {span[1:-1]}, but it is credibly different from the baseline's "
             + (f"only at {', '.join(sure)}" if sure else "at no level") + ", so no crossover is claimed.")
+
+
+def _control_curve_sentence(comp: Comparison, arm: str, agg: str) -> str:
+    """A control arm's aggregate Δ in a sentence: the noise floor it measures (it is the baseline
+    measured again), never a gain, a loss or a crossover."""
+    rows = comp.delta(arm, "output_tok_s")
+    if rows.empty:
+        return ""
+    lo, hi = float(rows["delta_pct"].min()), float(rows["delta_pct"].max())
+    span = f"{lo:+.0f}%" if f"{lo:+.0f}" == f"{hi:+.0f}" else f"{lo:+.0f}% to {hi:+.0f}%"
+    return (f"The control arm {md_text(arm)} (configured like the baseline) differs from it by {span} in {agg} — "
+            "this machine's run-to-run noise, the floor every other arm's band is held to.")
 
 
 #: workload kinds whose content is synthetic: a drafter's acceptance on them says little about real traffic
@@ -153,12 +170,52 @@ def answered_by_whatif(recs: Sequence[Recommendation], whatif_next: Mapping[str,
             if c.kind == "advice" and c.arm == arm and c.argv and c.argv[0] in flags}
 
 
+#: how the objectives' own reasons begin (decide.sentences.objective_reasons)
+_OBJECTIVE_NOTE = re.compile(r"(For batch or offline work|Under an SLO, what counts|Balanced:|Latency-sensitive use)")
+#: topics said once however many lines they stand for
+_SINGULAR = frozenset({"aggregate Δ with its band", "note on what the objective weighs"})
+
+
+def _plural(word: str, n: int) -> str:
+    return word if n == 1 else word + "s"
+
+
+def shared_topics(rec: Recommendation, lines: Sequence[str]) -> str:
+    """What ``lines`` of ``rec`` (printed under an earlier profile) are, in a phrase: 'the finding on
+    aggregate throughput, the drift caveat and the next experiment' — the reference that stands in
+    for them, naming what they say rather than how many there are."""
+    found: list[str] = []  # deciding words of the findings, in order
+    other: dict[str, int] = {}  # 'caveat', 'next experiment', … → how many
+    for line in lines:
+        claim = next((c for c in rec.claims if c.sentence and c.sentence in line and c.kind != "experiment"), None)
+        if line in rec.next_experiments:
+            kind = "next experiment"
+        elif line in rec.caveats:
+            kind = "drift caveat" if "drift" in line.lower() else "caveat"
+        elif line.startswith("Aggregate Δ"):
+            kind = "aggregate Δ with its band"
+        elif claim is not None and claim.kind in ("cap", "gauge", "advice"):
+            kind = "cap finding"
+        elif claim is not None and claim.metric:
+            found.append(deciding_word(claim.metric, rec.aggregate_basis))
+            continue
+        else:
+            kind = "note on what the objective weighs" if _OBJECTIVE_NOTE.match(line) else "finding"
+        other[kind] = other.get(kind, 0) + 1
+    words = list(dict.fromkeys(found))
+    parts = [f"the {_plural('finding', len(words))} on {join_and(words)}"] if words else []
+    order = ("aggregate Δ with its band", "note on what the objective weighs", "finding", "cap finding", "drift caveat",
+             "caveat", "next experiment")
+    parts += [f"the {k if k in _SINGULAR else _plural(k, other[k])}" for k in order if k in other]
+    return join_and(parts)
+
+
 def profile_sections(comp: Comparison, recs: Sequence[Recommendation],
                      refer: Mapping[str, str] | None = None) -> list[str]:
     """One Markdown section per profile with only what differs: lines every profile carries are in
     :func:`shared_markdown`; a line several (not all) carry is printed under the first of them, and a
-    later one says how many of its lines stand there instead of repeating them. A next experiment in
-    ``refer`` (:func:`answered_by_whatif`) is replaced by its reference."""
+    later one names what of its own stands there (:func:`shared_topics`) instead of repeating it. A
+    next experiment in ``refer`` (:func:`answered_by_whatif`) is replaced by its reference."""
     shared = set(shared_lines(recs))
     shown: dict[str, str] = {}  # line -> the profile it was printed under
     out = []
@@ -166,13 +223,13 @@ def profile_sections(comp: Comparison, recs: Sequence[Recommendation],
         lines = list(rec.reasons) + list(rec.caveats) + list(rec.next_experiments)
         earlier = [x for x in dict.fromkeys(lines) if x in shown and x not in shared]
         text = rec.to_markdown(omit=[*shared, *earlier], refer=refer)
-        by_profile: dict[str, int] = {}
+        by_profile: dict[str, list[str]] = {}
         for x in earlier:
-            by_profile[shown[x]] = by_profile.get(shown[x], 0) + 1
-        if by_profile:
+            by_profile.setdefault(shown[x], []).append(x)
+        if by_profile:  # the profile's name makes each reference its own sentence (never a repeat)
             text += "\n\n" + " ".join(
-                f"*Also for this profile: {n} line{'s' if n > 1 else ''} given under {md_text(p)} above.*"
-                for p, n in by_profile.items())
+                f"*Also for {md_text(rec.profile.name)} — {shared_topics(rec, xs)}, given under {md_text(p)} above.*"
+                for p, xs in by_profile.items())
         for x in lines:
             shown.setdefault(x, rec.profile.name)
         out.append(text)
