@@ -287,3 +287,43 @@ def test_an_older_llamacpp_result_set_is_compared_on_tokens_per_target_step() ->
     assert lv["spec_draft_share"].to_numpy() == pytest.approx(share.groupby(raw["concurrency"]).mean().to_numpy())
     assert (lv["spec_accept_length_counters"] > 3).all() and (lv["spec_accept_length"] < 2).all()
     assert "per drafted step" in diagnostics_markdown(comp)
+
+
+def test_a_control_arm_gets_no_cap_question_or_advice_only_the_noise_floor(tmp_path: Path) -> None:
+    """The real-engine study with a control arm, every arm's slots recorded as 8 (so its level 16 lies
+    above the cap, as on a server started with fewer slots): the what-if asks the cap question of the
+    speculative arms, and of the control (the baseline measured again) says only its noise floor;
+    no recommendation gives it advice or a next experiment."""
+    import json
+    import shutil
+
+    from specsweep.decide import recommend
+    from specsweep.decide.profiles import DEFAULT_PROFILES
+
+    root = tmp_path / "real"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "data" / "reference" / "real-llamacpp-smollm2", root)
+    for meta_path in root.glob("*/meta.json"):
+        meta = json.loads(meta_path.read_text())
+        for server in (meta["server"], meta["server"].get("launch", {})):
+            server.update({k: 8 for k in ("max_running_requests", "parallel_slots", "total_slots") if k in server})
+        meta_path.write_text(json.dumps(meta))
+    sets = load_result_sets([root])
+    comp = compare(sets)
+    assert comp.controls == ["control"] and comp.caps["control"] == 8
+    built = section.build(comp, sets, n_boot=20)
+    asked = [a for a in comp.arms if f"**{a}: would raising max_running_requests" in built.markdown]
+    assert asked == ["ngram", "self-draft"], asked  # the question is asked: the test can see a control get it
+    assert "control" not in built.cap_predictions and "control" not in built.decompositions
+    assert built.next_experiment is None or built.next_experiment["arm"] != "control"
+    floor = next(p for p in built.markdown.split("\n\n") if "control is the baseline's configuration" in p)
+    assert "noise floor" in floor and "no cap question" in floor, floor
+    for text in built.markdown.split("\n\n"):
+        assert not text.startswith("**control"), text
+        assert "measure control with" not in text, text
+    for profile in DEFAULT_PROFILES:
+        rec = recommend(comp, profile)
+        assert rec.arm != "control"
+        advice = [c for c in rec.claims if c.arm == "control" and c.kind in ("advice", "experiment", "cap")]
+        assert advice == [], advice
+        for sentence in (*rec.reasons, *rec.next_experiments):
+            assert "control with" not in sentence and "control's max_running_requests" not in sentence, sentence

@@ -123,8 +123,28 @@ def _cap_question(comp: Comparison, arm: str, m: ArmModel, base_max: float) -> t
     return "".join(lines), p
 
 
+def _noise_floor(comp: Comparison, models: dict[str, ArmModel]) -> str:
+    """What a control arm is in this section: the baseline measured again, its step time's largest
+    difference from the baseline's (%, at the batch sizes both ran) the noise floor of the fits —
+    never a setting to change, so it gets no cap question, decomposition or next experiment."""
+    base = models[comp.baseline]
+    lo, hi = base.n_range
+    parts = []
+    for a in comp.controls:
+        m = models[a]
+        both = [(float(n), float(s)) for n, s in zip(m.batch, m.step_s[0]) if lo <= n <= hi]
+        diffs = [abs(s / float(base.at("step_s", n)[0]) - 1) * 100 for n, s in both]
+        diffs = [d for d in diffs if math.isfinite(d)]
+        parts.append(f"{md_text(a)} is the baseline's configuration measured again (control: true)"
+                     + (f": its step time differs from the baseline's by up to {_n(max(diffs), ' %')} at the batch "
+                        "sizes both ran, the noise floor of these fits" if diffs else "")
+                     + "; it has no setting to change, so it gets no cap question, decomposition or next experiment.")
+    return " ".join(parts)
+
+
 def _step_table(comp: Comparison, models: dict[str, ArmModel]) -> str:
-    """Each arm's decode step time as a straight line through its batch sizes (a summary; predictions interpolate)."""
+    """Each arm's decode step time as a straight line through its batch sizes (a summary; predictions
+    interpolate), and what a control arm's line is (:func:`_noise_floor`)."""
     rows = ["| arm | batch sizes run | step time: fixed + per running request | per batched token (verify width) "
             "| prefill share at its largest batch |", "|---|---|---|---|---|"]
     for a in comp.arms:
@@ -147,7 +167,8 @@ def _step_table(comp: Comparison, models: dict[str, ArmModel]) -> str:
                     + ("— |" if m.data.level_only else f"{share:.0f} % |"))
     note = ("Step time t(n) = time per token × accept length ÷ the stall mix (prefill steps of other requests); "
             "level-only data fold prefill into it.")
-    return "\n".join(rows) + "\n\n" + note
+    floor = _noise_floor(comp, models)
+    return "\n".join(rows) + "\n\n" + note + (" " + floor if floor else "")
 
 
 def _validation_md(comp: Comparison, models: dict[str, ArmModel], sets: Sequence[ResultSet] | None
@@ -203,7 +224,7 @@ def build(comp: Comparison, sets: Sequence[ResultSet] | None = None, *, n_boot: 
                    "support; its assumptions: " + "; ".join(sorted({x for a in level_only
                                                                     for x in models[a].data.assumptions})) + ".")
     caps: dict[str, pd.DataFrame] = {}
-    for a in comp.spec_arms:
+    for a in comp.candidate_arms:  # a control is the baseline again: no cap of its own to raise
         text, p = _cap_question(comp, a, models[a], base_max)
         if text:
             out += ["", text]
