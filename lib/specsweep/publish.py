@@ -46,6 +46,7 @@ from specsweep.decide.flip import RESAMPLES, table_with_flips
 from specsweep.errors import RunError, SpecsweepError, exit_status
 from specsweep.paths import REPO_ROOT
 from specsweep.report import build_report
+from specsweep.report.carried import read_carried
 from specsweep.results.outpath import writable_dir
 from specsweep.results.study_record import STUDY_FILE
 from specsweep.study.file import load_study
@@ -149,6 +150,14 @@ def decision_tables(pubs: Sequence[Published]) -> dict[str, list[decisions.Decis
     return out
 
 
+def built_table(pub: Published, page: Path) -> dict[str, list[decisions.DecisionRow]]:
+    """The decision table of a report just built as ``page``: the rows its notebook printed, flip
+    chances included (:mod:`specsweep.report.carried`: resampled once, with the page); decided here
+    only where the build kept none."""
+    rows = read_carried(page)
+    return {pub.name: rows} if rows is not None else decision_tables([pub])
+
+
 #: where ``make reports`` writes its pages: beside the committed ones, git-ignored
 FRESH_DIR = REPO_ROOT / "reports" / "fresh"
 #: the committed pages' decisions, which every run compares with and only ``--out-dir reports`` replaces
@@ -230,7 +239,7 @@ def _publish(argv: Sequence[str] | None) -> int:
             path = build_report([REPO_ROOT / p for p in pub.result_sets], pub.name, baseline=pub.baseline,
                                 title=pub.title, profiles=pub.profiles, out_dir=out_dir)
         print(f"  wrote {_shown(path)} ({path.stat().st_size / 1e6:.1f} MB, {time.perf_counter() - t0:.0f} s)", flush=True)
-        changed += record_decisions(out_dir / DECISIONS_FILE, decision_tables([pub]), against=COMMITTED_DECISIONS)
+        changed += record_decisions(out_dir / DECISIONS_FILE, built_table(pub, path), against=COMMITTED_DECISIONS)
     print(f"published {len(chosen)} report(s) in {time.perf_counter() - start:.0f} s", flush=True)
     if changed:  # a change of class, arm, tie set or range fails the run: the pages' decisions moved
         print(f"decisions: {len(changed)} changed from the committed ones (listed above)", flush=True)

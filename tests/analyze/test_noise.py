@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from specsweep.analyze.noise import _with_assumption, residual_scatter
+from specsweep.analyze.noise import residual_scatter, with_assumption
 
 pytestmark = pytest.mark.fast
 
@@ -30,7 +30,7 @@ def _kept_assumption(sigma: float, n: int, seed: int) -> float:
     kept = 0
     for _ in range(n):
         ys = 0.05 - 0.01 * (x - 3.5) ** 2 + rng.normal(0.0, math.sqrt(2) * sigma, len(x))  # a bend the check must not read as noise
-        pooled = _with_assumption(residual_scatter(LEVELS, ys), ASSUMED)
+        pooled = with_assumption(residual_scatter(LEVELS, ys), ASSUMED)
         assert pooled is not None
         kept += pooled[0] <= ASSUMED
     return kept / n

@@ -10,6 +10,7 @@ bootstrap it replaced (each level's truth drawn from its own runs) misses by abo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,16 +20,18 @@ from specsweep.analyze.compare import compare
 from specsweep.decide import DEFAULT_PROFILES, recommend
 from specsweep.decide.decisions import DecisionRow, decided_row, from_json, row_of, same_decision, to_json
 from specsweep.decide.draws import HARD_CASES, draw_study
-from specsweep.decide.flip import flip_chances, with_flips
+from specsweep.decide.flip import decision_metrics, flip_chances, with_flips
 from specsweep.decide.flip_draws import binned_gap, calibration, summarise
 from specsweep.decide.result import FlipChance
 from specsweep.decide.verdicts import DecisionKind
 from specsweep.report.decision import decision_rows
+from specsweep.results.store import load_result_sets
 
 #: 6 studies per truth; few resamples and reruns each (the estimate is unbiased study by study, so their
 #: binomial noise averages out over the studies)
 STUDIES, RESAMPLES, RERUNS = 84, 10, 2
 TOLERANCE = 0.08
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "reference"
 
 
 def test_the_fast_row_is_the_recommendations_row_on_every_hard_case() -> None:
@@ -95,3 +98,21 @@ def test_the_how_stable_cell_gives_the_flip_chance() -> None:
 @pytest.mark.parametrize(("flips", "text"), [(0, "flip chance 0% (200 resamples)"), (7, "flip chance 4% (200 resamples)")])
 def test_the_flip_chance_reads_as_a_percentage(flips: int, text: str) -> None:
     assert FlipChance(flips, 200).text() == text
+
+
+def test_a_rerun_fitting_only_the_decisions_metrics_decides_as_the_full_comparison() -> None:
+    """Reruns fit only the metrics a decision reads (decision_metrics): the rows are the full comparison's,
+    on every hard case and both reference data sets."""
+    rng = np.random.default_rng(7)
+    studies = [draw_study(case, rng) for case in HARD_CASES for _ in range(2)]
+    real = [load_result_sets([REFERENCE / name]) for name in ("seed-qwen3.5-122b-a10b", "real-llamacpp-smollm2")]
+    for sets in studies + real:
+        full = compare(sets, allow_workload_mismatch=True)
+        few = compare(sets, allow_workload_mismatch=True, metrics=decision_metrics(full, DEFAULT_PROFILES))
+        assert len(few.curves) < len(full.curves) or sets is not real[-1]  # llama.cpp's data hold many more metrics
+        assert [decided_row(few, p) for p in DEFAULT_PROFILES] == [decided_row(full, p) for p in DEFAULT_PROFILES]
+
+
+def test_no_resamples_no_flip_chance() -> None:
+    sets = draw_study("plus6_one_run", np.random.default_rng(3))
+    assert flip_chances(sets, resamples=0) == {}

@@ -2,13 +2,17 @@
 pass, an injected regression fails.
 
 An A/A pair is two studies drawn independently from one truth. The metric tests share a 1 %
-family-wise budget (Bonferroni over every arm × metric × level), and truths far from any decision
-threshold keep their decisions (no difference with 3 runs or one run, noise growing with load, +10 %
-everywhere): so ≥ 95 % of pairs pass (64 pairs: the bound lies 2 binomial standard errors above what
-≈ 1–3 % failures give). Truths near a threshold (+4 % with 3 runs, a crossover on a tested level)
-flip their decision between two draws — and the gate rightly says so; they are not A/A passes to expect.
-A 20 % lower aggregate throughput of the speculative arm is ≈ 7 standard errors of a level mean at 3 %
-noise: every pair fails, naming it.
+family-wise budget (Bonferroni over every arm × metric × level and each curve's mean shift); without
+repeats the noise is the assumption or, where larger, the scatter of the level differences — so
+noise twice the assumption (``noise_2x_one_run``) does not read as a shift. Truths near a decision
+threshold (+4 % with 3 runs, +6 % with one run, a crossover on a tested level) flip their decision
+between two draws in a third to a half of pairs: the gate reports such a change as within noise
+and fails only a credible one (a metric or a delta the decision reads beyond noise). So ≥ 95 % of
+pairs pass on every truth (bench/gate_rates.py: 100 pairs each; here 24, pooled: the bound lies
+about 2 binomial standard errors above what ≈ 1 % failures give), while without the rule the
+near-threshold truths alone fail about 40 % of pairs. A 20 % lower aggregate throughput or accept
+length of the speculative arm is many standard errors of a curve's mean shift at 3 % noise: every
+pair fails, naming it.
 """
 from __future__ import annotations
 
@@ -21,38 +25,44 @@ from specsweep.decide.draws import draw_pair, draw_study
 from specsweep.decide.gate import MAX_LINES, GateResult, gate, gate_text, metric_shifts
 from specsweep.results.store import ResultSet
 
-#: (truth, how many pairs): noise models far from a decision threshold
-AA_CASES: tuple[tuple[str, int], ...] = (("nominal_none", 16), ("growing_noise", 16), ("nominal_none_one_run", 16),
-                                         ("pair:better", 16))
+#: (truth, how many pairs): noise models far from a decision threshold, twice the assumed noise, and near a threshold
+AA_CASES: tuple[tuple[str, int], ...] = (("nominal_none", 24), ("growing_noise", 24), ("nominal_none_one_run", 24),
+                                         ("pair:better", 24), ("noise_2x_one_run", 24), ("nominal_plus4", 24),
+                                         ("plus6_one_run", 24), ("latency_crossover_24_3runs", 24))
+#: truths whose regressions every pair must catch (3 % noise: 20 % is many standard errors of a curve's mean)
+CAUGHT = {"nominal_none", "growing_noise", "nominal_none_one_run", "pair:better", "nominal_plus4", "plus6_one_run",
+          "latency_crossover_24_3runs"}
 
 
 def _pair(case: str, rng: np.random.Generator) -> tuple[list[ResultSet], list[ResultSet]]:
     if case.startswith("pair:"):
-        return draw_pair(case[5:], "repeats", rng), draw_pair(case[5:], "repeats", rng)
-    return draw_study(case, rng), draw_study(case, rng)
+        return _with_accept(draw_pair(case[5:], "repeats", rng), rng), _with_accept(draw_pair(case[5:], "repeats", rng), rng)
+    return _with_accept(draw_study(case, rng), rng), _with_accept(draw_study(case, rng), rng)
 
 
-def _slower(sets: list[ResultSet], arm: str, factor: float) -> list[ResultSet]:
-    """The study with ``arm``'s aggregate throughput × ``factor`` at every level."""
-    out = []
-    for rs in sets:
-        if rs.arm == arm:
-            lv = rs.levels.copy()
-            lv["output_tok_s"] *= factor
-            rs = replace(rs, levels=lv)
-        out.append(rs)
-    return out
+def _with_accept(sets: list[ResultSet], rng: np.random.Generator) -> list[ResultSet]:
+    """The speculative arm given an accept length: 2.4 tokens per step, 3 % log-normal noise per run."""
+    return [replace(rs, levels=rs.levels.assign(spec_accept_length=2.4 * np.exp(0.03 * rng.standard_normal(len(rs.levels)))))
+            if rs.arm == "spec" else rs for rs in sets]
 
 
-def _aa_and_regression(seed: int) -> tuple[list[GateResult], list[GateResult]]:
+def _scaled(sets: list[ResultSet], arm: str, factor: float, metric: str) -> list[ResultSet]:
+    """The study with ``arm``'s ``metric`` × ``factor`` at every level."""
+    return [replace(rs, levels=rs.levels.assign(**{metric: rs.levels[metric] * factor})) if rs.arm == arm else rs
+            for rs in sets]
+
+
+def _aa_and_regression(seed: int) -> tuple[list[GateResult], dict[str, list[GateResult]]]:
     rng = np.random.default_rng(seed)
-    aa, worse = [], []
+    aa: list[GateResult] = []
+    worse: dict[str, list[GateResult]] = {"output_tok_s": [], "spec_accept_length": []}
     for case, n in AA_CASES:
         for i in range(n):
             ref, new = _pair(case, rng)
             aa.append(gate(ref, new))
-            if i % 4 == 0:
-                worse.append(gate(ref, _slower(new, "spec", 0.8)))
+            if i % 4 == 0 and case in CAUGHT:
+                for metric, results in worse.items():
+                    results.append(gate(ref, _scaled(new, "spec", 0.8, metric)))
     return aa, worse
 
 
@@ -60,8 +70,26 @@ def test_aa_pairs_pass_and_a_regression_fails() -> None:
     aa, worse = at_low_priority(_aa_and_regression, 0)
     passed = sum(r.passed for r in aa) / len(aa)
     assert passed >= 0.95, [r.differences for r in aa if not r.passed]
-    assert all(not r.passed for r in worse)
-    assert all(any(d.startswith("metric    spec aggregate") for d in r.differences) for r in worse)
+    assert sum(bool(r.within_noise) for r in aa) >= len(aa) // 10  # decisions do flip between draws: noted, not failed
+    for metric, word in (("output_tok_s", "aggregate"), ("spec_accept_length", "accept length")):
+        assert all(not r.passed for r in worse[metric])
+        assert all(any(d.startswith(f"metric    spec {word}") for d in r.differences) for r in worse[metric])
+
+
+def test_a_decision_change_within_noise_is_noted_and_a_credible_one_fails() -> None:
+    """Near a threshold (+6 %, one run) two draws often decide differently with every figure within
+    noise: noted on the screen, passed. The same change with the arm 15 % slower fails, saying why."""
+    rng = np.random.default_rng(4)
+    noted = []
+    while not noted:
+        ref, new = _pair("plus6_one_run", rng)
+        result = gate(ref, new)
+        noted = result.within_noise
+    assert result.passed and "within noise" in noted[0]
+    assert "note      decision" in gate_text(result, "ref", "new")
+    worse = gate(ref, _scaled(_scaled(new, "spec", 0.85, "output_tok_s"), "spec", 0.85, "request_tok_s_mean"))
+    assert not worse.passed
+    assert any(d.startswith("decision") and "beyond its noise" in d for d in worse.differences), worse.differences
 
 
 def test_a_fixed_tolerance_is_not_what_the_gate_uses() -> None:

@@ -246,8 +246,13 @@ def compare(
     n_boot: int = 400,
     seed: int = 0,
     assumed_noise_pct: float | None = ASSUMED_NOISE_PCT,
+    metrics: Sequence[str] | None = None,
 ) -> Comparison:
     """Join every arm against ``baseline`` on concurrency (see the module docstring).
+
+    ``metrics``: fit curves and make delta rows for these metrics only (default: every compared
+    metric) — for callers that read a few, such as the flip chance's many simulated reruns; the
+    error budget's family still counts every verdict metric the data hold, so the bands are the same.
 
     With a single result set there is nothing to join: the comparison has its levels (for charts
     of one arm) and no deltas. An arm that shares no concurrency level with the baseline is an
@@ -262,7 +267,7 @@ def compare(
     require_shared_levels(raw_levels, baseline)
     notes = check_workloads(sets, by_arm[baseline], allow_workload_mismatch) + definition_notes
     levels, user_metric = join_levels(by_arm, raw_levels, definition_notes)
-    join = _join(by_arm, raw_levels, levels, n_boot, assumed_noise_pct)
+    join = _join(by_arm, raw_levels, levels, n_boot, assumed_noise_pct, metrics)
     fits = fit_shared(join.arms, join.metrics, join.levels_of, join.fit, np.random.default_rng(seed))
     curves = _banded(fits, join, drift, times)
     rows = _delta_rows(join, curves)
@@ -336,8 +341,9 @@ class _Join:
 
 
 def _join(by_arm: dict[str, ResultSet], raw_levels: dict[str, pd.DataFrame], levels: pd.DataFrame, n_boot: int,
-          assumed_noise_pct: float | None) -> _Join:
-    """The fitting inputs of the arms ``by_arm`` (the baseline first) and their joined ``levels``."""
+          assumed_noise_pct: float | None, only: Sequence[str] | None = None) -> _Join:
+    """The fitting inputs of the arms ``by_arm`` (the baseline first) and their joined ``levels``
+    (the metrics ``only`` where given)."""
     arms = list(by_arm)
     metrics = compared_metrics(levels)
     rows: dict[str, dict[Any, dict[str, Any]]] = {a: {} for a in arms}
@@ -345,6 +351,8 @@ def _join(by_arm: dict[str, ResultSet], raw_levels: dict[str, pd.DataFrame], lev
         rows[r["arm"]][r.pop("concurrency")] = r
     # the metrics a verdict reads share one 5 % error budget: aggregate, per-user speed and the waits
     waits = [m for m in WAIT_METRICS if m in metrics] or [m for m in (ESTIMATED_WAIT,) if m in metrics]
+    if only is not None:
+        metrics = [m for m in metrics if m in set(only)]
     return _Join(baseline=arms[0], arms=arms[1:], controls=[a for a in arms[1:] if by_arm[a].meta.control],
                  by_arm=by_arm, raw_levels=raw_levels, requests={a: measured_requests(by_arm[a]) for a in arms},
                  rows=rows, metrics=metrics, family=2 + len(waits), n_boot=n_boot, assumed_noise_pct=assumed_noise_pct)

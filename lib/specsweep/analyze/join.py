@@ -141,8 +141,9 @@ def _group_means(lv: pd.DataFrame, columns: list[str]) -> dict[str, np.ndarray] 
     keys, inv = np.unique(lv["concurrency"].to_numpy(), return_inverse=True)
     n = len(keys)
     out: dict[str, np.ndarray] = {"concurrency": keys}
-    for c in columns:
-        v = lv[c].to_numpy(dtype=float)
+    values = lv[columns].to_numpy(dtype=float)  # one block, not a pandas column look-up per metric
+    for j, c in enumerate(columns):
+        v = values[:, j]
         ok = ~np.isnan(v)
         where = inv[ok]
         count = np.bincount(where, minlength=n)

@@ -183,7 +183,7 @@ def _fit_on_bootstrap(logs: LevelLogs, boot: list[float], floor: float | None, a
         return fit(cs, ys, boot, 1.0, math.inf,
                    noise="a bootstrap over each level's requests (one run: within-run noise only)")
     raw = residual_scatter(cs, ys)
-    scatter = _with_assumption(raw, floor)
+    scatter = with_assumption(raw, floor)
     if scatter is not None and scatter[0] > max(boot) and scatter[0] > floor:
         s2, sdf = scatter
         text = _scatter_text(s2, sdf, assumed_noise_pct, significantly_larger(raw, floor))
@@ -201,7 +201,7 @@ def _fit_on_assumption(logs: LevelLogs, floor: float, assumed_noise_pct: float |
     chosen under the assumption either way, so a larger noise never lets a simpler curve pass)."""
     cs, ys = logs.cs, logs.ys
     raw = residual_scatter(cs, ys)
-    scatter = _with_assumption(raw, floor)
+    scatter = with_assumption(raw, floor)
     if scatter is not None and scatter[0] > floor:
         s2, sdf = scatter
         text = _scatter_text(s2, sdf, assumed_noise_pct, significantly_larger(raw, floor))
@@ -266,7 +266,7 @@ def significantly_larger(scatter: tuple[float, int] | None, assumed_var: float) 
 ASSUMPTION_DF: float = 2.0
 
 
-def _with_assumption(scatter: tuple[float, int] | None, assumed_var: float) -> tuple[float, float] | None:
+def with_assumption(scatter: tuple[float, int] | None, assumed_var: float) -> tuple[float, float] | None:
     """The scatter ``(variance, df)`` pooled with the assumed variance (:data:`ASSUMPTION_DF` degrees of freedom)."""
     if scatter is None:
         return None

@@ -33,23 +33,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
-from specsweep.analyze.compare import Comparison, compare
+from specsweep.analyze.compare import ESTIMATED_WAIT, WAIT_METRICS, Comparison, compare
 from specsweep.analyze.curves import DeltaCurve
 from specsweep.analyze.noise import ASSUMED_NOISE_PCT
 from specsweep.decide.decisions import DecisionRow, decided_row, decision_table
 from specsweep.decide.profiles import DEFAULT_PROFILES, parse_profile
 from specsweep.decide.result import FlipChance, Recommendation
+from specsweep.decide.ties import profile_metrics
 from specsweep.results.store import ResultSet, load_result_sets
 
-#: reruns simulated per study: a report's flip chance within about ±4 points (binomial, near 20 %) at
-#: a few hundredths of a second each (``bench/flip_calibration.py`` measures it)
+#: reruns simulated per study: a report's flip chance within about ±4 points (binomial, near 20 %);
+#: each rerun redraws and fits only the metrics the decisions read (``bench/flip_cost.py`` times it)
 RESAMPLES: int = 100
 #: bootstrap resamples of per-request statistics inside each simulated rerun's comparison (fewer
 #: than the report's: each rerun's band needs only its width's order, and there are many reruns)
@@ -62,22 +63,36 @@ def flip_chances(sets: Sequence[ResultSet], profiles: Sequence[dict[str, Any]] |
                  baseline: str = "baseline", *, resamples: int = RESAMPLES, seed: int = 0,
                  assumed_noise_pct: float | None = ASSUMED_NOISE_PCT, comp: Comparison | None = None,
                  method: Method = "curve") -> dict[str, FlipChance]:
-    """{profile name: its flip chance} of the study ``sets`` (see the module docstring).
+    """{profile name: its flip chance} of the study ``sets`` (see the module docstring); empty where
+    ``resamples`` is 0 (no estimate).
 
     ``comp``: the comparison already made of ``sets`` (else made here, as the report makes it);
     ``method``: 'curve' (the estimator) or 'runs' (each level's runs alone, for the calibration's comparison).
     """
     profiles = list(profiles if profiles is not None else DEFAULT_PROFILES)
+    if resamples <= 0:
+        return {}
     if comp is None:
         comp = compare(sets, baseline=baseline, allow_workload_mismatch=True, assumed_noise_pct=assumed_noise_pct)
     measured = [decided_row(comp, p) for p in profiles]
+    study = Study.of(comp, profiles)
     rng = np.random.default_rng(seed)
     flips = [0] * len(profiles)
     for _ in range(resamples):
-        rows = rerun_rows(rerun_sets(sets, comp, rng, method), profiles, baseline, assumed_noise_pct)
+        rows = rerun_rows(rerun_sets(sets, study, rng, method), profiles, baseline, assumed_noise_pct, study.metrics)
         for i, (a, b) in enumerate(zip(measured, rows)):
             flips[i] += b is None or flipped(a, b)
     return {parse_profile(p).name: FlipChance(f, resamples) for p, f in zip(profiles, flips)}
+
+
+def decision_metrics(comp: Comparison, profiles: Sequence[dict[str, Any]]) -> list[str]:
+    """The metrics the decisions of ``profiles`` read (:func:`specsweep.decide.ties.profile_metrics`
+    of every arm, every wait metric a latency verdict may judge): the only ones a rerun redraws and fits."""
+    out = {"output_tok_s", comp.user_metric, *WAIT_METRICS, ESTIMATED_WAIT}
+    for p in profiles:
+        for arm in comp.spec_arms:
+            out.update(profile_metrics(comp, parse_profile(p), arm))
+    return sorted(out)
 
 
 def flipped(a: DecisionRow, b: DecisionRow) -> bool:
@@ -86,11 +101,12 @@ def flipped(a: DecisionRow, b: DecisionRow) -> bool:
 
 
 def rerun_rows(sets: Sequence[ResultSet], profiles: Sequence[dict[str, Any]], baseline: str,
-               assumed_noise_pct: float | None) -> list[DecisionRow | None]:
-    """The decision rows of one simulated rerun (None for each profile where it cannot be decided)."""
+               assumed_noise_pct: float | None, metrics: Sequence[str] | None = None) -> list[DecisionRow | None]:
+    """The decision rows of one simulated rerun (None for each profile where it cannot be decided);
+    ``metrics``: the only ones its comparison fits (:func:`decision_metrics`; default all)."""
     try:
         comp = compare(sets, baseline=baseline, allow_workload_mismatch=True, n_boot=RERUN_N_BOOT,
-                       assumed_noise_pct=assumed_noise_pct)
+                       assumed_noise_pct=assumed_noise_pct, metrics=metrics)
         return [decided_row(comp, p) for p in profiles]
     except ValueError:  # a redrawn level the comparison cannot use: no decision, so not the same one
         return [None] * len(profiles)
@@ -114,13 +130,44 @@ def with_flips(recs: Sequence[Recommendation], chances: dict[str, FlipChance]) -
 # ------------------------------------------------------------------------------- simulated reruns
 
 
-def rerun_sets(sets: Sequence[ResultSet], comp: Comparison, rng: np.random.Generator,
+@dataclass
+class Study:
+    """What every simulated rerun of one study reads from its comparison, worked out once: the
+    metrics to redraw, each arm's runs per level and one run's noise per (arm, metric, level)."""
+
+    comp: Comparison
+    #: the metrics redrawn and fitted (those the decisions read that the comparison fitted a curve for)
+    metrics: list[str]
+    #: {arm: {concurrency: runs}}
+    runs: dict[str, dict[int, int]]
+    #: {(arm, metric, concurrency): sd of ln(value) of one run}, filled as asked
+    sds: dict[tuple[str, str, int], float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, comp: Comparison, profiles: Sequence[dict[str, Any]] | None = None) -> Study:
+        """The rerun inputs of ``comp`` for the decisions of ``profiles`` (None: every fitted metric)."""
+        fitted = sorted({m for _, m in comp.curves})
+        wanted = set(decision_metrics(comp, profiles)) if profiles is not None else set(fitted)
+        return cls(comp, [m for m in fitted if m in wanted],
+                   {a: _runs_per_level(raw) for a, raw in comp.raw_levels.items()})
+
+    def run_sd(self, arm: str, metric: str, c: int) -> float:
+        """:func:`_run_sd`, once per (arm, metric, level)."""
+        key = (arm, metric, c)
+        if key not in self.sds:
+            self.sds[key] = _run_sd(self.comp, arm, metric, c, self.runs)
+        return self.sds[key]
+
+
+def rerun_sets(sets: Sequence[ResultSet], study: Study | Comparison, rng: np.random.Generator,
                method: Method = "curve") -> list[ResultSet]:
     """One simulated rerun of the study (see the module docstring): every arm's result set with its
-    level rows moved to a drawn truth (``method`` 'curve'; 'runs': each level's own runs) and redrawn."""
-    metrics = sorted({m for _, m in comp.curves})
-    shifts = _truth_shifts(comp, metrics, rng) if method == "curve" else {}
-    return [replace(rs, levels=_redrawn(rs.levels, rs.arm, metrics, comp, rng, shifts.get(rs.arm, {}),
+    level rows moved to a drawn truth (``method`` 'curve'; 'runs': each level's own runs) and redrawn
+    (``study``: its :class:`Study`, or the comparison to make one of, every fitted metric redrawn)."""
+    if isinstance(study, Comparison):
+        study = Study.of(study)
+    shifts = _truth_shifts(study, rng) if method == "curve" else {}
+    return [replace(rs, levels=_redrawn(rs.levels, rs.arm, study, rng, shifts.get(rs.arm, {}),
                                         stages=1 if method == "curve" else 2)) for rs in sets]
 
 
@@ -128,20 +175,23 @@ def rerun_sets(sets: Sequence[ResultSet], comp: Comparison, rng: np.random.Gener
 Shifts = dict[str, dict[str, dict[int, float]]]
 
 
-def _truth_shifts(comp: Comparison, metrics: Sequence[str], rng: np.random.Generator) -> Shifts:
+def _truth_shifts(study: Study, rng: np.random.Generator) -> Shifts:
     """Per arm, metric and level, how far to move the arm's runs so that their ratio to the baseline
     is a truth drawn from the fitted curve's own uncertainty (its polynomial's covariance, or each
     level value's variance) instead of the measured ratio; the same shift of the baseline's level
     mean (the baseline's own uncertainty) moves every arm, so the ratios stay as drawn."""
+    comp, metrics = study.comp, study.metrics
     out: Shifts = {}
     base: dict[str, dict[int, float]] = {}
     for m in metrics:
         base[m] = {}
-        for c, n in _runs_per_level(comp.raw_levels.get(comp.baseline)).items():
-            base[m][c] = _run_sd(comp, comp.baseline, m, c) / math.sqrt(n) * float(rng.standard_normal())
+        for c, n in study.runs.get(comp.baseline, {}).items():
+            base[m][c] = study.run_sd(comp.baseline, m, c) / math.sqrt(n) * float(rng.standard_normal())
     for arm in [comp.baseline, *comp.spec_arms]:
         out[arm] = {m: dict(base[m]) for m in metrics}
     for (arm, m), curve in sorted(comp.curves.items()):
+        if m not in base:
+            continue
         drawn = _drawn_curve(curve, rng)
         for c, f, y in zip(curve.concurrency, drawn, curve.observed):
             out[arm][m][int(c)] = out[arm][m].get(int(c), 0.0) + float(f - y)
@@ -152,7 +202,8 @@ def _runs_per_level(raw: pd.DataFrame | None) -> dict[int, int]:
     """{concurrency: runs} of an arm's level rows."""
     if raw is None or raw.empty:
         return {}
-    return {int(c): int(n) for c, n in raw["concurrency"].value_counts().items()}
+    c, n = np.unique(raw["concurrency"].to_numpy(), return_counts=True)
+    return {int(x): int(k) for x, k in zip(c, n)}
 
 
 def _drawn_curve(curve: DeltaCurve, rng: np.random.Generator) -> np.ndarray:
@@ -169,11 +220,11 @@ def _drawn_curve(curve: DeltaCurve, rng: np.random.Generator) -> np.ndarray:
     return np.asarray(curve.fitted + np.sqrt(np.clip(var, 0, None)) * rng.standard_normal(len(var)), float)
 
 
-def _redrawn(levels: pd.DataFrame, arm: str, metrics: Sequence[str], comp: Comparison, rng: np.random.Generator,
+def _redrawn(levels: pd.DataFrame, arm: str, study: Study, rng: np.random.Generator,
              shifts: dict[str, dict[int, float]], stages: int) -> pd.DataFrame:
-    """An arm's level rows, the ``metrics`` moved by ``shifts`` and redrawn per (concurrency, sentinel)
-    group in ln(value)."""
-    cols = [m for m in metrics if m in levels and _positive(levels[m])]
+    """An arm's level rows, the study's metrics moved by ``shifts`` and redrawn per (concurrency,
+    sentinel) group in ln(value)."""
+    cols = [m for m in study.metrics if m in levels and _positive(levels[m])]
     if not cols or levels.empty:
         return levels
     out = levels.copy()
@@ -188,7 +239,7 @@ def _redrawn(levels: pd.DataFrame, arm: str, metrics: Sequence[str], comp: Compa
             if len(idx) >= 2:
                 logs[idx] = _bootstrap_runs(logs[idx], rng, stages) + shift
             elif len(idx) == 1:
-                sd = np.array([_run_sd(comp, arm, m, int(c)) for m in cols])
+                sd = np.array([study.run_sd(arm, m, int(c)) for m in cols])
                 logs[idx] += shift + sd * math.sqrt(stages) * rng.standard_normal(len(cols))
     out[cols] = np.exp(logs)
     return out
@@ -215,10 +266,13 @@ def _bootstrap_runs(y: np.ndarray, rng: np.random.Generator, stages: int) -> np.
     return np.asarray(centre + resid[rng.integers(0, n, n)], float)
 
 
-def _run_sd(comp: Comparison, arm: str, metric: str, c: int) -> float:
+def _run_sd(comp: Comparison, arm: str, metric: str, c: int, runs: dict[str, dict[int, int]] | None = None) -> float:
     """One run's noise (sd of ln(value)) at level ``c`` as the comparison judged it: the curve's own
-    standard error there over √2 (two arms' runs in one ratio) — of ``arm``'s curve, for the baseline
-    the mean over the arms' curves; the assumed noise where no curve has the level."""
+    standard error there over √(1/n_arm + 1/n_baseline) — of ``arm``'s curve, for the baseline the
+    mean over the arms' curves; the assumed noise where no curve has the level. ``runs``: each arm's
+    runs per level (:func:`_runs_per_level`; else counted here)."""
+    if runs is None:
+        runs = {a: _runs_per_level(raw) for a, raw in comp.raw_levels.items()}
     arms = [arm] if arm != comp.baseline else comp.spec_arms
     sds = []
     for a in arms:
@@ -227,8 +281,7 @@ def _run_sd(comp: Comparison, arm: str, metric: str, c: int) -> float:
             continue
         at = np.flatnonzero(curve.concurrency == c)
         if at.size and np.isfinite(curve.own_se[at[0]]):
-            n_a, n_b = _runs_per_level(comp.raw_levels.get(a)).get(c, 1), _runs_per_level(
-                comp.raw_levels.get(comp.baseline)).get(c, 1)
+            n_a, n_b = runs.get(a, {}).get(c, 1), runs.get(comp.baseline, {}).get(c, 1)
             sds.append(float(curve.own_se[at[0]]) / math.sqrt(1 / n_a + 1 / n_b))
     if sds:
         return float(np.mean(sds))

@@ -144,7 +144,7 @@ def _ipc_kernel_manager() -> type:
 #: (``bench/import_time.py`` builds an empty notebook on this kernel beside the plain floor)
 KERNEL_PRELOAD = ("import specsweep.runtime, specsweep.report, specsweep.report.charts, specsweep.analyze.compare, specsweep.decide, "
                   "specsweep.results.store, specsweep.markup, specsweep.report.whatif_section, specsweep.report.study_page, "
-                  "specsweep.report.consistency, specsweep.report.decision, specsweep.report.summary, "
+                  "specsweep.report.consistency, specsweep.report.decision, specsweep.report.summary, specsweep.report.carried, specsweep.decide.flip, "
                   "scipy.special, scipy.interpolate")
 
 #: what a study arm's kernel imports while it starts, for the same reason: the sweep notebook's

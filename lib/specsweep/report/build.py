@@ -114,6 +114,7 @@ def build_report(
     allow_workload_mismatch: bool = False,
     out_dir: Path | str = REPO_ROOT / "reports",
     notebook: Path = REPORT_NOTEBOOK,
+    flip_resamples: int | None = None,
 ) -> Path:
     """Run the report notebook with these parameters and export ``<out_dir>/<name>.html``.
 
@@ -121,8 +122,13 @@ def build_report(
     executed notebook is kept beside the page in ``<out_dir>/_build/<name>.ipynb`` for inspection.
     Without ``title``, one study folder gives its study's title (``study.json``), and its arms come
     in the study's order (:func:`specsweep.results.store.find_result_sets`): the page its study built.
+    ``flip_resamples``: simulated reruns behind each decision's flip chance (0: none estimated, the page
+    says nothing about it; None: the notebook's default). The decision rows the page printed are kept
+    in ``<out_dir>/_build/<name>.decisions.json`` (:mod:`specsweep.report.carried`).
     """
     check_name(name, "report name")
+    if flip_resamples is not None and flip_resamples < 0:
+        raise ValueError(f"flip_resamples {flip_resamples}: must be 0 (no flip chance) or more resamples")
     if not notebook.is_file():
         raise FileNotFoundError(f"{notebook}: report notebook not found; run from a specsweep checkout")
     out_dir = writable_dir(Path(out_dir).absolute(), "report folder (--out-dir)")
@@ -144,6 +150,8 @@ def build_report(
         params["title"] = title
     if profiles is not None:
         params["profiles"] = profiles
+    if flip_resamples is not None:
+        params["flip_resamples"] = flip_resamples
     # the kernel starts on the other core while papermill and nbconvert load here
     kernel = EarlyKernel(REPO_ROOT, KERNEL_PRELOAD if notebook.resolve() == REPORT_NOTEBOOK.resolve() else None)
     stopping: threading.Thread | None = None
@@ -163,6 +171,9 @@ def build_report(
         from specsweep.report.summary import write_summary
 
         write_summary(nb, out_dir / f"{name}.md")  # the Markdown summary and its .txt beside the page (and out of it)
+        from specsweep.report.carried import take_decisions, write_carried
+
+        write_carried(take_decisions(nb), out_dir / f"{name}.html")  # for publish: its flip chances computed once
         return export_html(nb, out_dir / f"{name}.html", exporter)  # the executed notebook as run, not read back
     finally:
         if stopping is not None:
@@ -199,11 +210,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="workload profiles as a YAML list (default: the built-in three); see README")
     parser.add_argument("--out-dir", default="reports", help="where NAME.html goes (default: ./reports)")
     parser.add_argument("--allow-workload-mismatch", action="store_true")
+    parser.add_argument("--flip-resamples", type=int, default=None, metavar="N",
+                        help="simulated reruns behind each decision's flip chance (0: none; default: the notebook's)")
     args = parser.parse_args(argv)
+    if args.flip_resamples is not None and args.flip_resamples < 0:
+        parser.error(f"--flip-resamples {args.flip_resamples}: must be 0 (no flip chance) or more")
     try:  # papermill is imported by build_report, after its kernel has started
         path = build_report(args.result_sets, args.name, baseline=args.baseline, title=args.title,
                             profiles=args.profiles, allow_workload_mismatch=args.allow_workload_mismatch,
-                            out_dir=args.out_dir)
+                            out_dir=args.out_dir, flip_resamples=args.flip_resamples)
     except (ValueError, FileNotFoundError) as exc:
         print(f"python -m specsweep.report: {exc}", file=sys.stderr)
         return exit_status(exc)
