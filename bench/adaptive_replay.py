@@ -14,13 +14,21 @@ level, noise twice the assumption or growing with load; one or three runs per le
 of each; and every recorded study folder given (default: ``data/reference/real-llamacpp-smollm2``
 and, where measured, ``data/runs/studies/*``), read only.
 
+Each study's full-grid decision also gets its own flip chance (:func:`specsweep.decide.flip.flip_chances`,
+``--flip-resamples`` reruns; the largest over the profiles): a full grid that a rerun would decide
+otherwise in 10 % or more of reruns is itself near a coin flip, and the match rate is printed both
+raw and on the *confident* studies (full-grid flip chance below 10 %). ``--flip-cache FILE`` keeps
+those figures between runs (they depend on the study, not on the policy).
+
     .venv/bin/python bench/adaptive_replay.py [STUDY_DIR ...] [--draws 5] [--coarse 4] [--target-flip 0.05]
+        [--flip-resamples 100] [--flip-cache FILE] [--no-recorded]
 
 Prints numbers only; nothing is asserted.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -30,11 +38,14 @@ import numpy as np
 
 from specsweep.decide import DEFAULT_PROFILES, parse_profile
 from specsweep.decide.draws import HARD_CASES, draw_study
+from specsweep.decide.flip import flip_chances
 from specsweep.results.store import load_result_sets
 from specsweep.study.adaptive import COARSE_LEVELS, TARGET_FLIP
 from specsweep.study.replay import Recorded, Replayed, replay
 
 ROOT = Path(__file__).resolve().parents[1]
+#: a full grid whose own flip chance is below this is confident: a mismatch there is the policy's
+CONFIDENT: float = 0.10
 RECORDED = [ROOT / "data" / "reference" / "real-llamacpp-smollm2", *sorted((ROOT / "data" / "runs" / "studies").glob("*"))]
 
 
@@ -46,6 +57,28 @@ def _row(name: str, runs: list[Replayed], seconds: float) -> str:
             f"{', '.join(sorted({r.stop.reason for r in runs}))} | {seconds:.0f} |")
 
 
+def _full_flip(key: str, sets: list, resamples: int, cache: dict[str, float]) -> float:
+    """The largest flip chance over the profiles of the full grid ``sets`` (cached under ``key``)."""
+    if key not in cache:
+        try:
+            chances = flip_chances(sets, DEFAULT_PROFILES, resamples=resamples)
+        except ArithmeticError as exc:  # a resampled rerun the comparison cannot fit: no estimate, not confident
+            print(f"{key}: no full-grid flip chance ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return float("nan")
+        cache[key] = max(c.chance for c in chances.values())
+    return cache[key]
+
+
+def _summary(label: str, runs: list[Replayed], flips: dict[int, float]) -> str:
+    frac = [r.fraction for r in runs]
+    sure = [r for r in runs if flips.get(id(r), 1.0) < CONFIDENT]  # NaN (no estimate) is not confident
+    sure_text = (f"{sum(r.matches for r in sure) / len(sure):.1%} of {len(sure)} confident"
+                 if sure else "no confident study")
+    return (f"{label}: {len(runs)} studies, match {sum(r.matches for r in runs) / len(runs):.1%} raw, {sure_text} "
+            f"(full-grid flip chance < {CONFIDENT:.0%}), median time {statistics.median(frac):.0%}, "
+            f"{sum(r.contradicts for r in runs)} contradicted")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("studies", nargs="*", type=Path, help="recorded full-grid study folders (read only)")
@@ -54,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coarse", type=int, default=COARSE_LEVELS, help="levels of the coarse design")
     parser.add_argument("--target-flip", type=float, default=TARGET_FLIP, help="settled at this flip probability")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--flip-resamples", type=int, default=100, help="reruns per full-grid flip chance (0: none)")
+    parser.add_argument("--flip-cache", type=Path, help="JSON file keeping the full grids' flip chances between runs")
+    parser.add_argument("--no-recorded", action="store_true", help="synthetic studies only")
     args = parser.parse_args(argv)
     profiles = [parse_profile(p) for p in DEFAULT_PROFILES]
     kw = {"coarse": args.coarse, "target_flip": args.target_flip}
@@ -62,32 +98,39 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     every: list[Replayed] = []
     grids: dict[int, int] = {}  # id of a synthetic replay -> runs per level of its full grid
+    flips: dict[int, float] = {}  # id of a replay -> its full grid's flip chance
+    cache: dict[str, float] = json.loads(args.flip_cache.read_text()) if args.flip_cache and args.flip_cache.is_file() else {}
     for case in [c for c in args.cases.split(",") if c] if args.draws else []:
         rng = np.random.default_rng(args.seed)
         t0 = time.perf_counter()
-        runs = [replay(Recorded.of(draw_study(case, rng)), profiles, name=case, **kw) for _ in range(args.draws)]
+        runs = []
+        for i in range(args.draws):
+            sets = draw_study(case, rng)
+            runs.append(replay(Recorded.of(sets), profiles, name=case, **kw))
+            if args.flip_resamples:
+                flips[id(runs[-1])] = _full_flip(f"{case}#{args.seed}#{i}", sets, args.flip_resamples, cache)
         every += runs
         grids.update({id(r): int(HARD_CASES[case]["repeats"]) for r in runs})
         print(_row(case, runs, time.perf_counter() - t0), flush=True)
-    for folder in args.studies or [p for p in RECORDED if (p / "study.json").is_file()]:
+    recorded = [] if args.no_recorded else args.studies or [p for p in RECORDED if (p / "study.json").is_file()]
+    for folder in recorded:
         t0 = time.perf_counter()
         sets = load_result_sets([str(folder)])
         run = replay(Recorded.of(sets), profiles, name=folder.name, n_boot=400, **kw)  # as the page compares
         every.append(run)
+        if args.flip_resamples:
+            flips[id(run)] = _full_flip(str(folder.resolve()), sets, args.flip_resamples, cache)
         print(_row(f"recorded: {folder.name}", [run], time.perf_counter() - t0), flush=True)
         for full, ad in zip(run.full, run.adaptive):
             print(f"|   {full.profile} | | full: {full.text()} ({full.arm_text()}) | adaptive: {ad.text()} "
                   f"({ad.arm_text()}) | | | | | |")
+    if args.flip_cache:
+        args.flip_cache.write_text(json.dumps(cache, indent=0, sort_keys=True))
     if every:
-        frac = [r.fraction for r in every]
-        print(f"\nall {len(every)} studies: decisions match the full grid's in {sum(r.matches for r in every) / len(every):.1%}, "
-              f"median time {statistics.median(frac):.0%} of the full grid's, "
-              f"{sum(r.contradicts for r in every)} contradicted by the full grid's credible bands")
+        print("\n" + _summary(f"all {len(every)} studies", every, flips))
         for reps in sorted(set(grids.values())):
-            part = [r for r in every if grids.get(id(r)) == reps]
-            print(f"  synthetic grids of {reps} run(s) per level: {len(part)} studies, match "
-                  f"{sum(r.matches for r in part) / len(part):.1%}, median time "
-                  f"{statistics.median(r.fraction for r in part):.0%}")
+            print("  " + _summary(f"synthetic grids of {reps} run(s) per level",
+                                  [r for r in every if grids.get(id(r)) == reps], flips))
     return 0
 
 
