@@ -345,3 +345,22 @@ def test_level_means_match_a_pandas_groupby_on_many_frames() -> None:
         got, want = aggregate_levels(rs, lv), by_pandas(rs, lv)
         assert list(got.columns) == list(want.columns)
         pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-13, atol=0)
+
+
+@pytest.mark.fast
+def test_a_band_too_wide_for_a_float_is_unbounded_not_a_crash() -> None:
+    """A curve fitted to a few wildly scattered runs can have a half-width in ln units beyond what e^z holds
+    (a resampled rerun of a real llama.cpp study hit it); the delta row's band is then +inf, and the
+    row's other figures stay finite."""
+    from types import SimpleNamespace
+
+    from specsweep.analyze.compare import _delta_row
+    from specsweep.analyze.curves import pct_of_log_ratio
+
+    assert pct_of_log_ratio(800.0) == math.inf
+    assert pct_of_log_ratio(math.log(2.0)) == pytest.approx(100.0)
+    curve = SimpleNamespace(fitted=np.array([0.1]), half_width=np.array([900.0]), credible=np.array([0]),
+                            observed=np.array([0.12]), own_se=None, method=lambda: "fit")
+    row = _delta_row("spec", "output_tok_s", 8, 100.0, 110.0, curve, 0)  # type: ignore[arg-type]
+    assert row["fit_delta_pct"] == pytest.approx((math.exp(0.1) - 1) * 100)
+    assert row["ci_high_pct"] == math.inf and math.isfinite(row["delta_pct"])

@@ -39,7 +39,7 @@ from specsweep.analyze.control import (
     widen_for_controls,
 )
 from specsweep.analyze.crossover import crossover_table
-from specsweep.analyze.curves import DeltaCurve, fit_shared
+from specsweep.analyze.curves import DeltaCurve, fit_shared, pct_of_log_ratio
 from specsweep.analyze.drift import (
     Drift,
     correct_for_drift,
@@ -414,9 +414,9 @@ def _delta_row(arm: str, metric: str, c: int, b: float, v: float, curve: DeltaCu
     fitted = curve is not None and i is not None
     if curve is not None and i is not None:
         f, h = curve.fitted[i], curve.half_width[i]
-        fit, lo, hi = ((math.exp(z) - 1.0) * 100.0 for z in (f, f - h, f + h))
+        fit, lo, hi = (pct_of_log_ratio(z) for z in (f, f - h, f + h))
         cred = int(curve.credible[i])
-        own = (math.exp(float(curve.observed[i])) - 1.0) * 100.0
+        own = pct_of_log_ratio(float(curve.observed[i]))
         own_se = float(curve.own_se[i]) if curve.own_se is not None else math.nan
     return {
         "arm": arm, "concurrency": c, "metric": metric,

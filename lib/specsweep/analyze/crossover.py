@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from specsweep.analyze.curves import DeltaCurve
+from specsweep.analyze.curves import DeltaCurve, pct_of_log_ratio
 
 
 def zero_between(curve: DeltaCurve, c1: float, c2: float) -> float | None:
@@ -90,8 +90,8 @@ def curve_crossovers(curve: DeltaCurve) -> list[dict[str, Any]]:
             c1, c2 = float(curve.concurrency[prev]), float(curve.concurrency[i])
             out.append({
                 "c_low": int(c1), "c_high": int(c2),
-                "delta_low_pct": (math.exp(curve.fitted[prev]) - 1) * 100,
-                "delta_high_pct": (math.exp(curve.fitted[i]) - 1) * 100,
+                "delta_low_pct": pct_of_log_ratio(float(curve.fitted[prev])),
+                "delta_high_pct": pct_of_log_ratio(float(curve.fitted[i])),
                 "crossover_concurrency": zero_between(curve, c1, c2) or math.sqrt(c1 * c2),
                 "direction": "gain_to_loss" if cred[prev] > 0 else "loss_to_gain",
             })

@@ -12,6 +12,7 @@ chose (:func:`shared_models`, :func:`fit_shared`), so equal measurements get equ
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -277,6 +278,16 @@ def _banded(c: np.ndarray, ys: np.ndarray, vs: np.ndarray, x: np.ndarray, poly: 
                       own_se=np.sqrt(np.maximum(s2 * vs, 0.0)))
 
 
+def pct_of_log_ratio(z: float) -> float:
+    """Δ % of a log ratio ``z`` (ln(arm ÷ baseline)): (e^z − 1) × 100, +inf where e^z overflows a float — a band
+    that wide (a curve fitted to a handful of wildly scattered runs) is unbounded, not an error."""
+    return math.inf if z > _LN_MAX else (math.exp(z) - 1.0) * 100.0
+
+
+#: the largest z whose e^z a float holds
+_LN_MAX = math.log(sys.float_info.max)
+
+
 def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8, at: int | None = None) -> float:
     """The smallest |delta| (in %) the band would call credible with ``power`` at the best-measured
     level, or at the level of index ``at``."""
@@ -284,7 +295,7 @@ def smallest_detectable_pct(curve: DeltaCurve, power: float = 0.8, at: int | Non
 
     z = float(special.ndtri(power))
     se = float(curve.se.min()) if at is None else float(curve.se[at])
-    return (math.exp((curve.crit + z) * se) - 1.0) * 100.0
+    return pct_of_log_ratio((curve.crit + z) * se)
 
 
 def widen(curve: DeltaCurve, extra_se: np.ndarray | None, floor: np.ndarray | None, why: str) -> None:
