@@ -76,7 +76,7 @@ def _choose_arm(comp: Comparison, profile: Profile, per_arm: dict[str, pd.DataFr
     if len(per_arm) == 1:
         return next(iter(per_arm)), []
     best = max(per_arm, key=lambda a: per_arm[a]["margin"].clip(-100, 100).mean())
-    return resolve_tie(comp, profile, best, list(per_arm))
+    return resolve_tie(comp, profile, best, list(per_arm), per_arm)
 
 
 def _crossover(comp: Comparison, arm: str, judged: pd.DataFrame, *, up: bool) -> float:

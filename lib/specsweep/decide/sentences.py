@@ -306,7 +306,7 @@ def reason_sentences(comp: Comparison, profile: Profile, d: Decision) -> tuple[l
     cap_claims, advice = cap_sentences(comp, arm, label, judged, effect, profile.name)
     reasons += [c.sentence for c in cap_claims]
     if d.tied_with:
-        reasons.append(tie_sentence(comp, arm, d.tied_with, d.verdict))
+        reasons.append(tie_sentence(comp, arm, d.tied_with, d.verdict, d.per_arm))
     others = [a for a in d.per_arm if a != arm and a not in d.tied_with]
     if others:
         reasons.append(others_sentence(comp, profile, d, others))
@@ -328,7 +328,7 @@ def others_sentence(comp: Comparison, profile: Profile, d: Decision, others: Seq
     parts = []
     for a in others:
         mine, theirs = _margins(float(d.per_arm[arm]["margin"].mean()), float(d.per_arm[a]["margin"].mean()))
-        where = first_difference(comp, profile, arm, a)
+        where = first_difference(comp, profile, arm, a, d.per_arm)
         diff = (f"differs credibly from {md_text(arm)} ({deciding_word(where[0], comp.aggregate_basis)} "
                 f"{pct(where[2])} at {where[1]})"
                 if where else f"could not be compared with {md_text(arm)} directly")

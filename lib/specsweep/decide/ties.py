@@ -10,6 +10,12 @@ baseline floors the band, as it floors every arm's. The arms *differ* where, for
 metrics at any of those levels, the band excludes 0 and the fitted difference exceeds the
 profile's ``min_effect_pct`` (the rule a level's gain or loss follows); otherwise they are *tied*.
 
+Where both arms reach the same outcome (gain, loss, no difference) at every level both were judged at,
+and gain somewhere, the levels compared are those gains — the levels where the recommendation runs
+speculation. Beyond them the recommendation keeps speculation off, so a difference there (the demo's
+mtp and mtp-cap128 differ only above mtp's cap of 48, where both lose) cannot change what the operator
+runs; judged over the whole range, such a pair came out tied in one fresh run and not in the next.
+
 Of tied arms the simpler configuration is recommended: the one with fewer settings changed from
 the baseline (:func:`changed_settings`: the embedded server's profile, speculation mode and
 arguments, else the server's own reported settings), then the one listed first in the study;
@@ -22,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from specsweep.analyze.compare import Comparison
 from specsweep.analyze.curves import DeltaCurve
@@ -78,10 +85,37 @@ def difference_curve(comp: Comparison, a: str, b: str, metric: str, levels: Sequ
     return curve
 
 
-def first_difference(comp: Comparison, profile: Profile, a: str, b: str) -> tuple[str, int, float] | None:
+#: each candidate arm's judged levels (``judge_levels``: concurrency, outcome, …), where known
+Judged = dict[str, pd.DataFrame]
+
+
+def gain_levels(judged: Judged | None, a: str, b: str) -> list[int] | None:
+    """The levels where two arms' recommendation runs speculation — the levels either gains at — when
+    both reach the same outcome at every level both were judged at and gain somewhere; None otherwise
+    (compare them over the profile's whole range)."""
+    if judged is None or a not in judged or b not in judged:
+        return None
+    oa = dict(zip(judged[a]["concurrency"].astype(int), judged[a]["outcome"]))
+    ob = dict(zip(judged[b]["concurrency"].astype(int), judged[b]["outcome"]))
+    shared = sorted(set(oa) & set(ob))
+    if not shared or any(oa[c] != ob[c] for c in shared):
+        return None
+    gains = [c for c in shared if oa[c] == "gain"]
+    return gains or None
+
+
+def compared_levels(comp: Comparison, profile: Profile, a: str, b: str, judged: Judged | None = None) -> list[int]:
+    """The levels two arms are compared at for a tie (see the module docstring)."""
+    levels = _in_range(profile, sorted(set(comp.shared_levels(a)) & set(comp.shared_levels(b))))
+    gains = gain_levels(judged, a, b)
+    return [c for c in levels if c in gains] if gains else levels
+
+
+def first_difference(comp: Comparison, profile: Profile, a: str, b: str,
+                     judged: Judged | None = None) -> tuple[str, int, float] | None:
     """(metric, concurrency, fitted Δ% of ``b`` against ``a``) at the first place the two arms credibly
     differ for the profile (see the module docstring); None where they do not (or cannot be compared)."""
-    levels = _in_range(profile, sorted(set(comp.shared_levels(a)) & set(comp.shared_levels(b))))
+    levels = compared_levels(comp, profile, a, b, judged)
     metrics = [m for m in profile_metrics(comp, profile, a) if m in profile_metrics(comp, profile, b)]
     for metric in metrics if levels else []:
         curve = difference_curve(comp, a, b, metric, levels, family=max(len(metrics), 1))
@@ -95,21 +129,22 @@ def first_difference(comp: Comparison, profile: Profile, a: str, b: str) -> tupl
     return None
 
 
-def differs(comp: Comparison, profile: Profile, a: str, b: str) -> bool | None:
+def differs(comp: Comparison, profile: Profile, a: str, b: str, judged: Judged | None = None) -> bool | None:
     """True where arms ``a`` and ``b`` credibly differ for the profile (see the module docstring), False
     where they are tied, None where no level in the profile's range lets them be compared."""
-    levels = _in_range(profile, sorted(set(comp.shared_levels(a)) & set(comp.shared_levels(b))))
+    levels = compared_levels(comp, profile, a, b, judged)
     if not levels:
         return None
     metrics = [m for m in profile_metrics(comp, profile, a) if m in profile_metrics(comp, profile, b)]
     if not any(difference_curve(comp, a, b, m, levels, family=max(len(metrics), 1)) is not None for m in metrics):
         return None
-    return first_difference(comp, profile, a, b) is not None
+    return first_difference(comp, profile, a, b, judged) is not None
 
 
-def tied_with(comp: Comparison, profile: Profile, best: str, others: Sequence[str]) -> list[str]:
+def tied_with(comp: Comparison, profile: Profile, best: str, others: Sequence[str],
+              judged: Judged | None = None) -> list[str]:
     """The arms of ``others`` that are not credibly different from ``best`` for the profile, in their order."""
-    return [o for o in others if o != best and differs(comp, profile, best, o) is False]
+    return [o for o in others if o != best and differs(comp, profile, best, o, judged) is False]
 
 
 def _args_settings(args: Sequence[Any]) -> dict[str, str]:
@@ -159,17 +194,19 @@ def simplest(comp: Comparison, arms: Sequence[str]) -> str:
     return min(arms, key=lambda a: (len(changed_settings(comp, a)), order.get(a, math.inf), a))
 
 
-def resolve_tie(comp: Comparison, profile: Profile, best: str, candidates: Sequence[str]) -> tuple[str, list[str]]:
+def resolve_tie(comp: Comparison, profile: Profile, best: str, candidates: Sequence[str],
+                judged: Judged | None = None) -> tuple[str, list[str]]:
     """(the arm to recommend, the arms tied with it): ``best`` (the highest scoring) and the candidates
     tied with it form a group; the simplest of the group is recommended, the rest are its ties."""
-    group = [best, *tied_with(comp, profile, best, [a for a in candidates if a != best])]
+    group = [best, *tied_with(comp, profile, best, [a for a in candidates if a != best], judged)]
     if len(group) == 1:
         return best, []
     chosen = simplest(comp, group)
     return chosen, [a for a in group if a != chosen]
 
 
-def tie_sentence(comp: Comparison, arm: str, tied: Sequence[str], verdict: Verdict | None = None) -> str:
+def tie_sentence(comp: Comparison, arm: str, tied: Sequence[str], verdict: Verdict | None = None,
+                 judged: Judged | None = None) -> str:
     """One sentence saying which arms are tied with the recommended one and why it is the one named
     (``verdict`` 'disable': the simpler one is the one judged, not recommended)."""
     def name(a: str) -> str:
@@ -180,8 +217,12 @@ def tie_sentence(comp: Comparison, arm: str, tied: Sequence[str], verdict: Verdi
     n = len(changed_settings(comp, arm))
     counts = {t: len(changed_settings(comp, t)) for t in tied}
     who = ", ".join(name(t) for t in tied)
-    head = (f"{name(arm)} and {who} are tied: no credible difference between them for this profile at any level "
-            "in its range, so ")
+    gains = [gain_levels(judged, arm, t) for t in tied]
+    where = ("at any level in its range" if not all(gains) else
+             "where the recommendation runs speculation ("
+             + ", ".join(str(c) for c in sorted(set().union(*[set(g or []) for g in gains])))
+             + "; the same outcome at every level)")
+    head = f"{name(arm)} and {who} are tied: no credible difference between them for this profile {where}, so "
     if all(c > n for c in counts.values()):
         return head + (f"the simpler configuration, {name(arm)}, {chosen} (it changes {n} setting"
                        f"{'s' if n != 1 else ''} from the baseline"
