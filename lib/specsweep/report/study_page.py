@@ -172,15 +172,29 @@ def study_markdown(sets: Sequence[ResultSet], baseline: str = "baseline") -> str
     lines.append("\n**Output agreement with the baseline** (same prompts, temperature 0):\n")
     table = output_agreement(sets, baseline)
     lines.append(agreement_markdown(table, baseline, [rs.arm for rs in sets if rs.meta.control]))
+    lines += _difference_examples(sets, table, baseline)
+    return "\n".join(lines)
+
+
+def _difference_examples(sets: Sequence[ResultSet], table: pd.DataFrame, baseline: str) -> list[str]:
+    """Each flagged arm's earliest difference from the baseline, the text around it; arms whose earliest
+    differences fall on the same baseline text (level, repeat, prompt, place) share one block, the
+    baseline's text quoted once."""
+    groups: dict[tuple[Any, ...], list[tuple[str, dict[str, Any]]]] = {}
     for arm in table.loc[table["flagged"], "arm"].drop_duplicates() if not table.empty else []:
         ex = first_difference_example(sets, str(arm), baseline)
         if ex is not None:
-            lines.append(f"\n  Earliest difference of *{md_text(arm)}* (C={ex['concurrency']}, repeat {ex['repeat']}, "
-                         f"prompt {ex['prompt_id']}, character {ex['position']}), the text around it "
-                         "(▌ marks the first difference, ↵ a line end):\n\n"
-                         f"  - baseline: “{_excerpt(str(ex['baseline']), int(ex['offset']))}”\n"
-                         f"  - {md_text(arm)}: “{_excerpt(str(ex['arm']), int(ex['offset']))}”")
-    return "\n".join(lines)
+            key = (ex["concurrency"], ex["repeat"], ex["prompt_id"], int(ex["offset"]), ex["position"])
+            groups.setdefault(key, []).append((str(arm), ex))
+    out = []
+    for (level, repeat, prompt, offset, position), arms in groups.items():
+        names = [md_text(a) for a, _ in arms]
+        who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        quotes = "".join(f"\n  - {md_text(a)}: “{_excerpt(str(ex['arm']), offset)}”" for a, ex in arms)
+        out.append(f"\n  Earliest difference of *{who}* (C={level}, repeat {repeat}, prompt {prompt}, character "
+                   f"{position}), the text around it (▌ marks the first difference, ↵ a line end):\n\n"
+                   f"  - baseline: “{_excerpt(str(arms[0][1]['baseline']), offset)}”{quotes}")
+    return out
 
 
 def _excerpt(text: str, mark: int) -> str:
