@@ -69,9 +69,9 @@ class DecisionRow:
     bracket: tuple[int, int] | None = None
     tied: tuple[str, ...] = field(default_factory=tuple)
     outcomes: tuple[tuple[int, Outcome], ...] = field(default_factory=tuple)
-    #: the estimated probability (0–1) that a rerun of the same design gives another class or arm, and
-    #: of how many resampled reruns (:mod:`specsweep.decide.flip`); a statistic about the decision, not
-    #: part of it: :func:`same_decision` ignores both
+    #: the estimated probability (0–1) that a rerun of the same design gives another class or an arm
+    #: outside the tie, and of how many resampled reruns (:mod:`specsweep.decide.flip`); a statistic
+    #: about the decision, not part of it: :func:`same_decision` ignores both
     flip_chance: float | None = None
     flip_resamples: int | None = None
 

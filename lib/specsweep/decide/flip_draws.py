@@ -3,11 +3,11 @@
 For each *truth* (a study design and true ratios, :data:`TRUTHS`, drawn by
 :func:`specsweep.decide.draws.draw_study`): draw a study, decide it and estimate its flip chance
 (:func:`specsweep.decide.flip.flip_chances`); then draw ``reruns`` fresh studies from the same truth
-and count the share whose decision flips (another class or arm, per profile). Over many studies
-the mean predicted chance should match the mean observed share, overall and within bins of the
-prediction. The truths mix noise models (3 runs at 3 %, one run at 3 % and at 6 % — twice the
-assumption —, noise growing with load, drift with a control arm) and true effects far from a
-decision threshold (no difference, +12 %) and near it (+3 % to +8 %, a crossover).
+and count the share whose decision flips (another class or an arm outside the measured tie, per
+profile). Over many studies the mean predicted chance should match the mean observed share, overall
+and within bins of the prediction. The truths mix noise models (3 runs at 3 %, one run at 3 % and
+at 6 % — twice the assumption —, noise growing with load, drift with a control arm) and true effects
+far from a decision threshold (no difference, +12 %) and near it (+3 % to +8 %, a crossover).
 """
 from __future__ import annotations
 

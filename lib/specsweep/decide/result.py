@@ -54,7 +54,7 @@ class Band:
 @dataclass(frozen=True)
 class FlipChance:
     """How likely a rerun with the same design decides otherwise (:mod:`specsweep.decide.flip`): of
-    ``resamples`` simulated reruns, ``flips`` gave another decision class or arm than the measured one."""
+    ``resamples`` simulated reruns, ``flips`` gave another decision class or an arm outside the measured tie."""
 
     flips: int
     resamples: int
