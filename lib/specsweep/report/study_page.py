@@ -12,7 +12,12 @@ from typing import Any
 
 import pandas as pd
 
-from specsweep.analyze.agreement import agreement_markdown, first_difference_example, output_agreement
+from specsweep.analyze.agreement import (
+    DifferenceExample,
+    agreement_markdown,
+    first_difference_example,
+    output_agreement,
+)
 from specsweep.markup import md_text
 from specsweep.results.store import ResultSet
 
@@ -180,7 +185,7 @@ def _difference_examples(sets: Sequence[ResultSet], table: pd.DataFrame, baselin
     """Each flagged arm's earliest difference from the baseline, the text around it; arms whose earliest
     differences fall on the same baseline text (level, repeat, prompt, place) share one block, the
     baseline's text quoted once."""
-    groups: dict[tuple[Any, ...], list[tuple[str, dict[str, Any]]]] = {}
+    groups: dict[tuple[Any, ...], list[tuple[str, DifferenceExample]]] = {}
     for arm in table.loc[table["flagged"], "arm"].drop_duplicates() if not table.empty else []:
         ex = first_difference_example(sets, str(arm), baseline)
         if ex is not None:
