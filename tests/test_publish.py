@@ -166,3 +166,20 @@ def test_a_published_report_goes_beside_and_is_compared_with_the_committed_decis
     assert f"decisions: the same as in {committed}" in out and f"{committed} is left as committed" in out
     fresh = json.loads((tmp_path / "fresh" / "decisions.json").read_text())
     assert set(fresh) == {seed}
+
+
+def test_a_study_whose_report_fails_is_refused_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a study's report cannot be built, publish names the reason the study gave (a failed build
+    said 'the baseline arm has no complete run' although every arm had run)."""
+    from specsweep import publish
+    from specsweep.errors import RunError
+
+    class Result:
+        report = None
+        report_error = "building it from baseline, mtp failed: OverflowError: math range error"
+
+    monkeypatch.setattr(publish, "run_study", lambda *a, **k: Result())
+    pub = next(p for p in publish.PUBLISHED if p.study)
+    with pytest.raises(RunError) as err:
+        publish.publish_study(pub, Path("/nonexistent-out"))
+    assert "OverflowError: math range error" in str(err.value) and "no complete run" not in str(err.value)

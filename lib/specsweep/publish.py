@@ -118,11 +118,12 @@ def publish_study(pub: Published, out_dir: Path) -> Path:
     """Build the report of ``pub.study`` from its measured run (:func:`measure_studies`): the
     study is resumed, so complete arms are not measured again (a failed one is retried), then
     merged and reported as ``<out_dir>/<study name>.html``. Raises :class:`~specsweep.errors.RunError`
-    naming the study file when no report could be built (no complete baseline)."""
+    naming the study file and why when no report could be built (no complete baseline, or the build failed)."""
     study, runs = _runs_dir(pub)
     result = run_study(study, out_dir=runs, report_dir=out_dir, resume=(runs / STUDY_FILE).is_file())
     if result.report is None:
-        raise RunError(f"{pub.study}: no report (the baseline arm has no complete run; see {runs / STUDY_FILE})")
+        why = result.report_error or "see the log above"
+        raise RunError(f"{pub.study}: no report ({why}; see {runs / STUDY_FILE})")
     return result.report
 
 

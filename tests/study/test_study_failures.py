@@ -39,6 +39,8 @@ def test_only_the_baseline_ran_no_report_and_the_failure_is_said_last(tmp_path: 
     text = "\n".join(logged)
     assert "no tested concurrency" not in text  # before: the report was built from one arm and failed so
     assert any(line.startswith("no report: only the baseline arm 'baseline' has a complete run") for line in logged)
+    # the reason travels with the result: make reports names it instead of guessing "no complete baseline"
+    assert result.report_error is not None and result.report_error.startswith("only the baseline arm 'baseline'")
     tail = logged[-3:]
     assert tail[0] == "FAILED: 1 sweep(s) did not complete:"
     assert tail[1].startswith("  arm broken repeat 0: ") and "exited with status 3" in tail[1]

@@ -121,6 +121,8 @@ class StudyResult:
     outcomes: list[ArmOutcome] = field(default_factory=list)
     result_sets: list[Path] = field(default_factory=list)
     report: Path | None = None
+    #: why no report was built (one line), where none was
+    report_error: str | None = None
     missing: list[str] = field(default_factory=list)
     #: output agreement of each speculative arm with the baseline (see :mod:`specsweep.analyze.agreement`)
     agreement: pd.DataFrame | None = None
@@ -426,12 +428,14 @@ def _report_study(study: Study, result: StudyResult, reports: Path, *, log: Call
     sets = [p for p in result.result_sets if p.name not in failed]
     ran = [a.name for a in study.arms if a.name not in result.missing and a.name not in failed]
     if study.baseline in result.missing or study.baseline in failed:
-        log(f"no report: the baseline arm {study.baseline!r} has "
-            + ("no successful request" if study.baseline in failed else "no complete run"))
+        result.report_error = (f"the baseline arm {study.baseline!r} has "
+                               + ("no successful request" if study.baseline in failed else "no complete run"))
+        log(f"no report: {result.report_error}")
         return
     if len(ran) < 2:
-        log(f"no report: only the baseline arm {study.baseline!r} has a complete run with successful requests, "
-            "and a report compares it with at least one other arm")
+        result.report_error = (f"only the baseline arm {study.baseline!r} has a complete run with successful "
+                               "requests, and a report compares it with at least one other arm")
+        log(f"no report: {result.report_error}")
         return
     title = _report_title(study, result, failed)
     log(f"building the report {study.name} from {len(sets)} arm(s)"
@@ -443,7 +447,8 @@ def _report_study(study: Study, result: StudyResult, reports: Path, *, log: Call
                                      profiles=profiles, out_dir=reports)
         log(f"wrote {result.report}")
     except Exception as exc:  # noqa: BLE001 - the measured data are kept; say why the page is missing
-        log(f"no report: building it from {', '.join(ran)} failed: {_first_line(exc)} (the result sets are "
+        result.report_error = f"building it from {', '.join(ran)} failed: {_first_line(exc)}"
+        log(f"no report: {result.report_error} (the result sets are "
             f"kept in {result.out_dir}; rebuild with python -m specsweep.report --result-set DIR ... once fixed)")
 
 
