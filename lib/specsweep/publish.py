@@ -51,6 +51,7 @@ from specsweep.results.outpath import writable_dir
 from specsweep.results.study_record import STUDY_FILE
 from specsweep.study.file import load_study
 from specsweep.study.runner import run_study
+from specsweep.study.stop import request_stop, sigterm_as_interrupt
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,16 @@ def measure_studies(pubs: Sequence[Published], *, skip_sweeps: bool = False, at_
     if not studies:
         return
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(at_once, len(studies)), thread_name_prefix="study") as pool:
-        for future in [pool.submit(one, p) for p in studies]:
-            future.result()
+        futures = [pool.submit(one, p) for p in studies]
+        try:
+            for future in futures:
+                future.result()
+        except KeyboardInterrupt:  # only this thread sees it: the study threads are told, and stop their workers
+            for future in futures:
+                future.cancel()
+            request_stop()
+            concurrent.futures.wait(futures)
+            raise
 
 
 def publish_study(pub: Published, out_dir: Path) -> Path:
@@ -251,9 +260,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m specsweep.publish``; exit status 0 done, 1 a study or report failed (or, with
     ``--decisions``, a decision differs), 2 bad input (:func:`specsweep.errors.exit_status`)."""
     try:
-        return _publish(argv)
+        with sigterm_as_interrupt():  # a supervisor's kill stops the studies' workers and keeps their levels
+            return _publish(argv)
     except SpecsweepError as exc:
         print(f"python -m specsweep.publish: {exc}", file=sys.stderr)
+        return exit_status(exc)
+    except KeyboardInterrupt as exc:  # each study's log said what is kept and how to resume
+        print("python -m specsweep.publish: interrupted", file=sys.stderr)
         return exit_status(exc)
 
 

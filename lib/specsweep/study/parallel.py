@@ -15,7 +15,10 @@ Fault tolerance is that of the serial backend, per worker: a failed arm is an ou
 others go on; a worker that dies without reporting (killed, out of memory) is recorded as failed
 with its exit status, its finished levels kept in its run folder so ``--resume`` continues it.
 Ctrl-C reaches every worker (one process group), each stops its server; the runner waits for
-them, then raises. A worker whose runner is gone (``kill -9``) interrupts itself the same way.
+them, then raises. SIGTERM does the same where the entry point takes it as Ctrl-C
+(:func:`specsweep.study.stop.sigterm_as_interrupt`), and so does a stop asked from another thread
+(:func:`specsweep.study.stop.request_stop`: ``publish`` measures each study in a thread, which never sees
+the main thread's interrupt). A worker whose runner is gone (``kill -9``) interrupts itself the same way.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from specsweep.results.study_record import ArmOutcome
 from specsweep.study import guard as serverguard
 from specsweep.study.arm import arm_dir, complete_run, run_arm
 from specsweep.study.file import Arm, Study
+from specsweep.study.stop import stop_event
 
 #: seconds the runner waits for interrupted workers to stop their servers before killing them
 STOP_WAIT_S = 60.0
@@ -82,7 +86,10 @@ def _worker(study: Study, arm: Arm, repeat: int, out_dir: str, position: int, re
     try:
         outcome = run_arm(study, arm, repeat, Path(out_dir), position=position, resume=resume, log=log)
     except KeyboardInterrupt:
-        conn.send(("interrupted", None))
+        try:
+            conn.send(("interrupted", None))
+        except OSError:  # the runner is gone (its watch interrupted us): nobody to tell
+            pass
         raise SystemExit(130) from None
     conn.send(("done", asdict(outcome)))
     conn.close()
@@ -104,16 +111,27 @@ def run_parallel(study: Study, out_dir: Path, *, workers: int, resume: bool, log
 
     todo = _skip_complete(study, out_dir, resume=resume, log=log, on_outcome=record)
     pool = _Workers(study, out_dir, size=workers, resume=resume, runner=runner, log=log)
-    try:
-        while todo or pool.running:
-            while todo and len(pool.running) < pool.size:
-                pool.start(*todo.pop(0))
-            for outcome in pool.finished(timeout_s=1.0):
-                record(outcome)
-    except BaseException:  # Ctrl-C (or a fault of the runner itself): the workers stop their servers first
-        _stop_workers(pool.running, log)
-        raise
+    with stop_event() as stop:
+        try:
+            _measure(pool, todo, stop, record)
+        except BaseException:  # Ctrl-C, SIGTERM (stop.sigterm_as_interrupt), a stop asked from another thread
+            # (stop.request_stop) or a fault of the runner itself: the workers stop their servers first
+            _stop_workers(pool.running, log)
+            raise
     return sorted(outcomes, key=lambda o: o.position)
+
+
+def _measure(pool: _Workers, todo: list[tuple[int, int, Arm]], stop: threading.Event,
+             record: Callable[[ArmOutcome], None]) -> None:
+    """Start the sweeps of ``todo`` as workers free up and ``record`` each outcome, until all are done;
+    :class:`KeyboardInterrupt` once ``stop`` is set (checked at least once a second)."""
+    while todo or pool.running:
+        if stop.is_set():
+            raise KeyboardInterrupt("the study was asked to stop")
+        while todo and len(pool.running) < pool.size:
+            pool.start(*todo.pop(0))
+        for outcome in pool.finished(timeout_s=1.0):
+            record(outcome)
 
 
 def _skip_complete(study: Study, out_dir: Path, *, resume: bool, log: Callable[[str], None],

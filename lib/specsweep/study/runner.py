@@ -105,6 +105,7 @@ from specsweep.study.arm import (  # noqa: F401
 )
 from specsweep.study.file import DEFAULT_MAX_ARMS, HARD_MAX_ARMS, ORDER_TEXT, Arm, Slot, Study, StudyError, load_study
 from specsweep.study.pid_file import PID_FILE
+from specsweep.study.stop import sigterm_as_interrupt
 
 Backend = Literal["local", "ray"]
 
@@ -532,9 +533,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m specsweep.stu
     args = parser.parse_args(argv)
     try:
         study = load_study(args.study, allow_large_grid=args.allow_large_grid)
-        result = run_study(study, out_dir=args.out_dir, report_dir=args.report_dir, resume=args.resume,
-                           dry_run=args.dry_run, report=not args.no_report, backend=args.backend, fresh=args.fresh)
+        with sigterm_as_interrupt():  # a supervisor's kill stops the workers and keeps their levels, as Ctrl-C does
+            result = run_study(study, out_dir=args.out_dir, report_dir=args.report_dir, resume=args.resume,
+                               dry_run=args.dry_run, report=not args.no_report, backend=args.backend, fresh=args.fresh)
     except SpecsweepError as exc:  # a bad study file is an InputError (2); a server or run error (1)
         print(f"error: {exc}", file=sys.stderr)
+        return exit_status(exc)
+    except KeyboardInterrupt as exc:  # the log said what is kept and how to resume
+        print(f"{prog}: interrupted", file=sys.stderr)
         return exit_status(exc)
     return OK if result.ok or args.dry_run else FAILED
