@@ -39,7 +39,9 @@ def test_a_llamacpp_server_whose_log_cannot_be_written_still_stops_on_sigterm(tm
     hang, and SIGTERM is ignored until SIGKILL."""
     argv = [PY, "-m", "specsweep.engines.llamacpp", "--model", "smollm2", "--slots", "2", "--threads", "1",
             "--port", "{port}"]
-    server = ServerProcess(_arm(tmp_path, argv, stop_grace_s=10), tmp_path / "server.log", Redactor([]),
+    # a generous grace: on a loaded test machine a healthy engine has taken over 10 s to exit; the pipe-fill
+    # hang this test guards against never exits on SIGTERM at all, however long the grace
+    server = ServerProcess(_arm(tmp_path, argv, stop_grace_s=45), tmp_path / "server.log", Redactor([]),
                            tmp_path / PID_FILE)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     server.start()
