@@ -40,6 +40,7 @@ import pandas as pd
 from scipy import stats
 
 from specsweep.analyze.compare import Comparison, compare
+from specsweep.analyze.curves import pct_of_log_ratio
 from specsweep.analyze.noise import ASSUMED_NOISE_PCT, level_variance, residual_scatter, with_assumption
 from specsweep.decide.decisions import DecisionRow, decided_row, same_decision
 from specsweep.decide.flip import decision_metrics
@@ -91,8 +92,8 @@ class MetricShift:
     def text(self) -> str:
         """One line: the metric, both values, the shift and the limit in %."""
         word, unit = GATE_METRICS.get(self.metric, (self.metric, ""))
-        pct = (math.exp(self.shift_ln) - 1) * 100
-        lim = (math.exp(self.limit_ln) - 1) * 100
+        pct = pct_of_log_ratio(self.shift_ln)
+        lim = pct_of_log_ratio(self.limit_ln)
         where = f"at {self.concurrency}" if self.concurrency is not None else "over all levels (geometric mean)"
         return (f"{self.arm} {word} {where}: {self.reference:.4g} → {self.new:.4g} {unit} ({pct:+.1f}%; "
                 f"noise explains ±{lim:.1f}%{_NOISE_WORDS.get(self.noise, '')})")
@@ -113,9 +114,9 @@ class DeltaMove:
 
     def text(self) -> str:
         """One phrase: the delta in both studies and the limit, in %."""
-        pct = [(math.exp(v) - 1) * 100 for v in (self.reference_ln, self.new_ln)]
+        pct = [pct_of_log_ratio(v) for v in (self.reference_ln, self.new_ln)]
         return (f"{self.arm} Δ {self.metric} at {self.concurrency} moved {pct[0]:+.1f}% → {pct[1]:+.1f}% "
-                f"(noise explains ±{(math.exp(self.limit_ln) - 1) * 100:.1f} points)")
+                f"(noise explains ±{pct_of_log_ratio(self.limit_ln):.1f} points)")
 
 
 @dataclass

@@ -217,11 +217,10 @@ def tie_sentence(comp: Comparison, arm: str, tied: Sequence[str], verdict: Verdi
     n = len(changed_settings(comp, arm))
     counts = {t: len(changed_settings(comp, t)) for t in tied}
     who = ", ".join(name(t) for t in tied)
-    gains = [gain_levels(judged, arm, t) for t in tied]
-    where = ("at any level in its range" if not all(gains) else
+    gains = [g for t in tied if (g := gain_levels(judged, arm, t))]
+    where = ("at any level in its range" if len(gains) < len(tied) else
              "where the recommendation runs speculation ("
-             + ", ".join(str(c) for c in sorted(set().union(*[set(g or []) for g in gains])))
-             + "; the same outcome at every level)")
+             + ", ".join(str(c) for c in sorted(set().union(*gains))) + "; the same outcome at every level)")
     head = f"{name(arm)} and {who} are tied: no credible difference between them for this profile {where}, so "
     if all(c > n for c in counts.values()):
         return head + (f"the simpler configuration, {name(arm)}, {chosen} (it changes {n} setting"
