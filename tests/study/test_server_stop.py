@@ -64,10 +64,12 @@ from specsweep.study.pid_file import PID_FILE
 tmp = Path(sys.argv[1])
 argv = [sys.executable, "-m", "specsweep.engines.llamacpp", "--model", "smollm2", "--slots", "2", "--threads", "1",
         "--port", "{port}"]
+# a generous grace: on a loaded test machine a healthy engine has taken over 10 s to exit; the pipe-fill
+# hang this test guards against never exits on SIGTERM at all, however long the grace
 doc = {"title": "Stop", "name": "stop", "baseline": "baseline",
        "sweep": {"concurrency": [1], "input_tokens": 32, "output_tokens": 16},
        "arms": [{"name": "baseline", "serve": {"argv": argv, "ready_url": "http://127.0.0.1:{port}/health",
-                                               "start_timeout_s": 120, "stop_grace_s": 10}}]}
+                                               "start_timeout_s": 120, "stop_grace_s": 45}}]}
 (tmp / "s.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
 server = ServerProcess(load_study(tmp / "s.yaml").arms[0], tmp / "server.log", Redactor([]), tmp / PID_FILE)
 soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
@@ -85,7 +87,10 @@ finally:
     status = server.stop()
 print(json.dumps({"status": status, "final": server.final is not None,
                   "killed_after_grace": bool(server.final and server.final.killed_after_grace),
-                  "log_error": bool(server.log_error)}))
+                  "log_error": bool(server.log_error),
+                  # said when it fails: what the engine's threads waited for, and its last lines
+                  "kill_cause": server.final.kill_cause if server.final else None,
+                  "tail": server.log_tail()[-1500:]}))
 '''
 
 

@@ -265,6 +265,45 @@ def test_children_in_their_own_session_die_at_stop_and_a_bad_exit_fails_the_arm(
         assert complete_run(out, "baseline", 0) is None  # --resume measures it again
 
 
+def test_a_port_taken_between_its_pick_and_the_servers_bind_starts_the_server_again_on_another(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # another process (a parallel runner, a test) binds the picked port before the server does; the real
+    # reference server then fails to bind, and the arm must not fail for it
+    from specsweep.study import arm as study_arm
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))  # bound, not listening: nothing answers there, yet no server can bind it
+    picks = [int(taken.getsockname()[1])]
+    real_free_port = study_arm.free_port
+    monkeypatch.setattr(study_arm, "free_port", lambda **kw: picks.pop() if picks else real_free_port(**kw))
+    study = load_study(_study(tmp_path, [PY, "-m", "specsweep.refserver", "--profile", "tiny", "--port", "{port}"],
+                              sweep={"concurrency": [1], "input_tokens": 32, "output_tokens": 8}))
+    logged: list[str] = []
+    try:
+        outcome = run_arm(study, study.arms[0], 0, tmp_path / "out", log=logged.append)
+    finally:
+        taken.close()
+    assert outcome.status == "complete", (outcome.error, logged)
+    said = [line for line in logged if "was taken by another process" in line]
+    assert len(said) == 1 and "starting it again on another port" in said[0], logged
+    folder = tmp_path / "out" / "_runs" / "baseline" / "r0"
+    (failed_start,) = folder.glob("server-*.log")  # kept in the arm's folder; the measured start's log is the run's
+    assert "address already in use" in failed_start.read_text().lower() and "start2" not in failed_start.name
+    assert Path(outcome.server_log) == Path(outcome.run_dir) / "server.log"
+    assert "# port " in Path(outcome.server_log).read_text() and complete_run(tmp_path / "out", "baseline", 0)
+
+
+def test_a_server_that_fails_for_another_reason_is_not_started_again(tmp_path: Path) -> None:
+    script = tmp_path / "broken.py"
+    script.write_text("import sys\nprint('model file not found', flush=True)\nsys.exit(4)\n")
+    study = load_study(_study(tmp_path, [PY, str(script), "{port}"]))
+    logged: list[str] = []
+    outcome = run_arm(study, study.arms[0], 0, tmp_path / "out", log=logged.append)
+    assert outcome.status == "failed" and "exited with status 4 before it was ready" in outcome.error
+    assert not any("was taken by another process" in line for line in logged)
+    assert len(list((tmp_path / "out" / "_runs" / "baseline" / "r0").glob("server-*.log"))) == 1
+
+
 def test_a_pid_file_left_by_a_killed_runner_is_checked_by_start_time_and_cleaned(tmp_path: Path) -> None:
     leftover = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"], start_new_session=True)
     try:

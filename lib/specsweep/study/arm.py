@@ -92,6 +92,13 @@ class ServerError(RunError, RuntimeError):
         self.log_tail = log_tail
 
 
+#: how often a serve arm's server is started when another process takes the port picked for it
+PORT_RACE_STARTS = 3
+#: what servers print when their port is taken (Python, uvicorn, Go, Rust, llama.cpp, C errno text)
+_PORT_TAKEN = ("address already in use", "address in use", "eaddrinuse", "errno 98", "os error 98",
+               "couldn't bind http server socket")
+
+
 class ServerProcess:
     """A ``serve`` arm's server, started through the guard (:mod:`specsweep.study.guard`): in a
     session of its own, killed with its whole process tree when the runner dies or stops it,
@@ -186,6 +193,15 @@ class ServerProcess:
             with contextlib.suppress(OSError):
                 log.close()
 
+    def lost_port_race(self) -> bool:
+        """Whether the server, started on a port this runner picked, exited because another process
+        bound that port first (the pick and the server's bind are a moment apart, and other runners
+        or tests on this host pick ports too): a fresh port then starts it."""
+        if self.port is None or self.alive():
+            return False
+        said = self.log_tail().lower()
+        return any(m in said for m in _PORT_TAKEN)
+
     def log_tail(self) -> str:
         """The server's last lines (redacted)."""
         return "\n".join(self.tail)
@@ -239,6 +255,28 @@ class ServerProcess:
                                self.log_tail())
         return ServerError(f"arm {self.arm.name}: the server exited with status {self.returncode} before it was "
                            f"ready ({self.ready_url})", self.log_tail())
+
+    def start_ready(self, log: Callable[[str], None] = print) -> None:
+        """:meth:`start`, then :meth:`wait_ready`. A server that lost its picked port to another process
+        (see :meth:`lost_port_race`) is started again on another, up to ``PORT_RACE_STARTS`` times in
+        all; each start keeps its own log (``…-start2.log`` …), and ``log`` says why it started again."""
+        for attempt in range(1, PORT_RACE_STARTS + 1):
+            self.start()
+            try:
+                self.wait_ready()
+                return
+            except ServerError:
+                if attempt == PORT_RACE_STARTS or not self.lost_port_race():
+                    raise
+            self.stop()
+            log(f"arm {self.arm.name}: port {self.port} was taken by another process between the pick and the "
+                f"server's bind (its log: {self.log_path.name}); starting it again on another port")
+            first = self.log_path.with_name(self.log_path.name.split("-start")[0].removesuffix(".log"))
+            self.log_path = first.with_name(f"{first.name}-start{attempt + 1}.log")
+            self.process, self._reader, self.final, self.log_error = None, None, None, None
+            self.tail.clear()
+            self.ready_url = self.spec.ready_url
+            self.endpoint = self.spec.endpoint or endpoint_of(self.spec.ready_url)
 
     def wait_ready(self, poll_s: float = 0.5) -> None:
         """Wait until GET ``ready_url`` answers 2xx *and* the server this runner started still runs
@@ -498,8 +536,7 @@ def run_arm(study: Study, arm: Arm, repeat: int, out_dir: Path, *, position: int
             clear_leftover(folder / PID_FILE, log)
             server = ServerProcess(arm, folder / f"server-{stamp}.log", redact, folder / PID_FILE)
             outcome.server_log = str(server.log_path)
-            server.start()
-            server.wait_ready()
+            server.start_ready(log)
             from specsweep.measure.probe import ProbeError, probe
 
             try:
