@@ -133,7 +133,9 @@ def test_a_control_arms_difference_is_the_servers_nondeterminism_and_the_floor()
     assert "against itself" not in text
     assert "server's own nondeterminism" in lines["control"] and "⚠" not in lines["control"]
     assert "C=4: 80 % of 20" in lines["control"]
-    assert "no more than the control arm's" in lines["mtp"] and "⚠" not in lines["mtp"]
+    assert "consistent with the server's own nondeterminism" in lines["mtp"] and "⚠" not in lines["mtp"]
+    assert "5 of 20 pairs differ in all, the control's 4 of 20" in lines["mtp"] and "somewhat more often" in lines["mtp"]
+    assert "not the speculative configuration" not in text
     assert "⚠" in lines["eagle"] and "C=4: 40 % (control 80 %)" in lines["eagle"] and "correctness" in lines["eagle"]
     # without a control the advice to measure the baseline against itself stands
     assert "against itself" in agreement_markdown(table[table["arm"] != "control"])

@@ -135,3 +135,20 @@ def test_a_comparison_of_cpu_engines_decides_on_the_normalised_aggregate_and_say
     assert "Engine CPU" in text and "tok/s per engine CPU-second" in text and "50 %" in text
     plain = compare([load_result_set(base)], baseline="baseline", n_boot=20)
     assert plain.aggregate_basis is None
+
+
+def test_the_stall_line_says_whether_another_process_could_have_caused_the_stalls() -> None:
+    """A stall at a level where the engine got its whole core is the engine's own, said so; one at a
+    starved level names that level and its CPU; without CPU figures the line claims no cause; arms
+    with no stalled request are named."""
+    stalled = pd.DataFrame([{"arm": "ngram", "concurrency": 8, "repeat": 1, "request_index": 3,
+                             "tpot_s": 0.2, "level_tpot_p50_s": 0.05}])
+    quiet = stall_sentence(stalled, {("ngram", 8, 1): 98.0, ("baseline", 8, 1): 99.0}, ["baseline", "ngram", "control"])
+    assert quiet is not None and "98 % or more" in quiet and "the stalls are the engine's own" in quiet
+    assert "No stalled request in baseline, control." in quiet and "took its core there" not in quiet
+    starved = stall_sentence(stalled, {("ngram", 8, 1): 52.0}, ["baseline", "ngram"])
+    assert starved is not None and "ngram at 8 (repeat 1, 52 %): another process took its core there" in starved
+    assert "engine's own" not in starved
+    unknown = stall_sentence(stalled)
+    assert unknown is not None and "engine's own" not in unknown and "took its core there" not in unknown
+    assert "No stalled request" not in unknown

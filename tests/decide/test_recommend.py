@@ -183,7 +183,7 @@ def test_seed_latency_names_the_wait(seed) -> None:
     assert "+48% at 64, +71% at 128" in head and "+57% per-user at 128" in head
     assert "(within noise)" not in head
     text = plain(" ".join(rec.reasons))
-    assert "Little's law" in text and "1.7× the servers" in text
+    assert "Little's law" in text and "1.71× the servers" in text
     caveats = " ".join(rec.caveats)
     assert "not fully published" in caveats and "synthetic token IDs" in caveats and "inflated" in caveats
 
@@ -432,3 +432,19 @@ def test_cap_pool_and_gauge_come_to_one_conclusion(tmp_path: Path) -> None:
     # the rule itself: a page saying both fails
     both = dataclasses.replace(rec, reasons=[*rec.reasons, "Trust the gauge: the cap did bind."])
     assert [v.rule for v in cap_conclusion(both)] == ["cap-conclusion"]
+
+
+@pytest.mark.parametrize("sign, priced", [(-1, True), (0, False)])
+def test_capacity_is_priced_only_from_a_credible_aggregate_loss(tmp_path: Path, sign: int, priced: bool) -> None:
+    """'The price is capacity … about N× the servers' turns an aggregate loss into a fleet size: only a
+    credible loss (band clear of 0, beyond the minimum effect) may do that, never a Δ inside its band."""
+    from specsweep.decide.sentences import _latency_reasons
+
+    levels = {c: {"tokens": 32, "step_s": 0.02, "ttft_s": 0.05} for c in (1, 4)}
+    sets = load_result_sets([str(write_measured(tmp_path / a, a, levels)) for a in ("baseline", "mtp")])
+    comp = compare(sets, baseline="baseline", n_boot=50)
+    judged = pd.DataFrame([{"concurrency": 4, "aggregate_delta_pct": -5.2, "aggregate_sign": sign}])
+    text = " ".join(_latency_reasons(comp, "mtp", judged, 2.0))
+    assert ("The price is capacity" in text) is priced
+    if priced:
+        assert "5% less" in text and "about 1.05× the servers" in text

@@ -126,3 +126,20 @@ def test_trtllm_advice_names_its_own_flags() -> None:
     for argv in (cap_argv("trtllm", 128), memory_argv("trtllm", 0.85)):
         assert advice_error("trtllm", argv) is None
         assert advice_error("vllm", argv) is not None  # not vLLM's flags, as it was read before
+
+
+def test_llamacpp_advice_names_the_launchers_own_slots_flag() -> None:
+    """The cap advice for an arm of specsweep's llama.cpp launcher is its --slots (llama-server's own
+    --parallel is not a flag of the launcher), and the what-if's next experiment says the same."""
+    from specsweep.analyze.compare import compare
+    from specsweep.decide.caps import cap_argv
+    from specsweep.report import whatif_section
+    from specsweep.report.consistency import advice_error
+    from specsweep.results.store import load_result_sets
+
+    assert cap_argv("llamacpp", 16) == ("--slots", "16") and advice_error("llamacpp", cap_argv("llamacpp", 16)) is None
+    assert cap_argv("llama.cpp", 16) == ("--parallel", "16")
+    sets = load_result_sets([str(Path(__file__).resolve().parents[2] / "data" / "reference" / "real-llamacpp-crossover")])
+    comp = compare(sets, baseline="baseline", n_boot=50)
+    nxt = whatif_section.next_experiment(comp, sets)
+    assert nxt is not None and "--slots " in nxt["sentence"] and "--max-running-requests" not in nxt["sentence"], nxt

@@ -148,7 +148,7 @@ def agreement_markdown(table: pd.DataFrame, baseline: str = "baseline", controls
         if arm in controls and not flagged.empty and not part["temperature"].gt(0).any():
             lines.append(_control_line(str(arm), flagged))
         elif floor and not flagged.empty and not part["temperature"].gt(0).any():
-            lines.append(_against_floor(str(arm), flagged, floor))
+            lines.append(_against_floor(str(arm), part, flagged, floor, _control_totals(table, controls)))
         elif part["temperature"].gt(0).any():
             lines.append(f"- *{md_text(arm)}*: measured at temperature > 0, where outputs are not expected to match.")
         elif flagged.empty:
@@ -183,16 +183,39 @@ def _control_line(arm: str, flagged: pd.DataFrame) -> str:
             "against which the other arms' agreement is read.")
 
 
-def _against_floor(arm: str, flagged: pd.DataFrame, floor: dict[int, float]) -> str:
-    """A speculative arm's differing outputs read against the control arm's floor at the same levels."""
+def _control_totals(table: pd.DataFrame, controls: Sequence[str]) -> tuple[int, int] | None:
+    """(differing pairs, pairs) of the control arm that differs most from the baseline over all its
+    levels at temperature 0, or None without one."""
+    part = table[table["arm"].isin(list(controls)) & table["temperature"].eq(0)]
+    if part.empty:
+        return None
+    sums = part.groupby("arm")[["pairs", "identical"]].sum()
+    worst = (sums["pairs"] - sums["identical"]).idxmax()
+    return int(sums.loc[worst, "pairs"] - sums.loc[worst, "identical"]), int(sums.loc[worst, "pairs"])
+
+
+def _against_floor(arm: str, part: pd.DataFrame, flagged: pd.DataFrame, floor: dict[int, float],
+                   control: tuple[int, int] | None) -> str:
+    """A speculative arm's differing outputs read against the control arm's floor at the same levels.
+
+    Within ``FLOOR_MARGIN_PCT`` points of the control's share at every level the arm is *consistent
+    with* the server's own nondeterminism — said with both totals, never as proof that the speculative
+    configuration changes nothing (a level pairs tens of prompts)."""
     below = [r for r in flagged.itertuples() if r.identical_pct < floor.get(int(r.concurrency), 100.0) - FLOOR_MARGIN_PCT]
     levels = ", ".join(f"C={int(r.concurrency)}: {r.identical_pct:.0f} % (control "
                        f"{floor.get(int(r.concurrency), float('nan')):.0f} %)" for r in flagged.itertuples())
+    differ, pairs = int((part["pairs"] - part["identical"]).sum()), int(part["pairs"].sum())
+    totals = f"{differ} of {pairs} pairs differ in all" + (f", the control's {control[0]} of {control[1]}" if control else "")
     if not below:
-        return (f"- *{md_text(arm)}*: outputs differ from the baseline at temperature 0 no more than the control "
-                f"arm's do ({levels} identical): the server's own nondeterminism, not the speculative configuration.")
+        more = differ / pairs > control[0] / control[1] if control and pairs and control[1] else False
+        return (f"- *{md_text(arm)}*: outputs differ from the baseline at temperature 0 "
+                + ("somewhat more often than the control arm's, " if more else "about as often as the control arm's, ")
+                + f"within {FLOOR_MARGIN_PCT:.0f} points of its share at every level ({levels} identical; {totals}). "
+                "That is consistent with the server's own nondeterminism under batching; it does not rule out a "
+                "smaller effect of the speculative configuration"
+                + (" — compare the differing prompts' texts before calling it lossless." if more else "."))
     return (f"- ⚠ *{md_text(arm)}*: outputs differ from the baseline at temperature 0 more than the control arm's "
-            f"do ({levels} identical). {_where_markdown(flagged)}Beyond the server's own nondeterminism, the "
+            f"do ({levels} identical; {totals}). {_where_markdown(flagged)}Beyond the server's own nondeterminism, the "
             "speculative configuration changes outputs: a correctness problem to report.")
 
 

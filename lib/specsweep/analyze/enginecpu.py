@@ -29,7 +29,7 @@ A **stalled request** (:func:`stalled_requests`) is one whose TPOT is at least
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
@@ -112,16 +112,41 @@ def stalled_requests(requests: pd.DataFrame, factor: float = STALL_FACTOR) -> pd
     return hit[[c for c in cols if c in hit]].reset_index(drop=True)
 
 
-def stall_sentence(stalled: pd.DataFrame) -> str | None:
-    """One Markdown line saying which levels a stalled request hit (figures only), or None."""
+def stall_sentence(stalled: pd.DataFrame, cpu_got: Mapping[tuple[str, int, int], float] | None = None,
+                   arms: Sequence[str] = ()) -> str | None:
+    """One Markdown line saying which levels a stalled request hit (figures only), or None.
+
+    ``cpu_got``: the CPU (%) each level's engine got against its threads', by (arm, concurrency,
+    repeat). With it the line says whether another process could have caused the stalls (a level
+    under :data:`STARVED_PCT`) or not (every stalled level at or above it); without it, that the
+    engine CPU figures decide. ``arms``: every arm compared, to name those with no stall."""
     if stalled.empty:
         return None
     parts: list[str] = []
+    got: list[float] = []
+    starved: list[str] = []
     for key, g in stalled.groupby(["arm", "concurrency", "repeat"], sort=True):
         arm, c, r = key
         worst = g.loc[g["tpot_s"].idxmax()]
         parts.append(f"{md_text(str(arm))} at {int(c)} (repeat {int(r)}): {len(g)} request(s), TPOT up to "
                      f"{1e3 * float(worst.tpot_s):.0f} ms against the level's median {1e3 * float(worst.level_tpot_p50_s):.0f} ms")
+        pct = (cpu_got or {}).get((str(arm), int(c), int(r)))
+        if pct is not None and math.isfinite(pct):
+            got.append(pct)
+            if pct < STARVED_PCT:
+                starved.append(f"{md_text(str(arm))} at {int(c)} (repeat {int(r)}, {pct:.0f} %)")
+    levels = len(parts)
+    if starved:
+        cause = (f" The engine got under {STARVED_PCT:.0f} % of the CPU its threads could use at "
+                 f"{'; '.join(starved)}: another process took its core there.")
+    elif cpu_got is not None and len(got) == levels:
+        cause = (f" The engine got {min(got):.0f} % or more of the CPU its threads could use at every one of these "
+                 "levels, so no other process took its core: the stalls are the engine's own.")
+    else:
+        cause = (" Whether another process took the engine's core then is in the engine CPU figures above "
+                 f"(under {STARVED_PCT:.0f} % it did).")
+    hit = set(stalled["arm"].astype(str))
+    calm = [a for a in arms if a not in hit]
+    without = f" No stalled request in {', '.join(md_text(a) for a in calm)}." if calm and len(calm) < len(arms) else ""
     return (f"**Stalled requests** (TPOT at least {STALL_FACTOR:g}× their level's median): " + "; ".join(parts)
-            + ". On a shared CPU a stall is usually another process taking the engine's core; those levels' "
-            "figures are lower than the engine's own.")
+            + "." + without + cause)

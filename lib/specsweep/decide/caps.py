@@ -31,7 +31,9 @@ def server_kind(meta_server: dict) -> str:
 
 def cap_argv(kind: str, n: int) -> tuple[str, ...]:
     """The server arguments that set the running-request cap to ``n`` on a server ``kind``."""
-    flag = {"vllm": "--max-num-seqs", "llama.cpp": "--parallel", "llamacpp": "--parallel",
+    # 'llamacpp' is specsweep's own launcher (python -m specsweep.engines.llamacpp), whose slots flag
+    # is --slots; 'llama.cpp' is llama-server, whose flag is --parallel (-np)
+    flag = {"vllm": "--max-num-seqs", "llama.cpp": "--parallel", "llamacpp": "--slots",
             "trtllm": "--max_batch_size"}.get(kind, "--max-running-requests")
     return (flag, str(n))
 

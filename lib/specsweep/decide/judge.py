@@ -219,6 +219,7 @@ def judge_levels(comp: Comparison, profile: Profile, arm: str) -> pd.DataFrame:
             "aggregate_delta_pct": da, "user_delta_pct": du,
             "aggregate_fit_pct": fa, "user_fit_pct": fu,
             "aggregate_band": band_text(agg[c]),
+            "aggregate_sign": sa,  # +1/−1 where the aggregate Δ is credible and beyond the minimum effect, else 0
             "ttft_p99_delta_pct": float(ttft[c]["delta_pct"]) if c in ttft else math.nan,
             "arm_meets_slo": arm_ok, "baseline_meets_slo": base_ok, "rule": rule,
             "decided_by": decided if rule is None else rule,

@@ -367,13 +367,16 @@ def _latency_reasons(comp: Comparison, arm: str, judged: pd.DataFrame, min_effec
         out.append("These data have no latency percentiles, so the wait is estimated by Little's law (see the "
                    "glossary): mean request time = concurrency × output tokens ÷ aggregate tok/s. It is an "
                    f"estimate, and at the same concurrency it moves exactly inversely to {agg}.")
-    worst = judged[(judged["aggregate_delta_pct"] < -min_effect) & (judged["aggregate_delta_pct"] > -100)]
+    # only a credible loss prices capacity: a Δ inside its band is no evidence of fewer tokens per server
+    credible = judged["aggregate_sign"] < 0 if "aggregate_sign" in judged else True
+    worst = judged[(judged["aggregate_delta_pct"] < -min_effect) & (judged["aggregate_delta_pct"] > -100) & credible]
     if len(worst):
         r = worst.loc[worst["aggregate_delta_pct"].idxmin()]
         need = 1.0 / (1.0 + r["aggregate_delta_pct"] / 100.0)
+        times = f"{need:.2f}" if need < 2 else f"{need:.1f}"  # 1.05×, not a rounded-up 1.1×
         out.append(f"The price is capacity: at concurrency {int(r['concurrency'])} the same hardware delivers "
                    f"{-r['aggregate_delta_pct']:.0f}% less {agg}, so serving the same token rate there "
-                   f"would need about {need:.1f}× the servers.")
+                   f"would need about {times}× the servers.")
     return out
 
 

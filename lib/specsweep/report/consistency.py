@@ -54,7 +54,8 @@ REAL_SERVER_FLAGS: dict[str, set[str]] = {
                "--speculative-eagle-topk", "--speculative-num-draft-tokens"},
     "vllm": {"--max-num-seqs", "--gpu-memory-utilization"},
     "llama.cpp": {"--parallel", "-np", "--ctx-size", "-c"},
-    "llamacpp": {"--parallel", "-np", "--ctx-size", "-c"},
+    # specsweep's own launcher (python -m specsweep.engines.llamacpp) for the llama.cpp engine
+    "llamacpp": {"--slots", "--ctx-per-slot", "--threads"},
     "trtllm": {"--max_batch_size", "--kv_cache_free_gpu_memory_fraction", "--max_num_tokens"},
 }
 

@@ -176,7 +176,11 @@ def _within_slo(lv: pd.DataFrame, kind: DecisionKind, x: float | None, enable_at
         return enable_at, tuple(inside)
     if not kept:
         return f"— (misses the SLO at {_span_text(missed, cs)})", ()
-    return f"{_span_text(kept, cs)} (misses the SLO at {_span_text(missed, cs)})", tuple(kept)
+    # a kept level where the arm is no better says so: 'enable at 1 and 2' must not read as a gain at 1
+    same = [c for c, o in zip(lv["concurrency"], lv["outcome"]) if int(c) in kept and o == "neutral"] \
+        if "outcome" in lv else []
+    alike = f"no measurable difference at {_span_text([int(c) for c in same], cs)}; " if same and len(same) < len(kept) else ""
+    return f"{_span_text(kept, cs)} ({alike}misses the SLO at {_span_text(missed, cs)})", tuple(kept)
 
 
 def decision_rows(comp: Comparison, recs: Sequence[Recommendation]) -> list[ScreenRow]:

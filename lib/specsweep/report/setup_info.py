@@ -212,10 +212,23 @@ def _engine_cpu_lines(comp: Comparison) -> list[str]:
                          for a, g in have.groupby("arm", sort=False)) + "."
                      + (f" The decision reads the {comp.aggregate_basis}." if comp.aggregate_basis else ""))
     stalls = [stalled_requests(r) for r in comp.requests.values() if r is not None]
-    sentence = stall_sentence(pd.concat(stalls, ignore_index=True)) if stalls else None
+    sentence = stall_sentence(pd.concat(stalls, ignore_index=True), _cpu_got_per_run(comp), comp.arms) if stalls else None
     if sentence:
         lines.append(sentence)
     return lines
+
+
+def _cpu_got_per_run(comp: Comparison) -> dict[tuple[str, int, int], float] | None:
+    """The CPU (%) each run's engine got at each level, by (arm, concurrency, repeat); None where
+    the arms are not CPU engines with that figure at every level."""
+    out: dict[tuple[str, int, int], float] = {}
+    for arm, lv in comp.raw_levels.items():
+        if "server_cpu_got_pct" not in lv or lv["server_cpu_got_pct"].isna().any():
+            return None
+        repeats = lv["repeat"] if "repeat" in lv else pd.Series(0, index=lv.index)
+        out.update({(arm, int(c), int(r)): float(p)
+                    for c, r, p in zip(lv["concurrency"], repeats, lv["server_cpu_got_pct"])})
+    return out or None
 
 
 def diagnostics_markdown(comp: Comparison) -> str:

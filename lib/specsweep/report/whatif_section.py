@@ -25,6 +25,7 @@ from specsweep.analyze.whatif.observe import WhatIfError
 from specsweep.analyze.whatif.predict import predict
 from specsweep.analyze.whatif.setting import CONTEXT_ASSUMPTION, FOOTPRINT_ASSUMPTION, model_for
 from specsweep.analyze.whatif.validate import comparable_pairs, cross_arm, loo, loo_summary
+from specsweep.decide.caps import cap_argv, server_kind
 from specsweep.markup import md_text
 from specsweep.report.charts import WIDTH, validated_once
 from specsweep.results.store import ResultSet
@@ -63,22 +64,24 @@ def next_experiment(comp: Comparison, sets: Sequence[ResultSet] | None = None, *
     """:func:`~specsweep.analyze.whatif.experiment.least_certain`, with the sentence the page shows (``sentence``)."""
     item = least_certain(comp, sets, models=models)
     if item is not None:
-        item["sentence"] = _next_sentence(item)
+        meta = comp.metas.get(item["arm"])
+        item["sentence"] = _next_sentence(item, server_kind(meta.server) if meta is not None else "sglang")
     return item
 
 
-def _setting_words(s: dict[str, Any]) -> str:
+def _setting_words(s: dict[str, Any], kind: str = "sglang") -> str:
+    """The setting in the arm's own server's words (``kind``: :func:`specsweep.decide.caps.server_kind`)."""
     if "max_running_requests" in s:
-        return f"--max-running-requests {s['max_running_requests']}"
+        return " ".join(cap_argv(kind, int(s["max_running_requests"])))
     if "max_total_num_tokens" in s:
         return f"a KV pool of {s['max_total_num_tokens']:,} tokens (the baseline's; e.g. its mem_fraction_static)"
     return "its current settings"
 
 
-def _next_sentence(item: dict[str, Any]) -> str:
+def _next_sentence(item: dict[str, Any], kind: str = "sglang") -> str:
     row, arm = item["prediction"], md_text(item["arm"])
     c = int(item["concurrency"])
-    what = f"measure {arm} with {_setting_words(item['setting'])} at {c} concurrent requests"
+    what = f"measure {arm} with {_setting_words(item['setting'], kind)} at {c} concurrent requests"
     if row["refused"]:
         return (f"Next experiment: {what}. The model cannot predict it — {md_text(row['why'])} — and there {arm} "
                 f"loses aggregate throughput to the baseline ({_n(item['baseline_aggregate_tok_s'])} tok/s), so only "
