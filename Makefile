@@ -5,7 +5,7 @@
 #   make test-fast the quick tier while working (no server, kernel or subprocess; under a minute)
 #   make lint      ruff, mypy, the layer test and the function-size test
 #   make real-report  install llama.cpp (xllamacpp) and SmolLM2-135M, then measure a real engine
-#                  on this machine (about 30 minutes on 2 cores, measured): reports/fresh/real-llamacpp.html
+#                  on this machine (30–45 minutes on 2 cores, measured): reports/fresh/real-llamacpp.html
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin

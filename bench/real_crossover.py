@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--levels", default="1,4,16", help="concurrency levels, comma-separated (default 1,4,16)")
     ap.add_argument("--requests", type=int, default=16, help="measured requests per level at least (default 16)")
     ap.add_argument("--repeats", type=int, default=1, help="interleaved repeats (default 1)")
-    ap.add_argument("--full", action="store_true", help="run the study as written (about 30 minutes on 2 cores, measured: docs/llamacpp.md)")
+    ap.add_argument("--full", action="store_true", help="run the study as written (30–45 minutes on 2 cores, measured: docs/llamacpp.md)")
     ap.add_argument("--result-dir", type=Path, help="a finished study's result folder: read it, run nothing")
     args = ap.parse_args(argv)
     if args.result_dir:

@@ -5,6 +5,7 @@ Inputs: a comparison and the arms a recommendation judged; nothing here depends 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from specsweep.analyze.compare import Comparison, info
@@ -45,7 +46,8 @@ def drift_sentences(comp: Comparison) -> list[str]:
                    "not established." + ("" if bounded else
                    " It was measured nearer in time to the baseline than the arms it is compared with, so it does "
                    "not bound the drift between them: the drift it shows is carried, with its uncertainty, to when "
-                   "each arm was measured (wider bands); measure the control last, or around the arms, to bound it."))
+                   "each arm was measured (wider bands); measure the control last, or around the arms, to bound it.")
+                   + _one_sided(comp, a))
     if unguarded(comp):
         out.append("The arms were measured one after the other with no sentinel run and no control arm: a slow drift "
                    "of the machine between them (heat, a noisy neighbour, a growing cache) would read as a difference "
@@ -53,6 +55,25 @@ def drift_sentences(comp: Comparison) -> list[str]:
                    "study's sentinel setting) or add a control arm configured like the baseline (control: true); to "
                    "cancel it, interleave the arms (order: abba, or repeats ≥ 2).")
     return out
+
+
+#: fewest levels at which a control arm's deviation keeping one sign is worth saying
+ONE_SIDED_LEVELS: int = 4
+
+
+def _one_sided(comp: Comparison, control: str) -> str:
+    """A sentence where the control's measured aggregate Δ has the same sign at every level (at least
+    ``ONE_SIDED_LEVELS``), with the chance of that if it were noise around zero; else ''."""
+    rows = comp.delta_rows(control, "output_tok_s")
+    picked = [r.get("level_delta_pct", r.get("delta_pct")) for r in rows.values()]
+    vals = [float(v) for v in picked if v is not None and math.isfinite(float(v))]
+    if len(vals) < ONE_SIDED_LEVELS or not (all(v < 0 for v in vals) or all(v > 0 for v in vals)):
+        return ""
+    side = "below" if vals[0] < 0 else "above"
+    chance = 2 * 0.5 ** len(vals) * 100
+    return (f" Its measured deviation is {side} the baseline at all {len(vals)} levels ({min(vals):+.1f}% to "
+            f"{max(vals):+.1f}%; a chance of {chance:.0f}% if it were noise around zero): possibly an offset between "
+            "two identical configurations, whose cause this study does not measure.")
 
 
 def control_bounds_drift(comp: Comparison) -> bool:

@@ -52,7 +52,7 @@ DEFAULT_PROFILES: list[dict[str, Any]] = [
     {"name": "Latency-sensitive (interactive, agentic)", "objective": "latency",
      "description": "Each user's speed matters most; aggregate throughput only as capacity."},
     {"name": "Batch throughput", "objective": "throughput",
-     "description": "Offline or batch work: tokens per GPU-second matter, per-request speed does not."},
+     "description": "Offline or batch work: the tokens per second the hardware delivers (per GPU-second on a GPU server) matter, per-request speed does not."},
     {"name": "Interactive SLO: at least 60 tok/s per user", "objective": "throughput", "min_user_tok_s": 60,
      "description": "Most aggregate throughput while the mean per-user speed stays at or above 60 tok/s."},
 ]

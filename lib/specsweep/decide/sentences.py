@@ -346,7 +346,7 @@ def objective_reasons(comp: Comparison, profile: Profile, arm: str, judged: pd.D
                 "keeps the SLO; a level where only one arm keeps it goes to that arm if the difference in the "
                 "SLO's metric is credible."]
     if profile.objective == "throughput":
-        what = agg if comp.aggregate_basis else "aggregate throughput (tokens per GPU-second)"
+        what = agg if comp.aggregate_basis else "aggregate throughput (the tokens per second the hardware delivers)"
         return [f"For batch or offline work, {what} is what counts; per-request speed does not."]
     return [f"Balanced: per-user speed should improve while {agg} drops by at most "
             f"{profile.max_throughput_loss_pct:g}%."]

@@ -77,8 +77,15 @@ GLOSSARY: dict[str, str] = {
     "Points (of the aggregate Δ)": "the share of an arm's aggregate Δ% one factor of the speedup decomposition "
                                    "accounts for, in percentage points: the factors' points add up to the whole "
                                    "Δ% (a factor of −3 points takes 3 percentage points off it).",
-    "Accept length": "tokens emitted per verify step (1 + accepted draft tokens), averaged; higher means more of the "
-                     "draft was right.",
+    "Accept length": "output tokens per step of the target model, averaged over every step: a step that verified "
+                     "a draft emits 1 + its accepted draft tokens, a step with no draft emits 1 (SGLang's figure). "
+                     "Higher means more of the drafts were right. A server that counts per drafted step only "
+                     "(llama.cpp) has that figure converted, and shown under its own name where the page gives it.",
+    "Flip chance": "the estimated probability that a rerun of the same design (same levels, runs and requests) "
+                   "decides this profile otherwise — another class, or an arm outside the tie — from simulated "
+                   "reruns drawn around the fitted curves with the measured noise (the number of resamples is given).",
+    "Levels credible": "of the levels a profile judged, those whose outcome is a gain or a loss (a credible "
+                       "difference in the metric that decides there); the rest show no measurable difference.",
     "Little's law": "in a steady system, requests in flight = arrival rate × mean time in the system. In a closed loop "
                     "of C requests this gives the mean request time W = C × output tokens ÷ aggregate tok/s.",
     "Δ% and the 95% band": "Δ% = (arm ÷ baseline − 1) × 100 at the same concurrency; the band is where the fitted "
