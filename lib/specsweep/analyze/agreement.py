@@ -142,6 +142,7 @@ def agreement_markdown(table: pd.DataFrame, baseline: str = "baseline", controls
         return ("No output agreement: the result sets have no paired per-request output digests "
                 f"against the baseline *{md_text(baseline)}*.")
     lines = []
+    within = 0  # arms read as within the control's floor
     floor = _control_floor(table, controls)
     for arm, part in table.groupby("arm", sort=False):
         flagged = part[part["flagged"]]
@@ -149,6 +150,7 @@ def agreement_markdown(table: pd.DataFrame, baseline: str = "baseline", controls
             lines.append(_control_line(str(arm), flagged))
         elif floor and not flagged.empty and not part["temperature"].gt(0).any():
             lines.append(_against_floor(str(arm), part, flagged, floor, _control_totals(table, controls)))
+            within += not lines[-1].startswith("- ⚠")
         elif part["temperature"].gt(0).any():
             lines.append(f"- *{md_text(arm)}*: measured at temperature > 0, where outputs are not expected to match.")
         elif flagged.empty:
@@ -162,6 +164,10 @@ def agreement_markdown(table: pd.DataFrame, baseline: str = "baseline", controls
                          "outputs (a correctness problem) or the server is nondeterministic under batching; "
                          "measure the baseline against itself to tell them apart (batch nondeterminism "
                          "differs late and at scattered positions, and the baseline disagrees with itself too).")
+    if within:  # said once for every arm read against the control's floor
+        lines.append(f"\n{'That is' if within == 1 else 'For each of these arms that is'} consistent with the server's "
+                     "own nondeterminism under batching, not proof that the speculative configuration changes "
+                     "nothing: compare the differing prompts' texts before calling an arm lossless.")
     return "\n".join(lines)
 
 
@@ -210,10 +216,7 @@ def _against_floor(arm: str, part: pd.DataFrame, flagged: pd.DataFrame, floor: d
         more = differ / pairs > control[0] / control[1] if control and pairs and control[1] else False
         return (f"- *{md_text(arm)}*: outputs differ from the baseline at temperature 0 "
                 + ("somewhat more often than the control arm's, " if more else "about as often as the control arm's, ")
-                + f"within {FLOOR_MARGIN_PCT:.0f} points of its share at every level ({levels} identical; {totals}). "
-                "That is consistent with the server's own nondeterminism under batching; it does not rule out a "
-                "smaller effect of the speculative configuration"
-                + (" — compare the differing prompts' texts before calling it lossless." if more else "."))
+                + f"within {FLOOR_MARGIN_PCT:.0f} points of its share at every level ({levels} identical; {totals}).")
     return (f"- ⚠ *{md_text(arm)}*: outputs differ from the baseline at temperature 0 more than the control arm's "
             f"do ({levels} identical; {totals}). {_where_markdown(flagged)}Beyond the server's own nondeterminism, the "
             "speculative configuration changes outputs: a correctness problem to report.")
