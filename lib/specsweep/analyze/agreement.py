@@ -149,8 +149,9 @@ def agreement_markdown(table: pd.DataFrame, baseline: str = "baseline", controls
         if arm in controls and not flagged.empty and not part["temperature"].gt(0).any():
             lines.append(_control_line(str(arm), flagged))
         elif floor and not flagged.empty and not part["temperature"].gt(0).any():
-            lines.append(_against_floor(str(arm), part, flagged, floor, _control_totals(table, controls)))
-            within += not lines[-1].startswith("- ⚠")
+            line, inside = _against_floor(str(arm), part, flagged, floor, _control_totals(table, controls))
+            lines.append(line)
+            within += inside
         elif part["temperature"].gt(0).any():
             lines.append(f"- *{md_text(arm)}*: measured at temperature > 0, where outputs are not expected to match.")
         elif flagged.empty:
@@ -201,8 +202,9 @@ def _control_totals(table: pd.DataFrame, controls: Sequence[str]) -> tuple[int, 
 
 
 def _against_floor(arm: str, part: pd.DataFrame, flagged: pd.DataFrame, floor: dict[int, float],
-                   control: tuple[int, int] | None) -> str:
-    """A speculative arm's differing outputs read against the control arm's floor at the same levels.
+                   control: tuple[int, int] | None) -> tuple[str, bool]:
+    """(the line, whether the arm is within the floor): a speculative arm's differing outputs read
+    against the control arm's floor at the same levels.
 
     Within ``FLOOR_MARGIN_PCT`` points of the control's share at every level the arm is *consistent
     with* the server's own nondeterminism — said with both totals, never as proof that the speculative
@@ -216,10 +218,10 @@ def _against_floor(arm: str, part: pd.DataFrame, flagged: pd.DataFrame, floor: d
         more = differ / pairs > control[0] / control[1] if control and pairs and control[1] else False
         return (f"- *{md_text(arm)}*: outputs differ from the baseline at temperature 0 "
                 + ("somewhat more often than the control arm's, " if more else "about as often as the control arm's, ")
-                + f"within {FLOOR_MARGIN_PCT:.0f} points of its share at every level ({levels} identical; {totals}).")
+                + f"within {FLOOR_MARGIN_PCT:.0f} points of its share at every level ({levels} identical; {totals})."), True
     return (f"- ⚠ *{md_text(arm)}*: outputs differ from the baseline at temperature 0 more than the control arm's "
             f"do ({levels} identical; {totals}). {_where_markdown(flagged)}Beyond the server's own nondeterminism, the "
-            "speculative configuration changes outputs: a correctness problem to report.")
+            "speculative configuration changes outputs: a correctness problem to report."), False
 
 
 def _where_markdown(flagged: pd.DataFrame) -> str:

@@ -116,6 +116,10 @@ class ServerProcess:
         self.log_path = log_path
         self.pid_file = pid_file or log_path.parent / PID_FILE
         self.redact = redact
+        self._unstarted()
+
+    def _unstarted(self) -> None:
+        """The state of one start, as before any (a start on another port begins from it again)."""
         #: the guard process (its exit status is the server's; see :attr:`final`)
         self.process: subprocess.Popen[bytes] | None = None
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
@@ -260,6 +264,7 @@ class ServerProcess:
         """:meth:`start`, then :meth:`wait_ready`. A server that lost its picked port to another process
         (see :meth:`lost_port_race`) is started again on another, up to ``PORT_RACE_STARTS`` times in
         all; each start keeps its own log (``…-start2.log`` …), and ``log`` says why it started again."""
+        first = self.log_path
         for attempt in range(1, PORT_RACE_STARTS + 1):
             self.start()
             try:
@@ -271,12 +276,8 @@ class ServerProcess:
             self.stop()
             log(f"arm {self.arm.name}: port {self.port} was taken by another process between the pick and the "
                 f"server's bind (its log: {self.log_path.name}); starting it again on another port")
-            first = self.log_path.with_name(self.log_path.name.split("-start")[0].removesuffix(".log"))
-            self.log_path = first.with_name(f"{first.name}-start{attempt + 1}.log")
-            self.process, self._reader, self.final, self.log_error = None, None, None, None
-            self.tail.clear()
-            self.ready_url = self.spec.ready_url
-            self.endpoint = self.spec.endpoint or endpoint_of(self.spec.ready_url)
+            self._unstarted()
+            self.log_path = first.with_name(f"{first.stem}-start{attempt + 1}{first.suffix}")
 
     def wait_ready(self, poll_s: float = 0.5) -> None:
         """Wait until GET ``ready_url`` answers 2xx *and* the server this runner started still runs
